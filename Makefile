@@ -1,0 +1,125 @@
+# kvcached - plain Makefile (liburing/redis style): `make`, `make run`,
+# `make test`, and variants test-asan, test-tsan. V=1 shows commands.
+
+BUILD    ?= build
+CC       ?= cc
+PREFIX   ?= /usr/local
+
+override CFLAGS += -std=gnu11 -g -Wall -Wextra -Werror -fPIC -MMD -MP -D_GNU_SOURCE \
+		   -Wno-missing-field-initializers -pthread
+ifeq ($(KVC_DEBUG),1)
+override CFLAGS += -O0 -DKVC_DEBUG
+else
+override CFLAGS += -O2
+endif
+override LDFLAGS += -pthread
+
+# Sanitizer builds live in their own folder and skip jemalloc (the
+# sanitizers bring their own allocator).
+ifeq ($(SAN),asan)
+override CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+override LDFLAGS += -fsanitize=address,undefined
+NOJEMALLOC := 1
+endif
+ifeq ($(SAN),tsan)
+override CFLAGS += -fsanitize=thread
+override LDFLAGS += -fsanitize=thread
+NOJEMALLOC := 1
+endif
+JEMALLOC := $(if $(NOJEMALLOC),,-ljemalloc)
+
+ifneq ($(V),1)
+Q := @
+E := @echo
+else
+Q :=
+E := @true
+endif
+
+SHM_SRC    := $(sort $(wildcard shm/*.c))
+DAEMON_SRC := $(sort $(wildcard daemon/*.c))
+CLIENT_SRC := $(sort $(wildcard libclient/*.c))
+UNIT_SRC   := $(sort $(wildcard tests/unit/*.c))
+INTEG_SRC  := $(sort $(wildcard tests/integration/*.c))
+TESTLIB_SRC:= $(sort $(wildcard tests/lib/*.c))
+
+SHM_OBJ    := $(SHM_SRC:%.c=$(BUILD)/%.o)
+DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
+CLIENT_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/%.o)
+TESTLIB_OBJ:= $(TESTLIB_SRC:%.c=$(BUILD)/%.o)
+DAEMON_LIB := $(filter-out $(BUILD)/daemon/main.o,$(DAEMON_OBJ))
+
+KVCACHED   := $(BUILD)/kvcached
+LIBA       := $(BUILD)/libkvclient.a
+LIBSO      := $(BUILD)/libkvclient.so
+SONAME     := libkvclient.so.0
+TOOLS      := $(BUILD)/kvbench
+UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%)
+INTEG_BIN  := $(INTEG_SRC:tests/integration/%.c=$(BUILD)/tests/integration/%)
+
+.PHONY: all deps run test test-asan test-tsan check bench clean
+all: $(KVCACHED) $(LIBA) $(LIBSO) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN)
+
+deps:
+	$(Q)./tools/install-deps
+
+# Foreground daemon on the default socket and a host pool.
+run: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)exec $(KVCACHED) --foreground $(ARGS)
+
+test: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)BUILD=$(BUILD) ./tests/run-tests
+
+# Sanitizer variants run the same suites from their own build folder.
+test-asan: deps
+	$(Q)$(MAKE) --no-print-directory SAN=asan BUILD=build-asan all
+	$(Q)BUILD=build-asan ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ./tests/run-tests
+
+test-tsan: deps
+	$(Q)$(MAKE) --no-print-directory SAN=tsan BUILD=build-tsan all
+	$(Q)BUILD=build-tsan TSAN_OPTIONS=halt_on_error=1 ./tests/run-tests
+
+bench: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(BUILD)/kvbench $(ARGS)
+
+$(BUILD)/%.o: %.c
+	$(E) "  CC      $<"
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
+
+$(KVCACHED): $(DAEMON_OBJ) $(SHM_OBJ)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(JEMALLOC)
+
+$(LIBA): $(CLIENT_OBJ) $(SHM_OBJ)
+	$(E) "  AR      $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(LIBSO): $(CLIENT_OBJ) $(SHM_OBJ) libclient/kvclient.map
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SONAME) \
+		-Wl,--version-script=libclient/kvclient.map -o $@ $(CLIENT_OBJ) $(SHM_OBJ)
+	$(Q)ln -sf libkvclient.so $(BUILD)/$(SONAME)
+
+$(BUILD)/kvbench: $(BUILD)/tools/kvbench.o $(LIBA)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lm
+
+# Unit tests reach internals through the objects (jemalloc's JET idea).
+$(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(SHM_OBJ) $(DAEMON_LIB) $(TESTLIB_OBJ)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka
+
+# Integration tests drive the real daemon through the real library.
+$(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o $(TESTLIB_OBJ) $(LIBA)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka
+
+clean:
+	rm -rf build build-asan build-tsan
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: MIT
+/*
+ * cache.c - the daemon side of a request: ALLOC, PUBLISH and FREE.
+ *
+ * A client may name only pages it was handed (WRITING, owned by it, at the
+ * generation it was given). Every record of a message is checked before any
+ * is applied, duplicates within the message included, so a lying client is
+ * refused and disconnected with the index exactly as it was.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../shm/page.h"
+#include "kvd.h"
+#include "log.h"
+
+/* Check every (page, gen) of a message; mark pages to catch repeats. */
+static int check_pages(struct kvd *d, struct kvd_client *c, const uint8_t *rec,
+		       uint32_t n, size_t stride, uint32_t *bad)
+{
+	const struct kvshm_page *pages = kvshm_pages(d->h);
+	uint32_t i, k;
+	int rc = 0;
+
+	for (i = 0; i < n; i++) {
+		struct kvproto_pg pg;
+
+		memcpy(&pg, rec + i * stride, sizeof(pg));
+		if (pg.page >= d->h->geo.n_pages || d->mark[pg.page] ||
+		    atomic_load(&pages[pg.page].state) != KVSHM_PAGE_WRITING ||
+		    pages[pg.page].owner != kvd_owner(c) ||
+		    atomic_load(&pages[pg.page].gen) != pg.gen) {
+			*bad = pg.page;
+			rc = -1;
+			break;
+		}
+		d->mark[pg.page] = 1;
+	}
+	for (k = 0; k < i; k++) {
+		struct kvproto_pg pg;
+
+		memcpy(&pg, rec + k * stride, sizeof(pg));
+		d->mark[pg.page] = 0;
+	}
+	return rc;
+}
+
+int kvd_cache_alloc(struct kvd *d, struct kvd_client *c, uint32_t seq,
+		    const void *p, uint32_t len)
+{
+	struct kvshm_free *fr = kvshm_free(d->h);
+	struct kvproto_alloc a;
+	struct kvproto_count cnt = { 0, 0 };
+	struct kvproto_pg *out;
+	uint32_t n, room, k;
+	int rc;
+
+	(void)len;
+	memcpy(&a, p, sizeof(a));
+	n = a.n;
+	/* Each WRITING page needs one of the client's pin slots. */
+	room = c->l->nslots > c->writing ? c->l->nslots - c->writing : 0;
+	if (n > room)
+		n = room;
+	if (fr->count < n + d->low_pages)
+		kvd_evict(d, n + d->low_pages - fr->count);
+	out = malloc(sizeof(*out) * (n ? n : 1));
+	if (!out) {
+		kvd_reply_error(d, c, seq, -ENOMEM, false, "out of memory");
+		return 0;
+	}
+	for (k = 0; k < n; k++)
+		if (kvshm_page_alloc(d->h, kvd_owner(c), c->ns_id, &out[k].page, &out[k].gen))
+			break;
+	c->writing += k;
+	if (k < a.n)
+		kvd_stat_add(&kvshm_stats(d->h)->alloc_short, 1);
+	cnt.n = k;
+	rc = kvd_reply(d, c, KVPROTO_ALLOC_R, seq, &cnt, sizeof(cnt), out, k * sizeof(*out));
+	free(out);
+	return rc;
+}
+
+int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
+		      const void *p, uint32_t len)
+{
+	size_t stride = sizeof(struct kvproto_pub) + (size_t)c->bt * 4;
+	const uint8_t *rec = (const uint8_t *)p + sizeof(struct kvproto_count);
+	struct kvproto_count cnt;
+	struct kvproto_pub_r *res;
+	uint32_t i, bad = 0;
+	int rc;
+
+	(void)len;
+	memcpy(&cnt, p, sizeof(cnt));
+	if (check_pages(d, c, rec, cnt.n, stride, &bad)) {
+		kvd_reply_error(d, c, seq, -EINVAL, true,
+				"PUBLISH names page %u, which it does not hold WRITING at that generation",
+				bad);
+		return -1;
+	}
+	res = calloc(cnt.n, sizeof(*res));
+	if (!res) {
+		kvd_reply_error(d, c, seq, -ENOMEM, false, "out of memory");
+		return 0;
+	}
+	for (i = 0; i < cnt.n; i++) {
+		struct kvproto_pub pub;
+		uint32_t tokens[KVSHM_MAX_BLOCK_TOKENS];
+		int st;
+
+		memcpy(&pub, rec + i * stride, sizeof(pub));
+		memcpy(tokens, rec + i * stride + sizeof(pub), (size_t)c->bt * 4);
+		st = kvshm_page_publish(d->h, pub.page, pub.gen, kvd_owner(c), pub.key,
+					pub.parent, tokens, &res[i].page, &res[i].gen);
+		res[i].status = st;
+		/* Published, shared or refused: the page is no longer ours. */
+		c->writing--;
+		if (st == -EEXIST)
+			kvd_warn("client %u (pid %d): key collision on page %u refused; the index keeps the first block",
+				 c->id, (int)c->pid, pub.page);
+	}
+	rc = kvd_reply(d, c, KVPROTO_PUBLISH_R, seq, &cnt, sizeof(cnt), res,
+		       cnt.n * (uint32_t)sizeof(*res));
+	free(res);
+	return rc;
+}
+
+int kvd_cache_free(struct kvd *d, struct kvd_client *c, uint32_t seq,
+		   const void *p, uint32_t len)
+{
+	const uint8_t *rec = (const uint8_t *)p + sizeof(struct kvproto_count);
+	struct kvproto_count cnt;
+	uint32_t i, bad = 0;
+
+	(void)len;
+	memcpy(&cnt, p, sizeof(cnt));
+	if (check_pages(d, c, rec, cnt.n, sizeof(struct kvproto_pg), &bad)) {
+		kvd_reply_error(d, c, seq, -EINVAL, true,
+				"FREE names page %u, which it does not hold WRITING at that generation",
+				bad);
+		return -1;
+	}
+	for (i = 0; i < cnt.n; i++) {
+		struct kvproto_pg pg;
+
+		memcpy(&pg, rec + i * sizeof(pg), sizeof(pg));
+		kvshm_page_free(d->h, pg.page, pg.gen, kvd_owner(c));
+	}
+	c->writing -= cnt.n;
+	kvd_stat_add(&kvshm_stats(d->h)->frees, cnt.n);
+	return kvd_reply(d, c, KVPROTO_FREE_R, seq, &cnt, sizeof(cnt), NULL, 0);
+}
+
+uint32_t kvd_cache_reclaim(struct kvd *d, uint32_t owner)
+{
+	struct kvshm_page *pages = kvshm_pages(d->h);
+	uint32_t i, n = 0;
+
+	for (i = 0; i < d->h->geo.n_pages; i++) {
+		if (atomic_load(&pages[i].state) == KVSHM_PAGE_WRITING && pages[i].owner == owner &&
+		    !kvshm_page_free(d->h, i, atomic_load(&pages[i].gen), owner))
+			n++;
+	}
+	kvd_stat_add(&kvshm_stats(d->h)->reclaimed, n);
+	return n;
+}

@@ -1,0 +1,413 @@
+// SPDX-License-Identifier: MIT
+/*
+ * config.c - parsing kvcached's config file and flags.
+ *
+ * Every message names the source (flag, or file:line), the key and the
+ * value: "pool-size 10X: unknown suffix". Nothing is half-applied: the
+ * daemon exits on the first error, before it creates anything.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <grp.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../shm/proto.h"
+#include "../shm/segment.h"
+#include "config.h"
+#include "log.h"
+
+void kvd_config_defaults(struct kvd_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	if (kvproto_socket_path(cfg->socket, sizeof(cfg->socket)))
+		cfg->socket[0] = 0;
+	strcpy(cfg->pool, "host");
+	cfg->pool_size = 1ull << 30;
+	cfg->page_size = 2ull << 20;	/* Llama-3-8B, bf16, 16 tokens */
+	cfg->block_tokens = 16;
+	cfg->max_clients = 64;
+	cfg->max_pins = 8192;
+	cfg->low_watermark = 5;
+	cfg->high_watermark = 10;
+	cfg->socket_mode = 0660;
+	cfg->tick_ms = 20;
+	cfg->hugepages = KVD_HUGE_AUTO;
+	cfg->log_level = KVD_LOG_INFO;
+	cfg->allow_uid[0] = geteuid();
+	cfg->n_allow_uid = 1;
+}
+
+void kvd_config_usage(FILE *f)
+{
+	fprintf(f,
+"usage: kvcached [options]\n"
+"\n"
+"The host-local KV-cache daemon: owns a pool of KV pages and the shared\n"
+"index that every libkvclient process on the host reads.\n"
+"\n"
+"  --config FILE          read settings from FILE (same keys, \"key = value\")\n"
+"  --socket PATH          Unix socket (default: $KVCACHED_SOCKET, else\n"
+"                         /run/kvcached/kvcached.sock as root,\n"
+"                         $XDG_RUNTIME_DIR/kvcached.sock otherwise)\n"
+"  --pool host|cuda       where pages live (default host; cuda: issue #6)\n"
+"  --pool-size SIZE       pool bytes, suffix K M G T (default 1G)\n"
+"  --page-size SIZE       bytes per page slot, a multiple of 4K (default 2M)\n"
+"  --block-tokens N       tokens per cached block (default 16)\n"
+"  --max-clients N        attached processes at once (default 64)\n"
+"  --max-pins N           pin slots per client (default 8192)\n"
+"  --low-watermark PCT    evict when free pages fall below PCT%% (default 5)\n"
+"  --high-watermark PCT   ...until PCT%% are free (default 10)\n"
+"  --allow-users LIST     user names or uids that may attach (default: own)\n"
+"  --allow-groups LIST    group names or gids that may attach (default none)\n"
+"  --socket-mode OCTAL    socket file mode (default 0660)\n"
+"  --hugepages auto|on|off  hugetlb pages for the host pool (default auto)\n"
+"  --log-level error|warning|info|debug  (default info)\n"
+"  --tick-ms N            housekeeping period in ms (default 20)\n"
+"  --foreground           run in the foreground (kvcached never forks;\n"
+"                         accepted for scripts that pass it)\n"
+"  --help, --version\n");
+}
+
+int kvd_parse_size(const char *s, uint64_t *out)
+{
+	unsigned long long v;
+	uint64_t mul = 1;
+	char *end;
+
+	if (!s || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return -EINVAL;
+	switch (toupper((unsigned char)*end)) {
+	case 0: break;
+	case 'K': mul = 1ull << 10; end++; break;
+	case 'M': mul = 1ull << 20; end++; break;
+	case 'G': mul = 1ull << 30; end++; break;
+	case 'T': mul = 1ull << 40; end++; break;
+	default: return -EINVAL;
+	}
+	if (mul > 1 && (!strcasecmp(end, "iB") || !strcasecmp(end, "B")))
+		end += strlen(end);
+	if (*end || (v && mul > UINT64_MAX / v))
+		return -EINVAL;
+	*out = v * mul;
+	return 0;
+}
+
+static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out, int base)
+{
+	unsigned long v;
+	char *end;
+
+	if (!s || !*s || *s == '-' || isspace((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	v = strtoul(s, &end, base);
+	if (errno || *end || v < lo || v > hi)
+		return -EINVAL;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int parse_ids(const char *val, bool users, struct kvd_config *cfg,
+		     const char *where)
+{
+	char buf[1024], *save = NULL, *tok;
+	int n = 0;
+
+	if (strlen(val) >= sizeof(buf)) {
+		fprintf(stderr, "kvcached: %s: allow list too long\n", where);
+		return -1;
+	}
+	strcpy(buf, val);
+	for (tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+		uint32_t id;
+
+		if (n == KVD_MAX_ALLOW) {
+			fprintf(stderr, "kvcached: %s%sallow list has more than %d entries\n", where,
+				*where ? ": " : "", KVD_MAX_ALLOW);
+			return -1;
+		}
+		if (parse_u32(tok, 0, UINT32_MAX - 1, &id, 10)) {
+			struct passwd *pw = users ? getpwnam(tok) : NULL;
+			struct group *gr = users ? NULL : getgrnam(tok);
+
+			if (!pw && !gr) {
+				fprintf(stderr, "kvcached: %s%sallow-%s %s: no such %s\n", where,
+					*where ? ": " : "", users ? "users" : "groups", tok,
+					users ? "user" : "group");
+				return -1;
+			}
+			id = users ? pw->pw_uid : gr->gr_gid;
+		}
+		if (users)
+			cfg->allow_uid[n++] = id;
+		else
+			cfg->allow_gid[n++] = id;
+	}
+	if (users)
+		cfg->n_allow_uid = n;
+	else
+		cfg->n_allow_gid = n;
+	return 0;
+}
+
+int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
+		   const char *where)
+{
+#define BAD(what) do { \
+		if (*where) \
+			fprintf(stderr, "kvcached: %s: %s %s: %s\n", where, key, val, what); \
+		else \
+			fprintf(stderr, "kvcached: --%s %s: %s\n", key, val, what); \
+		return -1; \
+	} while (0)
+	uint32_t u;
+
+	if (!val)
+		val = "";
+	if (!strcmp(key, "socket")) {
+		if (!*val || strlen(val) >= sizeof(cfg->socket))
+			BAD("empty, or longer than 107 bytes");
+		strcpy(cfg->socket, val);
+	} else if (!strcmp(key, "pool")) {
+		if (strcmp(val, "host") && strcmp(val, "cuda"))
+			BAD("must be host or cuda");
+		strcpy(cfg->pool, val);
+	} else if (!strcmp(key, "pool-size")) {
+		if (kvd_parse_size(val, &cfg->pool_size))
+			BAD("not a size (a number with an optional K, M, G or T suffix)");
+	} else if (!strcmp(key, "page-size")) {
+		if (kvd_parse_size(val, &cfg->page_size))
+			BAD("not a size (a number with an optional K, M, G or T suffix)");
+	} else if (!strcmp(key, "block-tokens")) {
+		if (parse_u32(val, 1, KVSHM_MAX_BLOCK_TOKENS, &cfg->block_tokens, 10))
+			BAD("must be 1..1024");
+	} else if (!strcmp(key, "max-clients")) {
+		if (parse_u32(val, 1, 4096, &cfg->max_clients, 10))
+			BAD("must be 1..4096");
+	} else if (!strcmp(key, "max-pins")) {
+		if (parse_u32(val, 1, 1u << 22, &cfg->max_pins, 10))
+			BAD("must be 1..4194304");
+	} else if (!strcmp(key, "low-watermark")) {
+		if (parse_u32(val, 0, 90, &cfg->low_watermark, 10))
+			BAD("must be a percentage 0..90");
+	} else if (!strcmp(key, "high-watermark")) {
+		if (parse_u32(val, 0, 95, &cfg->high_watermark, 10))
+			BAD("must be a percentage 0..95");
+	} else if (!strcmp(key, "tick-ms")) {
+		if (parse_u32(val, 1, 10000, &cfg->tick_ms, 10))
+			BAD("must be 1..10000");
+	} else if (!strcmp(key, "socket-mode")) {
+		if (parse_u32(val, 0, 0777, &u, 8))
+			BAD("must be an octal mode such as 0660");
+		cfg->socket_mode = u;
+	} else if (!strcmp(key, "hugepages")) {
+		if (!strcmp(val, "auto"))
+			cfg->hugepages = KVD_HUGE_AUTO;
+		else if (!strcmp(val, "on"))
+			cfg->hugepages = KVD_HUGE_ON;
+		else if (!strcmp(val, "off"))
+			cfg->hugepages = KVD_HUGE_OFF;
+		else
+			BAD("must be auto, on or off");
+	} else if (!strcmp(key, "log-level")) {
+		if (!strcmp(val, "error"))
+			cfg->log_level = KVD_LOG_ERR;
+		else if (!strcmp(val, "warning"))
+			cfg->log_level = KVD_LOG_WARN;
+		else if (!strcmp(val, "info"))
+			cfg->log_level = KVD_LOG_INFO;
+		else if (!strcmp(val, "debug"))
+			cfg->log_level = KVD_LOG_DEBUG;
+		else
+			BAD("must be error, warning, info or debug");
+	} else if (!strcmp(key, "foreground")) {
+		if (!strcmp(val, "") || !strcmp(val, "true") || !strcmp(val, "yes") ||
+		    !strcmp(val, "1"))
+			cfg->foreground = true;
+		else if (!strcmp(val, "false") || !strcmp(val, "no") || !strcmp(val, "0"))
+			cfg->foreground = false;
+		else
+			BAD("must be true or false");
+	} else if (!strcmp(key, "allow-users")) {
+		return parse_ids(val, true, cfg, where);
+	} else if (!strcmp(key, "allow-groups")) {
+		return parse_ids(val, false, cfg, where);
+	} else {
+		if (*where)
+			fprintf(stderr, "kvcached: %s: unknown setting '%s' (see kvcached --help)\n",
+				where, key);
+		else
+			fprintf(stderr, "kvcached: --%s: unknown option (see kvcached --help)\n", key);
+		return -1;
+	}
+	return 0;
+#undef BAD
+}
+
+static char *trim(char *s)
+{
+	char *e;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = 0;
+	return s;
+}
+
+int kvd_config_file(struct kvd_config *cfg, const char *path)
+{
+	char line[4096], where[PATH_MAX + 32];
+	int lineno = 0, rc = 0;
+	FILE *f = fopen(path, "r");
+
+	if (!f) {
+		fprintf(stderr, "kvcached: config %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		char *k, *v, *eq;
+
+		lineno++;
+		snprintf(where, sizeof(where), "%s:%d", path, lineno);
+		if (!strchr(line, '\n') && !feof(f)) {
+			fprintf(stderr, "kvcached: %s: line longer than %zu bytes\n", where,
+				sizeof(line) - 1);
+			rc = -1;
+			break;
+		}
+		k = trim(line);
+		if (!*k || *k == '#')
+			continue;
+		eq = strchr(k, '=');
+		if (!eq) {
+			fprintf(stderr, "kvcached: %s: expected 'key = value', got '%s'\n", where, k);
+			rc = -1;
+			break;
+		}
+		*eq = 0;
+		v = trim(eq + 1);
+		k = trim(k);
+		if (!strcmp(k, "config")) {
+			fprintf(stderr, "kvcached: %s: 'config' cannot be set in a config file\n",
+				where);
+			rc = -1;
+			break;
+		}
+		if ((rc = kvd_config_set(cfg, k, v, where)))
+			break;
+	}
+	if (!rc && ferror(f)) {
+		fprintf(stderr, "kvcached: config %s: read error\n", path);
+		rc = -1;
+	}
+	fclose(f);
+	return rc;
+}
+
+int kvd_config_check(const struct kvd_config *cfg)
+{
+	uint64_t pages;
+
+	if (!cfg->socket[0]) {
+		fprintf(stderr, "kvcached: socket: no path (set --socket or KVCACHED_SOCKET)\n");
+		return -1;
+	}
+	if (!cfg->page_size || cfg->page_size % 4096) {
+		fprintf(stderr, "kvcached: page-size %llu: must be a non-zero multiple of 4096\n",
+			(unsigned long long)cfg->page_size);
+		return -1;
+	}
+	pages = cfg->pool_size / cfg->page_size;
+	if (pages < 2) {
+		fprintf(stderr, "kvcached: pool-size %llu: holds fewer than 2 pages of page-size %llu\n",
+			(unsigned long long)cfg->pool_size, (unsigned long long)cfg->page_size);
+		return -1;
+	}
+	if (pages > (1u << 30)) {
+		fprintf(stderr, "kvcached: pool-size %llu: more than 2^30 pages; raise page-size\n",
+			(unsigned long long)cfg->pool_size);
+		return -1;
+	}
+	if (cfg->high_watermark < cfg->low_watermark) {
+		fprintf(stderr, "kvcached: high-watermark %u: below low-watermark %u\n",
+			cfg->high_watermark, cfg->low_watermark);
+		return -1;
+	}
+	return 0;
+}
+
+int kvd_config_args(struct kvd_config *cfg, int argc, char **argv)
+{
+	const char *file = NULL;
+	int i;
+
+	/* The file first, so that flags override it wherever they stand. */
+	for (i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--config")) {
+			if (i + 1 >= argc) {
+				fprintf(stderr, "kvcached: --config: needs a file\n");
+				return -1;
+			}
+			file = argv[++i];
+		} else if (!strncmp(argv[i], "--config=", 9)) {
+			file = argv[i] + 9;
+		}
+	}
+	if (file && kvd_config_file(cfg, file))
+		return -1;
+	for (i = 1; i < argc; i++) {
+		char key[64];
+		const char *a = argv[i], *val = NULL, *eq;
+
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			kvd_config_usage(stdout);
+			return 1;
+		}
+		if (!strcmp(a, "--version")) {
+			printf("kvcached %s (shm layout %u, protocol %u)\n", KVD_VERSION,
+			       KVSHM_VERSION, KVPROTO_VERSION);
+			return 1;
+		}
+		if (strncmp(a, "--", 2) || strlen(a) < 3) {
+			fprintf(stderr, "kvcached: unexpected argument '%s' (see --help)\n", a);
+			return -1;
+		}
+		a += 2;
+		eq = strchr(a, '=');
+		if ((eq ? (size_t)(eq - a) : strlen(a)) >= sizeof(key)) {
+			fprintf(stderr, "kvcached: --%s: unknown option\n", a);
+			return -1;
+		}
+		snprintf(key, sizeof(key), "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
+		if (!strcmp(key, "config")) {
+			if (!eq)
+				i++;
+			continue;
+		}
+		if (eq) {
+			val = eq + 1;
+		} else if (!strcmp(key, "foreground")) {
+			val = "true";
+		} else {
+			if (i + 1 >= argc) {
+				fprintf(stderr, "kvcached: --%s: needs a value\n", key);
+				return -1;
+			}
+			val = argv[++i];
+		}
+		if (kvd_config_set(cfg, key, val, ""))
+			return -1;
+	}
+	return kvd_config_check(cfg);
+}

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config.h - kvcached's settings: defaults, the config file and the flags.
+ * The file takes the same keys as the long flags ("pool-size = 4G").
+ */
+#ifndef KVD_CONFIG_H
+#define KVD_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#define KVD_VERSION "0.1.0"
+#define KVD_MAX_ALLOW 32
+
+enum kvd_hugepages { KVD_HUGE_AUTO, KVD_HUGE_ON, KVD_HUGE_OFF };
+
+struct kvd_config {
+	char socket[108];
+	char pool[8];			/* "host" or "cuda" */
+	uint64_t pool_size;
+	uint64_t page_size;
+	uint32_t block_tokens;
+	uint32_t max_clients;
+	uint32_t max_pins;		/* pin slots per client */
+	uint32_t low_watermark;		/* percent of pages kept free */
+	uint32_t high_watermark;	/* percent eviction frees up to */
+	uint32_t socket_mode;
+	uint32_t tick_ms;
+	enum kvd_hugepages hugepages;
+	int log_level;
+	bool foreground;
+	uid_t allow_uid[KVD_MAX_ALLOW];
+	int n_allow_uid;
+	gid_t allow_gid[KVD_MAX_ALLOW];
+	int n_allow_gid;
+};
+
+/* Defaults: see kvd_config_usage(). */
+void kvd_config_defaults(struct kvd_config *cfg);
+
+/*
+ * Apply argv (and the --config file it names, before the other flags, so
+ * flags win). Returns 0, 1 when --help or --version was printed (exit 0),
+ * or -1 after printing a message naming the bad flag, key or value to
+ * stderr (exit non-zero).
+ */
+int kvd_config_args(struct kvd_config *cfg, int argc, char **argv);
+
+/* Apply one "key = value" file. Returns 0 or -1 (message printed). */
+int kvd_config_file(struct kvd_config *cfg, const char *path);
+
+/* Apply one key/value pair; `where` prefixes any message ("file:3"). */
+int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
+		   const char *where);
+
+/* Cross-field checks after everything is applied. Returns 0 or -1. */
+int kvd_config_check(const struct kvd_config *cfg);
+
+/* Parse "4G", "512MiB", "65536": 0 or -EINVAL. */
+int kvd_parse_size(const char *s, uint64_t *out);
+
+void kvd_config_usage(FILE *f);
+
+#endif

@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: MIT
+/*
+ * evict.c - keeping free pages above the low watermark.
+ *
+ * CLOCK over the page table: a READY page whose reference bit is set gets
+ * a second chance; one whose bit is clear becomes a candidate. Candidates
+ * are marked EVICTING in a batch, then every ledger is scanned once; any
+ * candidate a slot names backs off to READY (with its bit set), the rest
+ * leave the index and return to the free list. A pinned page is therefore
+ * never evicted (the Dekker handshake in ledger.h), and the cost of the
+ * scan is one pass over the ledgers per batch, not per page.
+ *
+ * Reference bits come from the clients' access rings, drained every tick.
+ * Runs on the main thread from the tick and, when an ALLOC finds too few
+ * free pages, synchronously before it answers.
+ */
+#include "../shm/page.h"
+#include "kvd.h"
+#include "log.h"
+
+#define BATCH 256
+
+static void back_off(uint32_t page, void *arg)
+{
+	struct kvd *d = arg;
+
+	kvshm_page_evict_back_off(d->h, page);
+	kvshm_pages(d->h)[page].ref = 1;
+}
+
+static void scan_ledgers(struct kvd *d)
+{
+	uint32_t i;
+
+	for (i = 0; i < d->cfg.max_clients; i++)
+		if (d->clients[i].used && d->clients[i].hello)
+			kvshm_ledger_scan(d->clients[i].l, d->h, back_off, d);
+}
+
+uint32_t kvd_evict(struct kvd *d, uint32_t want)
+{
+	struct kvshm_page *pages = kvshm_pages(d->h);
+	uint32_t n = d->h->geo.n_pages, freed = 0, scanned = 0, batch[BATCH], nb, i;
+
+	while (freed < want && scanned < 2 * n) {
+		nb = 0;
+		while (nb < BATCH && nb < want - freed && scanned < 2 * n) {
+			uint32_t p = d->hand;
+
+			d->hand = (d->hand + 1) % n;
+			scanned++;
+			if (atomic_load_explicit(&pages[p].state, memory_order_relaxed) !=
+			    KVSHM_PAGE_READY)
+				continue;
+			if (pages[p].ref) {
+				pages[p].ref = 0;
+				continue;
+			}
+			if (kvshm_page_evict_mark(d->h, p))
+				batch[nb++] = p;
+		}
+		if (!nb)
+			break;
+		scan_ledgers(d);
+		for (i = 0; i < nb; i++) {
+			if (atomic_load_explicit(&pages[batch[i]].state, memory_order_relaxed) ==
+			    KVSHM_PAGE_EVICTING) {
+				kvshm_page_evict_finish(d->h, batch[i]);
+				freed++;
+			}
+		}
+	}
+	if (freed)
+		kvd_debug("evicted %u pages (wanted %u)", freed, want);
+	return freed;
+}
+
+static void drain_rings(struct kvd *d)
+{
+	struct kvshm_page *pages = kvshm_pages(d->h);
+	uint32_t i;
+
+	for (i = 0; i < d->cfg.max_clients; i++) {
+		struct kvd_client *c = &d->clients[i];
+		uint64_t head, k;
+
+		if (!c->used || !c->hello)
+			continue;
+		head = atomic_load_explicit(&c->l->ring_head, memory_order_acquire);
+		k = head - c->ring_seen > KVSHM_RING ? head - KVSHM_RING : c->ring_seen;
+		for (; k < head; k++) {
+			uint32_t p = atomic_load_explicit(&c->l->ring[k & (KVSHM_RING - 1)],
+							  memory_order_relaxed);
+
+			if (p < d->h->geo.n_pages)
+				pages[p].ref = 1;
+		}
+		c->ring_seen = head;
+	}
+}
+
+void kvd_evict_tick(struct kvd *d)
+{
+	uint32_t free_now = kvshm_free(d->h)->count;
+
+	drain_rings(d);
+	if (free_now < d->low_pages)
+		kvd_evict(d, d->high_pages - free_now);
+}

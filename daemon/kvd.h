@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvd.h - the daemon's state, shared by its .c files (private).
+ *
+ * kvcached is one thread: an epoll loop over the listening socket, the
+ * client sockets, a signalfd and a timerfd. That thread is the only writer
+ * of the shared segment, which is what lets the index and page table be
+ * read by clients with no lock at all.
+ */
+#ifndef KVD_H
+#define KVD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../shm/ledger.h"
+#include "../shm/proto.h"
+#include "../shm/segment.h"
+#include "config.h"
+#include "memfd.h"
+#include "pool.h"
+
+struct kvd_client {
+	bool used;
+	bool hello;		/* HELLO accepted, ledger mapped */
+	uint32_t id;		/* row in d->clients; owner id is id + 1 */
+	int fd;
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+	uint32_t ns_id;
+	uint32_t bt;
+	uint32_t writing;	/* pages this client holds WRITING */
+	char comm[16];
+	struct kvd_memfd ledger;
+	struct kvshm_ledger *l;
+	uint64_t ring_seen;
+
+	/* Framing: one message at a time is read into `in`. */
+	uint8_t *in;
+	uint32_t in_len, in_cap;
+	/* Replies not yet accepted by the socket. */
+	uint8_t *out;
+	uint32_t out_len, out_off, out_cap;
+};
+
+struct kvd {
+	struct kvd_config cfg;
+	struct kvd_memfd seg;
+	struct kvshm_header *h;
+	struct kvd_pool pool;
+	int lfd, epfd, sigfd, tfd;
+	bool stop;
+
+	struct kvd_client *clients;	/* cfg.max_clients rows */
+	uint32_t n_clients;
+	uint8_t *mark;			/* n_pages scratch for message checks */
+	uint32_t hand;			/* CLOCK hand */
+	uint32_t low_pages, high_pages;
+
+	/* Counters of clients that have left, folded into the totals. */
+	uint64_t gone_lookups, gone_hits, gone_misses, gone_pinfail;
+};
+
+/* Owner id of a client's WRITING pages in the page table. */
+static inline uint32_t kvd_owner(const struct kvd_client *c)
+{
+	return c->id + 1;
+}
+
+/* Single-writer stat update (relaxed; see kvshm_stats). */
+static inline void kvd_stat_add(_Atomic uint64_t *c, int64_t v)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + (uint64_t)v,
+			      memory_order_relaxed);
+}
+
+/* server.c */
+int kvd_server_open(struct kvd *d);
+int kvd_server_run(struct kvd *d);
+void kvd_server_close(struct kvd *d);
+/* Queue a reply; 0 or -1 when the client had to be dropped. */
+int kvd_reply(struct kvd *d, struct kvd_client *c, uint16_t type, uint32_t seq,
+	      const void *p1, uint32_t n1, const void *p2, uint32_t n2);
+/* Send an ERROR; fatal ones drop the client. */
+void kvd_reply_error(struct kvd *d, struct kvd_client *c, uint32_t seq,
+		     int err, bool fatal, const char *fmt, ...)
+	__attribute__((format(printf, 6, 7)));
+
+/* registry.c */
+int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
+		       const struct kvproto_hello *hi);
+void kvd_registry_drop(struct kvd *d, struct kvd_client *c, const char *why);
+void kvd_registry_tick(struct kvd *d);
+
+/* cache.c: ALLOC, PUBLISH, FREE. Return 0, or -1 if c was dropped. */
+int kvd_cache_alloc(struct kvd *d, struct kvd_client *c, uint32_t seq,
+		    const void *p, uint32_t len);
+int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
+		      const void *p, uint32_t len);
+int kvd_cache_free(struct kvd *d, struct kvd_client *c, uint32_t seq,
+		   const void *p, uint32_t len);
+/* Give back every WRITING page of owner; returns how many. */
+uint32_t kvd_cache_reclaim(struct kvd *d, uint32_t owner);
+
+/* evict.c */
+/* Free up to `want` READY pages nobody pins; returns how many. */
+uint32_t kvd_evict(struct kvd *d, uint32_t want);
+/* Drain access rings, then evict down to the watermarks. */
+void kvd_evict_tick(struct kvd *d);
+
+#endif

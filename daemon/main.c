@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: MIT
+/*
+ * main.c - kvcached: read the settings, build the segment and the pool,
+ * serve until SIGTERM or SIGINT, then take everything down cleanly.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../shm/segment.h"
+#include "kvd.h"
+#include "log.h"
+
+static int segment_open(struct kvd *d)
+{
+	struct kvshm_geometry geo = { 0 };
+	struct kvshm_header h;
+	int rc;
+
+	geo.page_bytes = d->cfg.page_size;
+	geo.n_pages = (uint32_t)(d->cfg.pool_size / d->cfg.page_size);
+	geo.block_tokens = d->cfg.block_tokens;
+	geo.n_buckets = kvshm_buckets_for(geo.n_pages);
+	geo.max_clients = d->cfg.max_clients;
+	geo.max_ns = 64;
+	geo.ledger_slots = d->cfg.max_pins;
+	if (kvshm_layout(&h, &geo)) {
+		kvd_err("segment: geometry out of range");
+		return -1;
+	}
+	rc = kvd_memfd_create(&d->seg, "kvcached-segment", h.segment_bytes, false);
+	if (rc) {
+		kvd_err("segment: cannot reserve %llu bytes: %s",
+			(unsigned long long)h.segment_bytes, strerror(-rc));
+		return -1;
+	}
+	d->h = d->seg.base;
+	kvshm_init(d->h, &h);
+	/* From here on only our existing mapping can write it. */
+	rc = kvd_memfd_seal(&d->seg, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE |
+				     F_SEAL_SEAL);
+	if (rc) {
+		kvd_err("segment: cannot seal: %s", strerror(-rc));
+		return -1;
+	}
+	d->mark = calloc(geo.n_pages, 1);
+	d->clients = calloc(geo.max_clients, sizeof(*d->clients));
+	if (!d->mark || !d->clients) {
+		kvd_err("out of memory");
+		return -1;
+	}
+	d->low_pages = (uint32_t)((uint64_t)geo.n_pages * d->cfg.low_watermark / 100);
+	d->high_pages = (uint32_t)((uint64_t)geo.n_pages * d->cfg.high_watermark / 100);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct kvd d;
+	int rc;
+
+	memset(&d, 0, sizeof(d));
+	d.lfd = d.sigfd = d.tfd = d.epfd = -1;
+	d.seg.fd = d.pool.mem.fd = -1;
+	kvd_config_defaults(&d.cfg);
+	rc = kvd_config_args(&d.cfg, argc, argv);
+	if (rc)
+		return rc > 0 ? 0 : 2;
+	kvd_log_level = d.cfg.log_level;
+	if (!strcmp(d.cfg.pool, "cuda")) {
+		kvd_err("pool cuda: this build has no CUDA pool backend yet; use --pool host");
+		return 1;
+	}
+	rc = 1;
+	if (segment_open(&d))
+		goto out;
+	if (kvd_pool_host_open(&d.pool, (uint64_t)d.h->geo.n_pages * d.cfg.page_size,
+			       d.cfg.hugepages))
+		goto out;
+	if (kvd_server_open(&d))
+		goto out;
+	kvd_info("ready: socket %s, %u pages of %llu bytes, %u-token blocks, %u index buckets, segment %llu bytes",
+		 d.cfg.socket, d.h->geo.n_pages, (unsigned long long)d.h->geo.page_bytes,
+		 d.h->geo.block_tokens, d.h->geo.n_buckets,
+		 (unsigned long long)d.h->segment_bytes);
+	rc = kvd_server_run(&d) ? 1 : 0;
+out:
+	kvd_server_close(&d);
+	kvd_pool_close(&d.pool);
+	kvd_memfd_close(&d.seg);
+	free(d.mark);
+	free(d.clients);
+	if (!rc)
+		kvd_info("stopped cleanly");
+	return rc;
+}

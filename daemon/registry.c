@@ -1,0 +1,294 @@
+// SPDX-License-Identifier: MIT
+/*
+ * registry.c - attached clients: HELLO (namespace, ledger, fd hand-off),
+ * dead-client cleanup, and the per-tick copy of client counters into the
+ * segment for kvstat.
+ *
+ * Cleanup is what makes a crashed client cost the others nothing: when its
+ * socket hangs up (exit, SIGKILL, or a protocol violation) every page it
+ * held WRITING goes back to the free list and its ledger is unmapped, which
+ * is all its pins ever were.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../shm/key.h"
+#include "kvd.h"
+#include "log.h"
+
+#define RELAXED memory_order_relaxed
+
+static void read_comm(pid_t pid, char *out, size_t len)
+{
+	char path[64];
+	FILE *f;
+
+	memset(out, 0, len);
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	if (fgets(out, (int)len, f))
+		out[strcspn(out, "\n")] = 0;
+	fclose(f);
+}
+
+/* Find or add the namespace; returns its row or -1 (table full). */
+static int ns_register(struct kvd *d, const struct kvshm_ns *want)
+{
+	struct kvshm_ns *t = kvshm_ns(d->h);
+	uint32_t i;
+
+	for (i = 0; i < d->h->geo.max_ns; i++) {
+		if (!atomic_load_explicit(&t[i].used, memory_order_acquire))
+			break;
+		if (kvshm_key_eq(t[i].id, want->id))
+			return (int)i;
+	}
+	if (i == d->h->geo.max_ns)
+		return -1;
+	t[i].dtype_bytes = want->dtype_bytes;
+	t[i].layers = want->layers;
+	t[i].kv_heads = want->kv_heads;
+	t[i].head_dim = want->head_dim;
+	t[i].block_tokens = want->block_tokens;
+	t[i].pos_kind = want->pos_kind;
+	t[i].page_bytes = want->page_bytes;
+	t[i].id = want->id;
+	memcpy(t[i].model, want->model, sizeof(t[i].model));
+	atomic_store_explicit(&t[i].used, 1, memory_order_release);
+	kvd_info("namespace %u: %s, %u layers x %u kv heads x %u head dim, %u-byte dtype, %llu-byte pages",
+		 i, want->model, want->layers, want->kv_heads, want->head_dim,
+		 want->dtype_bytes, (unsigned long long)want->page_bytes);
+	return (int)i;
+}
+
+/* The namespace's page bytes, or 0 on overflow. */
+static uint64_t ns_page_bytes(const struct kvproto_hello *hi)
+{
+	uint64_t v = hi->block_tokens, f[5] = { hi->layers, 2, hi->kv_heads, hi->head_dim,
+						 hi->dtype_bytes };
+	int i;
+
+	for (i = 0; i < 5; i++) {
+		if (!f[i] || v > UINT64_MAX / f[i])
+			return 0;
+		v *= f[i];
+	}
+	return v;
+}
+
+static int refuse_hello(struct kvd *d, struct kvd_client *c, uint32_t seq, int err,
+			const char *msg)
+{
+	kvd_stat_add(&kvshm_stats(d->h)->clients_refused, 1);
+	kvd_reply_error(d, c, seq, err, true, "%s", msg);
+	return -1;
+}
+
+int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
+		       const struct kvproto_hello *hi)
+{
+	struct kvproto_hello_r hr;
+	struct kvshm_ns ns;
+	struct kvshm_client_row *row;
+	struct kvproto_hdr h;
+	char msg[400], name[KVSHM_MODEL_NAME + 1];
+	uint64_t pb;
+	uint32_t nslots;
+	int nsid, fds[3], rc;
+
+	if (hi->version != KVPROTO_VERSION) {
+		snprintf(msg, sizeof(msg), "protocol version %u, this kvcached speaks %u",
+			 hi->version, KVPROTO_VERSION);
+		return refuse_hello(d, c, seq, -EPROTO, msg);
+	}
+	memcpy(name, hi->model, KVSHM_MODEL_NAME);
+	name[KVSHM_MODEL_NAME] = 0;
+	if (hi->flags || !name[0] || strnlen(hi->model, KVSHM_MODEL_NAME) == KVSHM_MODEL_NAME ||
+	    hi->pos_kind > KVSHM_POS_MAX ||
+	    (hi->dtype_bytes != 1 && hi->dtype_bytes != 2 && hi->dtype_bytes != 4 &&
+	     hi->dtype_bytes != 8) ||
+	    !hi->layers || hi->layers > 4096 || !hi->kv_heads || hi->kv_heads > 4096 ||
+	    !hi->head_dim || hi->head_dim > 65536)
+		return refuse_hello(d, c, seq, -EINVAL,
+				    "HELLO: model name, flags, dtype or geometry out of range");
+	if (hi->block_tokens != d->h->geo.block_tokens) {
+		snprintf(msg, sizeof(msg),
+			 "geometry: model %s uses %u-token blocks, this pool caches %u-token blocks (block-tokens)",
+			 name, hi->block_tokens, d->h->geo.block_tokens);
+		return refuse_hello(d, c, seq, -EMEDIUMTYPE, msg);
+	}
+	pb = ns_page_bytes(hi);
+	if (!pb || pb > d->h->geo.page_bytes) {
+		snprintf(msg, sizeof(msg),
+			 "geometry: model %s needs %llu-byte pages (%u tokens x %u layers x 2 x %u kv heads x %u head dim x %u bytes) but the pool's pages are %llu bytes (page-size)",
+			 name, (unsigned long long)pb, hi->block_tokens, hi->layers, hi->kv_heads,
+			 hi->head_dim, hi->dtype_bytes, (unsigned long long)d->h->geo.page_bytes);
+		return refuse_hello(d, c, seq, -EMEDIUMTYPE, msg);
+	}
+	memset(&ns, 0, sizeof(ns));
+	ns.dtype_bytes = hi->dtype_bytes;
+	ns.layers = hi->layers;
+	ns.kv_heads = hi->kv_heads;
+	ns.head_dim = hi->head_dim;
+	ns.block_tokens = hi->block_tokens;
+	ns.pos_kind = hi->pos_kind;
+	ns.page_bytes = pb;
+	memcpy(ns.model, name, sizeof(ns.model) - 1);
+	ns.id = kvshm_ns_id(&ns);
+	nsid = ns_register(d, &ns);
+	if (nsid < 0)
+		return refuse_hello(d, c, seq, -EUSERS, "namespace table full (64 models)");
+
+	nslots = hi->max_pins && hi->max_pins < d->cfg.max_pins ? hi->max_pins : d->cfg.max_pins;
+	rc = kvd_memfd_create(&c->ledger, "kvcached-ledger", kvshm_ledger_bytes(nslots), false);
+	if (!rc)
+		rc = kvd_memfd_seal(&c->ledger, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+	if (rc) {
+		snprintf(msg, sizeof(msg), "cannot create a pin ledger: %s", strerror(-rc));
+		return refuse_hello(d, c, seq, rc, msg);
+	}
+	c->l = c->ledger.base;
+	kvshm_ledger_init(c->l, nslots, c->id, (uint32_t)nsid);
+	c->ns_id = (uint32_t)nsid;
+	c->bt = hi->block_tokens;
+	memcpy(c->comm, hi->name, sizeof(c->comm));
+	c->comm[sizeof(c->comm) - 1] = 0;
+	if (!c->comm[0])
+		read_comm(c->pid, c->comm, sizeof(c->comm));
+
+	memset(&hr, 0, sizeof(hr));
+	hr.version = KVPROTO_VERSION;
+	hr.client_id = c->id;
+	hr.ns_id = (uint32_t)nsid;
+	hr.n_pages = d->h->geo.n_pages;
+	hr.page_bytes = d->h->geo.page_bytes;
+	hr.ns_page_bytes = pb;
+	hr.segment_bytes = d->h->segment_bytes;
+	hr.pool_bytes = d->pool.bytes;
+	hr.ledger_bytes = c->ledger.bytes;
+	hr.block_tokens = d->h->geo.block_tokens;
+	hr.pool_kind = d->pool.kind;
+	hr.nslots = nslots;
+
+	/* The reply and its descriptors leave in one sendmsg. */
+	{
+		char buf[sizeof(h) + sizeof(hr)];
+		char cbuf[CMSG_SPACE(sizeof(fds))];
+		struct iovec iov = { buf, sizeof(buf) };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+				     .msg_controllen = sizeof(cbuf) };
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		ssize_t n;
+
+		h = (struct kvproto_hdr){ KVPROTO_MAGIC, KVPROTO_HELLO_R, 0, sizeof(hr), seq };
+		memcpy(buf, &h, sizeof(h));
+		memcpy(buf + sizeof(h), &hr, sizeof(hr));
+		fds[0] = d->seg.fd;
+		fds[1] = kvd_pool_fd(&d->pool);
+		fds[2] = c->ledger.fd;
+		memset(cbuf, 0, sizeof(cbuf));
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(fds));
+		memcpy(CMSG_DATA(cm), fds, sizeof(fds));
+		n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n != (ssize_t)sizeof(buf)) {
+			kvd_registry_drop(d, c, "HELLO reply not delivered");
+			return -1;
+		}
+	}
+	/* The ledger fd now lives in the client; our mapping stays. */
+	close(c->ledger.fd);
+	c->ledger.fd = -1;
+	c->hello = true;
+
+	row = &kvshm_clients(d->h)[c->id];
+	row->uid = c->uid;
+	row->ns_id = c->ns_id;
+	memcpy(row->comm, c->comm, sizeof(row->comm));
+	atomic_store_explicit(&row->pid, c->pid, memory_order_release);
+	kvd_stat_add(&kvshm_stats(d->h)->clients_attached, 1);
+	kvd_stat_add(&kvshm_stats(d->h)->clients_total, 1);
+	kvd_info("client %u attached: pid %d (%s) uid %u, namespace %u, %u pin slots",
+		 c->id, (int)c->pid, c->comm, c->uid, c->ns_id, nslots);
+	return 0;
+}
+
+void kvd_registry_drop(struct kvd *d, struct kvd_client *c, const char *why)
+{
+	struct kvshm_client_row *row = &kvshm_clients(d->h)[c->id];
+	uint32_t reclaimed;
+
+	if (!c->used)
+		return;
+	epoll_ctl(d->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	reclaimed = kvd_cache_reclaim(d, kvd_owner(c));
+	if (c->hello) {
+		struct kvshm_ledger *l = c->l;
+
+		d->gone_lookups += atomic_load_explicit(&l->lookups, RELAXED);
+		d->gone_hits += atomic_load_explicit(&l->hit_blocks, RELAXED);
+		d->gone_misses += atomic_load_explicit(&l->miss_blocks, RELAXED);
+		d->gone_pinfail += atomic_load_explicit(&l->pin_failures, RELAXED);
+		atomic_store_explicit(&row->pid, 0, memory_order_release);
+		kvd_stat_add(&kvshm_stats(d->h)->clients_attached, -1);
+		kvd_info("client %u detached: pid %d (%s), %s; %u writing pages reclaimed",
+			 c->id, (int)c->pid, c->comm, why, reclaimed);
+	} else {
+		kvd_debug("client %u (pid %d) gone before HELLO: %s", c->id, (int)c->pid, why);
+	}
+	/* Unmapping the ledger is what releases every pin it held. */
+	kvd_memfd_close(&c->ledger);
+	free(c->in);
+	free(c->out);
+	memset(c, 0, sizeof(*c));
+	d->n_clients--;
+}
+
+void kvd_registry_tick(struct kvd *d)
+{
+	struct kvshm_stats *st = kvshm_stats(d->h);
+	uint64_t lk = d->gone_lookups, hit = d->gone_hits, miss = d->gone_misses,
+		 pf = d->gone_pinfail;
+	uint32_t i;
+
+	for (i = 0; i < d->cfg.max_clients; i++) {
+		struct kvd_client *c = &d->clients[i];
+		struct kvshm_client_row *row = &kvshm_clients(d->h)[i];
+		struct kvshm_ledger *l = c->l;
+		uint64_t v;
+
+		if (!c->used || !c->hello)
+			continue;
+		v = atomic_load_explicit(&l->lookups, RELAXED);
+		lk += v;
+		atomic_store_explicit(&row->lookups, v, RELAXED);
+		v = atomic_load_explicit(&l->hit_blocks, RELAXED);
+		hit += v;
+		atomic_store_explicit(&row->hit_blocks, v, RELAXED);
+		v = atomic_load_explicit(&l->miss_blocks, RELAXED);
+		miss += v;
+		atomic_store_explicit(&row->miss_blocks, v, RELAXED);
+		pf += atomic_load_explicit(&l->pin_failures, RELAXED);
+		atomic_store_explicit(&row->pins_held, atomic_load_explicit(&l->pins_held, RELAXED),
+				      RELAXED);
+		atomic_store_explicit(&row->published, atomic_load_explicit(&l->published, RELAXED),
+				      RELAXED);
+		atomic_store_explicit(&row->writing, c->writing, RELAXED);
+	}
+	atomic_store_explicit(&st->lookups, lk, RELAXED);
+	atomic_store_explicit(&st->hit_blocks, hit, RELAXED);
+	atomic_store_explicit(&st->miss_blocks, miss, RELAXED);
+	atomic_store_explicit(&st->pin_failures, pf, RELAXED);
+	atomic_store_explicit(&d->h->heartbeat,
+			      atomic_load_explicit(&d->h->heartbeat, RELAXED) + 1, RELAXED);
+}

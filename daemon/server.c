@@ -1,0 +1,478 @@
+// SPDX-License-Identifier: MIT
+/*
+ * server.c - the Unix socket, the epoll loop and message framing.
+ *
+ * Every byte from a client is untrusted: a frame is read in full (header,
+ * then exactly `len` payload bytes, `len` bounded by KVPROTO_MAX_LEN)
+ * before kvproto_decode checks it, and any file descriptor a client sends
+ * along is closed unread. A client that breaks the protocol gets one
+ * ERROR and is disconnected; nothing it sent is applied in part.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "kvd.h"
+#include "log.h"
+
+enum { EV_LISTEN = 1, EV_SIGNAL, EV_TIMER, EV_CLIENT = 16 };
+
+static int ep_set(struct kvd *d, int op, int fd, uint32_t events, uint64_t tag)
+{
+	struct epoll_event ev = { .events = events, .data.u64 = tag };
+
+	return epoll_ctl(d->epfd, op, fd, &ev);
+}
+
+/* Make sure the socket's folder exists; refuse to steal a live socket. */
+static int prepare_path(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char dir[sizeof(sa.sun_path)], *slash;
+	int fd, rc;
+
+	strcpy(dir, path);
+	slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = 0;
+		if (mkdir(dir, 0755) && errno != EEXIST) {
+			kvd_err("socket %s: cannot create folder %s: %s", path, dir, strerror(errno));
+			return -1;
+		}
+	}
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	close(fd);
+	if (!rc) {
+		kvd_err("socket %s: another kvcached is serving it", path);
+		return -1;
+	}
+	if (errno == ECONNREFUSED)
+		unlink(path);	/* stale socket of a daemon that died */
+	return 0;
+}
+
+int kvd_server_open(struct kvd *d)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct itimerspec it = { 0 };
+	sigset_t ss;
+
+	if (strlen(d->cfg.socket) >= sizeof(sa.sun_path) || prepare_path(d->cfg.socket))
+		return -1;
+	strcpy(sa.sun_path, d->cfg.socket);
+	d->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (d->lfd < 0 || bind(d->lfd, (struct sockaddr *)&sa, sizeof(sa))) {
+		kvd_err("socket %s: cannot bind: %s", d->cfg.socket, strerror(errno));
+		if (d->lfd >= 0)
+			close(d->lfd);
+		d->lfd = -1;	/* never unlink a path we did not bind */
+		return -1;
+	}
+	if (chmod(d->cfg.socket, d->cfg.socket_mode) || listen(d->lfd, 128)) {
+		kvd_err("socket %s: %s", d->cfg.socket, strerror(errno));
+		return -1;
+	}
+
+	sigemptyset(&ss);
+	sigaddset(&ss, SIGTERM);
+	sigaddset(&ss, SIGINT);
+	sigaddset(&ss, SIGHUP);
+	sigprocmask(SIG_BLOCK, &ss, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	d->sigfd = signalfd(-1, &ss, SFD_CLOEXEC | SFD_NONBLOCK);
+	d->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	d->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (d->sigfd < 0 || d->tfd < 0 || d->epfd < 0) {
+		kvd_err("event setup: %s", strerror(errno));
+		return -1;
+	}
+	it.it_interval.tv_nsec = (long)d->cfg.tick_ms % 1000 * 1000000L;
+	it.it_interval.tv_sec = d->cfg.tick_ms / 1000;
+	it.it_value = it.it_interval;
+	timerfd_settime(d->tfd, 0, &it, NULL);
+	if (ep_set(d, EPOLL_CTL_ADD, d->lfd, EPOLLIN, EV_LISTEN) ||
+	    ep_set(d, EPOLL_CTL_ADD, d->sigfd, EPOLLIN, EV_SIGNAL) ||
+	    ep_set(d, EPOLL_CTL_ADD, d->tfd, EPOLLIN, EV_TIMER)) {
+		kvd_err("epoll: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static bool peer_trusted(const struct kvd *d, int fd, const struct ucred *cr)
+{
+	gid_t groups[256];
+	socklen_t gl = sizeof(groups);
+	int i, j, ng;
+
+	for (i = 0; i < d->cfg.n_allow_uid; i++)
+		if (d->cfg.allow_uid[i] == cr->uid)
+			return true;
+	if (!d->cfg.n_allow_gid)
+		return false;
+	ng = getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &gl) ? 0 :
+	     (int)(gl / sizeof(gid_t));
+	for (i = 0; i < d->cfg.n_allow_gid; i++) {
+		if (d->cfg.allow_gid[i] == cr->gid)
+			return true;
+		for (j = 0; j < ng; j++)
+			if (groups[j] == d->cfg.allow_gid[i])
+				return true;
+	}
+	return false;
+}
+
+/* Best-effort error to a connection we are about to close. */
+static void refuse(int fd, int err, const char *msg)
+{
+	struct kvproto_error e = { err, 1 };
+	struct kvproto_hdr h = { KVPROTO_MAGIC, KVPROTO_ERROR, 0,
+				 (uint32_t)(sizeof(e) + strlen(msg)), 1 };
+	char buf[512];
+	size_t n = 0;
+
+	memcpy(buf, &h, sizeof(h));
+	n += sizeof(h);
+	memcpy(buf + n, &e, sizeof(e));
+	n += sizeof(e);
+	memcpy(buf + n, msg, strlen(msg));
+	n += strlen(msg);
+	if (send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+		kvd_debug("refusal not delivered: %s", strerror(errno));
+	close(fd);
+}
+
+static void do_accept(struct kvd *d)
+{
+	for (;;) {
+		struct ucred cr;
+		socklen_t cl = sizeof(cr);
+		struct kvd_client *c = NULL;
+		char msg[256];
+		uint32_t i;
+		int fd = accept4(d->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EINTR)
+				kvd_warn("accept: %s", strerror(errno));
+			return;
+		}
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl)) {
+			close(fd);
+			continue;
+		}
+		if (!peer_trusted(d, fd, &cr)) {
+			kvd_stat_add(&kvshm_stats(d->h)->clients_refused, 1);
+			kvd_warn("refused pid %d: uid %u gid %u is not in allow-users / allow-groups",
+				 (int)cr.pid, cr.uid, cr.gid);
+			snprintf(msg, sizeof(msg),
+				 "kvcached does not trust uid %u gid %u (allow-users / allow-groups)",
+				 cr.uid, cr.gid);
+			refuse(fd, -EACCES, msg);
+			continue;
+		}
+		for (i = 0; i < d->cfg.max_clients; i++) {
+			if (!d->clients[i].used) {
+				c = &d->clients[i];
+				break;
+			}
+		}
+		if (!c) {
+			kvd_stat_add(&kvshm_stats(d->h)->clients_refused, 1);
+			kvd_warn("refused pid %d: max-clients %u reached", (int)cr.pid,
+				 d->cfg.max_clients);
+			snprintf(msg, sizeof(msg), "kvcached has %u clients attached (max-clients)",
+				 d->cfg.max_clients);
+			refuse(fd, -EUSERS, msg);
+			continue;
+		}
+		memset(c, 0, sizeof(*c));
+		c->used = true;
+		c->id = i;
+		c->fd = fd;
+		c->pid = cr.pid;
+		c->uid = cr.uid;
+		c->gid = cr.gid;
+		c->ledger.fd = -1;
+		if (ep_set(d, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, EV_CLIENT + i)) {
+			close(fd);
+			c->used = false;
+			continue;
+		}
+		d->n_clients++;
+		kvd_debug("client %u: pid %d uid %u connected", i, (int)cr.pid, cr.uid);
+	}
+}
+
+static int flush_out(struct kvd *d, struct kvd_client *c)
+{
+	while (c->out_off < c->out_len) {
+		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN) {
+			/* Stop reading until the client takes its replies. */
+			ep_set(d, EPOLL_CTL_MOD, c->fd, EPOLLOUT | EPOLLRDHUP, EV_CLIENT + c->id);
+			return 0;
+		}
+		if (n <= 0)
+			return -1;
+		c->out_off += (uint32_t)n;
+	}
+	if (c->out_len)
+		ep_set(d, EPOLL_CTL_MOD, c->fd, EPOLLIN | EPOLLRDHUP, EV_CLIENT + c->id);
+	c->out_len = c->out_off = 0;
+	return 0;
+}
+
+int kvd_reply(struct kvd *d, struct kvd_client *c, uint16_t type, uint32_t seq,
+	      const void *p1, uint32_t n1, const void *p2, uint32_t n2)
+{
+	struct kvproto_hdr h = { KVPROTO_MAGIC, type, 0, n1 + n2, seq };
+	uint64_t need = (uint64_t)c->out_len + sizeof(h) + n1 + n2;
+
+	if (need > c->out_cap) {
+		uint8_t *nb = realloc(c->out, need);
+
+		if (!nb) {
+			kvd_registry_drop(d, c, "out of memory for a reply");
+			return -1;
+		}
+		c->out = nb;
+		c->out_cap = (uint32_t)need;
+	}
+	memcpy(c->out + c->out_len, &h, sizeof(h));
+	c->out_len += sizeof(h);
+	if (n1)
+		memcpy(c->out + c->out_len, p1, n1);
+	c->out_len += n1;
+	if (n2)
+		memcpy(c->out + c->out_len, p2, n2);
+	c->out_len += n2;
+	if (flush_out(d, c)) {
+		kvd_registry_drop(d, c, "hung up");
+		return -1;
+	}
+	return 0;
+}
+
+void kvd_reply_error(struct kvd *d, struct kvd_client *c, uint32_t seq,
+		     int err, bool fatal, const char *fmt, ...)
+{
+	struct kvproto_error e = { err, fatal };
+	char msg[400];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (fatal) {
+		kvd_warn("client %u (pid %d): %s; disconnecting", c->id, (int)c->pid, msg);
+		kvd_stat_add(&kvshm_stats(d->h)->clients_dropped, 1);
+	}
+	if (kvd_reply(d, c, KVPROTO_ERROR, seq, &e, sizeof(e), msg, (uint32_t)strlen(msg)))
+		return;
+	if (fatal)
+		kvd_registry_drop(d, c, msg);
+}
+
+/* One complete frame in c->in: decode and dispatch. -1 if c is gone. */
+static int handle_frame(struct kvd *d, struct kvd_client *c)
+{
+	struct kvproto_hdr h;
+	const uint8_t *p = c->in + sizeof(h);
+	const char *why = NULL;
+
+	memcpy(&h, c->in, sizeof(h));
+	if (kvproto_decode(&h, h.len ? p : NULL, c->bt, &why)) {
+		kvd_reply_error(d, c, h.seq, -EBADMSG, true, "bad message: %s", why);
+		return -1;
+	}
+	if (!c->hello && h.type != KVPROTO_HELLO) {
+		kvd_reply_error(d, c, h.seq, -EPROTO, true, "expected HELLO first");
+		return -1;
+	}
+	switch (h.type) {
+	case KVPROTO_HELLO: {
+		struct kvproto_hello hi;
+
+		if (c->hello) {
+			kvd_reply_error(d, c, h.seq, -EPROTO, true, "second HELLO");
+			return -1;
+		}
+		memcpy(&hi, p, sizeof(hi));
+		return kvd_registry_hello(d, c, h.seq, &hi);
+	}
+	case KVPROTO_ALLOC:
+		return kvd_cache_alloc(d, c, h.seq, p, h.len);
+	case KVPROTO_PUBLISH:
+		return kvd_cache_publish(d, c, h.seq, p, h.len);
+	case KVPROTO_FREE:
+		return kvd_cache_free(d, c, h.seq, p, h.len);
+	default:
+		kvd_reply_error(d, c, h.seq, -EPROTO, true, "message type %u is not a request",
+				h.type);
+		return -1;
+	}
+}
+
+/* Receive into c->in, closing any descriptors that came along. */
+static ssize_t recv_some(struct kvd_client *c, uint32_t want)
+{
+	char cbuf[CMSG_SPACE(sizeof(int) * 8)];
+	struct iovec iov = { c->in + c->in_len, want };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+			     .msg_control = cbuf, .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm;
+	ssize_t n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+	for (cm = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		int k, cnt = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+
+		for (k = 0; cm->cmsg_type == SCM_RIGHTS && k < cnt; k++) {
+			int f;
+
+			memcpy(&f, CMSG_DATA(cm) + k * sizeof(int), sizeof(int));
+			close(f);
+		}
+	}
+	return n;
+}
+
+static void do_read(struct kvd *d, struct kvd_client *c)
+{
+	for (;;) {
+		struct kvproto_hdr h;
+		uint32_t need = sizeof(h);
+		ssize_t n;
+
+		if (c->out_len)
+			return;	/* replies pending: wait for EPOLLOUT */
+		if (c->in_len >= sizeof(h)) {
+			memcpy(&h, c->in, sizeof(h));
+			if (h.magic != KVPROTO_MAGIC || h.len > KVPROTO_MAX_LEN) {
+				kvd_reply_error(d, c, h.seq, -EBADMSG, true,
+						"bad frame header (magic %#x, length %u)",
+						h.magic, h.len);
+				return;
+			}
+			need += h.len;
+		}
+		if (need > c->in_cap) {
+			uint8_t *nb = realloc(c->in, need);
+
+			if (!nb) {
+				kvd_registry_drop(d, c, "out of memory for a request");
+				return;
+			}
+			c->in = nb;
+			c->in_cap = need;
+		}
+		if (c->in_len < need) {
+			n = recv_some(c, need - c->in_len);
+			if (n < 0 && (errno == EAGAIN || errno == EINTR))
+				return;
+			if (n <= 0) {
+				kvd_registry_drop(d, c, n ? strerror(errno) : "hung up");
+				return;
+			}
+			c->in_len += (uint32_t)n;
+			continue;	/* a finished header may raise `need` */
+		}
+		c->in_len = 0;
+		if (handle_frame(d, c))
+			return;
+	}
+}
+
+static void handle_signal(struct kvd *d)
+{
+	struct signalfd_siginfo si;
+
+	while (read(d->sigfd, &si, sizeof(si)) == sizeof(si)) {
+		if (si.ssi_signo == SIGHUP) {
+			kvd_info("SIGHUP: configuration is read at start only; restart to apply changes");
+			continue;
+		}
+		kvd_info("%s received: shutting down", strsignal((int)si.ssi_signo));
+		d->stop = true;
+	}
+}
+
+int kvd_server_run(struct kvd *d)
+{
+	struct epoll_event ev[64];
+
+	while (!d->stop) {
+		int n = epoll_wait(d->epfd, ev, 64, -1), i;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			kvd_err("epoll_wait: %s", strerror(errno));
+			return -1;
+		}
+		for (i = 0; i < n; i++) {
+			uint64_t tag = ev[i].data.u64, x;
+			struct kvd_client *c;
+
+			if (tag == EV_LISTEN) {
+				do_accept(d);
+			} else if (tag == EV_SIGNAL) {
+				handle_signal(d);
+			} else if (tag == EV_TIMER) {
+				if (read(d->tfd, &x, sizeof(x)) == sizeof(x)) {
+					kvd_evict_tick(d);
+					kvd_registry_tick(d);
+				}
+			} else if (tag >= EV_CLIENT && tag - EV_CLIENT < d->cfg.max_clients) {
+				c = &d->clients[tag - EV_CLIENT];
+				if (!c->used)
+					continue;	/* dropped earlier in this batch */
+				if ((ev[i].events & EPOLLOUT) && flush_out(d, c)) {
+					kvd_registry_drop(d, c, "hung up");
+					continue;
+				}
+				if (ev[i].events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP | EPOLLERR))
+					do_read(d, c);
+			}
+		}
+	}
+	return 0;
+}
+
+void kvd_server_close(struct kvd *d)
+{
+	uint32_t i;
+
+	for (i = 0; d->clients && i < d->cfg.max_clients; i++)
+		if (d->clients[i].used)
+			kvd_registry_drop(d, &d->clients[i], "daemon shutting down");
+	if (d->lfd >= 0) {
+		close(d->lfd);
+		unlink(d->cfg.socket);
+	}
+	if (d->sigfd >= 0)
+		close(d->sigfd);
+	if (d->tfd >= 0)
+		close(d->tfd);
+	if (d->epfd >= 0)
+		close(d->epfd);
+}

@@ -1,0 +1,455 @@
+// SPDX-License-Identifier: MIT
+/*
+ * client.c - attaching to kvcached: connect, HELLO, receive and map the
+ * segment, pool and ledger fds; the socket round trip; close; errors.
+ *
+ * Everything the daemon sends is checked before use: the HELLO reply's
+ * sizes against fstat of the fds it came with, the segment with
+ * kvshm_validate, the ledger with kvshm_ledger_validate.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "client_int.h"
+#include "../shm/key.h"
+
+static int send_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -ENOTCONN;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Receive exactly len bytes; collect fds passed with them into fds[]. */
+static int recv_all(int fd, void *buf, size_t len, int *fds, int *nfds)
+{
+	char *p = buf;
+
+	while (len) {
+		char cbuf[CMSG_SPACE(sizeof(int) * 4)];
+		struct iovec iov = { p, len };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+				     .msg_control = cbuf, .msg_controllen = sizeof(cbuf) };
+		struct cmsghdr *cm;
+		ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -ENOTCONN;
+		for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+			int k, cnt;
+
+			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+				continue;
+			cnt = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			for (k = 0; k < cnt; k++) {
+				int f;
+
+				memcpy(&f, CMSG_DATA(cm) + k * sizeof(int), sizeof(int));
+				if (fds && nfds && *nfds < 4)
+					fds[(*nfds)++] = f;
+				else
+					close(f);
+			}
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int rpc_fds(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
+		   uint16_t want, void **reply, uint32_t *reply_len, int *fds,
+		   int *nfds, char *errbuf, size_t errlen)
+{
+	struct kvproto_hdr h = { KVPROTO_MAGIC, type, 0, len, ++c->seq }, r;
+	const char *why;
+	void *buf = NULL;
+	int rc;
+
+	*reply = NULL;
+	*reply_len = 0;
+	if (c->fd < 0)
+		return -ENOTCONN;
+	rc = send_all(c->fd, &h, sizeof(h));
+	if (!rc && len)
+		rc = send_all(c->fd, payload, len);
+	if (!rc)
+		rc = recv_all(c->fd, &r, sizeof(r), fds, nfds);
+	if (rc)
+		goto out_dead;
+	if (r.magic != KVPROTO_MAGIC || r.seq != h.seq || r.len > KVPROTO_MAX_LEN) {
+		rc = -EPROTO;
+		goto out_dead;
+	}
+	if (r.len) {
+		buf = malloc(r.len);
+		if (!buf) {
+			rc = -ENOMEM;
+			goto out_dead;
+		}
+		rc = recv_all(c->fd, buf, r.len, fds, nfds);
+		if (rc)
+			goto out_dead;
+	}
+	if (kvproto_decode(&r, buf, c->bt, &why)) {
+		rc = -EPROTO;
+		goto out_dead;
+	}
+	if (r.type == KVPROTO_ERROR) {
+		struct kvproto_error e;
+
+		memcpy(&e, buf, sizeof(e));
+		if (errbuf && errlen) {
+			size_t m = r.len - sizeof(e);
+
+			if (m >= errlen)
+				m = errlen - 1;
+			memcpy(errbuf, (char *)buf + sizeof(e), m);
+			errbuf[m] = 0;
+		}
+		free(buf);
+		if (e.fatal) {
+			close(c->fd);
+			c->fd = -1;
+		}
+		return e.err < 0 && e.err > -4096 ? e.err : -EPROTO;
+	}
+	if (r.type != want) {
+		rc = -EPROTO;
+		goto out_dead;
+	}
+	*reply = buf;
+	*reply_len = r.len;
+	return 0;
+
+out_dead:
+	/* The stream is out of step: nothing more can be trusted on it. */
+	free(buf);
+	close(c->fd);
+	c->fd = -1;
+	return rc;
+}
+
+int kvc_rpc(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
+	    uint16_t want, void **reply, uint32_t *reply_len)
+{
+	int rc;
+
+	pthread_mutex_lock(&c->io_lock);
+	rc = rpc_fds(c, type, payload, len, want, reply, reply_len, NULL, NULL, NULL, 0);
+	pthread_mutex_unlock(&c->io_lock);
+	return rc;
+}
+
+uint32_t kvc_slot_get(kvc_t *c)
+{
+	uint32_t s = UINT32_MAX;
+
+	pthread_mutex_lock(&c->slot_lock);
+	if (c->n_free_slots)
+		s = c->free_slots[--c->n_free_slots];
+	pthread_mutex_unlock(&c->slot_lock);
+	return s;
+}
+
+void kvc_slot_put(kvc_t *c, uint32_t s)
+{
+	pthread_mutex_lock(&c->slot_lock);
+	c->free_slots[c->n_free_slots++] = s;
+	pthread_mutex_unlock(&c->slot_lock);
+}
+
+static bool zero_resv(const uint64_t *r, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (r[i])
+			return false;
+	return true;
+}
+
+static int check_model(const struct kvc_model *m)
+{
+	size_t nl;
+
+	if (!m || m->size != sizeof(*m) || m->flags || !m->name ||
+	    !zero_resv(m->resv, 4))
+		return -EINVAL;
+	nl = strnlen(m->name, KVSHM_MODEL_NAME);
+	if (!nl || nl >= KVSHM_MODEL_NAME)
+		return -EINVAL;
+	if (m->dtype_bytes != 1 && m->dtype_bytes != 2 && m->dtype_bytes != 4 &&
+	    m->dtype_bytes != 8)
+		return -EINVAL;
+	if (!m->layers || m->layers > 4096 || !m->kv_heads || m->kv_heads > 4096 ||
+	    !m->head_dim || m->head_dim > 65536 || !m->block_tokens ||
+	    m->block_tokens > KVSHM_MAX_BLOCK_TOKENS || m->pos_kind > KVSHM_POS_MAX)
+		return -EINVAL;
+	return 0;
+}
+
+static int map_fd(int fd, uint64_t want, int prot, void **out)
+{
+	struct stat st;
+	void *p;
+
+	if (fd < 0 || fstat(fd, &st) || (uint64_t)st.st_size < want || !want)
+		return -EPROTO;
+	p = mmap(NULL, want, prot, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	*out = p;
+	return 0;
+}
+
+static void comm_name(char *name, size_t len)
+{
+	FILE *f = fopen("/proc/self/comm", "r");
+
+	memset(name, 0, len);
+	if (f) {
+		if (fgets(name, (int)len, f))
+			name[strcspn(name, "\n")] = 0;
+		fclose(f);
+	}
+}
+
+static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options *o)
+{
+	struct kvproto_hello hi;
+	struct kvproto_hello_r hr;
+	struct kvshm_ns ns;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fds[4] = { -1, -1, -1, -1 }, nfds = 0, rc, i;
+	void *reply = NULL, *p;
+	uint32_t rlen;
+	const char *why;
+
+	if (o && o->socket_path) {
+		if (strlen(o->socket_path) >= sizeof(sa.sun_path))
+			return -ENAMETOOLONG;
+		strcpy(sa.sun_path, o->socket_path);
+	} else if ((rc = kvproto_socket_path(sa.sun_path, sizeof(sa.sun_path)))) {
+		return rc;
+	}
+	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (c->fd < 0)
+		return -errno;
+	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)))
+		return -errno;
+
+	memset(&hi, 0, sizeof(hi));
+	hi.version = KVPROTO_VERSION;
+	hi.dtype_bytes = m->dtype_bytes;
+	hi.layers = m->layers;
+	hi.kv_heads = m->kv_heads;
+	hi.head_dim = m->head_dim;
+	hi.block_tokens = m->block_tokens;
+	hi.pos_kind = m->pos_kind;
+	hi.max_pins = o ? o->max_pins : 0;
+	strncpy(hi.model, m->name, sizeof(hi.model) - 1);
+	comm_name(hi.name, sizeof(hi.name));
+
+	rc = rpc_fds(c, KVPROTO_HELLO, &hi, sizeof(hi), KVPROTO_HELLO_R, &reply, &rlen,
+		     fds, &nfds, o ? o->errbuf : NULL, o ? o->errbuf_len : 0);
+	if (rc)
+		goto out;
+	memcpy(&hr, reply, sizeof(hr));
+	rc = -EPROTO;
+	if (hr.version != KVPROTO_VERSION || nfds != 3 || hr.block_tokens != m->block_tokens ||
+	    !hr.n_pages || hr.ns_page_bytes > hr.page_bytes ||
+	    hr.pool_bytes / hr.n_pages != hr.page_bytes)
+		goto out;
+	c->client_id = hr.client_id;
+	c->ns_id = hr.ns_id;
+	c->n_pages = hr.n_pages;
+	c->bt = hr.block_tokens;
+	c->slot_bytes = hr.page_bytes;
+	c->page_bytes = hr.ns_page_bytes;
+
+	if ((rc = map_fd(fds[0], hr.segment_bytes, PROT_READ, &p)))
+		goto out;
+	c->seg = p;
+	c->seg_bytes = hr.segment_bytes;
+	if (kvshm_validate(c->seg, c->seg_bytes, &why) ||
+	    c->seg->geo.n_pages != hr.n_pages || c->seg->geo.page_bytes != hr.page_bytes ||
+	    hr.ns_id >= c->seg->geo.max_ns) {
+		rc = -EPROTO;
+		goto out;
+	}
+	if ((rc = map_fd(fds[1], hr.pool_bytes, PROT_READ | PROT_WRITE, &p)))
+		goto out;
+	c->pool = p;
+	c->pool_bytes = hr.pool_bytes;
+	if ((rc = map_fd(fds[2], hr.ledger_bytes, PROT_READ | PROT_WRITE, &p)))
+		goto out;
+	c->ledger = p;
+	c->ledger_bytes = hr.ledger_bytes;
+	if (kvshm_ledger_validate(c->ledger, c->ledger_bytes) ||
+	    c->ledger->nslots != hr.nslots || !hr.nslots) {
+		rc = -EPROTO;
+		goto out;
+	}
+	c->nslots = hr.nslots;
+	c->free_slots = malloc(sizeof(uint32_t) * c->nslots);
+	if (!c->free_slots) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (i = 0; i < (int)c->nslots; i++)
+		c->free_slots[i] = c->nslots - 1 - (uint32_t)i;
+	c->n_free_slots = c->nslots;
+
+	/* The namespace id is ours to recompute: it must match the daemon's. */
+	memset(&ns, 0, sizeof(ns));
+	ns.dtype_bytes = m->dtype_bytes;
+	ns.layers = m->layers;
+	ns.kv_heads = m->kv_heads;
+	ns.head_dim = m->head_dim;
+	ns.block_tokens = m->block_tokens;
+	ns.pos_kind = m->pos_kind;
+	ns.page_bytes = hr.ns_page_bytes;
+	strncpy(ns.model, m->name, sizeof(ns.model) - 1);
+	c->root = kvshm_key_root(kvshm_ns_id(&ns), o ? o->salt : NULL, o ? o->salt_len : 0);
+	rc = 0;
+out:
+	for (i = 0; i < 4; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	free(reply);
+	return rc;
+}
+
+int kvc_open(const struct kvc_model *model, const struct kvc_options *opts,
+	     kvc_t **out)
+{
+	kvc_t *c;
+	int rc;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if ((rc = check_model(model)))
+		return rc;
+	if (opts && (opts->size != sizeof(*opts) || opts->flags ||
+		     !zero_resv(opts->resv, 4) || (opts->salt_len && !opts->salt) ||
+		     opts->salt_len > KVC_MAX_SALT || (opts->errbuf_len && !opts->errbuf)))
+		return -EINVAL;
+	if (opts && opts->errbuf && opts->errbuf_len)
+		opts->errbuf[0] = 0;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->fd = -1;
+	pthread_mutex_init(&c->io_lock, NULL);
+	pthread_mutex_init(&c->slot_lock, NULL);
+	rc = attach(c, model, opts);
+	if (rc) {
+		kvc_close(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+void kvc_close(kvc_t *c)
+{
+	if (!c)
+		return;
+	/* Closing the socket is the daemon's cue to drop our pins and pages. */
+	if (c->fd >= 0)
+		close(c->fd);
+	if (c->seg)
+		munmap((void *)c->seg, c->seg_bytes);
+	if (c->pool)
+		munmap(c->pool, c->pool_bytes);
+	if (c->ledger)
+		munmap(c->ledger, c->ledger_bytes);
+	free(c->free_slots);
+	pthread_mutex_destroy(&c->io_lock);
+	pthread_mutex_destroy(&c->slot_lock);
+	free(c);
+}
+
+size_t kvc_page_bytes(const kvc_t *c)
+{
+	return c ? c->page_bytes : 0;
+}
+
+size_t kvc_block_tokens(const kvc_t *c)
+{
+	return c ? c->bt : 0;
+}
+
+int kvc_stats(const kvc_t *c, struct kvc_stats *out)
+{
+	const struct kvshm_ledger *l;
+
+	if (!c || !out)
+		return -EINVAL;
+	l = c->ledger;
+	memset(out, 0, sizeof(*out));
+	out->lookups = atomic_load_explicit(&l->lookups, memory_order_relaxed);
+	out->hit_blocks = atomic_load_explicit(&l->hit_blocks, memory_order_relaxed);
+	out->miss_blocks = atomic_load_explicit(&l->miss_blocks, memory_order_relaxed);
+	out->pin_failures = atomic_load_explicit(&l->pin_failures, memory_order_relaxed);
+	out->pins_held = atomic_load_explicit(&l->pins_held, memory_order_relaxed);
+	out->published = atomic_load_explicit(&l->published, memory_order_relaxed);
+	out->pages_total = c->n_pages;
+	out->pages_free = atomic_load_explicit(&kvshm_stats(c->seg)->pages_free,
+					       memory_order_relaxed);
+	return 0;
+}
+
+const char *kvc_strerror(int err)
+{
+	switch (err) {
+	case 0: return "success";
+	case -EINVAL: return "invalid argument";
+	case -E2BIG: return "prompt or extra keys too long";
+	case -ENOMEM: return "out of memory";
+	case -ENAMETOOLONG: return "socket path too long";
+	case -ENOENT: return "no kvcached socket at that path (is the daemon running?)";
+	case -ECONNREFUSED: return "kvcached is not accepting connections";
+	case -EACCES: return "kvcached does not trust this user (allow-users / allow-groups)";
+	case -EPROTO: return "protocol or shared-memory version mismatch with kvcached";
+	case -EMEDIUMTYPE: return "model geometry does not fit the kvcached pool";
+	case -EUSERS: return "kvcached has too many clients (max-clients)";
+	case -ENOTCONN: return "connection to kvcached lost";
+	case -ENOSPC: return "no free pages or pin slots";
+	case -EEXIST: return "key collision: block refused";
+	default:
+		return err < 0 ? strerror(-err) : "not an error code";
+	}
+}
+
+int kvc_version(void)
+{
+	return KVC_VERSION_NUMBER;
+}
+
+const char *kvc_version_string(void)
+{
+	return KVC_VERSION_STRING;
+}

@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client_int.h - libkvclient internals shared by its .c files (private).
+ */
+#ifndef KVC_CLIENT_INT_H
+#define KVC_CLIENT_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "kvclient.h"
+#include "../shm/ledger.h"
+#include "../shm/proto.h"
+#include "../shm/segment.h"
+
+struct kvc {
+	int fd;				/* socket; -1 once the daemon is gone */
+	pthread_mutex_t io_lock;	/* one round trip at a time */
+	uint32_t seq;
+
+	const struct kvshm_header *seg;	/* read-only mapping */
+	uint64_t seg_bytes;
+	uint8_t *pool;			/* read-write mapping of the pool */
+	uint64_t pool_bytes;
+	struct kvshm_ledger *ledger;	/* our own, read-write */
+	uint64_t ledger_bytes;
+
+	uint32_t client_id;
+	uint32_t ns_id;
+	uint32_t n_pages;
+	uint32_t bt;			/* block tokens */
+	uint64_t slot_bytes;		/* pool page (slot) bytes */
+	uint64_t page_bytes;		/* this namespace's page bytes */
+	struct kvshm_key root;		/* H(namespace, salt) */
+
+	pthread_mutex_t slot_lock;	/* guards the free-slot stack */
+	uint32_t *free_slots;
+	uint32_t n_free_slots;
+	uint32_t nslots;
+};
+
+enum kvc_block_state {
+	KVC_B_NONE = 0,		/* no page */
+	KVC_B_PINNED = 1,	/* READY page, pinned through slot */
+	KVC_B_WRITING = 2,	/* granted by the daemon, not yet published */
+};
+
+struct kvc_req {
+	kvc_t *c;
+	size_t n;		/* full blocks */
+	int stage;		/* 0 new, 1 looked up, 2 allocated, 3 published */
+	uint32_t hits;
+	struct kvshm_key *keys;
+	uint32_t *tokens;	/* n * bt */
+	uint32_t *page;
+	uint32_t *gen;
+	uint32_t *slot;		/* ledger slot, UINT32_MAX when none */
+	uint8_t *state;
+};
+
+/* Round trip: send (type, payload), receive the reply into a malloc'd
+ * buffer. Returns 0, or -errno; an ERROR reply returns its err. */
+int kvc_rpc(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
+	    uint16_t want, void **reply, uint32_t *reply_len);
+
+/* Ledger slot stack (slot_lock held by the *_locked variants' callers). */
+uint32_t kvc_slot_get(kvc_t *c);
+void kvc_slot_put(kvc_t *c, uint32_t s);
+
+/* Drop block i's page reference (unpin or forget). */
+void kvc_block_release(struct kvc_req *r, size_t i);
+
+#endif

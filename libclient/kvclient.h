@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvclient.h - the one public header of libkvclient, the client side of
+ * kvcached, the host-local KV-cache service for LLM inference.
+ *
+ * A serving process attaches once (kvc_open), declaring its model geometry.
+ * For each prompt it makes a request (kvc_req_new), finds the longest cached
+ * prefix (kvc_lookup: a pure read of shared memory, no system call), reads
+ * the hit pages, asks for pages for the missed blocks (kvc_alloc: one socket
+ * round trip), writes their KV, publishes them (kvc_publish: one round trip)
+ * and finally releases the request (kvc_req_free: no system call unless
+ * pages were left unpublished).
+ *
+ *	struct kvc_req *r;
+ *	kvc_req_new(c, tokens, n, NULL, 0, &r);
+ *	int hits = kvc_lookup(r);            // blocks 0..hits-1 are pinned
+ *	// ... read kvc_block(r, i) for i < hits, prefill the rest ...
+ *	int got = kvc_alloc(r);              // blocks hits..hits+got-1
+ *	// ... write each new block's KV into kvc_block(r, i) ...
+ *	kvc_publish(r);
+ *	kvc_req_free(r);
+ *
+ * Conventions: every function that can fail returns 0 or a non-negative
+ * count on success and a negative errno value on failure; kvc_strerror()
+ * turns it into text. Every pointer argument is checked for NULL, every
+ * size for zero and overflow; a failed call changes nothing in the cache.
+ * A kvc_t may be shared by threads; one kvc_req is used by one thread at a
+ * time. kvc_close(NULL) and kvc_req_free(NULL) are harmless no-ops.
+ *
+ * Page layout inside a block's page: [layer][k|v][token][kv_head][head_dim]
+ * in the declared dtype, page bytes = block_tokens x layers x 2 x kv_heads x
+ * head_dim x dtype_bytes (kvc_page_bytes()).
+ */
+#ifndef KVCLIENT_H
+#define KVCLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVC_VERSION_MAJOR 0
+#define KVC_VERSION_MINOR 1
+#define KVC_VERSION_PATCH 0
+/* major * 1000000 + minor * 1000 + patch, as kvc_version() returns */
+#define KVC_VERSION_NUMBER 1000
+#define KVC_VERSION_STRING "0.1.0"
+
+/* Largest prompt a request takes, in tokens. */
+#define KVC_MAX_TOKENS (1u << 22)
+/* Longest salt, in bytes. */
+#define KVC_MAX_SALT 256
+/* Longest extra-key blob (LoRA id, multimodal hashes), in bytes. */
+#define KVC_MAX_EXTRA 4096
+
+typedef struct kvc kvc_t;
+struct kvc_req;
+
+/* How positions are encoded; part of the namespace identity. */
+enum kvc_pos_kind {
+	KVC_POS_NONE = 0,
+	KVC_POS_ROPE = 1,
+	KVC_POS_ALIBI = 2,
+	KVC_POS_LEARNED = 3,
+};
+
+/*
+ * The model geometry and identity a client declares: its namespace. KV
+ * never crosses namespaces. Every field must be set; resv must be zero.
+ */
+struct kvc_model {
+	uint32_t size;		/* sizeof(struct kvc_model) */
+	uint32_t flags;		/* none defined: 0 */
+	const char *name;	/* model name and revision, 1..63 bytes */
+	uint32_t dtype_bytes;	/* 1 (fp8), 2 (fp16/bf16), 4 (fp32) or 8 */
+	uint32_t layers;	/* 1..4096 */
+	uint32_t kv_heads;	/* 1..4096 */
+	uint32_t head_dim;	/* 1..65536 */
+	uint32_t block_tokens;	/* must equal the daemon's block-tokens */
+	uint32_t pos_kind;	/* enum kvc_pos_kind */
+	uint64_t resv[4];
+};
+
+/* Connection options; pass NULL for all defaults. */
+struct kvc_options {
+	uint32_t size;		/* sizeof(struct kvc_options) */
+	uint32_t flags;		/* none defined: 0 */
+	/* Socket path; NULL: $KVCACHED_SOCKET, else the default path
+	 * (/run/kvcached/kvcached.sock for root, $XDG_RUNTIME_DIR/
+	 * kvcached.sock otherwise). */
+	const char *socket_path;
+	/* Tenant secret mixed into the root of every key chain: only
+	 * clients with the same salt hit each other's blocks. */
+	const void *salt;
+	size_t salt_len;	/* 0..KVC_MAX_SALT */
+	uint32_t max_pins;	/* pin slots wanted; 0: daemon default */
+	uint32_t pad;
+	/* Where the daemon's reason for refusing a connection is copied
+	 * (NUL-terminated), if not NULL. */
+	char *errbuf;
+	size_t errbuf_len;
+	uint64_t resv[4];
+};
+
+/*
+ * Attach to kvcached. On success *out is a handle for kvc_close().
+ * Errors: -EINVAL (bad model or options, unknown flags, resv not zero),
+ * -ENAMETOOLONG (socket path), -ENOENT / -ECONNREFUSED (no daemon),
+ * -EACCES (the daemon does not trust this user), -EPROTO (protocol or
+ * segment version differs), -EMEDIUMTYPE (geometry does not fit the pool;
+ * errbuf says why), -EUSERS (too many clients), -ENOMEM.
+ */
+int kvc_open(const struct kvc_model *model, const struct kvc_options *opts,
+	     kvc_t **out);
+
+/* Detach: releases every pin and unpublished page of the handle. */
+void kvc_close(kvc_t *c);
+
+/* A block's 128-bit key. */
+struct kvc_key {
+	uint64_t lo;
+	uint64_t hi;
+};
+
+/*
+ * Compute the key chain of the full blocks of tokens[0..n_tokens) under
+ * this handle's namespace and salt, mixing `extra` (may be NULL) into every
+ * block. Writes min(blocks, max_keys) keys, returns the number of full
+ * blocks. Errors: -EINVAL, -E2BIG (over KVC_MAX_TOKENS or KVC_MAX_EXTRA).
+ */
+int kvc_keys(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
+	     const void *extra, size_t extra_len, struct kvc_key *keys,
+	     size_t max_keys);
+
+/*
+ * Start a request for one prompt: copies the full blocks' tokens and
+ * computes their keys. A trailing partial block is not cached.
+ * Errors: -EINVAL, -E2BIG, -ENOMEM.
+ */
+int kvc_req_new(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
+		const void *extra, size_t extra_len, struct kvc_req **out);
+
+/* Full blocks in the request (0 for NULL). */
+size_t kvc_req_blocks(const struct kvc_req *r);
+
+/*
+ * Find and pin the longest cached prefix: no system call, no lock shared
+ * with other processes. Returns the number of leading blocks hit (each
+ * verified against its parent key and tokens, then pinned), 0..blocks.
+ * Call once per request, before kvc_alloc. Errors: -EINVAL (NULL, or
+ * called twice or after kvc_alloc).
+ */
+int kvc_lookup(struct kvc_req *r);
+
+/*
+ * Ask the daemon for pages for every block after the hit prefix, in one
+ * round trip. Returns how many were granted, starting at the first missed
+ * block; fewer than asked when the pool is full of pinned pages or this
+ * handle's pin slots run out. Errors: -EINVAL (NULL, state), -ENOTCONN
+ * (daemon gone), -EPROTO (bad reply).
+ */
+int kvc_alloc(struct kvc_req *r);
+
+/*
+ * Where block i's KV lives: a hit page, or a page granted by kvc_alloc
+ * (write the block's KV there before kvc_publish). NULL for a block with
+ * no page or i out of range. Valid until kvc_req_free().
+ */
+void *kvc_block(struct kvc_req *r, size_t i);
+
+/* Pool page index of block i, or -ENOENT / -EINVAL. */
+int64_t kvc_block_page(const struct kvc_req *r, size_t i);
+
+/*
+ * Publish every granted block, in one round trip. A block some other
+ * client published first is replaced by that client's page (identical
+ * KV); a block refused (index full, key collision) loses its page.
+ * Returns the number of blocks of the request that are now cached and
+ * pinned (hits included). Errors: -EINVAL (NULL, nothing granted),
+ * -ENOTCONN, -EPROTO.
+ */
+int kvc_publish(struct kvc_req *r);
+
+/* Release the request: unpin its pages (no system call) and give back
+ * granted pages that were never published (one round trip). */
+void kvc_req_free(struct kvc_req *r);
+
+/* Bytes of one page of this handle's namespace, and of a pool slot. */
+size_t kvc_page_bytes(const kvc_t *c);
+/* Tokens per block. */
+size_t kvc_block_tokens(const kvc_t *c);
+
+/* This handle's own counters. */
+struct kvc_stats {
+	uint64_t lookups;
+	uint64_t hit_blocks;
+	uint64_t miss_blocks;
+	uint64_t pin_failures;	/* hits lost to a concurrent eviction */
+	uint64_t pins_held;
+	uint64_t published;
+	uint64_t pages_total;	/* pool pages */
+	uint64_t pages_free;	/* as the daemon last counted */
+};
+
+/* Errors: -EINVAL. */
+int kvc_stats(const kvc_t *c, struct kvc_stats *out);
+
+/* Text for a negative return value of any kvc_ function. */
+const char *kvc_strerror(int err);
+
+/* KVC_VERSION_NUMBER of the library actually linked. */
+int kvc_version(void);
+const char *kvc_version_string(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: MIT
+/*
+ * publish.c - the two round trips of a request (ALLOC, PUBLISH) and its
+ * release. Granted pages are recorded in our ledger at once (hold), so the
+ * moment the daemon makes them READY they are already pinned for us.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_int.h"
+
+void kvc_block_release(struct kvc_req *r, size_t i)
+{
+	kvc_t *c = r->c;
+
+	if (r->slot[i] != UINT32_MAX) {
+		kvshm_ledger_unpin(c->ledger, r->slot[i]);
+		kvc_slot_put(c, r->slot[i]);
+		atomic_fetch_sub_explicit(&c->ledger->pins_held, 1, memory_order_relaxed);
+		r->slot[i] = UINT32_MAX;
+	}
+	r->state[i] = KVC_B_NONE;
+}
+
+int kvc_alloc(struct kvc_req *r)
+{
+	struct kvproto_alloc a = { 0, 0 };
+	struct kvproto_count cnt;
+	struct kvproto_pg pg;
+	uint32_t rlen, got, k;
+	void *reply;
+	kvc_t *c;
+	int rc;
+
+	if (!r || r->stage > 1)
+		return -EINVAL;
+	c = r->c;
+	r->stage = 2;
+	if (r->hits >= r->n)
+		return 0;
+	a.n = (uint32_t)(r->n - r->hits);
+	/* Every granted page needs a pin slot; ask for no more than we have. */
+	pthread_mutex_lock(&c->slot_lock);
+	if (a.n > c->n_free_slots)
+		a.n = c->n_free_slots;
+	pthread_mutex_unlock(&c->slot_lock);
+	if (a.n > KVPROTO_MAX_COUNT)
+		a.n = KVPROTO_MAX_COUNT;
+	if (!a.n)
+		return 0;
+	rc = kvc_rpc(c, KVPROTO_ALLOC, &a, sizeof(a), KVPROTO_ALLOC_R, &reply, &rlen);
+	if (rc)
+		return rc;
+	memcpy(&cnt, reply, sizeof(cnt));
+	got = rlen == sizeof(cnt) ? 0 : cnt.n;
+	if (got > a.n) {
+		free(reply);
+		return -EPROTO;
+	}
+	for (k = 0; k < got; k++) {
+		size_t i = r->hits + k;
+		uint32_t s;
+
+		memcpy(&pg, (char *)reply + sizeof(cnt) + k * sizeof(pg), sizeof(pg));
+		s = kvc_slot_get(c);
+		r->page[i] = pg.page;
+		r->gen[i] = pg.gen;
+		r->state[i] = KVC_B_WRITING;
+		r->slot[i] = s;
+		if (s != UINT32_MAX) {
+			kvshm_ledger_hold(c->ledger, s, pg.page, pg.gen);
+			atomic_fetch_add_explicit(&c->ledger->pins_held, 1, memory_order_relaxed);
+		}
+		if (pg.page >= c->n_pages) {
+			free(reply);
+			return -EPROTO;
+		}
+	}
+	free(reply);
+	return (int)got;
+}
+
+int kvc_publish(struct kvc_req *r)
+{
+	size_t rec = sizeof(struct kvproto_pub), i, n = 0, done = 0;
+	struct kvproto_count cnt = { 0, 0 };
+	uint32_t rlen, bt, k;
+	void *reply;
+	char *msg;
+	kvc_t *c;
+	int rc;
+
+	if (!r || r->stage != 2)
+		return -EINVAL;
+	c = r->c;
+	bt = c->bt;
+	for (i = 0; i < r->n; i++)
+		n += r->state[i] == KVC_B_WRITING;
+	if (!n)
+		return -EINVAL;
+	rec += (size_t)bt * 4;
+	msg = malloc(sizeof(cnt) + n * rec);
+	if (!msg)
+		return -ENOMEM;
+	cnt.n = (uint32_t)n;
+	memcpy(msg, &cnt, sizeof(cnt));
+	for (i = 0, k = 0; i < r->n; i++) {
+		struct kvproto_pub p;
+
+		if (r->state[i] != KVC_B_WRITING)
+			continue;
+		p.page = r->page[i];
+		p.gen = r->gen[i];
+		p.key = r->keys[i];
+		p.parent = i ? r->keys[i - 1] : c->root;
+		memcpy(msg + sizeof(cnt) + k * rec, &p, sizeof(p));
+		memcpy(msg + sizeof(cnt) + k * rec + sizeof(p), r->tokens + i * bt, bt * 4);
+		k++;
+	}
+	rc = kvc_rpc(c, KVPROTO_PUBLISH, msg, (uint32_t)(sizeof(cnt) + n * rec),
+		     KVPROTO_PUBLISH_R, &reply, &rlen);
+	free(msg);
+	if (rc)
+		return rc;
+	memcpy(&cnt, reply, sizeof(cnt));
+	if (cnt.n != n) {
+		free(reply);
+		return -EPROTO;
+	}
+	r->stage = 3;
+	for (i = 0, k = 0; i < r->n; i++) {
+		struct kvproto_pub_r pr;
+
+		if (r->state[i] != KVC_B_WRITING)
+			continue;
+		memcpy(&pr, (char *)reply + sizeof(cnt) + k++ * sizeof(pr), sizeof(pr));
+		if (pr.status == 0 && r->slot[i] != UINT32_MAX) {
+			/* Our held slot now pins the READY page. */
+			r->state[i] = KVC_B_PINNED;
+			atomic_fetch_add_explicit(&c->ledger->published, 1, memory_order_relaxed);
+		} else if (pr.status == 1 && pr.page < c->n_pages && r->slot[i] != UINT32_MAX &&
+			   kvshm_ledger_pin(c->ledger, r->slot[i], c->seg, pr.page, pr.gen)) {
+			/* Lost the race to an identical block: use the winner's. */
+			r->page[i] = pr.page;
+			r->gen[i] = pr.gen;
+			r->state[i] = KVC_B_PINNED;
+		} else {
+			if (pr.status == 1)	/* pin failed: slot already cleared */
+				kvshm_ledger_unpin(c->ledger, r->slot[i]);
+			kvc_block_release(r, i);
+		}
+	}
+	free(reply);
+	for (i = 0; i < r->n; i++)
+		done += r->state[i] == KVC_B_PINNED;
+	return (int)done;
+}
+
+void kvc_req_free(struct kvc_req *r)
+{
+	struct kvproto_count cnt = { 0, 0 };
+	struct kvproto_pg *pg = NULL;
+	size_t i, n = 0;
+
+	if (!r)
+		return;
+	if (r->state) {
+		for (i = 0; i < r->n; i++)
+			n += r->state[i] == KVC_B_WRITING;
+		if (n)
+			pg = malloc(sizeof(cnt) + n * sizeof(*pg));
+		if (pg) {
+			uint32_t rlen, k = 0;
+			void *reply = NULL;
+
+			for (i = 0; i < r->n; i++) {
+				if (r->state[i] != KVC_B_WRITING)
+					continue;
+				((struct kvproto_pg *)((char *)pg + sizeof(cnt)))[k].page = r->page[i];
+				((struct kvproto_pg *)((char *)pg + sizeof(cnt)))[k].gen = r->gen[i];
+				k++;
+			}
+			cnt.n = k;
+			memcpy(pg, &cnt, sizeof(cnt));
+			/* If this fails the daemon reclaims them when we hang up. */
+			kvc_rpc(r->c, KVPROTO_FREE, pg, (uint32_t)(sizeof(cnt) + n * sizeof(*pg)),
+				KVPROTO_FREE_R, &reply, &rlen);
+			free(reply);
+			free(pg);
+		}
+		for (i = 0; i < r->n; i++)
+			kvc_block_release(r, i);
+	}
+	free(r->keys);
+	free(r->tokens);
+	free(r->page);
+	free(r->gen);
+	free(r->slot);
+	free(r->state);
+	free(r);
+}

@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * key.h - block keys: the 128-bit XXH3 chain over token blocks.
+ *
+ *   root      = XXH3_128(namespace id || salt)
+ *   key[i]    = XXH3_128(key[i-1] || tokens of block i || extra digest)
+ *   extra     = XXH3_128(extra bytes), or all zero when there are none
+ *
+ * The namespace id is itself XXH3_128 of the namespace's canonical bytes
+ * (kvshm_ns_id). Pure functions; used by clients, the daemon and tests.
+ */
+#ifndef KVSHM_KEY_H
+#define KVSHM_KEY_H
+
+#include <stddef.h>
+#include "segment.h"
+
+/*
+ * Test hook: when non-zero, every key computed by kvshm_key_block is ANDed
+ * with this mask on both halves, so that different blocks collide on
+ * purpose. Never set outside tests; not exported by libkvclient.
+ */
+extern uint64_t kvshm_key_test_mask;
+
+/* The identity of a namespace from its geometry and model name. */
+struct kvshm_key kvshm_ns_id(const struct kvshm_ns *ns);
+
+/* The root parent of a chain: namespace id mixed with an optional salt. */
+struct kvshm_key kvshm_key_root(struct kvshm_key ns_id, const void *salt,
+				size_t salt_len);
+
+/* Digest of the request's extra keys (LoRA id, multimodal hashes). */
+struct kvshm_key kvshm_key_extra(const void *extra, size_t extra_len);
+
+/* Key of one block of `bt` tokens under `parent`. */
+struct kvshm_key kvshm_key_block(struct kvshm_key parent,
+				 const uint32_t *tokens, uint32_t bt,
+				 struct kvshm_key extra);
+
+/* Keys of the n full blocks of `tokens`; returns n = n_tokens / bt. */
+size_t kvshm_key_chain(struct kvshm_key root, struct kvshm_key extra,
+		       const uint32_t *tokens, size_t n_tokens, uint32_t bt,
+		       struct kvshm_key *keys);
+
+#endif

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: MIT
+/*
+ * ledger.c - pin ledger operations: the client's hazard-slot pin and the
+ * daemon's scan. See ledger.h for the Dekker handshake with the evictor.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "ledger.h"
+
+uint64_t kvshm_ledger_bytes(uint32_t nslots)
+{
+	uint64_t b = sizeof(struct kvshm_ledger) + (uint64_t)nslots * sizeof(uint64_t);
+
+	return (b + 4095) & ~4095ull;
+}
+
+void kvshm_ledger_init(struct kvshm_ledger *l, uint32_t nslots,
+		       uint32_t client_id, uint32_t ns_id)
+{
+	l->magic = KVSHM_LEDGER_MAGIC;
+	l->version = KVSHM_VERSION;
+	l->nslots = nslots;
+	l->client_id = client_id;
+	l->ns_id = ns_id;
+	l->bytes = kvshm_ledger_bytes(nslots);
+}
+
+int kvshm_ledger_validate(const struct kvshm_ledger *l, uint64_t bytes)
+{
+	if (bytes < sizeof(*l) || l->magic != KVSHM_LEDGER_MAGIC ||
+	    l->version != KVSHM_VERSION)
+		return -EPROTO;
+	if (kvshm_ledger_bytes(l->nslots) > bytes)
+		return -EBADMSG;
+	return 0;
+}
+
+bool kvshm_ledger_pin(struct kvshm_ledger *l, uint32_t i,
+		      const struct kvshm_header *h, uint32_t page, uint32_t gen)
+{
+	const struct kvshm_page *p = &kvshm_pages(h)[page];
+
+	atomic_store_explicit(&l->slot[i], kvshm_slot_pack(page, gen), memory_order_seq_cst);
+	if (atomic_load_explicit(&p->state, memory_order_seq_cst) == KVSHM_PAGE_READY &&
+	    atomic_load_explicit(&p->gen, memory_order_seq_cst) == gen)
+		return true;
+	atomic_store_explicit(&l->slot[i], 0, memory_order_release);
+	return false;
+}
+
+void kvshm_ledger_hold(struct kvshm_ledger *l, uint32_t i, uint32_t page,
+		       uint32_t gen)
+{
+	atomic_store_explicit(&l->slot[i], kvshm_slot_pack(page, gen), memory_order_seq_cst);
+}
+
+void kvshm_ledger_unpin(struct kvshm_ledger *l, uint32_t i)
+{
+	atomic_store_explicit(&l->slot[i], 0, memory_order_release);
+}
+
+void kvshm_ledger_touch(struct kvshm_ledger *l, uint32_t page)
+{
+	uint64_t hd = atomic_load_explicit(&l->ring_head, memory_order_relaxed);
+
+	atomic_store_explicit(&l->ring[hd & (KVSHM_RING - 1)], page, memory_order_relaxed);
+	atomic_store_explicit(&l->ring_head, hd + 1, memory_order_release);
+}
+
+void kvshm_ledger_scan(const struct kvshm_ledger *l,
+		       const struct kvshm_header *h,
+		       void (*back_off)(uint32_t page, void *arg), void *arg)
+{
+	const struct kvshm_page *pages = kvshm_pages(h);
+	uint32_t i, n = l->nslots, pg;
+
+	for (i = 0; i < n; i++) {
+		uint64_t v = atomic_load_explicit(&((struct kvshm_ledger *)l)->slot[i],
+						  memory_order_seq_cst);
+
+		if (!v)
+			continue;
+		pg = kvshm_slot_page(v);
+		if (pg < h->geo.n_pages &&
+		    atomic_load_explicit(&pages[pg].state, memory_order_relaxed) ==
+			    KVSHM_PAGE_EVICTING)
+			back_off(pg, arg);
+	}
+}
+
+uint64_t kvshm_ledger_count(const struct kvshm_ledger *l,
+			    const struct kvshm_header *h)
+{
+	uint64_t n = 0;
+	uint32_t i;
+
+	for (i = 0; i < l->nslots; i++) {
+		uint64_t v = atomic_load_explicit(&((struct kvshm_ledger *)l)->slot[i],
+						  memory_order_relaxed);
+
+		if (v && kvshm_slot_page(v) < h->geo.n_pages)
+			n++;
+	}
+	return n;
+}

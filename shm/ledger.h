@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ledger.h - a client's pin ledger: hazard slots, counters, access ring.
+ *
+ * Each attached client gets its own memfd ledger, created and sized by the
+ * daemon and sealed against growing and shrinking (so a client cannot make
+ * the daemon's mapping fault), but writable by the client. The daemon maps
+ * it too and only reads what the client writes; nothing the daemon does
+ * depends on a ledger value being sane beyond the bounds it checks.
+ *
+ * Pinning (client)                      Evicting (daemon)
+ *   slot = (page, gen)   [seq_cst]        state = EVICTING     [seq_cst]
+ *   s = state, g = gen   [seq_cst]        scan every ledger's slots
+ *   s == READY && g == gen ? pinned       a slot names the page ? back off
+ *                        : clear, miss                         : free it
+ * Both sides store then load with seq_cst, so at least one sees the other:
+ * either the client sees EVICTING and gives up, or the evictor sees the
+ * slot and leaves the page alone (or both, and the page merely survives).
+ * The evictor matches slots on the page alone, whatever gen they carry, and
+ * gen changes only when a page is freed or handed out, never on a back-off.
+ *
+ * Must never: be trusted by the daemon for more than "which pages are
+ * pinned" and counters shown to operators.
+ */
+#ifndef KVSHM_LEDGER_H
+#define KVSHM_LEDGER_H
+
+#include <stdbool.h>
+#include "segment.h"
+
+#define KVSHM_LEDGER_MAGIC 0x5245474445444c4bull	/* "KLDEDGER" */
+#define KVSHM_RING 256			/* access ring entries, power of 2 */
+
+/*
+ * Header fields up to `client_id` are written by the daemon before the fd
+ * is handed to the client and never change. Counters are written by the
+ * client only (relaxed: single writer, monotonic, read for statistics).
+ */
+struct kvshm_ledger {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t nslots;
+	uint32_t client_id;
+	uint32_t ns_id;
+	uint64_t bytes;
+	uint8_t pad0[KVSHM_CACHELINE - 32];
+
+	/* Client-written counters (relaxed). */
+	_Atomic uint64_t lookups;
+	_Atomic uint64_t hit_blocks;
+	_Atomic uint64_t miss_blocks;
+	_Atomic uint64_t pin_failures;
+	_Atomic uint64_t pins_held;	/* slots in use right now */
+	_Atomic uint64_t published;
+	uint8_t pad1[KVSHM_CACHELINE - 48];
+
+	/*
+	 * Lossy access ring: the client stores page indices at ring[head %
+	 * KVSHM_RING] (relaxed) and then bumps head (release); the daemon
+	 * reads head (acquire) and the last KVSHM_RING entries. Overwritten
+	 * entries are lost, which only makes the CLOCK less precise.
+	 */
+	_Atomic uint64_t ring_head;
+	uint8_t pad2[KVSHM_CACHELINE - 8];
+	_Atomic uint32_t ring[KVSHM_RING];
+
+	/*
+	 * Hazard slots: 0 = empty, else ((page + 1) << 32) | gen. Written by
+	 * the client with seq_cst, read by the daemon with seq_cst.
+	 */
+	_Atomic uint64_t slot[];
+};
+
+_Static_assert(offsetof(struct kvshm_ledger, lookups) == KVSHM_CACHELINE, "ledger");
+_Static_assert(offsetof(struct kvshm_ledger, ring_head) == 2 * KVSHM_CACHELINE, "ledger");
+_Static_assert(sizeof(struct kvshm_ledger) % KVSHM_CACHELINE == 0, "ledger");
+
+static inline uint64_t kvshm_slot_pack(uint32_t page, uint32_t gen)
+{
+	return ((uint64_t)page + 1) << 32 | gen;
+}
+
+/* Page named by a non-empty slot value; UINT32_MAX for an empty one. */
+static inline uint32_t kvshm_slot_page(uint64_t v)
+{
+	return v ? (uint32_t)(v >> 32) - 1 : UINT32_MAX;
+}
+
+/* Bytes of a ledger with nslots slots, rounded up to a 4 KiB page. */
+uint64_t kvshm_ledger_bytes(uint32_t nslots);
+
+/* Daemon: fill the header of a fresh zeroed ledger. */
+void kvshm_ledger_init(struct kvshm_ledger *l, uint32_t nslots,
+		       uint32_t client_id, uint32_t ns_id);
+
+/* Check a mapped ledger of `bytes` (magic, version, nslots fit). */
+int kvshm_ledger_validate(const struct kvshm_ledger *l, uint64_t bytes);
+
+/*
+ * Client: pin `page` expected at generation `gen` through slot `i`.
+ * Returns true when the page is READY at `gen` after the slot is visible;
+ * false (slot cleared) otherwise. The caller owns slot i.
+ */
+bool kvshm_ledger_pin(struct kvshm_ledger *l, uint32_t i,
+		      const struct kvshm_header *h, uint32_t page, uint32_t gen);
+
+/* Client: record a slot for a page that is WRITING and owned by us. */
+void kvshm_ledger_hold(struct kvshm_ledger *l, uint32_t i, uint32_t page,
+		       uint32_t gen);
+
+/* Client: clear slot i (release). */
+void kvshm_ledger_unpin(struct kvshm_ledger *l, uint32_t i);
+
+/* Client: note an access to `page` in the ring. */
+void kvshm_ledger_touch(struct kvshm_ledger *l, uint32_t page);
+
+/*
+ * Daemon: for every slot in the ledger naming a page in state EVICTING,
+ * call back_off(page, arg). Page numbers out of range are ignored.
+ */
+void kvshm_ledger_scan(const struct kvshm_ledger *l,
+		       const struct kvshm_header *h,
+		       void (*back_off)(uint32_t page, void *arg), void *arg);
+
+/* Daemon: number of pins this ledger holds on pages in range. */
+uint64_t kvshm_ledger_count(const struct kvshm_ledger *l,
+			    const struct kvshm_header *h);
+
+#endif

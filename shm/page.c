@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: MIT
+/*
+ * page.c - page life transitions (daemon, single writer) and exact
+ * verification (any reader). See page.h for the state machine and
+ * segment.h for the ordering of each page-table field.
+ */
+#include <errno.h>
+
+#include "index.h"
+#include "page.h"
+
+#define RELAXED __ATOMIC_RELAXED
+
+static void stat_add(struct kvshm_header *h, _Atomic uint64_t *c, int64_t d)
+{
+	(void)h;
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + (uint64_t)d,
+			      memory_order_relaxed);
+}
+
+static void set_state(struct kvshm_page *p, uint32_t s)
+{
+	atomic_store_explicit(&p->state, s, memory_order_seq_cst);
+}
+
+static uint32_t state_of(const struct kvshm_page *p)
+{
+	return atomic_load_explicit(&p->state, memory_order_seq_cst);
+}
+
+static void bump_gen(struct kvshm_page *p)
+{
+	uint32_t g = atomic_load_explicit(&p->gen, memory_order_relaxed);
+
+	atomic_store_explicit(&p->gen, g + 1, memory_order_release);
+}
+
+/* Any state -> FREE (caller has checked it may), back on the stack. */
+static void to_free(struct kvshm_header *h, uint32_t page)
+{
+	struct kvshm_page *p = &kvshm_pages(h)[page];
+	struct kvshm_free *fr = kvshm_free(h);
+	struct kvshm_stats *st = kvshm_stats(h);
+	uint32_t old = state_of(p);
+
+	bump_gen(p);
+	set_state(p, KVSHM_PAGE_FREE);
+	p->owner = 0;
+	p->ref = 0;
+	fr->page[fr->count++] = page;
+	stat_add(h, &st->pages_free, 1);
+	if (old == KVSHM_PAGE_WRITING)
+		stat_add(h, &st->pages_writing, -1);
+	else if (old == KVSHM_PAGE_READY || old == KVSHM_PAGE_EVICTING)
+		stat_add(h, &st->pages_ready, -1);
+}
+
+int kvshm_page_alloc(struct kvshm_header *h, uint32_t owner, uint32_t ns_id,
+		     uint32_t *page, uint32_t *gen)
+{
+	struct kvshm_free *fr = kvshm_free(h);
+	struct kvshm_stats *st = kvshm_stats(h);
+	struct kvshm_page *p;
+	uint32_t i;
+
+	if (!fr->count)
+		return -ENOSPC;
+	i = fr->page[--fr->count];
+	p = &kvshm_pages(h)[i];
+	bump_gen(p);
+	p->owner = owner;
+	p->ns_id = ns_id;
+	p->ref = 0;
+	set_state(p, KVSHM_PAGE_WRITING);
+	stat_add(h, &st->pages_free, -1);
+	stat_add(h, &st->pages_writing, 1);
+	stat_add(h, &st->allocs, 1);
+	*page = i;
+	*gen = atomic_load_explicit(&p->gen, memory_order_relaxed);
+	return 0;
+}
+
+static bool is_writing_by(const struct kvshm_header *h, uint32_t page,
+			  uint32_t gen, uint32_t owner)
+{
+	const struct kvshm_page *p;
+
+	if (page >= h->geo.n_pages)
+		return false;
+	p = &kvshm_pages(h)[page];
+	return state_of(p) == KVSHM_PAGE_WRITING && p->owner == owner &&
+	       atomic_load_explicit(&p->gen, memory_order_relaxed) == gen;
+}
+
+int kvshm_page_free(struct kvshm_header *h, uint32_t page, uint32_t gen,
+		    uint32_t owner)
+{
+	if (!is_writing_by(h, page, gen, owner))
+		return -EINVAL;
+	to_free(h, page);
+	return 0;
+}
+
+static bool tokens_eq(const uint32_t *stored, const uint32_t *q, uint32_t bt)
+{
+	uint32_t i;
+
+	for (i = 0; i < bt; i++)
+		if (__atomic_load_n(&stored[i], RELAXED) != q[i])
+			return false;
+	return true;
+}
+
+int kvshm_page_publish(struct kvshm_header *h, uint32_t page, uint32_t gen,
+		       uint32_t owner, struct kvshm_key key,
+		       struct kvshm_key parent, const uint32_t *tokens,
+		       uint32_t *winner, uint32_t *winner_gen)
+{
+	struct kvshm_stats *st = kvshm_stats(h);
+	uint32_t bt = h->geo.block_tokens, have, i, wgen;
+	struct kvshm_page *p;
+	uint32_t *tok;
+	int rc;
+
+	if (!is_writing_by(h, page, gen, owner))
+		return -EINVAL;
+	p = &kvshm_pages(h)[page];
+	have = kvshm_index_find(h, key);
+	if (have != UINT32_MAX && have < h->geo.n_pages) {
+		/* Someone was first. Equal block: share it. Else: collision. */
+		if (kvshm_page_verify(h, have, p->ns_id, key, parent, tokens, &wgen)) {
+			to_free(h, page);
+			stat_add(h, &st->publish_dups, 1);
+			*winner = have;
+			*winner_gen = wgen;
+			return KVSHM_PUBLISH_DUP;
+		}
+		to_free(h, page);
+		stat_add(h, &st->publish_refused, 1);
+		return -EEXIST;
+	}
+	kvshm_store_key(&p->key, key);
+	kvshm_store_key(&p->parent, parent);
+	tok = kvshm_tokens(h, page);
+	for (i = 0; i < bt; i++)
+		__atomic_store_n(&tok[i], tokens[i], RELAXED);
+	rc = kvshm_index_insert(h, key, page);
+	if (rc) {
+		to_free(h, page);
+		stat_add(h, &st->publish_refused, 1);
+		return rc;
+	}
+	p->owner = 0;
+	p->ref = 1;
+	set_state(p, KVSHM_PAGE_READY);
+	stat_add(h, &st->pages_writing, -1);
+	stat_add(h, &st->pages_ready, 1);
+	stat_add(h, &st->publishes, 1);
+	stat_add(h, &st->index_entries, 1);
+	*winner = page;
+	*winner_gen = gen;
+	return KVSHM_PUBLISHED;
+}
+
+bool kvshm_page_evict_mark(struct kvshm_header *h, uint32_t page)
+{
+	struct kvshm_page *p = &kvshm_pages(h)[page];
+
+	if (state_of(p) != KVSHM_PAGE_READY)
+		return false;
+	set_state(p, KVSHM_PAGE_EVICTING);
+	return true;
+}
+
+void kvshm_page_evict_back_off(struct kvshm_header *h, uint32_t page)
+{
+	struct kvshm_page *p = &kvshm_pages(h)[page];
+
+	if (state_of(p) != KVSHM_PAGE_EVICTING)
+		return;
+	set_state(p, KVSHM_PAGE_READY);
+	stat_add(h, &kvshm_stats(h)->evict_backoffs, 1);
+}
+
+void kvshm_page_evict_finish(struct kvshm_header *h, uint32_t page)
+{
+	struct kvshm_page *p = &kvshm_pages(h)[page];
+	struct kvshm_stats *st = kvshm_stats(h);
+
+	if (state_of(p) != KVSHM_PAGE_EVICTING)
+		return;
+	if (!kvshm_index_remove(h, p->key, page))
+		stat_add(h, &st->index_entries, -1);
+	to_free(h, page);
+	stat_add(h, &st->evictions, 1);
+}
+
+bool kvshm_page_verify(const struct kvshm_header *h, uint32_t page,
+		       uint32_t ns_id, struct kvshm_key key,
+		       struct kvshm_key parent, const uint32_t *tokens,
+		       uint32_t *gen)
+{
+	const struct kvshm_page *p;
+	uint32_t g;
+
+	if (page >= h->geo.n_pages)
+		return false;
+	p = &kvshm_pages(h)[page];
+	g = atomic_load_explicit(&p->gen, memory_order_acquire);
+	if (atomic_load_explicit(&p->state, memory_order_acquire) != KVSHM_PAGE_READY)
+		return false;
+	if (__atomic_load_n(&p->ns_id, RELAXED) != ns_id ||
+	    !kvshm_key_eq(kvshm_load_key(&p->key), key) ||
+	    !kvshm_key_eq(kvshm_load_key(&p->parent), parent) ||
+	    !tokens_eq(kvshm_tokens(h, page), tokens, h->geo.block_tokens))
+		return false;
+	/* Identity read under gen g: the caller's pin re-checks gen. */
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&p->gen, memory_order_relaxed) != g)
+		return false;
+	*gen = g;
+	return true;
+}

@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * page.h - the life of a pool page, and exact verification.
+ *
+ *   FREE -> WRITING -> READY -> EVICTING -> FREE
+ *                \--(free, lost race, refused)--> FREE
+ *                      EVICTING -> READY  (back-off: someone pins it)
+ *
+ * Every transition below is a daemon-only writer function, called from its
+ * main thread; kvshm_page_verify is the reader side that a client's lookup
+ * runs with no lock. Transitions check the state they start from and
+ * return -EINVAL without touching anything when it is not what they expect,
+ * so a client that names a page it does not own changes nothing.
+ */
+#ifndef KVSHM_PAGE_H
+#define KVSHM_PAGE_H
+
+#include <stdbool.h>
+#include "segment.h"
+
+/* Outcome of kvshm_page_publish. */
+enum kvshm_publish {
+	KVSHM_PUBLISHED = 0,	/* page is READY and indexed */
+	KVSHM_PUBLISH_DUP = 1,	/* an equal block was there first: page freed */
+};
+
+/* Writer: pop a free page, make it WRITING for owner. -ENOSPC if none. */
+int kvshm_page_alloc(struct kvshm_header *h, uint32_t owner, uint32_t ns_id,
+		     uint32_t *page, uint32_t *gen);
+
+/* Writer: WRITING (owner, gen) -> FREE. -EINVAL if not so. */
+int kvshm_page_free(struct kvshm_header *h, uint32_t page, uint32_t gen,
+		    uint32_t owner);
+
+/*
+ * Writer: WRITING (owner, gen) -> READY with this identity. When the index
+ * already holds `key`:
+ *   - for the same parent, tokens and namespace: the page is freed and
+ *     *winner / *winner_gen name the indexed page (KVSHM_PUBLISH_DUP);
+ *   - for anything else (a collision): the page is freed, the index is left
+ *     as it was, and -EEXIST is returned.
+ * Other errors: -EINVAL (not WRITING, not owner, wrong gen, page out of
+ * range), -ENOSPC (index window full; page freed).
+ */
+int kvshm_page_publish(struct kvshm_header *h, uint32_t page, uint32_t gen,
+		       uint32_t owner, struct kvshm_key key,
+		       struct kvshm_key parent, const uint32_t *tokens,
+		       uint32_t *winner, uint32_t *winner_gen);
+
+/* Writer: READY -> EVICTING. Returns false if the page was not READY. */
+bool kvshm_page_evict_mark(struct kvshm_header *h, uint32_t page);
+
+/* Writer: EVICTING -> READY (a pin was found). */
+void kvshm_page_evict_back_off(struct kvshm_header *h, uint32_t page);
+
+/* Writer: EVICTING -> FREE: drop from the index, bump gen, free it. */
+void kvshm_page_evict_finish(struct kvshm_header *h, uint32_t page);
+
+/*
+ * Reader: is `page` READY in namespace ns_id with exactly this key, parent
+ * and tokens? On success *gen is the generation under which it matched;
+ * the caller pins (page, *gen) and the pin's re-check of state and gen
+ * guarantees the identity read here was stable.
+ */
+bool kvshm_page_verify(const struct kvshm_header *h, uint32_t page,
+		       uint32_t ns_id, struct kvshm_key key,
+		       struct kvshm_key parent, const uint32_t *tokens,
+		       uint32_t *gen);
+
+/* Relaxed atomic load of a 64-bit field that the daemon may be writing. */
+static inline uint64_t kvshm_load64(const uint64_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+static inline struct kvshm_key kvshm_load_key(const struct kvshm_key *k)
+{
+	struct kvshm_key r = { kvshm_load64(&k->lo), kvshm_load64(&k->hi) };
+	return r;
+}
+
+static inline void kvshm_store_key(struct kvshm_key *d, struct kvshm_key k)
+{
+	__atomic_store_n(&d->lo, k.lo, __ATOMIC_RELAXED);
+	__atomic_store_n(&d->hi, k.hi, __ATOMIC_RELAXED);
+}
+
+#endif

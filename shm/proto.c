@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: MIT
+/*
+ * proto.c - validation of protocol messages (see proto.h). No I/O: the
+ * caller has the header and `len` payload bytes in memory.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proto.h"
+
+static int bad(const char **why, const char *w)
+{
+	if (why)
+		*why = w;
+	return -EBADMSG;
+}
+
+static int counted(const void *p, uint32_t len, uint64_t rec, uint64_t *n,
+		   const char **why)
+{
+	struct kvproto_count c;
+
+	if (len < sizeof(c))
+		return bad(why, "payload shorter than its record count");
+	memcpy(&c, p, sizeof(c));
+	if (c.n == 0 || c.n > KVPROTO_MAX_COUNT)
+		return bad(why, "record count is 0 or over the limit");
+	if (sizeof(c) + (uint64_t)c.n * rec != len)
+		return bad(why, "payload length does not match its record count");
+	*n = c.n;
+	return 0;
+}
+
+int kvproto_decode(const struct kvproto_hdr *h, const void *payload,
+		   uint32_t bt, const char **why)
+{
+	uint64_t n;
+
+	if (h->magic != KVPROTO_MAGIC)
+		return bad(why, "bad message magic");
+	if (h->len > KVPROTO_MAX_LEN)
+		return bad(why, "message longer than the limit");
+	if (h->len && !payload)
+		return bad(why, "missing payload");
+	switch (h->type) {
+	case KVPROTO_HELLO:
+		if (h->len != sizeof(struct kvproto_hello))
+			return bad(why, "HELLO has the wrong size");
+		return 0;
+	case KVPROTO_HELLO_R:
+		if (h->len != sizeof(struct kvproto_hello_r))
+			return bad(why, "HELLO reply has the wrong size");
+		return 0;
+	case KVPROTO_ALLOC: {
+		struct kvproto_alloc a;
+
+		if (h->len != sizeof(a))
+			return bad(why, "ALLOC has the wrong size");
+		memcpy(&a, payload, sizeof(a));
+		if (!a.n || a.n > KVPROTO_MAX_COUNT)
+			return bad(why, "ALLOC count is 0 or over the limit");
+		if (a.flags)
+			return bad(why, "ALLOC has unknown flags");
+		return 0;
+	}
+	case KVPROTO_ALLOC_R:
+	case KVPROTO_FREE:
+		if (h->type == KVPROTO_ALLOC_R && h->len == sizeof(struct kvproto_count))
+			return 0;	/* zero pages granted */
+		return counted(payload, h->len, sizeof(struct kvproto_pg), &n, why);
+	case KVPROTO_PUBLISH:
+		if (!bt || bt > KVSHM_MAX_BLOCK_TOKENS)
+			return bad(why, "PUBLISH before a namespace is declared");
+		return counted(payload, h->len, sizeof(struct kvproto_pub) + (uint64_t)bt * 4,
+			       &n, why);
+	case KVPROTO_PUBLISH_R:
+		return counted(payload, h->len, sizeof(struct kvproto_pub_r), &n, why);
+	case KVPROTO_FREE_R:
+		if (h->len != sizeof(struct kvproto_count))
+			return bad(why, "FREE reply has the wrong size");
+		return 0;
+	case KVPROTO_ERROR:
+		if (h->len < sizeof(struct kvproto_error))
+			return bad(why, "ERROR shorter than its header");
+		return 0;
+	default:
+		return bad(why, "unknown message type");
+	}
+}
+
+int kvproto_socket_path(char *buf, size_t len)
+{
+	const char *env = getenv("KVCACHED_SOCKET");
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	int n;
+
+	if (env && *env)
+		n = snprintf(buf, len, "%s", env);
+	else if (geteuid() == 0)
+		n = snprintf(buf, len, "/run/kvcached/kvcached.sock");
+	else if (xdg && *xdg)
+		n = snprintf(buf, len, "%s/kvcached.sock", xdg);
+	else
+		n = snprintf(buf, len, "/tmp/kvcached-%u/kvcached.sock", (unsigned)geteuid());
+	if (n < 0 || (size_t)n >= len)
+		return -ENAMETOOLONG;
+	return 0;
+}

@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * proto.h - the Unix-socket protocol between libkvclient and kvcached.
+ *
+ * SOCK_STREAM, little-endian host order (both ends are on one host).
+ * Every message is a 16-byte header followed by `len` payload bytes, and
+ * every request gets exactly one reply carrying the same `seq`. File
+ * descriptors travel (SCM_RIGHTS) only with the HELLO reply.
+ *
+ *   HELLO   c->d  struct kvproto_hello
+ *   HELLO_R d->c  struct kvproto_hello_r  + fds [segment, pool, ledger]
+ *   ALLOC   c->d  struct kvproto_alloc
+ *   ALLOC_R d->c  struct kvproto_count + n x struct kvproto_pg
+ *   PUBLISH c->d  struct kvproto_count + n x (struct kvproto_pub + bt tokens)
+ *   PUBLISH_R     struct kvproto_count + n x struct kvproto_pub_r
+ *   FREE    c->d  struct kvproto_count + n x struct kvproto_pg
+ *   FREE_R  d->c  struct kvproto_count (pages freed)
+ *   ERROR   d->c  struct kvproto_error + message text (then the daemon
+ *                 closes the connection if the error was the client's)
+ *
+ * kvproto_decode() checks every length against the declared counts before
+ * anything reads a record; it is the one function that ever parses bytes
+ * that came from the socket.
+ */
+#ifndef KVSHM_PROTO_H
+#define KVSHM_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "segment.h"
+
+#define KVPROTO_MAGIC	0x4b564331u	/* "1CVK" */
+#define KVPROTO_VERSION 1u
+#define KVPROTO_MAX_LEN (16u << 20)	/* largest payload either side sends */
+#define KVPROTO_MAX_COUNT 65536u	/* records per message */
+
+enum kvproto_type {
+	KVPROTO_HELLO = 1,
+	KVPROTO_HELLO_R = 2,
+	KVPROTO_ALLOC = 3,
+	KVPROTO_ALLOC_R = 4,
+	KVPROTO_PUBLISH = 5,
+	KVPROTO_PUBLISH_R = 6,
+	KVPROTO_FREE = 7,
+	KVPROTO_FREE_R = 8,
+	KVPROTO_ERROR = 9,
+};
+
+struct kvproto_hdr {
+	uint32_t magic;
+	uint16_t type;
+	uint16_t flags;
+	uint32_t len;
+	uint32_t seq;
+};
+
+struct kvproto_hello {
+	uint32_t version;
+	uint32_t flags;		/* none defined: must be 0 */
+	uint32_t dtype_bytes;
+	uint32_t layers;
+	uint32_t kv_heads;
+	uint32_t head_dim;
+	uint32_t block_tokens;
+	uint32_t pos_kind;
+	uint32_t max_pins;	/* 0 = daemon default */
+	uint32_t pad;
+	char model[KVSHM_MODEL_NAME];
+	char name[16];		/* process name for kvstat */
+};
+
+struct kvproto_hello_r {
+	uint32_t version;
+	uint32_t client_id;
+	uint32_t ns_id;
+	uint32_t n_pages;
+	uint64_t page_bytes;	/* pool slot bytes */
+	uint64_t ns_page_bytes;	/* this namespace's page bytes (<= slot) */
+	uint64_t segment_bytes;
+	uint64_t pool_bytes;
+	uint64_t ledger_bytes;
+	uint32_t block_tokens;
+	uint32_t pool_kind;
+	uint32_t nslots;
+	uint32_t pad;
+};
+
+struct kvproto_count {
+	uint32_t n;
+	uint32_t pad;
+};
+
+struct kvproto_alloc {
+	uint32_t n;		/* pages wanted, 1..KVPROTO_MAX_COUNT */
+	uint32_t flags;		/* none defined: must be 0 */
+};
+
+/* A page as handed out: index and generation. */
+struct kvproto_pg {
+	uint32_t page;
+	uint32_t gen;
+};
+
+/* One publish record; followed by block_tokens uint32 tokens. */
+struct kvproto_pub {
+	uint32_t page;
+	uint32_t gen;
+	struct kvshm_key key;
+	struct kvshm_key parent;
+};
+
+struct kvproto_pub_r {
+	int32_t status;		/* 0 published, 1 dup (page = winner), -errno */
+	uint32_t page;
+	uint32_t gen;
+	uint32_t pad;
+};
+
+struct kvproto_error {
+	int32_t err;		/* negative errno */
+	uint32_t fatal;		/* 1: the daemon closes the connection */
+};
+
+/*
+ * Check a received message: header magic, type in range, length within
+ * KVPROTO_MAX_LEN, payload exactly the size its counts imply (bt = tokens
+ * per block of this connection, for PUBLISH). Returns 0 or -EBADMSG, with
+ * *why naming the problem.
+ */
+int kvproto_decode(const struct kvproto_hdr *h, const void *payload,
+		   uint32_t bt, const char **why);
+
+/* Payload bytes of a PUBLISH with n records of bt tokens. */
+static inline uint64_t kvproto_pub_bytes(uint32_t n, uint32_t bt)
+{
+	return sizeof(struct kvproto_count) +
+	       (uint64_t)n * (sizeof(struct kvproto_pub) + (uint64_t)bt * 4);
+}
+
+_Static_assert(sizeof(struct kvproto_hdr) == 16, "hdr");
+_Static_assert(sizeof(struct kvproto_hello) == 120, "hello");
+_Static_assert(sizeof(struct kvproto_pub) == 40, "pub");
+
+
+/*
+ * The socket path both ends use when none is given: $KVCACHED_SOCKET, else
+ * /run/kvcached/kvcached.sock for root, else $XDG_RUNTIME_DIR/kvcached.sock,
+ * else /tmp/kvcached-UID/kvcached.sock. Returns 0 or -ENAMETOOLONG.
+ */
+int kvproto_socket_path(char *buf, size_t len);
+
+#endif

@@ -1,0 +1,341 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * segment.h - the layout of the shared segment every kvcached process maps.
+ *
+ * One memfd holds, in order: the header, the stats, the namespace table, the
+ * client rows, the hash index buckets, the page table, the block tokens of
+ * every page and the free-page stack. The daemon creates it, fills the
+ * header, maps it read-write and then seals it (F_SEAL_SHRINK | F_SEAL_GROW |
+ * F_SEAL_FUTURE_WRITE) before handing it to anyone, so clients and kvstat can
+ * only ever map it read-only. Nothing here is a pointer: every reference is
+ * an offset from the segment base or an index into a table, and a reader
+ * bounds-checks an index before it follows it.
+ *
+ * Writers and orderings, field by field, are stated next to each struct.
+ * The one rule behind all of them: the daemon's main thread is the only
+ * writer of this segment. Clients write only their own ledger (ledger.h).
+ *
+ * Must never: contain pointers, change a struct without bumping
+ * KVSHM_VERSION, or be written by a client.
+ */
+#ifndef KVSHM_SEGMENT_H
+#define KVSHM_SEGMENT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
+#define KVSHM_VERSION 1u
+
+#define KVSHM_CACHELINE 64
+#define KVSHM_MAX_BLOCK_TOKENS 1024u
+#define KVSHM_MODEL_NAME 64
+
+/* A 128-bit XXH3 key. */
+struct kvshm_key {
+	uint64_t lo;
+	uint64_t hi;
+};
+
+/* ---------------------------------------------------------------- header */
+
+/* Geometry fixed at creation. Written once by the daemon before sealing. */
+struct kvshm_geometry {
+	uint64_t page_bytes;	/* bytes of one pool page (slot) */
+	uint64_t pool_bytes;	/* n_pages * page_bytes */
+	uint32_t n_pages;	/* pages in the pool (tier 0) */
+	uint32_t block_tokens;	/* tokens per block, same for every namespace */
+	uint32_t n_buckets;	/* index buckets, a power of two */
+	uint32_t max_clients;	/* rows in the client table */
+	uint32_t max_ns;	/* rows in the namespace table */
+	uint32_t ledger_slots;	/* pin slots in each client's ledger */
+};
+
+/*
+ * Written once by the daemon before the segment is sealed and handed out;
+ * read-only for everyone afterwards, except the fields marked otherwise.
+ * struct sizes let a reader refuse a segment built by another layout even
+ * when the version number was not bumped.
+ */
+struct kvshm_header {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t header_bytes;		/* sizeof(struct kvshm_header) */
+	uint32_t page_entry_bytes;	/* sizeof(struct kvshm_page) */
+	uint32_t bucket_bytes;		/* sizeof(struct kvshm_bucket) */
+	uint32_t stats_bytes;		/* sizeof(struct kvshm_stats) */
+	uint32_t ns_bytes;		/* sizeof(struct kvshm_ns) */
+	uint32_t client_row_bytes;	/* sizeof(struct kvshm_client_row) */
+	uint32_t ledger_header_bytes;	/* sizeof(struct kvshm_ledger) */
+	struct kvshm_geometry geo;
+	uint64_t segment_bytes;
+	/* Offsets from the segment base; each is KVSHM_CACHELINE aligned. */
+	uint64_t off_stats;
+	uint64_t off_ns;
+	uint64_t off_clients;
+	uint64_t off_buckets;
+	uint64_t off_pages;
+	uint64_t off_tokens;
+	uint64_t off_free;
+	int32_t daemon_pid;
+	uint32_t pool_kind;		/* enum kvshm_pool_kind */
+	uint64_t start_time_ns;		/* CLOCK_REALTIME at creation */
+	/* Daemon, relaxed store: bumped every tick so readers see it is alive. */
+	_Atomic uint64_t heartbeat;
+};
+
+enum kvshm_pool_kind {
+	KVSHM_POOL_HOST = 1,
+	KVSHM_POOL_CUDA = 2,
+};
+
+/* ----------------------------------------------------------------- stats */
+
+/*
+ * Daemon-wide counters. Written by the daemon's main thread only, relaxed
+ * atomic stores (single writer; readers want a fresh-ish value, not a
+ * consistent snapshot). Lookup counters are the sum of what the clients
+ * count in their own ledgers, folded in by the daemon on every tick and when
+ * a client leaves.
+ */
+struct kvshm_stats {
+	_Atomic uint64_t pages_free;
+	_Atomic uint64_t pages_writing;
+	_Atomic uint64_t pages_ready;
+	_Atomic uint64_t index_entries;
+	_Atomic uint64_t clients_attached;
+	_Atomic uint64_t clients_total;		/* ever accepted */
+	_Atomic uint64_t clients_refused;	/* geometry, peer, protocol */
+	_Atomic uint64_t clients_dropped;	/* disconnected for bad messages */
+	_Atomic uint64_t allocs;		/* pages handed out WRITING */
+	_Atomic uint64_t alloc_short;		/* requests served only in part */
+	_Atomic uint64_t publishes;		/* pages that became READY */
+	_Atomic uint64_t publish_dups;		/* lost a race to an equal block */
+	_Atomic uint64_t publish_refused;	/* same key, other block (collision) */
+	_Atomic uint64_t frees;			/* WRITING pages given back */
+	_Atomic uint64_t evictions;
+	_Atomic uint64_t evict_backoffs;	/* candidates found pinned */
+	_Atomic uint64_t reclaimed;		/* WRITING pages of dead clients */
+	_Atomic uint64_t lookups;		/* folded in from ledgers */
+	_Atomic uint64_t hit_blocks;
+	_Atomic uint64_t miss_blocks;
+	_Atomic uint64_t pin_failures;
+};
+
+/* ------------------------------------------------------------ namespaces */
+
+/* Position encoding kinds a namespace can declare. */
+enum kvshm_pos_kind {
+	KVSHM_POS_NONE = 0,
+	KVSHM_POS_ROPE = 1,
+	KVSHM_POS_ALIBI = 2,
+	KVSHM_POS_LEARNED = 3,
+	KVSHM_POS_MAX = 3,
+};
+
+/*
+ * One model geometry plus identity. A row is written by the daemon while
+ * `used` is 0, then `used` is set with a release store; readers load `used`
+ * with acquire before trusting the rest. Rows are never reused while the
+ * daemon lives (namespaces are few; their pages outlive their clients).
+ */
+struct kvshm_ns {
+	_Atomic uint32_t used;
+	uint32_t dtype_bytes;
+	uint32_t layers;
+	uint32_t kv_heads;
+	uint32_t head_dim;
+	uint32_t block_tokens;
+	uint32_t pos_kind;
+	uint32_t pad;
+	uint64_t page_bytes;		/* the namespace's own page size */
+	struct kvshm_key id;		/* hash of the fields above + model */
+	char model[KVSHM_MODEL_NAME];	/* NUL-terminated */
+	uint64_t resv;
+};
+
+/* ----------------------------------------------------------- client rows */
+
+/*
+ * One row per attached client, for kvstat. The daemon writes a row while
+ * `pid` is 0, then publishes it by storing `pid` with release; it clears the
+ * row by storing 0 to `pid` first. Counters are relaxed copies of what the
+ * client counts in its ledger, refreshed every tick.
+ */
+struct kvshm_client_row {
+	_Atomic int32_t pid;
+	uint32_t uid;
+	uint32_t ns_id;
+	uint32_t pad;
+	char comm[16];
+	_Atomic uint64_t lookups;
+	_Atomic uint64_t hit_blocks;
+	_Atomic uint64_t miss_blocks;
+	_Atomic uint64_t pins_held;
+	_Atomic uint64_t published;
+	_Atomic uint64_t writing;
+};
+
+/* ---------------------------------------------------------------- index */
+
+#define KVSHM_BUCKET_ENTRIES 3
+#define KVSHM_PROBE_MAX 8	/* buckets scanned from the home bucket */
+
+/*
+ * Index entry: `ref` is the page index + 1 (0 = empty slot); `tag` is
+ * key.lo and `check` the low 32 bits of key.hi, so that most foreign
+ * entries are rejected without touching the page table. The full key is
+ * verified against the page entry.
+ */
+struct kvshm_entry {
+	uint64_t tag;
+	uint32_t ref;
+	uint32_t check;
+};
+
+/*
+ * A bucket is one cache line, read under its own sequence count (Linux
+ * seqcount). Writer (daemon only): seq += 1 (relaxed) then a release fence,
+ * write entries (relaxed atomic stores), seq += 1 (release store). Reader:
+ * s = seq (acquire); odd -> retry; read entries (relaxed atomic loads);
+ * acquire fence; seq == s or retry.
+ *
+ * `spill` counts entries whose home is this bucket but which live in one of
+ * the next KVSHM_PROBE_MAX - 1 buckets; a reader goes on probing only while
+ * it is non-zero, so a miss usually costs one cache line.
+ */
+struct kvshm_bucket {
+	_Atomic uint32_t seq;
+	uint32_t spill;
+	struct kvshm_entry e[KVSHM_BUCKET_ENTRIES];
+	uint64_t pad;
+};
+
+/* ----------------------------------------------------------- page table */
+
+enum kvshm_page_state {
+	KVSHM_PAGE_FREE = 0,
+	KVSHM_PAGE_WRITING = 1,	/* handed to one client, invisible */
+	KVSHM_PAGE_READY = 2,	/* in the index, pinnable */
+	KVSHM_PAGE_EVICTING = 3,/* chosen by the evictor, pins being checked */
+	KVSHM_PAGE_SPILLED = 4,	/* reserved for the spill tier */
+};
+
+/*
+ * One entry per pool page, written by the daemon only.
+ *
+ * state: seq_cst stores. The evictor's READY -> EVICTING store and a
+ *   client's pin-slot store are the two sides of a Dekker handshake
+ *   (ledger.h): with both seq_cst, at least one side sees the other.
+ * gen: bumped (release) on FREE -> WRITING and on EVICTING -> FREE, so a
+ *   (page, gen) pair names one life of a page. Readers load it with acquire
+ *   before reading the identity fields and re-check it afterwards.
+ * ns_id, key, parent, tokens (in the tokens region): written with relaxed
+ *   atomic stores only while the page is WRITING (not visible to lookups);
+ *   the READY store publishes them.
+ * owner: the client id holding a WRITING page; the daemon's own bookkeeping,
+ *   shown to kvstat.
+ * ref: CLOCK reference count, daemon-only (clients report accesses through
+ *   their ledger's access ring).
+ */
+struct kvshm_page {
+	_Atomic uint32_t state;
+	_Atomic uint32_t gen;
+	uint32_t ns_id;
+	uint32_t owner;
+	struct kvshm_key key;
+	struct kvshm_key parent;
+	uint32_t ref;
+	uint32_t pad;
+};
+
+/* ------------------------------------------------------------- accessors */
+
+static inline void *kvshm_at(const void *base, uint64_t off)
+{
+	return (char *)base + off;
+}
+
+static inline struct kvshm_stats *kvshm_stats(const struct kvshm_header *h)
+{
+	return kvshm_at(h, h->off_stats);
+}
+
+static inline struct kvshm_ns *kvshm_ns(const struct kvshm_header *h)
+{
+	return kvshm_at(h, h->off_ns);
+}
+
+static inline struct kvshm_client_row *kvshm_clients(const struct kvshm_header *h)
+{
+	return kvshm_at(h, h->off_clients);
+}
+
+static inline struct kvshm_bucket *kvshm_buckets(const struct kvshm_header *h)
+{
+	return kvshm_at(h, h->off_buckets);
+}
+
+static inline struct kvshm_page *kvshm_pages(const struct kvshm_header *h)
+{
+	return kvshm_at(h, h->off_pages);
+}
+
+static inline uint32_t *kvshm_tokens(const struct kvshm_header *h, uint32_t page)
+{
+	return (uint32_t *)kvshm_at(h, h->off_tokens) +
+	       (uint64_t)page * h->geo.block_tokens;
+}
+
+/* The free-page stack: a count followed by page indices. Daemon-only. */
+struct kvshm_free {
+	uint32_t count;
+	uint32_t pad[15];
+	uint32_t page[];
+};
+
+static inline struct kvshm_free *kvshm_free(const struct kvshm_header *h)
+{
+	return kvshm_at(h, h->off_free);
+}
+
+static inline int kvshm_key_eq(struct kvshm_key a, struct kvshm_key b)
+{
+	return a.lo == b.lo && a.hi == b.hi;
+}
+
+/*
+ * Compute the layout for a geometry: fills every size and offset field of
+ * *h (magic, version, sizes, offsets, segment_bytes). Returns 0 or -EINVAL
+ * (zero sizes, block_tokens over KVSHM_MAX_BLOCK_TOKENS, overflow).
+ */
+int kvshm_layout(struct kvshm_header *h, const struct kvshm_geometry *geo);
+
+/*
+ * Initialise a freshly zeroed segment of h->segment_bytes at base: copies
+ * the header, puts every page on the free stack, FREE, gen 0.
+ */
+void kvshm_init(void *base, const struct kvshm_header *h);
+
+/*
+ * Check that a mapped segment of `bytes` is one this build understands:
+ * magic, version, struct sizes, offsets and geometry all inside `bytes`.
+ * Returns 0, -EPROTO (magic or version) or -EBADMSG (sizes, offsets). On
+ * error, *why (if not NULL) points to a static description.
+ */
+int kvshm_validate(const void *base, uint64_t bytes, const char **why);
+
+/* Buckets for an index that must hold `entries` at a load below 1/2. */
+uint32_t kvshm_buckets_for(uint64_t entries);
+
+_Static_assert(sizeof(struct kvshm_key) == 16, "key");
+_Static_assert(sizeof(struct kvshm_entry) == 16, "entry");
+_Static_assert(sizeof(struct kvshm_bucket) == KVSHM_CACHELINE, "bucket");
+_Static_assert(sizeof(struct kvshm_page) == 56, "page entry");
+_Static_assert(offsetof(struct kvshm_page, key) == 16, "page.key");
+_Static_assert(sizeof(struct kvshm_ns) == 128, "ns row");
+_Static_assert(sizeof(struct kvshm_client_row) == 80, "client row");
+_Static_assert(offsetof(struct kvshm_header, heartbeat) == 160, "hdr");
+
+#endif
