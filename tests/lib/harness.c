@@ -1,0 +1,229 @@
+// SPDX-License-Identifier: MIT
+/*
+ * harness.c - see harness.h.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+const char *kvt_bin(const char *name)
+{
+	static char path[4][256];
+	static int k;
+	const char *b = getenv("BUILD");
+	char *p = path[k++ & 3];
+
+	snprintf(p, 256, "%s/%s", b && *b ? b : "build", name);
+	return p;
+}
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+static bool can_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool ok;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	ok = fd >= 0 && !connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+int kvt_daemon_start(struct kvt_daemon *d, const char *const *args)
+{
+	const char *argv[64];
+	int n = 0, i, logfd;
+
+	memset(d, 0, sizeof(*d));
+	snprintf(d->dir, sizeof(d->dir), "/tmp/kvt.XXXXXX");
+	if (!mkdtemp(d->dir))
+		return -1;
+	chmod(d->dir, 0755);
+	snprintf(d->sock, sizeof(d->sock), "%s/kvcached.sock", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/kvcached.log", d->dir);
+	argv[n++] = kvt_bin("kvcached");
+	argv[n++] = "--socket";
+	argv[n++] = d->sock;
+	argv[n++] = "--page-size";
+	argv[n++] = "4K";
+	argv[n++] = "--pool-size";
+	argv[n++] = "1M";
+	argv[n++] = "--hugepages";
+	argv[n++] = "off";
+	argv[n++] = "--log-level";
+	argv[n++] = "debug";
+	argv[n++] = "--tick-ms";
+	argv[n++] = "5";
+	for (i = 0; args && args[i] && n < 62; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	d->pid = fork();
+	if (d->pid < 0)
+		return -1;
+	if (!d->pid) {
+		logfd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+		if (logfd >= 0) {
+			dup2(logfd, 2);
+			close(logfd);
+		}
+		execv(argv[0], (char **)argv);
+		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	for (i = 0; i < 1000; i++) {	/* up to 10 s */
+		int st;
+
+		if (can_connect(d->sock))
+			return 0;
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			d->pid = 0;
+			return -1;
+		}
+		sleep_ms(10);
+	}
+	kill(d->pid, SIGKILL);
+	waitpid(d->pid, NULL, 0);
+	d->pid = 0;
+	return -1;
+}
+
+int kvt_daemon_stop(struct kvt_daemon *d)
+{
+	int st = 0;
+
+	if (d->pid > 0) {
+		kill(d->pid, SIGTERM);
+		waitpid(d->pid, &st, 0);
+		d->pid = 0;
+		return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	}
+	return -1;
+}
+
+bool kvt_log_has(const struct kvt_daemon *d, const char *s)
+{
+	char buf[1 << 16];
+	FILE *f;
+	bool found = false;
+
+	for (int tries = 0; tries < 200 && !found; tries++) {
+		size_t n;
+
+		f = fopen(d->log, "r");
+		if (!f)
+			return false;
+		while (!found && (n = fread(buf, 1, sizeof(buf) - 1, f)) > 0) {
+			buf[n] = 0;
+			found = strstr(buf, s) != NULL;
+		}
+		fclose(f);
+		if (!found)
+			sleep_ms(10);
+	}
+	return found;
+}
+
+struct kvc_model kvt_model(void)
+{
+	struct kvc_model m = {
+		.size = sizeof(m), .name = "kvt-tiny", .dtype_bytes = 2, .layers = 1,
+		.kv_heads = 2, .head_dim = 32, .block_tokens = 16, .pos_kind = KVC_POS_ROPE,
+	};
+	return m;
+}
+
+kvc_t *kvt_open(const struct kvt_daemon *d, const char *salt)
+{
+	struct kvc_model m = kvt_model();
+	struct kvc_options o = { .size = sizeof(o), .socket_path = d->sock };
+	kvc_t *c = NULL;
+
+	if (salt) {
+		o.salt = salt;
+		o.salt_len = strlen(salt);
+	}
+	if (kvc_open(&m, &o, &c))
+		return NULL;
+	return c;
+}
+
+static uint64_t mix(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	return x;
+}
+
+void kvt_fill(void *page, size_t bytes, struct kvc_key key)
+{
+	uint64_t *p = page, s = key.lo ^ mix(key.hi);
+	size_t i;
+
+	for (i = 0; i < bytes / 8; i++)
+		p[i] = mix(s + i);
+}
+
+bool kvt_check(const void *page, size_t bytes, struct kvc_key key)
+{
+	const uint64_t *p = page;
+	uint64_t s = key.lo ^ mix(key.hi);
+	size_t i;
+
+	for (i = 0; i < bytes / 8; i++)
+		if (p[i] != mix(s + i))
+			return false;
+	return true;
+}
+
+void kvt_tokens(uint32_t *t, size_t n, size_t shared, uint32_t seed)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		t[i] = (uint32_t)mix((i < shared ? 1 : seed) * 1000003ull + i) % 32000;
+}
+
+uint64_t kvt_free_pages(const kvc_t *c)
+{
+	struct kvc_stats s;
+
+	return kvc_stats(c, &s) ? 0 : s.pages_free;
+}
+
+pid_t kvt_fork(int (*fn)(void *), void *arg)
+{
+	pid_t p = fork();
+
+	if (!p)
+		_exit(fn(arg));
+	return p;
+}
+
+int kvt_wait(pid_t pid)
+{
+	int st;
+
+	if (waitpid(pid, &st, 0) != pid)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}

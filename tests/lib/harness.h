@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * harness.h - helpers for tests that start the real kvcached (memcached's
+ * testapp idea): a private socket in a private folder, the daemon's log in
+ * a file the test can search, and page patterns derived from block keys so
+ * any process can check any page byte for byte.
+ */
+#ifndef KVT_HARNESS_H
+#define KVT_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../../libclient/kvclient.h"
+
+struct kvt_daemon {
+	pid_t pid;
+	char dir[64];
+	char sock[108];
+	char log[128];
+};
+
+/* Path of a built program: $BUILD/name (BUILD defaults to "build"). */
+const char *kvt_bin(const char *name);
+
+/*
+ * Start kvcached on a private socket with a small host pool: 4 KiB pages
+ * (the tiny test model) unless args set page-size, plus the NULL-terminated
+ * extra args. Waits until the socket accepts. Returns 0 or -1.
+ */
+int kvt_daemon_start(struct kvt_daemon *d, const char *const *args);
+/* SIGTERM and wait: the exit status, or -1 if it died by a signal. */
+int kvt_daemon_stop(struct kvt_daemon *d);
+/* True once the daemon's log contains `s`. */
+bool kvt_log_has(const struct kvt_daemon *d, const char *s);
+
+/* The test model: 16-token blocks, 1 layer, 2 kv heads, head dim 32,
+ * 2-byte dtype: 4096-byte pages. */
+struct kvc_model kvt_model(void);
+/* Attach to d with the test model (and optional salt). NULL on error. */
+kvc_t *kvt_open(const struct kvt_daemon *d, const char *salt);
+
+/* Fill / check a page with the pattern of a block key. */
+void kvt_fill(void *page, size_t bytes, struct kvc_key key);
+bool kvt_check(const void *page, size_t bytes, struct kvc_key key);
+
+/* Tokens of a prompt: shared prefix of `shared` tokens from seed 1, the rest
+ * from `seed`. */
+void kvt_tokens(uint32_t *t, size_t n, size_t shared, uint32_t seed);
+
+/* Pages the daemon counts free, read from the segment through c. */
+uint64_t kvt_free_pages(const kvc_t *c);
+
+/* Run fn(arg) in a forked child; returns the pid. The child exits with
+ * fn's return value. */
+pid_t kvt_fork(int (*fn)(void *), void *arg);
+/* Wait for pid: its exit code, or 128 + signal. */
+int kvt_wait(pid_t pid);
+
+#endif
