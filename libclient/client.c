@@ -419,6 +419,10 @@ int kvc_stats(const kvc_t *c, struct kvc_stats *out)
 	out->pages_total = c->n_pages;
 	out->pages_free = atomic_load_explicit(&kvshm_stats(c->seg)->pages_free,
 					       memory_order_relaxed);
+	out->pages_ready = atomic_load_explicit(&kvshm_stats(c->seg)->pages_ready,
+						memory_order_relaxed);
+	out->pages_writing = atomic_load_explicit(&kvshm_stats(c->seg)->pages_writing,
+						  memory_order_relaxed);
 	return 0;
 }
 

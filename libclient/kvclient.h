@@ -201,7 +201,9 @@ struct kvc_stats {
 	uint64_t pins_held;
 	uint64_t published;
 	uint64_t pages_total;	/* pool pages */
-	uint64_t pages_free;	/* as the daemon last counted */
+	uint64_t pages_free;	/* pool-wide, as the daemon counts them */
+	uint64_t pages_ready;	/* pool-wide: indexed, pinnable */
+	uint64_t pages_writing;	/* pool-wide: granted, not yet published */
 };
 
 /* Errors: -EINVAL. */

@@ -227,3 +227,82 @@ int kvt_wait(pid_t pid)
 		return -1;
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
+
+static int check_hits(kvc_t *c, struct kvc_req *r, int hits, const struct kvc_key *k)
+{
+	int i;
+
+	for (i = 0; i < hits; i++)
+		if (!kvt_check(kvc_block(r, (size_t)i), kvc_page_bytes(c), k[i]))
+			return -1000;
+	return hits;
+}
+
+int kvt_put(kvc_t *c, const uint32_t *t, size_t n, int *cached)
+{
+	size_t nb = n / kvc_block_tokens(c), i;
+	struct kvc_key *k = calloc(nb + 1, sizeof(*k));
+	struct kvc_req *r = NULL;
+	int hits, rc;
+
+	if (!k)
+		return -ENOMEM;
+	rc = kvc_keys(c, t, n, NULL, 0, k, nb);
+	if (rc >= 0)
+		rc = kvc_req_new(c, t, n, NULL, 0, &r);
+	if (rc < 0)
+		goto out;
+	hits = rc = kvc_lookup(r);
+	if (rc < 0 || (rc = check_hits(c, r, hits, k)) < 0)
+		goto out;
+	if (cached)
+		*cached = hits;
+	if ((size_t)hits < nb) {
+		rc = kvc_alloc(r);
+		if (rc < 0)
+			goto out;
+		for (i = (size_t)hits; i < nb && kvc_block(r, i); i++)
+			kvt_fill(kvc_block(r, i), kvc_page_bytes(c), k[i]);
+		if (rc > 0) {
+			rc = kvc_publish(r);
+			if (rc < 0)
+				goto out;
+			if (cached)
+				*cached = rc;
+			/* After publish every cached block, ours or a winner's, holds
+			 * exactly its key's bytes. */
+			for (i = 0; i < nb; i++)
+				if (kvc_block(r, i) &&
+				    !kvt_check(kvc_block(r, i), kvc_page_bytes(c), k[i])) {
+					rc = -1000;
+					goto out;
+				}
+		}
+	}
+	rc = hits;
+out:
+	kvc_req_free(r);
+	free(k);
+	return rc;
+}
+
+int kvt_get(kvc_t *c, const uint32_t *t, size_t n)
+{
+	size_t nb = n / kvc_block_tokens(c);
+	struct kvc_key *k = calloc(nb + 1, sizeof(*k));
+	struct kvc_req *r = NULL;
+	int rc;
+
+	if (!k)
+		return -ENOMEM;
+	rc = kvc_keys(c, t, n, NULL, 0, k, nb);
+	if (rc >= 0)
+		rc = kvc_req_new(c, t, n, NULL, 0, &r);
+	if (rc >= 0)
+		rc = kvc_lookup(r);
+	if (rc > 0)
+		rc = check_hits(c, r, rc, k);
+	kvc_req_free(r);
+	free(k);
+	return rc;
+}

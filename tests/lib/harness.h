@@ -46,6 +46,17 @@ kvc_t *kvt_open(const struct kvt_daemon *d, const char *salt);
 void kvt_fill(void *page, size_t bytes, struct kvc_key key);
 bool kvt_check(const void *page, size_t bytes, struct kvc_key key);
 
+/*
+ * One request the way an engine makes it: look up, check every hit page's
+ * pattern, allocate the misses, fill them with their keys' patterns and
+ * publish. Returns the hit blocks, -1000 if a hit page held the wrong
+ * bytes, or a negative errno; *cached (if not NULL) gets what publish
+ * returned (or the hits when nothing was missed).
+ */
+int kvt_put(kvc_t *c, const uint32_t *t, size_t n, int *cached);
+/* Look up only, checking every hit page; returns hits or -1000. */
+int kvt_get(kvc_t *c, const uint32_t *t, size_t n);
+
 /* Tokens of a prompt: shared prefix of `shared` tokens from seed 1, the rest
  * from `seed`. */
 void kvt_tokens(uint32_t *t, size_t n, size_t shared, uint32_t seed);
