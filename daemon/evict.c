@@ -41,6 +41,7 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want)
 {
 	struct kvshm_page *pages = kvshm_pages(d->h);
 	uint32_t n = d->h->geo.n_pages, freed = 0, scanned = 0, batch[BATCH], nb, i;
+	uint32_t backed = 0;
 
 	while (freed < want && scanned < 2 * n) {
 		nb = 0;
@@ -67,11 +68,15 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want)
 			    KVSHM_PAGE_EVICTING) {
 				kvshm_page_evict_finish(d->h, batch[i]);
 				freed++;
+			} else {
+				backed++;
 			}
 		}
 	}
 	if (freed)
 		kvd_debug("evicted %u pages (wanted %u)", freed, want);
+	if (backed)
+		kvd_debug("eviction: %u pinned candidates backed off", backed);
 	return freed;
 }
 

@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: MIT
+/*
+ * pressure.c - what a dying or greedy client must not cost the others:
+ * a client killed with SIGKILL while it holds pins and WRITING pages is
+ * cleaned up to the last page, and eviction under pressure never takes a
+ * page somebody pins.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../lib/harness.h"
+
+#define BT 16
+
+static struct kvc_stats stats(kvc_t *c)
+{
+	struct kvc_stats s;
+
+	assert_int_equal(kvc_stats(c, &s), 0);
+	return s;
+}
+
+/* Wait (bounded) until the daemon's free-page count reaches `want`. */
+static uint64_t wait_free(kvc_t *c, uint64_t want)
+{
+	struct timespec ts = { 0, 10 * 1000 * 1000 };
+	int i;
+
+	for (i = 0; i < 500 && stats(c).pages_free != want; i++)
+		nanosleep(&ts, NULL);
+	return stats(c).pages_free;
+}
+
+struct holder {
+	const struct kvt_daemon *d;
+	int ready[2];
+};
+
+/* Pin a cached prefix, take WRITING pages for the rest, then hang. */
+static int holder(void *arg)
+{
+	struct holder *h = arg;
+	kvc_t *c = kvt_open(h->d, NULL);
+	uint32_t t[12 * BT];
+	struct kvc_req *r;
+	char b = 'r';
+
+	if (!c)
+		return 2;
+	kvt_tokens(t, 12 * BT, 4 * BT, 77);
+	if (kvc_req_new(c, t, 12 * BT, NULL, 0, &r) || kvc_lookup(r) != 4 || kvc_alloc(r) != 8)
+		return 3;
+	memset(kvc_block(r, 4), 0xab, kvc_page_bytes(c));	/* half-written */
+	if (write(h->ready[1], &b, 1) != 1)
+		return 4;
+	pause();
+	return 0;
+}
+
+static void test_sigkill_with_pins_and_writing_pages(void **state)
+{
+	struct kvt_daemon d;
+	struct holder h = { .d = &d };
+	uint32_t t[4 * BT];
+	struct kvc_stats s0, s1;
+	kvc_t *c;
+	pid_t p;
+	char b;
+	int i;
+
+	(void)state;
+	assert_int_equal(kvt_daemon_start(&d, NULL), 0);
+	c = kvt_open(&d, NULL);
+	assert_non_null(c);
+	kvt_tokens(t, 4 * BT, 4 * BT, 0);
+	assert_int_equal(kvt_put(c, t, 4 * BT, NULL), 0);
+	s0 = stats(c);
+	for (i = 0; i < 3; i++) {	/* three kills in a row */
+		assert_int_equal(pipe(h.ready), 0);
+		p = kvt_fork(holder, &h);
+		assert_int_equal(read(h.ready[0], &b, 1), 1);
+		s1 = stats(c);
+		assert_int_equal(s1.pages_writing, 8);
+		assert_int_equal(s1.pages_free, s0.pages_free - 8);
+		kill(p, SIGKILL);
+		assert_int_equal(kvt_wait(p), 128 + SIGKILL);
+		assert_int_equal(wait_free(c, s0.pages_free), s0.pages_free);
+		assert_int_equal(stats(c).pages_writing, 0);
+		assert_int_equal(stats(c).pages_ready, s0.pages_ready);
+		close(h.ready[0]);
+		close(h.ready[1]);
+	}
+	/* The prefix it pinned is intact, and its pins are gone: the
+	 * daemon may evict it now (checked through a full-pool flood). */
+	assert_int_equal(kvt_get(c, t, 4 * BT), 4);
+	assert_true(kvt_log_has(&d, "8 writing pages reclaimed"));
+	kvc_close(c);
+	assert_int_equal(kvt_daemon_stop(&d), 0);
+}
+
+static int flood(void *arg)
+{
+	const struct kvt_daemon *d = arg;
+	kvc_t *c = kvt_open(d, NULL);
+	uint32_t t[8 * BT];
+	int i, hits;
+
+	if (!c)
+		return 2;
+	/* 96 prompts x 8 blocks = 768 pages through a 256-page pool. */
+	for (i = 0; i < 96; i++) {
+		kvt_tokens(t, 8 * BT, 0, (uint32_t)(9000 + i));
+		hits = kvt_put(c, t, 8 * BT, NULL);
+		if (hits < 0)
+			return hits == -1000 ? 3 : 4;
+	}
+	kvc_close(c);
+	return 0;
+}
+
+static void test_eviction_never_takes_a_pinned_page(void **state)
+{
+	struct kvt_daemon d;
+	uint32_t t[8 * BT], old[8 * BT];
+	struct kvc_key k[8];
+	struct kvc_req *r;
+	kvc_t *c;
+	pid_t p;
+	size_t i;
+
+	(void)state;
+	assert_int_equal(kvt_daemon_start(&d, NULL), 0);
+	c = kvt_open(&d, NULL);
+	assert_non_null(c);
+	/* A prompt published and then held pinned by this process. */
+	kvt_tokens(t, 8 * BT, 0, 4242);
+	assert_int_equal(kvt_put(c, t, 8 * BT, NULL), 0);
+	assert_int_equal(kvc_keys(c, t, 8 * BT, NULL, 0, k, 8), 8);
+	assert_int_equal(kvc_req_new(c, t, 8 * BT, NULL, 0, &r), 0);
+	assert_int_equal(kvc_lookup(r), 8);
+	/* And one published but not pinned, which pressure may evict. */
+	kvt_tokens(old, 8 * BT, 0, 4343);
+	assert_int_equal(kvt_put(c, old, 8 * BT, NULL), 0);
+
+	p = kvt_fork(flood, &d);
+	assert_int_equal(kvt_wait(p), 0);
+
+	for (i = 0; i < 8; i++)
+		assert_true(kvt_check(kvc_block(r, i), kvc_page_bytes(c), k[i]));
+	kvc_req_free(r);
+	assert_int_equal(kvt_get(c, t, 8 * BT), 8);	/* still indexed */
+	/* Pressure did evict: the unpinned prompt lost blocks. */
+	assert_true(kvt_get(c, old, 8 * BT) < 8);
+	assert_true(kvt_log_has(&d, "evicted"));
+	assert_true(kvt_log_has(&d, "pinned candidates backed off"));
+	kvc_close(c);
+	assert_int_equal(kvt_daemon_stop(&d), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_sigkill_with_pins_and_writing_pages),
+		cmocka_unit_test(test_eviction_never_takes_a_pinned_page),
+	};
+
+	return cmocka_run_group_tests_name("integration/pressure", tests, NULL, NULL);
+}
