@@ -253,6 +253,21 @@ int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 #undef BAD
 }
 
+static bool known_key(const char *key)
+{
+	static const char *const keys[] = {
+		"allow-groups", "allow-users", "block-tokens", "foreground", "high-watermark",
+		"hugepages", "log-level", "low-watermark", "max-clients", "max-pins", "page-size",
+		"pool", "pool-size", "socket", "socket-mode", "tick-ms",
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+		if (!strcmp(key, keys[i]))
+			return true;
+	return false;
+}
+
 static char *trim(char *s)
 {
 	char *e;
@@ -394,6 +409,10 @@ int kvd_config_args(struct kvd_config *cfg, int argc, char **argv)
 			if (!eq)
 				i++;
 			continue;
+		}
+		if (!known_key(key)) {
+			fprintf(stderr, "kvcached: --%s: unknown option (see kvcached --help)\n", key);
+			return -1;
 		}
 		if (eq) {
 			val = eq + 1;

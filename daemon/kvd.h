@@ -83,6 +83,8 @@ void kvd_server_close(struct kvd *d);
 /* Queue a reply; 0 or -1 when the client had to be dropped. */
 int kvd_reply(struct kvd *d, struct kvd_client *c, uint16_t type, uint32_t seq,
 	      const void *p1, uint32_t n1, const void *p2, uint32_t n2);
+/* Close a client socket after draining a bounded amount of its input. */
+void kvd_drain_close(int fd);
 /* Send an ERROR; fatal ones drop the client. */
 void kvd_reply_error(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		     int err, bool fatal, const char *fmt, ...)

@@ -230,7 +230,7 @@ void kvd_registry_drop(struct kvd *d, struct kvd_client *c, const char *why)
 	if (!c->used)
 		return;
 	epoll_ctl(d->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-	close(c->fd);
+	kvd_drain_close(c->fd);
 	reclaimed = kvd_cache_reclaim(d, kvd_owner(c));
 	if (c->hello) {
 		struct kvshm_ledger *l = c->l;

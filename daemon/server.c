@@ -114,6 +114,18 @@ int kvd_server_open(struct kvd *d)
 	return 0;
 }
 
+void kvd_drain_close(int fd)
+{
+	char sink[4096];
+	int k;
+
+	/* Closing with unread input resets the peer, which would lose the
+	 * ERROR just sent: drain a bounded amount first. */
+	for (k = 0; k < 64 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; k++)
+		;
+	close(fd);
+}
+
 static bool peer_trusted(const struct kvd *d, int fd, const struct ucred *cr)
 {
 	gid_t groups[256];
@@ -154,7 +166,7 @@ static void refuse(int fd, int err, const char *msg)
 	n += strlen(msg);
 	if (send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
 		kvd_debug("refusal not delivered: %s", strerror(errno));
-	close(fd);
+	kvd_drain_close(fd);
 }
 
 static void do_accept(struct kvd *d)

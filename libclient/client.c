@@ -93,9 +93,15 @@ static int rpc_fds(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
 	rc = send_all(c->fd, &h, sizeof(h));
 	if (!rc && len)
 		rc = send_all(c->fd, payload, len);
-	if (!rc)
-		rc = recv_all(c->fd, &r, sizeof(r), fds, nfds);
-	if (rc)
+	/*
+	 * Read even when the send failed: a daemon that refuses us writes its
+	 * ERROR and closes, possibly before our request arrived.
+	 */
+	if (recv_all(c->fd, &r, sizeof(r), fds, nfds)) {
+		rc = -ENOTCONN;
+		goto out_dead;
+	}
+	if (rc && r.type != KVPROTO_ERROR)
 		goto out_dead;
 	if (r.magic != KVPROTO_MAGIC || r.seq != h.seq || r.len > KVPROTO_MAX_LEN) {
 		rc = -EPROTO;

@@ -1,0 +1,411 @@
+// SPDX-License-Identifier: MIT
+/*
+ * refuse.c - what kvcached refuses, and that refusing costs nobody else:
+ * a geometry that does not fit, a peer it does not trust, garbage and
+ * lies on the socket (dropped, daemon still serving), and a bad config
+ * file or flag (non-zero exit, message naming the problem).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../lib/harness.h"
+#include "../../shm/proto.h"
+
+#define BT 16
+
+static int setup(void **state)
+{
+	struct kvt_daemon *d = calloc(1, sizeof(*d));
+	const char *args[] = { "--socket-mode", "0666", NULL };
+
+	if (!d || kvt_daemon_start(d, args))
+		return -1;
+	*state = d;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct kvt_daemon *d = *state;
+	int rc = kvt_daemon_stop(d);
+
+	free(d);
+	return rc;
+}
+
+/* The daemon still serves: publish and hit a fresh prompt. */
+static void assert_serving(const struct kvt_daemon *d, uint32_t seed)
+{
+	kvc_t *c = kvt_open(d, NULL);
+	uint32_t t[3 * BT];
+	int cached = 0;
+
+	assert_non_null(c);
+	kvt_tokens(t, 3 * BT, 0, seed);
+	assert_int_equal(kvt_put(c, t, 3 * BT, &cached), 0);
+	assert_int_equal(cached, 3);
+	assert_int_equal(kvt_get(c, t, 3 * BT), 3);
+	kvc_close(c);
+}
+
+static void test_geometry_that_does_not_fit(void **state)
+{
+	struct kvt_daemon *d = *state;
+	struct kvc_model m = kvt_model();
+	char err[512];
+	struct kvc_options o = { .size = sizeof(o), .socket_path = d->sock, .errbuf = err,
+				 .errbuf_len = sizeof(err) };
+	kvc_t *c = NULL;
+
+	m.layers = 2;	/* 8 KiB pages into a 4 KiB pool */
+	assert_int_equal(kvc_open(&m, &o, &c), -EMEDIUMTYPE);
+	assert_null(c);
+	assert_non_null(strstr(err, "needs 8192-byte pages"));
+	assert_non_null(strstr(err, "4096 bytes"));
+	m = kvt_model();
+	m.block_tokens = 32;
+	assert_int_equal(kvc_open(&m, &o, &c), -EMEDIUMTYPE);
+	assert_non_null(strstr(err, "32-token blocks"));
+	/* A smaller page fits (it wastes part of each slot). */
+	m = kvt_model();
+	m.head_dim = 16;
+	assert_int_equal(kvc_open(&m, &o, &c), 0);
+	assert_int_equal(kvc_page_bytes(c), 2048);
+	kvc_close(c);
+	assert_serving(d, 31);
+}
+
+static void test_untrusted_peer(void **state)
+{
+	struct kvt_daemon *d = *state, other;
+	const char *args[] = { "--allow-users", "65534", NULL };
+	struct kvc_model m = kvt_model();
+	char err[512];
+	struct kvc_options o = { .size = sizeof(o), .errbuf = err, .errbuf_len = sizeof(err) };
+	kvc_t *c = NULL;
+	pid_t p;
+
+	/* A daemon that trusts only uid 65534 refuses us. */
+	if (getuid() != 65534) {
+		assert_int_equal(kvt_daemon_start(&other, args), 0);
+		o.socket_path = other.sock;
+		assert_int_equal(kvc_open(&m, &o, &c), -EACCES);
+		assert_non_null(strstr(err, "does not trust uid"));
+		assert_true(kvt_log_has(&other, "is not in allow-users"));
+		assert_int_equal(kvt_daemon_stop(&other), 0);
+	}
+	/* The default daemon trusts its own user only: a process that
+	 * dropped to nobody is refused (needs root to drop). */
+	if (geteuid() != 0) {
+		print_message("skip part: not root, cannot run a client as another user\n");
+		return;
+	}
+	p = fork();
+	if (!p) {
+		o.socket_path = d->sock;
+		if (setgid(65534) || setuid(65534))
+			_exit(9);
+		_exit(kvc_open(&m, &o, &c) == -EACCES ? 0 : 1);
+	}
+	assert_int_equal(kvt_wait(p), 0);
+	assert_serving(d, 32);
+}
+
+static int raw_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+
+	assert_true(fd >= 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+/* Read until the daemon closes; true if it did (with or without ERROR). */
+static bool closed_by_daemon(int fd, int32_t *err)
+{
+	uint8_t buf[4096];
+	size_t got = 0;
+	ssize_t n;
+
+	*err = 0;
+	while ((n = read(fd, buf + got, sizeof(buf) - got)) > 0)
+		got += (size_t)n;
+	if (got >= sizeof(struct kvproto_hdr) + sizeof(struct kvproto_error)) {
+		struct kvproto_hdr h;
+		struct kvproto_error e;
+
+		memcpy(&h, buf, sizeof(h));
+		memcpy(&e, buf + sizeof(h), sizeof(e));
+		if (h.type == KVPROTO_ERROR)
+			*err = e.err;
+	}
+	close(fd);
+	return n == 0;
+}
+
+static void send_frame(int fd, uint16_t type, const void *p, uint32_t len)
+{
+	struct kvproto_hdr h = { KVPROTO_MAGIC, type, 0, len, 7 };
+
+	assert_int_equal(write(fd, &h, sizeof(h)), sizeof(h));
+	if (len)
+		assert_int_equal(write(fd, p, len), (ssize_t)len);
+}
+
+static void hello(int fd)
+{
+	struct kvproto_hello hi = { .version = KVPROTO_VERSION, .dtype_bytes = 2, .layers = 1,
+				    .kv_heads = 2, .head_dim = 32, .block_tokens = BT,
+				    .pos_kind = 1, .model = "kvt-tiny" };
+	struct kvproto_hdr h;
+
+	send_frame(fd, KVPROTO_HELLO, &hi, sizeof(hi));
+	assert_int_equal(read(fd, &h, sizeof(h)), sizeof(h));
+	assert_int_equal(h.type, KVPROTO_HELLO_R);
+	{
+		char rest[sizeof(struct kvproto_hello_r)];
+
+		assert_int_equal(read(fd, rest, h.len), (ssize_t)h.len);
+	}
+}
+
+static void test_garbage_and_lies_on_the_socket(void **state)
+{
+	struct kvt_daemon *d = *state;
+	kvc_t *bystander = kvt_open(d, NULL);
+	uint8_t junk[512];
+	int32_t err;
+	int fd, i;
+
+	assert_non_null(bystander);
+	/* Random bytes before HELLO. */
+	for (i = 0; i < (int)sizeof(junk); i++)
+		junk[i] = (uint8_t)(i * 131 + 7);
+	fd = raw_connect(d->sock);
+	assert_int_equal(write(fd, junk, sizeof(junk)), sizeof(junk));
+	assert_true(closed_by_daemon(fd, &err));
+	assert_int_equal(err, -EBADMSG);
+
+	/* A frame claiming a 1 GiB payload. */
+	fd = raw_connect(d->sock);
+	{
+		struct kvproto_hdr h = { KVPROTO_MAGIC, KVPROTO_HELLO, 0, 1u << 30, 1 };
+
+		assert_int_equal(write(fd, &h, sizeof(h)), sizeof(h));
+	}
+	assert_true(closed_by_daemon(fd, &err));
+	assert_int_equal(err, -EBADMSG);
+
+	/* ALLOC before HELLO. */
+	fd = raw_connect(d->sock);
+	{
+		struct kvproto_alloc a = { 1, 0 };
+
+		send_frame(fd, KVPROTO_ALLOC, &a, sizeof(a));
+	}
+	assert_true(closed_by_daemon(fd, &err));
+	assert_int_equal(err, -EPROTO);
+
+	/* After HELLO: PUBLISH of a page it was never given. */
+	fd = raw_connect(d->sock);
+	hello(fd);
+	{
+		uint8_t msg[sizeof(struct kvproto_count) + sizeof(struct kvproto_pub) + BT * 4];
+		struct kvproto_count cnt = { 1, 0 };
+		struct kvproto_pub pub = { .page = 3, .gen = 1, .key = { 1, 2 } };
+
+		memset(msg, 0, sizeof(msg));
+		memcpy(msg, &cnt, sizeof(cnt));
+		memcpy(msg + sizeof(cnt), &pub, sizeof(pub));
+		send_frame(fd, KVPROTO_PUBLISH, msg, sizeof(msg));
+	}
+	assert_true(closed_by_daemon(fd, &err));
+	assert_int_equal(err, -EINVAL);
+
+	/* After HELLO: ALLOC a page, then FREE it twice in one message. */
+	fd = raw_connect(d->sock);
+	hello(fd);
+	{
+		struct kvproto_alloc a = { 1, 0 };
+		struct kvproto_hdr h;
+		uint8_t rep[sizeof(struct kvproto_count) + sizeof(struct kvproto_pg)];
+		uint8_t msg[sizeof(struct kvproto_count) + 2 * sizeof(struct kvproto_pg)];
+		struct kvproto_count cnt = { 2, 0 };
+
+		send_frame(fd, KVPROTO_ALLOC, &a, sizeof(a));
+		assert_int_equal(read(fd, &h, sizeof(h)), sizeof(h));
+		assert_int_equal(h.type, KVPROTO_ALLOC_R);
+		assert_int_equal(h.len, sizeof(rep));
+		assert_int_equal(read(fd, rep, sizeof(rep)), sizeof(rep));
+		memcpy(msg, &cnt, sizeof(cnt));
+		memcpy(msg + sizeof(cnt), rep + sizeof(cnt), sizeof(struct kvproto_pg));
+		memcpy(msg + sizeof(cnt) + sizeof(struct kvproto_pg), rep + sizeof(cnt),
+		       sizeof(struct kvproto_pg));
+		send_frame(fd, KVPROTO_FREE, msg, sizeof(msg));
+	}
+	assert_true(closed_by_daemon(fd, &err));
+	assert_int_equal(err, -EINVAL);
+
+	/* Oversized count. */
+	fd = raw_connect(d->sock);
+	hello(fd);
+	{
+		struct kvproto_alloc a = { KVPROTO_MAX_COUNT + 1, 0 };
+
+		send_frame(fd, KVPROTO_ALLOC, &a, sizeof(a));
+	}
+	assert_true(closed_by_daemon(fd, &err));
+	assert_int_equal(err, -EBADMSG);
+
+	/* Nobody else noticed, and nothing leaked. */
+	{
+		struct kvc_stats s;
+		int k;
+
+		for (k = 0; k < 200; k++) {
+			assert_int_equal(kvc_stats(bystander, &s), 0);
+			if (!s.pages_writing)
+				break;
+			usleep(10000);
+		}
+		assert_int_equal(s.pages_writing, 0);
+	}
+	assert_serving(d, 33);
+	assert_true(kvt_log_has(d, "does not hold WRITING"));
+	kvc_close(bystander);
+}
+
+/* Run kvcached with args; return its exit status, stderr in out. */
+static int run_daemon(const char *const *args, char *out, size_t outlen)
+{
+	const char *argv[16];
+	int pfd[2], n = 0, st;
+	size_t got = 0;
+	ssize_t r;
+	pid_t p;
+
+	argv[n++] = kvt_bin("kvcached");
+	while (*args && n < 15)
+		argv[n++] = *args++;
+	argv[n] = NULL;
+	assert_int_equal(pipe(pfd), 0);
+	p = fork();
+	if (!p) {
+		dup2(pfd[1], 2);
+		dup2(pfd[1], 1);
+		close(pfd[0]);
+		execv(argv[0], (char **)argv);
+		_exit(127);
+	}
+	close(pfd[1]);
+	while (got + 1 < outlen && (r = read(pfd[0], out + got, outlen - got - 1)) > 0)
+		got += (size_t)r;
+	out[got] = 0;
+	close(pfd[0]);
+	waitpid(p, &st, 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void test_bad_config_and_flags(void **state)
+{
+	char out[8192], path[] = "/tmp/kvt-conf.XXXXXX";
+	int fd;
+
+	(void)state;
+	{
+		const char *a[] = { "--pool-size", "10X", NULL };
+
+		assert_int_not_equal(run_daemon(a, out, sizeof(out)), 0);
+		assert_non_null(strstr(out, "pool-size 10X"));
+	}
+	{
+		const char *a[] = { "--no-such-flag", NULL };
+
+		assert_int_not_equal(run_daemon(a, out, sizeof(out)), 0);
+		assert_non_null(strstr(out, "--no-such-flag: unknown option"));
+	}
+	{
+		const char *a[] = { "--page-size", "5000", "--socket", "/tmp/x.sock", NULL };
+
+		assert_int_not_equal(run_daemon(a, out, sizeof(out)), 0);
+		assert_non_null(strstr(out, "page-size 5000"));
+	}
+	{
+		const char *a[] = { "--block-tokens", NULL };
+
+		assert_int_not_equal(run_daemon(a, out, sizeof(out)), 0);
+		assert_non_null(strstr(out, "--block-tokens: needs a value"));
+	}
+	{
+		const char *a[] = { "--pool", "tpu", NULL };
+
+		assert_int_not_equal(run_daemon(a, out, sizeof(out)), 0);
+		assert_non_null(strstr(out, "pool tpu: must be host or cuda"));
+	}
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	{
+		const char conf[] = "# kvcached test config\n\npool-size = 4M\n"
+				    "page-size = 4K\nlow-watermark = lots\n";
+		const char *a[] = { "--config", path, NULL };
+		char want[128];
+
+		assert_int_equal(write(fd, conf, sizeof(conf) - 1), (ssize_t)sizeof(conf) - 1);
+		close(fd);
+		assert_int_not_equal(run_daemon(a, out, sizeof(out)), 0);
+		snprintf(want, sizeof(want), "%s:5: low-watermark lots", path);
+		assert_non_null(strstr(out, want));
+	}
+	{
+		const char *a[] = { "--config", "/nonexistent/kvcached.conf", NULL };
+
+		assert_int_not_equal(run_daemon(a, out, sizeof(out)), 0);
+		assert_non_null(strstr(out, "/nonexistent/kvcached.conf"));
+	}
+	unlink(path);
+	{
+		const char *a[] = { "--help", NULL };
+
+		assert_int_equal(run_daemon(a, out, sizeof(out)), 0);
+		assert_non_null(strstr(out, "--pool-size SIZE"));
+	}
+}
+
+static void test_second_daemon_on_a_live_socket(void **state)
+{
+	struct kvt_daemon *d = *state;
+	const char *a[] = { "--socket", d->sock, "--pool-size", "1M", "--page-size", "4K", NULL };
+	char out[4096];
+
+	assert_int_not_equal(run_daemon(a, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "another kvcached is serving it"));
+	assert_serving(d, 34);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_geometry_that_does_not_fit),
+		cmocka_unit_test(test_untrusted_peer),
+		cmocka_unit_test(test_garbage_and_lies_on_the_socket),
+		cmocka_unit_test(test_bad_config_and_flags),
+		cmocka_unit_test(test_second_daemon_on_a_live_socket),
+	};
+
+	return cmocka_run_group_tests_name("integration/refuse", tests, setup, teardown);
+}
