@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: MIT
+/*
+ * api.c - every libkvclient call with bad arguments: NULL, zero, too big,
+ * wrong order, a handle whose daemon went away. Each returns its negative
+ * errno and changes nothing: the page counts and the index are checked
+ * to be exactly as before.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../lib/harness.h"
+
+#define BT 16
+
+static int setup(void **state)
+{
+	struct kvt_daemon *d = calloc(1, sizeof(*d));
+
+	if (!d || kvt_daemon_start(d, NULL))
+		return -1;
+	*state = d;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct kvt_daemon *d = *state;
+	int rc = d->pid ? kvt_daemon_stop(d) : 0;
+
+	free(d);
+	return rc;
+}
+
+static void test_open_arguments(void **state)
+{
+	struct kvt_daemon *d = *state;
+	struct kvc_model m = kvt_model(), bad;
+	struct kvc_options o = { .size = sizeof(o), .socket_path = d->sock };
+	char longpath[200];
+	kvc_t *c = (kvc_t *)1;
+
+	assert_int_equal(kvc_open(&m, &o, NULL), -EINVAL);
+	assert_int_equal(kvc_open(NULL, &o, &c), -EINVAL);
+	assert_null(c);
+#define BAD_MODEL(field, value) do { \
+		bad = m; bad.field = value; \
+		assert_int_equal(kvc_open(&bad, &o, &c), -EINVAL); \
+		assert_null(c); \
+	} while (0)
+	BAD_MODEL(size, 8);
+	BAD_MODEL(flags, 1);
+	BAD_MODEL(name, NULL);
+	BAD_MODEL(name, "");
+	BAD_MODEL(name, "a-model-name-that-is-much-longer-than-sixty-three-bytes-allowed-here");
+	BAD_MODEL(dtype_bytes, 3);
+	BAD_MODEL(layers, 0);
+	BAD_MODEL(layers, 5000);
+	BAD_MODEL(kv_heads, 0);
+	BAD_MODEL(head_dim, 0);
+	BAD_MODEL(block_tokens, 0);
+	BAD_MODEL(block_tokens, 4096);
+	BAD_MODEL(pos_kind, 99);
+	BAD_MODEL(resv[2], 1);
+	{
+		struct kvc_options ob = o;
+
+		ob.size = 4;
+		assert_int_equal(kvc_open(&m, &ob, &c), -EINVAL);
+		ob = o;
+		ob.flags = 2;
+		assert_int_equal(kvc_open(&m, &ob, &c), -EINVAL);
+		ob = o;
+		ob.salt_len = 4;	/* salt NULL */
+		assert_int_equal(kvc_open(&m, &ob, &c), -EINVAL);
+		ob = o;
+		ob.salt = "x";
+		ob.salt_len = KVC_MAX_SALT + 1;
+		assert_int_equal(kvc_open(&m, &ob, &c), -EINVAL);
+		ob = o;
+		ob.resv[0] = 1;
+		assert_int_equal(kvc_open(&m, &ob, &c), -EINVAL);
+		ob = o;
+		memset(longpath, 'x', sizeof(longpath) - 1);
+		longpath[sizeof(longpath) - 1] = 0;
+		ob.socket_path = longpath;
+		assert_int_equal(kvc_open(&m, &ob, &c), -ENAMETOOLONG);
+		ob = o;
+		ob.socket_path = "/nonexistent/kvcached.sock";
+		assert_int_equal(kvc_open(&m, &ob, &c), -ENOENT);
+	}
+	/* The socket path from the environment when none is given. */
+	setenv("KVCACHED_SOCKET", d->sock, 1);
+	assert_int_equal(kvc_open(&m, NULL, &c), 0);
+	assert_non_null(c);
+	kvc_close(c);
+	unsetenv("KVCACHED_SOCKET");
+	kvc_close(NULL);
+	kvc_req_free(NULL);
+}
+
+static void test_request_arguments(void **state)
+{
+	struct kvt_daemon *d = *state;
+	kvc_t *c = kvt_open(d, NULL);
+	uint32_t t[4 * BT];
+	struct kvc_key k[4];
+	struct kvc_req *r = (struct kvc_req *)1;
+	struct kvc_stats before, after;
+
+	assert_non_null(c);
+	assert_int_equal(kvc_stats(c, &before), 0);
+	kvt_tokens(t, 4 * BT, 0, 61);
+	assert_int_equal(kvc_req_new(NULL, t, 4 * BT, NULL, 0, &r), -EINVAL);
+	assert_null(r);
+	assert_int_equal(kvc_req_new(c, t, 4 * BT, NULL, 0, NULL), -EINVAL);
+	assert_int_equal(kvc_req_new(c, NULL, 4 * BT, NULL, 0, &r), -EINVAL);
+	assert_int_equal(kvc_req_new(c, t, 4 * BT, NULL, 3, &r), -EINVAL);
+	assert_int_equal(kvc_req_new(c, t, (size_t)KVC_MAX_TOKENS + 1, NULL, 0, &r), -E2BIG);
+	assert_int_equal(kvc_req_new(c, t, SIZE_MAX, NULL, 0, &r), -E2BIG);
+	assert_int_equal(kvc_req_new(c, t, 4 * BT, "x", KVC_MAX_EXTRA + 1, &r), -E2BIG);
+	assert_int_equal(kvc_keys(NULL, t, 4 * BT, NULL, 0, k, 4), -EINVAL);
+	assert_int_equal(kvc_keys(c, t, 4 * BT, NULL, 0, NULL, 4), -EINVAL);
+	assert_int_equal(kvc_keys(c, t, SIZE_MAX, NULL, 0, k, 4), -E2BIG);
+	assert_int_equal(kvc_keys(c, t, 4 * BT, NULL, 0, k, 2), 4);	/* writes 2 */
+	assert_int_equal(kvc_lookup(NULL), -EINVAL);
+	assert_int_equal(kvc_alloc(NULL), -EINVAL);
+	assert_int_equal(kvc_publish(NULL), -EINVAL);
+	assert_null(kvc_block(NULL, 0));
+	assert_int_equal(kvc_block_page(NULL, 0), -EINVAL);
+	assert_int_equal(kvc_stats(NULL, &after), -EINVAL);
+	assert_int_equal(kvc_stats(c, NULL), -EINVAL);
+
+	/* An empty prompt and a prompt shorter than a block: zero blocks. */
+	assert_int_equal(kvc_req_new(c, NULL, 0, NULL, 0, &r), 0);
+	assert_int_equal(kvc_lookup(r), 0);
+	assert_int_equal(kvc_alloc(r), 0);
+	assert_int_equal(kvc_publish(r), -EINVAL);
+	kvc_req_free(r);
+	assert_int_equal(kvc_req_new(c, t, BT - 1, NULL, 0, &r), 0);
+	assert_int_equal(kvc_req_blocks(r), 0);
+	kvc_req_free(r);
+
+	/* Calls out of order. */
+	assert_int_equal(kvc_req_new(c, t, 4 * BT, NULL, 0, &r), 0);
+	assert_int_equal(kvc_publish(r), -EINVAL);	/* before alloc */
+	assert_int_equal(kvc_lookup(r), 0);
+	assert_int_equal(kvc_lookup(r), -EINVAL);	/* twice */
+	assert_null(kvc_block(r, 0));			/* no page yet */
+	assert_int_equal(kvc_block_page(r, 0), -ENOENT);
+	assert_int_equal(kvc_alloc(r), 4);
+	assert_int_equal(kvc_alloc(r), -EINVAL);	/* twice */
+	assert_int_equal(kvc_lookup(r), -EINVAL);	/* after alloc */
+	assert_null(kvc_block(r, 4));			/* out of range */
+	assert_int_equal(kvc_block_page(r, 4), -EINVAL);
+	assert_non_null(kvc_block(r, 3));
+	kvc_req_free(r);	/* never published: pages go back */
+
+	assert_int_equal(kvc_stats(c, &after), 0);
+	assert_int_equal(after.pages_free, before.pages_free);
+	assert_int_equal(after.pages_ready, before.pages_ready);
+	assert_int_equal(after.pages_writing, 0);
+	assert_int_equal(kvt_get(c, t, 4 * BT), 0);	/* nothing indexed */
+	assert_string_equal(kvc_strerror(-EMEDIUMTYPE),
+			    "model geometry does not fit the kvcached pool");
+	assert_int_equal(kvc_version(), KVC_VERSION_NUMBER);
+	kvc_close(c);
+}
+
+static void test_daemon_gone(void **state)
+{
+	struct kvt_daemon *d = *state;
+	kvc_t *c = kvt_open(d, NULL);
+	uint32_t t[4 * BT];
+	struct kvc_req *r;
+
+	assert_non_null(c);
+	kvt_tokens(t, 4 * BT, 0, 62);
+	assert_int_equal(kvt_daemon_stop(d), 0);
+	assert_int_equal(kvc_req_new(c, t, 4 * BT, NULL, 0, &r), 0);
+	assert_int_equal(kvc_lookup(r), 0);
+	assert_int_equal(kvc_alloc(r), -ENOTCONN);
+	kvc_req_free(r);
+	kvc_close(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_open_arguments),
+		cmocka_unit_test(test_request_arguments),
+		cmocka_unit_test(test_daemon_gone),
+	};
+
+	return cmocka_run_group_tests_name("integration/api", tests, setup, teardown);
+}
