@@ -53,10 +53,12 @@ KVCACHED   := $(BUILD)/kvcached
 LIBA       := $(BUILD)/libkvclient.a
 LIBSO      := $(BUILD)/libkvclient.so
 SONAME     := libkvclient.so.0
-TOOLS      := $(BUILD)/kvbench
+TOOL_SRC   := $(sort $(wildcard tools/*.c))
+TOOLS      := $(TOOL_SRC:tools/%.c=$(BUILD)/%)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%)
 INTEG_BIN  := $(INTEG_SRC:tests/integration/%.c=$(BUILD)/tests/integration/%)
 
+.SECONDARY:
 .PHONY: all deps run test test-asan test-tsan check bench clean
 all: $(KVCACHED) $(LIBA) $(LIBSO) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN)
 
@@ -105,12 +107,12 @@ $(LIBSO): $(CLIENT_OBJ) $(SHM_OBJ) libclient/kvclient.map
 		-Wl,--version-script=libclient/kvclient.map -o $@ $(CLIENT_OBJ) $(SHM_OBJ)
 	$(Q)ln -sf libkvclient.so $(BUILD)/$(SONAME)
 
-$(BUILD)/kvbench: $(BUILD)/tools/kvbench.o $(LIBA)
+$(TOOLS): $(BUILD)/%: $(BUILD)/tools/%.o $(LIBA)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lm
 
 # Unit tests reach internals through the objects (jemalloc's JET idea).
-$(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(SHM_OBJ) $(DAEMON_LIB) $(TESTLIB_OBJ)
+$(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(SHM_OBJ) $(DAEMON_LIB)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka
 
