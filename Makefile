@@ -22,7 +22,7 @@ override LDFLAGS += -fsanitize=address,undefined
 NOJEMALLOC := 1
 endif
 ifeq ($(SAN),tsan)
-override CFLAGS += -fsanitize=thread
+override CFLAGS += -fsanitize=thread -Wno-tsan
 override LDFLAGS += -fsanitize=thread
 NOJEMALLOC := 1
 endif
