@@ -70,19 +70,21 @@ run: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)exec $(KVCACHED) --foreground $(ARGS)
 
+# The plain build and the ASan+UBSan build run the same suites, so every
+# run of CI also runs the sanitizers.
+NPROC := $(shell nproc 2>/dev/null || echo 2)
 test: deps
-	$(Q)$(MAKE) --no-print-directory all
-	$(Q)BUILD=$(BUILD) ./tests/run-tests
+	$(Q)$(MAKE) --no-print-directory -j$(NPROC) all
+	$(Q)$(MAKE) --no-print-directory -j$(NPROC) SAN=asan BUILD=build-asan all
+	$(Q)BUILDS="$(BUILD) build-asan" ./tests/run-tests
 
-# Sanitizer variants run the same suites from their own build folder.
 test-asan: deps
-	$(Q)$(MAKE) --no-print-directory SAN=asan BUILD=build-asan all
-	$(Q)BUILD=build-asan ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ./tests/run-tests
+	$(Q)$(MAKE) --no-print-directory -j$(NPROC) SAN=asan BUILD=build-asan all
+	$(Q)BUILDS=build-asan ./tests/run-tests
 
 test-tsan: deps
-	$(Q)$(MAKE) --no-print-directory SAN=tsan BUILD=build-tsan all
-	$(Q)BUILD=build-tsan TSAN_OPTIONS=halt_on_error=1 ./tests/run-tests
+	$(Q)$(MAKE) --no-print-directory -j$(NPROC) SAN=tsan BUILD=build-tsan all
+	$(Q)BUILDS=build-tsan ./tests/run-tests
 
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all
