@@ -63,6 +63,12 @@ int kvc_alloc(struct kvc_req *r)
 		uint32_t s;
 
 		memcpy(&pg, (char *)reply + sizeof(cnt) + k * sizeof(pg), sizeof(pg));
+		if (pg.page >= c->n_pages) {
+			/* Not a page of this pool: trust nothing after it. The
+			 * daemon reclaims the grant when the request is freed. */
+			free(reply);
+			return -EPROTO;
+		}
 		s = kvc_slot_get(c);
 		r->page[i] = pg.page;
 		r->gen[i] = pg.gen;
@@ -71,10 +77,6 @@ int kvc_alloc(struct kvc_req *r)
 		if (s != UINT32_MAX) {
 			kvshm_ledger_hold(c->ledger, s, pg.page, pg.gen);
 			atomic_fetch_add_explicit(&c->ledger->pins_held, 1, memory_order_relaxed);
-		}
-		if (pg.page >= c->n_pages) {
-			free(reply);
-			return -EPROTO;
 		}
 	}
 	free(reply);
@@ -146,8 +148,7 @@ int kvc_publish(struct kvc_req *r)
 			r->gen[i] = pr.gen;
 			r->state[i] = KVC_B_PINNED;
 		} else {
-			if (pr.status == 1)	/* pin failed: slot already cleared */
-				kvshm_ledger_unpin(c->ledger, r->slot[i]);
+			/* Refused, or the winner was evicted before we pinned it. */
 			kvc_block_release(r, i);
 		}
 	}
