@@ -65,7 +65,7 @@ int kvc_alloc(struct kvc_req *r)
 		memcpy(&pg, (char *)reply + sizeof(cnt) + k * sizeof(pg), sizeof(pg));
 		if (pg.page >= c->n_pages) {
 			/* Not a page of this pool: trust nothing after it. The
-			 * daemon reclaims the grant when the request is freed. */
+			 * daemon reclaims what we did not record when we hang up. */
 			free(reply);
 			return -EPROTO;
 		}
