@@ -1,0 +1,402 @@
+// SPDX-License-Identifier: MIT
+/*
+ * ledger.c - unit tests for shm/ledger.c: a client's pin ledger.
+ *
+ * Pins succeed only on a READY page at the expected generation and leave
+ * the slot empty otherwise; a hold on a WRITING page stays a valid pin once
+ * the page is published; the daemon's scan reports exactly the slots that
+ * name EVICTING pages (whatever gen they carry) and ignores garbage slot
+ * values a client could write; the pin count; the lossy access ring; and
+ * validation of a mapped ledger.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../shm/index.h"
+#include "../../shm/ledger.h"
+#include "../../shm/page.h"
+#include "../../shm/segment.h"
+
+#define BT 16
+#define NPAGES 64
+#define NSLOTS 64
+
+struct fix {
+	struct kvshm_header *h;
+	void *base;
+	struct kvshm_ledger *l;
+	uint64_t lbytes;
+};
+
+static int setup(void **state)
+{
+	struct kvshm_geometry geo = {
+		.page_bytes = 4096,
+		.n_pages = NPAGES,
+		.block_tokens = BT,
+		.n_buckets = kvshm_buckets_for(NPAGES),
+		.max_clients = 4,
+		.max_ns = 4,
+		.ledger_slots = NSLOTS,
+	};
+	struct kvshm_header h;
+	struct fix *f = calloc(1, sizeof(*f));
+
+	if (!f || kvshm_layout(&h, &geo))
+		return -1;
+	f->base = aligned_alloc(4096, h.segment_bytes);
+	if (!f->base)
+		return -1;
+	memset(f->base, 0, h.segment_bytes);
+	kvshm_init(f->base, &h);
+	f->h = f->base;
+	f->lbytes = kvshm_ledger_bytes(NSLOTS);
+	f->l = calloc(1, f->lbytes);
+	if (!f->l)
+		return -1;
+	kvshm_ledger_init(f->l, NSLOTS, 3, 1);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fix *f = *state;
+
+	free(f->l);
+	free(f->base);
+	free(f);
+	return 0;
+}
+
+static uint64_t slot(const struct fix *f, uint32_t i)
+{
+	return atomic_load(&f->l->slot[i]);
+}
+
+/* A READY page: alloc and publish a block keyed by `seed`. */
+static void ready_page(struct fix *f, uint32_t seed, uint32_t *page, uint32_t *gen)
+{
+	struct kvshm_key k = { 0x1000 + seed, (uint64_t)seed << 32 | seed };
+	struct kvshm_key parent = { seed, 0 };
+	uint32_t tok[BT], w, wg, i;
+
+	for (i = 0; i < BT; i++)
+		tok[i] = seed + i;
+	assert_int_equal(kvshm_page_alloc(f->h, 3, 1, page, gen), 0);
+	assert_int_equal(kvshm_page_publish(f->h, *page, *gen, 3, k, parent, tok, &w, &wg),
+			 KVSHM_PUBLISHED);
+}
+
+static void test_init_and_bytes(void **state)
+{
+	struct fix *f = *state;
+	uint32_t n;
+
+	assert_int_equal(f->l->magic, KVSHM_LEDGER_MAGIC);
+	assert_int_equal(f->l->version, KVSHM_VERSION);
+	assert_int_equal(f->l->nslots, NSLOTS);
+	assert_int_equal(f->l->client_id, 3);
+	assert_int_equal(f->l->ns_id, 1);
+	assert_int_equal(f->l->bytes, f->lbytes);
+	for (n = 0; n < 20000; n = n * 3 + 1) {
+		uint64_t b = kvshm_ledger_bytes(n);
+
+		assert_int_equal(b % 4096, 0);
+		assert_true(b >= sizeof(struct kvshm_ledger) + (uint64_t)n * 8);
+		assert_true(b < sizeof(struct kvshm_ledger) + (uint64_t)n * 8 + 4096);
+	}
+	/* The largest slot count does not wrap. */
+	assert_true(kvshm_ledger_bytes(UINT32_MAX) > (uint64_t)UINT32_MAX * 8);
+	assert_int_equal(kvshm_ledger_validate(f->l, f->lbytes), 0);
+}
+
+static void test_slot_pack(void **state)
+{
+	(void)state;
+	assert_int_equal(kvshm_slot_page(0), UINT32_MAX);
+	assert_int_not_equal(kvshm_slot_pack(0, 0), 0);	/* page 0 gen 0 is not empty */
+	assert_int_equal(kvshm_slot_page(kvshm_slot_pack(0, 0)), 0);
+	assert_int_equal(kvshm_slot_page(kvshm_slot_pack(63, 7)), 63);
+	assert_int_equal(kvshm_slot_pack(63, 7) & 0xffffffffu, 7);
+	assert_int_equal(kvshm_slot_page(kvshm_slot_pack(UINT32_MAX - 1, 1)), UINT32_MAX - 1);
+}
+
+/* A pin on a READY page at its gen holds; unpin clears the slot. */
+static void test_pin_ready(void **state)
+{
+	struct fix *f = *state;
+	uint32_t p, g;
+
+	ready_page(f, 1, &p, &g);
+	assert_true(kvshm_ledger_pin(f->l, 5, f->h, p, g));
+	assert_int_equal(slot(f, 5), kvshm_slot_pack(p, g));
+	assert_int_equal(kvshm_ledger_count(f->l, f->h), 1);
+	/* A second slot on the same page is another, independent pin. */
+	assert_true(kvshm_ledger_pin(f->l, 6, f->h, p, g));
+	assert_int_equal(kvshm_ledger_count(f->l, f->h), 2);
+	kvshm_ledger_unpin(f->l, 5);
+	assert_int_equal(slot(f, 5), 0);
+	assert_int_equal(slot(f, 6), kvshm_slot_pack(p, g));
+	kvshm_ledger_unpin(f->l, 6);
+	assert_int_equal(kvshm_ledger_count(f->l, f->h), 0);
+}
+
+/* A pin that does not hold leaves the slot empty, whatever was in it. */
+static void test_pin_fails(void **state)
+{
+	struct fix *f = *state;
+	uint32_t r, gr, w, gw, e, ge;
+
+	ready_page(f, 2, &r, &gr);
+	ready_page(f, 3, &e, &ge);
+	assert_true(kvshm_page_evict_mark(f->h, e));
+	assert_int_equal(kvshm_page_alloc(f->h, 3, 1, &w, &gw), 0);
+
+	/* Wrong gen of a READY page (older and newer). */
+	atomic_store(&f->l->slot[0], 0xdeadull);
+	assert_false(kvshm_ledger_pin(f->l, 0, f->h, r, gr - 1));
+	assert_int_equal(slot(f, 0), 0);
+	assert_false(kvshm_ledger_pin(f->l, 0, f->h, r, gr + 1));
+	assert_int_equal(slot(f, 0), 0);
+	/* A FREE page, at its own gen. */
+	assert_int_equal(atomic_load(&kvshm_pages(f->h)[40].state), KVSHM_PAGE_FREE);
+	assert_false(kvshm_ledger_pin(f->l, 1, f->h, 40,
+				      atomic_load(&kvshm_pages(f->h)[40].gen)));
+	assert_int_equal(slot(f, 1), 0);
+	/* A WRITING page, at its own gen. */
+	assert_false(kvshm_ledger_pin(f->l, 2, f->h, w, gw));
+	assert_int_equal(slot(f, 2), 0);
+	/* An EVICTING page, at its own (unchanged) gen. */
+	assert_int_equal(atomic_load(&kvshm_pages(f->h)[e].gen), ge);
+	assert_false(kvshm_ledger_pin(f->l, 3, f->h, e, ge));
+	assert_int_equal(slot(f, 3), 0);
+	assert_int_equal(kvshm_ledger_count(f->l, f->h), 0);
+
+	/* After a back-off the same (page, gen) pins again. */
+	kvshm_page_evict_back_off(f->h, e);
+	assert_true(kvshm_ledger_pin(f->l, 3, f->h, e, ge));
+	/* After eviction and reuse the old gen never pins. */
+	kvshm_ledger_unpin(f->l, 3);
+	assert_true(kvshm_page_evict_mark(f->h, e));
+	kvshm_page_evict_finish(f->h, e);
+	assert_false(kvshm_ledger_pin(f->l, 3, f->h, e, ge));
+	assert_int_equal(slot(f, 3), 0);
+}
+
+static uint32_t held_page;
+
+static void record_simple(uint32_t page, void *arg)
+{
+	assert_int_equal(page, held_page);
+	(*(uint32_t *)arg)++;
+}
+
+/* hold() on a WRITING page, then publish: the same slot is a valid pin. */
+static void test_hold_then_publish(void **state)
+{
+	struct fix *f = *state;
+	struct kvshm_key k = { 0x77, 0x0000000500000077ull }, parent = { 1, 2 };
+	uint32_t p, g, w, wg, tok[BT] = { 0 };
+	uint32_t nseen = 0;
+
+	assert_int_equal(kvshm_page_alloc(f->h, 3, 1, &p, &g), 0);
+	kvshm_ledger_hold(f->l, 9, p, g);
+	held_page = p;
+	assert_int_equal(slot(f, 9), kvshm_slot_pack(p, g));
+	assert_int_equal(kvshm_ledger_count(f->l, f->h), 1);
+	assert_int_equal(kvshm_page_publish(f->h, p, g, 3, k, parent, tok, &w, &wg), 0);
+	/* Publishing does not change gen: the held (page, gen) still names it. */
+	assert_int_equal(slot(f, 9), kvshm_slot_pack(p, g));
+	assert_int_equal(atomic_load(&kvshm_pages(f->h)[p].gen), g);
+	assert_true(kvshm_ledger_pin(f->l, 10, f->h, p, g));
+	kvshm_ledger_unpin(f->l, 10);
+
+	/* The evictor sees the held slot and backs off. */
+	assert_true(kvshm_page_evict_mark(f->h, p));
+	kvshm_ledger_scan(f->l, f->h, record_simple, &nseen);
+	assert_int_equal(nseen, 1);
+	kvshm_page_evict_back_off(f->h, p);
+	assert_int_equal(atomic_load(&kvshm_pages(f->h)[p].state), KVSHM_PAGE_READY);
+	assert_int_equal(slot(f, 9), kvshm_slot_pack(p, g));
+	assert_true(kvshm_page_verify(f->h, p, 1, k, parent, tok, &wg));
+	assert_int_equal(wg, g);
+}
+
+struct calls {
+	uint32_t n;
+	uint32_t page[NSLOTS];
+};
+
+static void record(uint32_t page, void *arg)
+{
+	struct calls *c = arg;
+
+	assert_true(c->n < NSLOTS);
+	c->page[c->n++] = page;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* scan calls back once per slot naming an EVICTING page, and only then. */
+static void test_scan(void **state)
+{
+	struct fix *f = *state;
+	uint32_t r, gr, e1, g1, e2, g2, w, gw;
+	struct calls c = { 0 };
+
+	ready_page(f, 10, &r, &gr);
+	ready_page(f, 11, &e1, &g1);
+	ready_page(f, 12, &e2, &g2);
+	assert_int_equal(kvshm_page_alloc(f->h, 3, 1, &w, &gw), 0);
+
+	assert_true(kvshm_ledger_pin(f->l, 0, f->h, r, gr));
+	assert_true(kvshm_ledger_pin(f->l, 1, f->h, e1, g1));
+	assert_true(kvshm_ledger_pin(f->l, 2, f->h, e2, g2));
+	kvshm_ledger_hold(f->l, 3, w, gw);
+	/* A stale pin (old gen) on e1 still protects it: the page alone counts. */
+	atomic_store(&f->l->slot[4], kvshm_slot_pack(e1, g1 - 1));
+	/* Garbage a client could write: out-of-range pages, odd encodings. */
+	atomic_store(&f->l->slot[5], kvshm_slot_pack(NPAGES, 0));
+	atomic_store(&f->l->slot[6], kvshm_slot_pack(UINT32_MAX - 1, 5));
+	atomic_store(&f->l->slot[7], 5);		/* page field 0: "page -1" */
+	atomic_store(&f->l->slot[8], UINT64_MAX);
+	atomic_store(&f->l->slot[NSLOTS - 1], kvshm_slot_pack(1u << 31, 1));
+	/* A FREE page. */
+	atomic_store(&f->l->slot[9], kvshm_slot_pack(50, 0));
+
+	/* Nothing EVICTING yet: no calls. */
+	kvshm_ledger_scan(f->l, f->h, record, &c);
+	assert_int_equal(c.n, 0);
+
+	assert_true(kvshm_page_evict_mark(f->h, e1));
+	kvshm_ledger_scan(f->l, f->h, record, &c);
+	assert_int_equal(c.n, 2);
+	assert_int_equal(c.page[0], e1);
+	assert_int_equal(c.page[1], e1);
+
+	c.n = 0;
+	assert_true(kvshm_page_evict_mark(f->h, e2));
+	kvshm_ledger_scan(f->l, f->h, record, &c);
+	assert_int_equal(c.n, 3);
+	qsort(c.page, c.n, sizeof(c.page[0]), cmp_u32);
+	assert_int_equal(c.page[0], e1 < e2 ? e1 : e2);
+	assert_int_equal(c.page[2], e1 < e2 ? e2 : e1);
+
+	/* Unpinned pages are not reported. */
+	c.n = 0;
+	kvshm_ledger_unpin(f->l, 1);
+	kvshm_ledger_unpin(f->l, 4);
+	kvshm_ledger_scan(f->l, f->h, record, &c);
+	assert_int_equal(c.n, 1);
+	assert_int_equal(c.page[0], e2);
+
+	/* Slots past nslots are not the ledger's. */
+	c.n = 0;
+	kvshm_ledger_unpin(f->l, 2);
+	f->l->nslots = 2;
+	atomic_store(&f->l->slot[5], kvshm_slot_pack(e2, g2));
+	kvshm_ledger_scan(f->l, f->h, record, &c);
+	f->l->nslots = NSLOTS;
+	assert_int_equal(c.n, 0);
+}
+
+/* count: slots in use that name a page in range. */
+static void test_count(void **state)
+{
+	struct fix *f = *state;
+	uint32_t r, gr;
+
+	assert_int_equal(kvshm_ledger_count(f->l, f->h), 0);
+	ready_page(f, 20, &r, &gr);
+	assert_true(kvshm_ledger_pin(f->l, 0, f->h, r, gr));
+	kvshm_ledger_hold(f->l, 1, 30, 1);
+	atomic_store(&f->l->slot[2], kvshm_slot_pack(NPAGES - 1, 0));
+	atomic_store(&f->l->slot[3], kvshm_slot_pack(NPAGES, 0));	/* out of range */
+	atomic_store(&f->l->slot[4], UINT64_MAX);			/* out of range */
+	atomic_store(&f->l->slot[5], 1);				/* page -1 */
+	assert_int_equal(kvshm_ledger_count(f->l, f->h), 3);
+	kvshm_ledger_unpin(f->l, 1);
+	assert_int_equal(kvshm_ledger_count(f->l, f->h), 2);
+}
+
+/* The access ring keeps the last KVSHM_RING pages, head counts them all. */
+static void test_ring_wraps(void **state)
+{
+	struct fix *f = *state;
+	const uint32_t n = KVSHM_RING * 2 + 37;
+	uint32_t i;
+
+	assert_int_equal(atomic_load(&f->l->ring_head), 0);
+	for (i = 0; i < 10; i++)
+		kvshm_ledger_touch(f->l, 1000 + i);
+	assert_int_equal(atomic_load(&f->l->ring_head), 10);
+	for (i = 0; i < 10; i++)
+		assert_int_equal(atomic_load(&f->l->ring[i]), 1000 + i);
+	assert_int_equal(atomic_load(&f->l->ring[10]), 0);
+
+	for (i = 10; i < n; i++)
+		kvshm_ledger_touch(f->l, 1000 + i);
+	assert_int_equal(atomic_load(&f->l->ring_head), n);
+	/* Entry j holds the newest access that mapped to it. */
+	for (i = n - KVSHM_RING; i < n; i++)
+		assert_int_equal(atomic_load(&f->l->ring[i % KVSHM_RING]), 1000 + i);
+	/* The ring does not run into the slots. */
+	assert_int_equal(slot(f, 0), 0);
+}
+
+static void test_validate(void **state)
+{
+	struct fix *f = *state;
+	struct kvshm_ledger *l = f->l;
+
+	assert_int_equal(kvshm_ledger_validate(l, f->lbytes), 0);
+	assert_int_equal(kvshm_ledger_validate(l, f->lbytes + 4096), 0);
+	/* Mapped bytes too small for the header, or for nslots. */
+	assert_true(kvshm_ledger_validate(l, sizeof(*l) - 1) < 0);
+	assert_true(kvshm_ledger_validate(l, 0) < 0);
+	assert_int_equal(kvshm_ledger_validate(l, sizeof(*l)), -EBADMSG);
+	assert_int_equal(kvshm_ledger_validate(l, f->lbytes - 8), -EBADMSG);
+	l->nslots = NSLOTS * 1000;
+	assert_int_equal(kvshm_ledger_validate(l, f->lbytes), -EBADMSG);
+	l->nslots = UINT32_MAX;
+	assert_int_equal(kvshm_ledger_validate(l, f->lbytes), -EBADMSG);
+	l->nslots = NSLOTS;
+	/* Bad magic or version. */
+	l->magic ^= 1;
+	assert_int_equal(kvshm_ledger_validate(l, f->lbytes), -EPROTO);
+	l->magic ^= 1;
+	l->version++;
+	assert_int_equal(kvshm_ledger_validate(l, f->lbytes), -EPROTO);
+	l->version--;
+	assert_int_equal(kvshm_ledger_validate(l, f->lbytes), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_init_and_bytes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_slot_pack, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pin_ready, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pin_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hold_then_publish, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_scan, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_count, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ring_wraps, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_validate, setup, teardown),
+	};
+
+	return cmocka_run_group_tests_name("ledger", tests, NULL, NULL);
+}
