@@ -60,7 +60,7 @@ int kvd_cache_alloc(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	memcpy(&a, p, sizeof(a));
 	n = a.n;
 	/* Each WRITING page needs one of the client's pin slots. */
-	room = c->l->nslots > c->writing ? c->l->nslots - c->writing : 0;
+	room = c->nslots > c->writing ? c->nslots - c->writing : 0;
 	if (n > room)
 		n = room;
 	if (fr->count < n + d->low_pages)

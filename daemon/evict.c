@@ -34,7 +34,8 @@ static void scan_ledgers(struct kvd *d)
 
 	for (i = 0; i < d->cfg.max_clients; i++)
 		if (d->clients[i].used && d->clients[i].hello)
-			kvshm_ledger_scan(d->clients[i].l, d->h, back_off, d);
+			kvshm_ledger_scan(d->clients[i].l, d->clients[i].nslots, d->h,
+					  back_off, d);
 }
 
 uint32_t kvd_evict(struct kvd *d, uint32_t want)

@@ -34,7 +34,8 @@ struct kvd_client {
 	uint32_t writing;	/* pages this client holds WRITING */
 	char comm[16];
 	struct kvd_memfd ledger;
-	struct kvshm_ledger *l;
+	struct kvshm_ledger *l;	/* client-writable: bound-check all of it */
+	uint32_t nslots;	/* our own record of the ledger's size */
 	uint64_t ring_seen;
 
 	/* Framing: one message at a time is read into `in`. */

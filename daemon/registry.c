@@ -157,6 +157,7 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	}
 	c->l = c->ledger.base;
 	kvshm_ledger_init(c->l, nslots, c->id, (uint32_t)nsid);
+	c->nslots = nslots;
 	c->ns_id = (uint32_t)nsid;
 	c->bt = hi->block_tokens;
 	memcpy(c->comm, hi->name, sizeof(c->comm));

@@ -68,14 +68,14 @@ void kvshm_ledger_touch(struct kvshm_ledger *l, uint32_t page)
 	atomic_store_explicit(&l->ring_head, hd + 1, memory_order_release);
 }
 
-void kvshm_ledger_scan(const struct kvshm_ledger *l,
+void kvshm_ledger_scan(const struct kvshm_ledger *l, uint32_t nslots,
 		       const struct kvshm_header *h,
 		       void (*back_off)(uint32_t page, void *arg), void *arg)
 {
 	const struct kvshm_page *pages = kvshm_pages(h);
-	uint32_t i, n = l->nslots, pg;
+	uint32_t i, pg;
 
-	for (i = 0; i < n; i++) {
+	for (i = 0; i < nslots; i++) {
 		uint64_t v = atomic_load_explicit(&((struct kvshm_ledger *)l)->slot[i],
 						  memory_order_seq_cst);
 
@@ -89,13 +89,13 @@ void kvshm_ledger_scan(const struct kvshm_ledger *l,
 	}
 }
 
-uint64_t kvshm_ledger_count(const struct kvshm_ledger *l,
+uint64_t kvshm_ledger_count(const struct kvshm_ledger *l, uint32_t nslots,
 			    const struct kvshm_header *h)
 {
 	uint64_t n = 0;
 	uint32_t i;
 
-	for (i = 0; i < l->nslots; i++) {
+	for (i = 0; i < nslots; i++) {
 		uint64_t v = atomic_load_explicit(&((struct kvshm_ledger *)l)->slot[i],
 						  memory_order_relaxed);
 

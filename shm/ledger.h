@@ -115,15 +115,17 @@ void kvshm_ledger_unpin(struct kvshm_ledger *l, uint32_t i);
 void kvshm_ledger_touch(struct kvshm_ledger *l, uint32_t page);
 
 /*
- * Daemon: for every slot in the ledger naming a page in state EVICTING,
- * call back_off(page, arg). Page numbers out of range are ignored.
+ * Daemon: for every one of the first `nslots` slots naming a page in state
+ * EVICTING, call back_off(page, arg). Page numbers out of range are
+ * ignored. `nslots` is the daemon's own record of the ledger's size, never
+ * l->nslots: the header lives in memory the client can write.
  */
-void kvshm_ledger_scan(const struct kvshm_ledger *l,
+void kvshm_ledger_scan(const struct kvshm_ledger *l, uint32_t nslots,
 		       const struct kvshm_header *h,
 		       void (*back_off)(uint32_t page, void *arg), void *arg);
 
-/* Daemon: number of pins this ledger holds on pages in range. */
-uint64_t kvshm_ledger_count(const struct kvshm_ledger *l,
+/* Daemon: pins among the first `nslots` slots on pages in range. */
+uint64_t kvshm_ledger_count(const struct kvshm_ledger *l, uint32_t nslots,
 			    const struct kvshm_header *h);
 
 #endif

@@ -68,8 +68,13 @@ int kvproto_decode(const struct kvproto_hdr *h, const void *payload,
 	}
 	case KVPROTO_ALLOC_R:
 	case KVPROTO_FREE:
-		if (h->type == KVPROTO_ALLOC_R && h->len == sizeof(struct kvproto_count))
-			return 0;	/* zero pages granted */
+		if (h->type == KVPROTO_ALLOC_R && h->len == sizeof(struct kvproto_count)) {
+			struct kvproto_count c;
+
+			memcpy(&c, payload, sizeof(c));
+			/* The one short form: zero pages granted. */
+			return c.n ? bad(why, "payload length does not match its record count") : 0;
+		}
 		return counted(payload, h->len, sizeof(struct kvproto_pg), &n, why);
 	case KVPROTO_PUBLISH:
 		if (!bt || bt > KVSHM_MAX_BLOCK_TOKENS)

@@ -21,7 +21,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/mman.h>
+
 #include "../lib/harness.h"
+#include "../../shm/ledger.h"
 #include "../../shm/proto.h"
 
 #define BT 16
@@ -290,6 +293,83 @@ static void test_garbage_and_lies_on_the_socket(void **state)
 	kvc_close(bystander);
 }
 
+/* HELLO by hand, keeping the descriptors: [segment, pool, ledger]. */
+static void hello_fds(int fd, int fds[3], struct kvproto_hello_r *hr)
+{
+	struct kvproto_hello hi = { .version = KVPROTO_VERSION, .dtype_bytes = 2, .layers = 1,
+				    .kv_heads = 2, .head_dim = 32, .block_tokens = BT,
+				    .pos_kind = 1, .model = "kvt-tiny" };
+	char buf[sizeof(struct kvproto_hdr) + sizeof(*hr)];
+	char cbuf[CMSG_SPACE(3 * sizeof(int))];
+	struct iovec iov = { buf, sizeof(buf) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm;
+
+	send_frame(fd, KVPROTO_HELLO, &hi, sizeof(hi));
+	assert_int_equal(recvmsg(fd, &mh, MSG_WAITALL), (ssize_t)sizeof(buf));
+	cm = CMSG_FIRSTHDR(&mh);
+	assert_non_null(cm);
+	assert_int_equal(cm->cmsg_type, SCM_RIGHTS);
+	memcpy(fds, CMSG_DATA(cm), 3 * sizeof(int));
+	memcpy(hr, buf + sizeof(struct kvproto_hdr), sizeof(*hr));
+}
+
+static int flood_pool(void *arg)
+{
+	const struct kvt_daemon *d = arg;
+	kvc_t *c = kvt_open(d, NULL);
+	uint32_t t[8 * BT];
+	int i;
+
+	if (!c)
+		return 2;
+	for (i = 0; i < 80; i++) {	/* 640 pages through 256 */
+		kvt_tokens(t, 8 * BT, 0, (uint32_t)(7000 + i));
+		if (kvt_put(c, t, 8 * BT, NULL) < 0)
+			return 3;
+	}
+	kvc_close(c);
+	return 0;
+}
+
+/*
+ * Regression: the daemon used to bound its ledger scans by the nslots in
+ * the ledger header, which the client can write. A client that scribbles
+ * over its whole ledger (header, slots, access ring) must not take the
+ * daemon down while eviction scans it and the tick drains its ring.
+ */
+static void test_client_scribbles_its_ledger(void **state)
+{
+	struct kvt_daemon *d = *state;
+	struct kvproto_hello_r hr;
+	struct kvshm_ledger *l;
+	int fds[3], fd = raw_connect(d->sock), i;
+	uint32_t k;
+
+	hello_fds(fd, fds, &hr);
+	l = mmap(NULL, hr.ledger_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[2], 0);
+	assert_true(l != MAP_FAILED);
+	l->nslots = UINT32_MAX;
+	l->magic = 0;
+	for (k = 0; k < hr.nslots; k++)
+		atomic_store(&l->slot[k], k & 1 ? UINT64_MAX : kvshm_slot_pack(k * 7919u, k));
+	for (k = 0; k < KVSHM_RING; k++)
+		atomic_store(&l->ring[k], UINT32_MAX - k);
+	atomic_store(&l->ring_head, UINT64_MAX - 3);
+	/* Growing the ledger past its sealed size is refused by the kernel. */
+	assert_int_not_equal(ftruncate(fds[2], (off_t)hr.ledger_bytes * 2), 0);
+	assert_int_not_equal(ftruncate(fds[2], 0), 0);
+
+	assert_int_equal(kvt_wait(kvt_fork(flood_pool, d)), 0);
+	assert_serving(d, 35);
+	for (i = 0; i < 3; i++)
+		close(fds[i]);
+	munmap(l, hr.ledger_bytes);
+	close(fd);
+	assert_serving(d, 36);
+}
+
 /* Run kvcached with args; return its exit status, stderr in out. */
 static int run_daemon(const char *const *args, char *out, size_t outlen)
 {
@@ -309,6 +389,7 @@ static int run_daemon(const char *const *args, char *out, size_t outlen)
 		dup2(pfd[1], 2);
 		dup2(pfd[1], 1);
 		close(pfd[0]);
+		alarm(20);	/* a daemon that unexpectedly starts must not hang us */
 		execv(argv[0], (char **)argv);
 		_exit(127);
 	}
@@ -403,6 +484,7 @@ int main(void)
 		cmocka_unit_test(test_geometry_that_does_not_fit),
 		cmocka_unit_test(test_untrusted_peer),
 		cmocka_unit_test(test_garbage_and_lies_on_the_socket),
+		cmocka_unit_test(test_client_scribbles_its_ledger),
 		cmocka_unit_test(test_bad_config_and_flags),
 		cmocka_unit_test(test_second_daemon_on_a_live_socket),
 	};

@@ -138,15 +138,15 @@ static void test_pin_ready(void **state)
 	ready_page(f, 1, &p, &g);
 	assert_true(kvshm_ledger_pin(f->l, 5, f->h, p, g));
 	assert_int_equal(slot(f, 5), kvshm_slot_pack(p, g));
-	assert_int_equal(kvshm_ledger_count(f->l, f->h), 1);
+	assert_int_equal(kvshm_ledger_count(f->l, NSLOTS, f->h), 1);
 	/* A second slot on the same page is another, independent pin. */
 	assert_true(kvshm_ledger_pin(f->l, 6, f->h, p, g));
-	assert_int_equal(kvshm_ledger_count(f->l, f->h), 2);
+	assert_int_equal(kvshm_ledger_count(f->l, NSLOTS, f->h), 2);
 	kvshm_ledger_unpin(f->l, 5);
 	assert_int_equal(slot(f, 5), 0);
 	assert_int_equal(slot(f, 6), kvshm_slot_pack(p, g));
 	kvshm_ledger_unpin(f->l, 6);
-	assert_int_equal(kvshm_ledger_count(f->l, f->h), 0);
+	assert_int_equal(kvshm_ledger_count(f->l, NSLOTS, f->h), 0);
 }
 
 /* A pin that does not hold leaves the slot empty, whatever was in it. */
@@ -178,7 +178,7 @@ static void test_pin_fails(void **state)
 	assert_int_equal(atomic_load(&kvshm_pages(f->h)[e].gen), ge);
 	assert_false(kvshm_ledger_pin(f->l, 3, f->h, e, ge));
 	assert_int_equal(slot(f, 3), 0);
-	assert_int_equal(kvshm_ledger_count(f->l, f->h), 0);
+	assert_int_equal(kvshm_ledger_count(f->l, NSLOTS, f->h), 0);
 
 	/* After a back-off the same (page, gen) pins again. */
 	kvshm_page_evict_back_off(f->h, e);
@@ -211,7 +211,7 @@ static void test_hold_then_publish(void **state)
 	kvshm_ledger_hold(f->l, 9, p, g);
 	held_page = p;
 	assert_int_equal(slot(f, 9), kvshm_slot_pack(p, g));
-	assert_int_equal(kvshm_ledger_count(f->l, f->h), 1);
+	assert_int_equal(kvshm_ledger_count(f->l, NSLOTS, f->h), 1);
 	assert_int_equal(kvshm_page_publish(f->h, p, g, 3, k, parent, tok, &w, &wg), 0);
 	/* Publishing does not change gen: the held (page, gen) still names it. */
 	assert_int_equal(slot(f, 9), kvshm_slot_pack(p, g));
@@ -221,7 +221,7 @@ static void test_hold_then_publish(void **state)
 
 	/* The evictor sees the held slot and backs off. */
 	assert_true(kvshm_page_evict_mark(f->h, p));
-	kvshm_ledger_scan(f->l, f->h, record_simple, &nseen);
+	kvshm_ledger_scan(f->l, NSLOTS, f->h, record_simple, &nseen);
 	assert_int_equal(nseen, 1);
 	kvshm_page_evict_back_off(f->h, p);
 	assert_int_equal(atomic_load(&kvshm_pages(f->h)[p].state), KVSHM_PAGE_READY);
@@ -278,18 +278,18 @@ static void test_scan(void **state)
 	atomic_store(&f->l->slot[9], kvshm_slot_pack(50, 0));
 
 	/* Nothing EVICTING yet: no calls. */
-	kvshm_ledger_scan(f->l, f->h, record, &c);
+	kvshm_ledger_scan(f->l, NSLOTS, f->h, record, &c);
 	assert_int_equal(c.n, 0);
 
 	assert_true(kvshm_page_evict_mark(f->h, e1));
-	kvshm_ledger_scan(f->l, f->h, record, &c);
+	kvshm_ledger_scan(f->l, NSLOTS, f->h, record, &c);
 	assert_int_equal(c.n, 2);
 	assert_int_equal(c.page[0], e1);
 	assert_int_equal(c.page[1], e1);
 
 	c.n = 0;
 	assert_true(kvshm_page_evict_mark(f->h, e2));
-	kvshm_ledger_scan(f->l, f->h, record, &c);
+	kvshm_ledger_scan(f->l, NSLOTS, f->h, record, &c);
 	assert_int_equal(c.n, 3);
 	qsort(c.page, c.n, sizeof(c.page[0]), cmp_u32);
 	assert_int_equal(c.page[0], e1 < e2 ? e1 : e2);
@@ -299,16 +299,26 @@ static void test_scan(void **state)
 	c.n = 0;
 	kvshm_ledger_unpin(f->l, 1);
 	kvshm_ledger_unpin(f->l, 4);
-	kvshm_ledger_scan(f->l, f->h, record, &c);
+	kvshm_ledger_scan(f->l, NSLOTS, f->h, record, &c);
 	assert_int_equal(c.n, 1);
 	assert_int_equal(c.page[0], e2);
 
-	/* Slots past nslots are not the ledger's. */
+	/* Slots past the daemon's nslots are not the ledger's. */
 	c.n = 0;
 	kvshm_ledger_unpin(f->l, 2);
-	f->l->nslots = 2;
 	atomic_store(&f->l->slot[5], kvshm_slot_pack(e2, g2));
-	kvshm_ledger_scan(f->l, f->h, record, &c);
+	kvshm_ledger_scan(f->l, 2, f->h, record, &c);
+	assert_int_equal(c.n, 0);
+
+	/*
+	 * Regression: the header is client-writable. A client that raises
+	 * l->nslots must not widen the daemon's scan (it used to, reading
+	 * past the mapping); the scan goes by the nslots it is given.
+	 */
+	c.n = 0;
+	f->l->nslots = UINT32_MAX;
+	kvshm_ledger_scan(f->l, 2, f->h, record, &c);
+	assert_int_equal(kvshm_ledger_count(f->l, 2, f->h), 1);	/* slot 0 pins r */
 	f->l->nslots = NSLOTS;
 	assert_int_equal(c.n, 0);
 }
@@ -319,7 +329,7 @@ static void test_count(void **state)
 	struct fix *f = *state;
 	uint32_t r, gr;
 
-	assert_int_equal(kvshm_ledger_count(f->l, f->h), 0);
+	assert_int_equal(kvshm_ledger_count(f->l, NSLOTS, f->h), 0);
 	ready_page(f, 20, &r, &gr);
 	assert_true(kvshm_ledger_pin(f->l, 0, f->h, r, gr));
 	kvshm_ledger_hold(f->l, 1, 30, 1);
@@ -327,9 +337,9 @@ static void test_count(void **state)
 	atomic_store(&f->l->slot[3], kvshm_slot_pack(NPAGES, 0));	/* out of range */
 	atomic_store(&f->l->slot[4], UINT64_MAX);			/* out of range */
 	atomic_store(&f->l->slot[5], 1);				/* page -1 */
-	assert_int_equal(kvshm_ledger_count(f->l, f->h), 3);
+	assert_int_equal(kvshm_ledger_count(f->l, NSLOTS, f->h), 3);
 	kvshm_ledger_unpin(f->l, 1);
-	assert_int_equal(kvshm_ledger_count(f->l, f->h), 2);
+	assert_int_equal(kvshm_ledger_count(f->l, NSLOTS, f->h), 2);
 }
 
 /* The access ring keeps the last KVSHM_RING pages, head counts them all. */

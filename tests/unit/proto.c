@@ -179,15 +179,12 @@ static void test_pages(void **state)
 }
 
 /*
- * BUG (shm/proto.c, kvproto_decode, case KVPROTO_ALLOC_R): a reply of just
- * a kvproto_count is accepted whatever count it declares, so {n = 5} with
- * no records passes although proto.h promises "payload exactly the size
- * its counts imply". Today's only reader (libclient/publish.c) happens to
- * treat an 8-byte ALLOC_R as "0 pages" and ignores n, but any reader that
- * trusts decode and loops over n reads past the payload. Expected to fail
- * until decode accepts the short form only when n == 0.
+ * Regression: a reply of just a kvproto_count used to be accepted whatever
+ * count it declared ({n = 5} with no records), although proto.h promises
+ * "payload exactly the size its counts imply". The short form is valid
+ * only for n == 0 (zero pages granted).
  */
-static void test_alloc_r_count_must_match_bug(void **state)
+static void test_alloc_r_short_form_only_for_zero(void **state)
 {
 	(void)state;
 	ok(KVPROTO_ALLOC_R, counted(0, sizeof(struct kvproto_pg), 0), 16);
@@ -373,7 +370,7 @@ int main(void)
 		cmocka_unit_test(test_hello),
 		cmocka_unit_test(test_alloc),
 		cmocka_unit_test(test_pages),
-		cmocka_unit_test(test_alloc_r_count_must_match_bug),	/* BUG: fails */
+		cmocka_unit_test(test_alloc_r_short_form_only_for_zero),
 		cmocka_unit_test(test_publish),
 		cmocka_unit_test(test_replies),
 		cmocka_unit_test(test_header),
