@@ -2,10 +2,12 @@
 /*
  * kvd.h - the daemon's state, shared by its .c files (private).
  *
- * kvcached is one thread: an epoll loop over the listening socket, the
- * client sockets, a signalfd and a timerfd. That thread is the only writer
- * of the shared segment, which is what lets the index and page table be
- * read by clients with no lock at all.
+ * kvcached serves from one thread: an epoll loop over the listening
+ * socket, the client sockets, a signalfd and a timerfd. That thread is the
+ * only writer of the shared segment, which is what lets the index and page
+ * table be read by clients with no lock at all. (One helper thread exists
+ * for a while after start: it pre-faults pool memory and touches nothing
+ * else; see pool_host.c.)
  */
 #ifndef KVD_H
 #define KVD_H

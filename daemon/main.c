@@ -86,6 +86,7 @@ int main(int argc, char **argv)
 		 d.cfg.socket, d.h->geo.n_pages, (unsigned long long)d.h->geo.page_bytes,
 		 d.h->geo.block_tokens, d.h->geo.n_buckets,
 		 (unsigned long long)d.h->segment_bytes);
+	kvd_pool_prefault(&d.pool);
 	rc = kvd_server_run(&d) ? 1 : 0;
 out:
 	kvd_server_close(&d);

@@ -7,6 +7,10 @@
 #ifndef KVD_POOL_H
 #define KVD_POOL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
 #include "../shm/segment.h"
 #include "config.h"
 #include "memfd.h"
@@ -15,6 +19,9 @@ struct kvd_pool {
 	enum kvshm_pool_kind kind;
 	struct kvd_memfd mem;	/* host pool */
 	uint64_t bytes;
+	pthread_t prefault_thread;
+	bool prefaulting;
+	atomic_bool stop_prefault;
 };
 
 /*
@@ -25,6 +32,9 @@ struct kvd_pool {
  * having logged the reason.
  */
 int kvd_pool_host_open(struct kvd_pool *p, uint64_t bytes, enum kvd_hugepages mode);
+
+/* Fault the whole pool in on a background thread (see pool_host.c). */
+void kvd_pool_prefault(struct kvd_pool *p);
 
 /* The fd handed to clients. */
 int kvd_pool_fd(const struct kvd_pool *p);

@@ -4,9 +4,15 @@
  * no GPU is present and a real DRAM tier where one is.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 #include "log.h"
 #include "pool.h"
@@ -55,6 +61,40 @@ int kvd_pool_host_open(struct kvd_pool *p, uint64_t bytes, enum kvd_hugepages mo
 	return 0;
 }
 
+/*
+ * fallocate reserves the memory but leaves every page to be zeroed on its
+ * first touch: measured here, a fresh pool takes its first writes at
+ * ~0.4 GB/s against ~10 GB/s after. A background thread faults it all in
+ * (MADV_POPULATE_WRITE never changes contents, so clients may already be
+ * writing), 64 MiB at a time so that shutdown can stop it promptly.
+ * Best effort: kernels before 5.14 lack MADV_POPULATE_WRITE.
+ */
+static void *prefault(void *arg)
+{
+	struct kvd_pool *p = arg;
+	uint64_t off, chunk = 64ull << 20;
+
+	for (off = 0; off < p->bytes && !atomic_load(&p->stop_prefault); off += chunk) {
+		uint64_t n = p->bytes - off < chunk ? p->bytes - off : chunk;
+
+		if (madvise((char *)p->mem.base + off, n, MADV_POPULATE_WRITE)) {
+			kvd_debug("pool: MADV_POPULATE_WRITE: %s (pages fault in on first use)",
+				  strerror(errno));
+			return NULL;
+		}
+	}
+	if (off >= p->bytes)
+		kvd_debug("pool: all %llu bytes faulted in", (unsigned long long)p->bytes);
+	return NULL;
+}
+
+void kvd_pool_prefault(struct kvd_pool *p)
+{
+	if (p->mem.huge)
+		return;	/* hugetlb fallocate already allocated every page */
+	p->prefaulting = !pthread_create(&p->prefault_thread, NULL, prefault, p);
+}
+
 int kvd_pool_fd(const struct kvd_pool *p)
 {
 	return p->mem.fd;
@@ -62,5 +102,10 @@ int kvd_pool_fd(const struct kvd_pool *p)
 
 void kvd_pool_close(struct kvd_pool *p)
 {
+	if (p->prefaulting) {
+		atomic_store(&p->stop_prefault, true);
+		pthread_join(p->prefault_thread, NULL);
+		p->prefaulting = false;
+	}
 	kvd_memfd_close(&p->mem);
 }

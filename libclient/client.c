@@ -38,6 +38,32 @@ static int send_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+/* Header and payload in one sendmsg (one wake-up of the daemon). */
+static int send_frame(int fd, const struct kvproto_hdr *h, const void *payload,
+		      uint32_t len)
+{
+	struct iovec iov[2] = { { (void *)h, sizeof(*h) }, { (void *)payload, len } };
+	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = len ? 2 : 1 };
+	size_t total = sizeof(*h) + len;
+	ssize_t n;
+
+	do
+		n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -ENOTCONN;
+	if ((size_t)n == total)
+		return 0;
+	/* A short write (large PUBLISH): finish with plain sends. */
+	if ((size_t)n < sizeof(*h)) {
+		if (send_all(fd, (const char *)h + n, sizeof(*h) - (size_t)n))
+			return -ENOTCONN;
+		n = sizeof(*h);
+	}
+	return send_all(fd, (const char *)payload + ((size_t)n - sizeof(*h)),
+			total - (size_t)n);
+}
+
 /* Receive exactly len bytes; collect fds passed with them into fds[]. */
 static int recv_all(int fd, void *buf, size_t len, int *fds, int *nfds)
 {
@@ -90,9 +116,7 @@ static int rpc_fds(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
 	*reply_len = 0;
 	if (c->fd < 0)
 		return -ENOTCONN;
-	rc = send_all(c->fd, &h, sizeof(h));
-	if (!rc && len)
-		rc = send_all(c->fd, payload, len);
+	rc = send_frame(c->fd, &h, payload, len);
 	/*
 	 * Read even when the send failed: a daemon that refuses us writes its
 	 * ERROR and closes, possibly before our request arrived.
@@ -167,21 +191,24 @@ int kvc_rpc(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
 	return rc;
 }
 
-uint32_t kvc_slot_get(kvc_t *c)
+uint32_t kvc_slots_get(kvc_t *c, uint32_t *out, uint32_t n)
 {
-	uint32_t s = UINT32_MAX;
+	uint32_t k;
 
 	pthread_mutex_lock(&c->slot_lock);
-	if (c->n_free_slots)
-		s = c->free_slots[--c->n_free_slots];
+	for (k = 0; k < n && c->n_free_slots; k++)
+		out[k] = c->free_slots[--c->n_free_slots];
 	pthread_mutex_unlock(&c->slot_lock);
-	return s;
+	return k;
 }
 
-void kvc_slot_put(kvc_t *c, uint32_t s)
+void kvc_slots_put(kvc_t *c, const uint32_t *s, uint32_t n)
 {
+	uint32_t k;
+
 	pthread_mutex_lock(&c->slot_lock);
-	c->free_slots[c->n_free_slots++] = s;
+	for (k = 0; k < n; k++)
+		c->free_slots[c->n_free_slots++] = s[k];
 	pthread_mutex_unlock(&c->slot_lock);
 }
 

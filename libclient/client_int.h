@@ -63,9 +63,10 @@ struct kvc_req {
 int kvc_rpc(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
 	    uint16_t want, void **reply, uint32_t *reply_len);
 
-/* Ledger slot stack (slot_lock held by the *_locked variants' callers). */
-uint32_t kvc_slot_get(kvc_t *c);
-void kvc_slot_put(kvc_t *c, uint32_t s);
+/* Ledger slot stack: take up to n slots into out[] (returns how many) or
+ * give n back, one lock round each. */
+uint32_t kvc_slots_get(kvc_t *c, uint32_t *out, uint32_t n);
+void kvc_slots_put(kvc_t *c, const uint32_t *s, uint32_t n);
 
 /* Drop block i's page reference (unpin or forget). */
 void kvc_block_release(struct kvc_req *r, size_t i);

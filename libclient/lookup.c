@@ -103,7 +103,7 @@ int kvc_lookup(struct kvc_req *r)
 	struct kvshm_ledger *l;
 	struct kvshm_key parent;
 	kvc_t *c;
-	size_t i, k;
+	size_t i, k, got;
 	uint32_t bt;
 
 	if (!r || r->stage != 0)
@@ -116,8 +116,10 @@ int kvc_lookup(struct kvc_req *r)
 	parent = c->root;
 	for (k = 0; k < r->n && k < PREFETCH_AHEAD; k++)
 		kvshm_index_prefetch(h, r->keys[k]);
-	for (i = 0; i < r->n; i++) {
-		uint32_t page, gen, s;
+	/* All the pin slots this lookup can use, in one lock round. */
+	got = kvc_slots_get(c, r->slot, (uint32_t)r->n);
+	for (i = 0; i < got; i++) {
+		uint32_t page, gen;
 
 		if (i + PREFETCH_AHEAD < r->n)
 			kvshm_index_prefetch(h, r->keys[i + PREFETCH_AHEAD]);
@@ -126,21 +128,22 @@ int kvc_lookup(struct kvc_req *r)
 		    !kvshm_page_verify(h, page, c->ns_id, r->keys[i], parent,
 				       r->tokens + i * bt, &gen))
 			break;
-		s = kvc_slot_get(c);
-		if (s == UINT32_MAX)
-			break;	/* pin quota reached: the rest is a miss */
-		if (!kvshm_ledger_pin(l, s, h, page, gen)) {
-			kvc_slot_put(c, s);
+		if (!kvshm_ledger_pin(l, r->slot[i], h, page, gen)) {
 			atomic_fetch_add_explicit(&l->pin_failures, 1, memory_order_relaxed);
 			break;
 		}
 		kvshm_ledger_touch(l, page);
 		r->page[i] = page;
 		r->gen[i] = gen;
-		r->slot[i] = s;
 		r->state[i] = KVC_B_PINNED;
 		parent = r->keys[i];
 	}
+	/* Slots past the hit prefix go back (when got < n, the pin quota
+	 * ended the prefix and the rest is a miss). */
+	if (got > i)
+		kvc_slots_put(c, r->slot + i, (uint32_t)(got - i));
+	for (k = i; k < got; k++)
+		r->slot[k] = UINT32_MAX;
 	r->hits = (uint32_t)i;
 	atomic_fetch_add_explicit(&l->lookups, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->hit_blocks, i, memory_order_relaxed);

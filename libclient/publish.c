@@ -16,7 +16,7 @@ void kvc_block_release(struct kvc_req *r, size_t i)
 
 	if (r->slot[i] != UINT32_MAX) {
 		kvshm_ledger_unpin(c->ledger, r->slot[i]);
-		kvc_slot_put(c, r->slot[i]);
+		kvc_slots_put(c, &r->slot[i], 1);
 		atomic_fetch_sub_explicit(&c->ledger->pins_held, 1, memory_order_relaxed);
 		r->slot[i] = UINT32_MAX;
 	}
@@ -69,7 +69,8 @@ int kvc_alloc(struct kvc_req *r)
 			free(reply);
 			return -EPROTO;
 		}
-		s = kvc_slot_get(c);
+		if (!kvc_slots_get(c, &s, 1))
+			s = UINT32_MAX;
 		r->page[i] = pg.page;
 		r->gen[i] = pg.gen;
 		r->state[i] = KVC_B_WRITING;
@@ -162,7 +163,7 @@ void kvc_req_free(struct kvc_req *r)
 {
 	struct kvproto_count cnt = { 0, 0 };
 	struct kvproto_pg *pg = NULL;
-	size_t i, n = 0;
+	size_t i, n = 0, n_slots = 0;
 
 	if (!r)
 		return;
@@ -190,8 +191,18 @@ void kvc_req_free(struct kvc_req *r)
 			free(reply);
 			free(pg);
 		}
-		for (i = 0; i < r->n; i++)
-			kvc_block_release(r, i);
+		/* Unpin everything, then return the slots in one lock round. */
+		for (i = 0; i < r->n; i++) {
+			if (r->slot[i] != UINT32_MAX) {
+				kvshm_ledger_unpin(r->c->ledger, r->slot[i]);
+				r->slot[n_slots++] = r->slot[i];
+			}
+		}
+		if (n_slots) {
+			kvc_slots_put(r->c, r->slot, (uint32_t)n_slots);
+			atomic_fetch_sub_explicit(&r->c->ledger->pins_held, n_slots,
+						  memory_order_relaxed);
+		}
 	}
 	free(r->keys);
 	free(r->tokens);
