@@ -11,6 +11,8 @@
 #ifndef KVSHM_INDEX_H
 #define KVSHM_INDEX_H
 
+#include <stdatomic.h>
+
 #include "segment.h"
 
 /* Home bucket of a key. */
@@ -21,13 +23,78 @@ static inline uint32_t kvshm_index_home(const struct kvshm_header *h,
 }
 
 /*
+ * Reader side, inline: this is the client's hot path (liburing keeps its
+ * hot helpers in the header for the same reason). Entry fields are read
+ * with relaxed atomics so the race with the writer is defined behaviour;
+ * the seqcount's acquire loads and fence order them.
+ */
+static inline void kvshm_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+static inline struct kvshm_bucket *kvshm_bucket_at(const struct kvshm_header *h,
+						   uint32_t i)
+{
+	return &kvshm_buckets(h)[i & (h->geo.n_buckets - 1)];
+}
+
+/* Reader: the ref of k in bucket b (0 if absent) and b's spill count. */
+static inline uint32_t kvshm_bucket_find(const struct kvshm_bucket *b,
+					 struct kvshm_key k, uint32_t *spill)
+{
+	uint32_t s, ref, sp;
+	int j;
+
+	for (;;) {
+		s = atomic_load_explicit(&b->seq, memory_order_acquire);
+		if (s & 1) {
+			kvshm_cpu_relax();
+			continue;
+		}
+		ref = 0;
+		for (j = 0; j < KVSHM_BUCKET_ENTRIES; j++) {
+			uint32_t r = __atomic_load_n(&b->e[j].ref, __ATOMIC_RELAXED);
+
+			if (r && __atomic_load_n(&b->e[j].tag, __ATOMIC_RELAXED) == k.lo &&
+			    __atomic_load_n(&b->e[j].check, __ATOMIC_RELAXED) == (uint32_t)k.hi)
+				ref = r;
+		}
+		sp = __atomic_load_n(&b->spill, __ATOMIC_RELAXED);
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&b->seq, memory_order_relaxed) == s)
+			break;
+	}
+	*spill = sp;
+	return ref;
+}
+
+/*
  * Reader: the page index the index holds for key k, or UINT32_MAX. The
  * result is a candidate only: the caller must verify the page entry.
  */
-uint32_t kvshm_index_find(const struct kvshm_header *h, struct kvshm_key k);
+static inline uint32_t kvshm_index_find(const struct kvshm_header *h,
+					struct kvshm_key k)
+{
+	uint32_t home = kvshm_index_home(h, k), spill, ref, i;
+
+	ref = kvshm_bucket_find(kvshm_bucket_at(h, home), k, &spill);
+	for (i = 1; !ref && spill && i < KVSHM_PROBE_MAX; i++) {
+		uint32_t unused;
+
+		ref = kvshm_bucket_find(kvshm_bucket_at(h, home + i), k, &unused);
+	}
+	return ref ? ref - 1 : UINT32_MAX;
+}
 
 /* Reader: prefetch the home bucket of k. */
-void kvshm_index_prefetch(const struct kvshm_header *h, struct kvshm_key k);
+static inline void kvshm_index_prefetch(const struct kvshm_header *h,
+					struct kvshm_key k)
+{
+	__builtin_prefetch(kvshm_bucket_at(h, kvshm_index_home(h, k)), 0, 3);
+}
 
 /*
  * Writer: add k -> page. Returns 0, -EEXIST if k is already present, or

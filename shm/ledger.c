@@ -36,38 +36,6 @@ int kvshm_ledger_validate(const struct kvshm_ledger *l, uint64_t bytes)
 	return 0;
 }
 
-bool kvshm_ledger_pin(struct kvshm_ledger *l, uint32_t i,
-		      const struct kvshm_header *h, uint32_t page, uint32_t gen)
-{
-	const struct kvshm_page *p = &kvshm_pages(h)[page];
-
-	atomic_store_explicit(&l->slot[i], kvshm_slot_pack(page, gen), memory_order_seq_cst);
-	if (atomic_load_explicit(&p->state, memory_order_seq_cst) == KVSHM_PAGE_READY &&
-	    atomic_load_explicit(&p->gen, memory_order_seq_cst) == gen)
-		return true;
-	atomic_store_explicit(&l->slot[i], 0, memory_order_release);
-	return false;
-}
-
-void kvshm_ledger_hold(struct kvshm_ledger *l, uint32_t i, uint32_t page,
-		       uint32_t gen)
-{
-	atomic_store_explicit(&l->slot[i], kvshm_slot_pack(page, gen), memory_order_seq_cst);
-}
-
-void kvshm_ledger_unpin(struct kvshm_ledger *l, uint32_t i)
-{
-	atomic_store_explicit(&l->slot[i], 0, memory_order_release);
-}
-
-void kvshm_ledger_touch(struct kvshm_ledger *l, uint32_t page)
-{
-	uint64_t hd = atomic_load_explicit(&l->ring_head, memory_order_relaxed);
-
-	atomic_store_explicit(&l->ring[hd & (KVSHM_RING - 1)], page, memory_order_relaxed);
-	atomic_store_explicit(&l->ring_head, hd + 1, memory_order_release);
-}
-
 void kvshm_ledger_scan(const struct kvshm_ledger *l, uint32_t nslots,
 		       const struct kvshm_header *h,
 		       void (*back_off)(uint32_t page, void *arg), void *arg)

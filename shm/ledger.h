@@ -99,20 +99,44 @@ int kvshm_ledger_validate(const struct kvshm_ledger *l, uint64_t bytes);
 /*
  * Client: pin `page` expected at generation `gen` through slot `i`.
  * Returns true when the page is READY at `gen` after the slot is visible;
- * false (slot cleared) otherwise. The caller owns slot i.
+ * false (slot cleared) otherwise. The caller owns slot i and has checked
+ * page < n_pages. Inline: the client's hot path.
  */
-bool kvshm_ledger_pin(struct kvshm_ledger *l, uint32_t i,
-		      const struct kvshm_header *h, uint32_t page, uint32_t gen);
+static inline bool kvshm_ledger_pin(struct kvshm_ledger *l, uint32_t i,
+				    const struct kvshm_header *h, uint32_t page,
+				    uint32_t gen)
+{
+	const struct kvshm_page *p = &kvshm_pages(h)[page];
+
+	atomic_store_explicit(&l->slot[i], kvshm_slot_pack(page, gen), memory_order_seq_cst);
+	if (atomic_load_explicit(&p->state, memory_order_seq_cst) == KVSHM_PAGE_READY &&
+	    atomic_load_explicit(&p->gen, memory_order_seq_cst) == gen)
+		return true;
+	atomic_store_explicit(&l->slot[i], 0, memory_order_release);
+	return false;
+}
 
 /* Client: record a slot for a page that is WRITING and owned by us. */
-void kvshm_ledger_hold(struct kvshm_ledger *l, uint32_t i, uint32_t page,
-		       uint32_t gen);
+static inline void kvshm_ledger_hold(struct kvshm_ledger *l, uint32_t i,
+				     uint32_t page, uint32_t gen)
+{
+	atomic_store_explicit(&l->slot[i], kvshm_slot_pack(page, gen), memory_order_seq_cst);
+}
 
 /* Client: clear slot i (release). */
-void kvshm_ledger_unpin(struct kvshm_ledger *l, uint32_t i);
+static inline void kvshm_ledger_unpin(struct kvshm_ledger *l, uint32_t i)
+{
+	atomic_store_explicit(&l->slot[i], 0, memory_order_release);
+}
 
 /* Client: note an access to `page` in the ring. */
-void kvshm_ledger_touch(struct kvshm_ledger *l, uint32_t page);
+static inline void kvshm_ledger_touch(struct kvshm_ledger *l, uint32_t page)
+{
+	uint64_t hd = atomic_load_explicit(&l->ring_head, memory_order_relaxed);
+
+	atomic_store_explicit(&l->ring[hd & (KVSHM_RING - 1)], page, memory_order_relaxed);
+	atomic_store_explicit(&l->ring_head, hd + 1, memory_order_release);
+}
 
 /*
  * Daemon: for every one of the first `nslots` slots naming a page in state

@@ -101,16 +101,6 @@ int kvshm_page_free(struct kvshm_header *h, uint32_t page, uint32_t gen,
 	return 0;
 }
 
-static bool tokens_eq(const uint32_t *stored, const uint32_t *q, uint32_t bt)
-{
-	uint32_t i;
-
-	for (i = 0; i < bt; i++)
-		if (__atomic_load_n(&stored[i], RELAXED) != q[i])
-			return false;
-	return true;
-}
-
 int kvshm_page_publish(struct kvshm_header *h, uint32_t page, uint32_t gen,
 		       uint32_t owner, struct kvshm_key key,
 		       struct kvshm_key parent, const uint32_t *tokens,
@@ -193,31 +183,4 @@ void kvshm_page_evict_finish(struct kvshm_header *h, uint32_t page)
 		stat_add(h, &st->index_entries, -1);
 	to_free(h, page);
 	stat_add(h, &st->evictions, 1);
-}
-
-bool kvshm_page_verify(const struct kvshm_header *h, uint32_t page,
-		       uint32_t ns_id, struct kvshm_key key,
-		       struct kvshm_key parent, const uint32_t *tokens,
-		       uint32_t *gen)
-{
-	const struct kvshm_page *p;
-	uint32_t g;
-
-	if (page >= h->geo.n_pages)
-		return false;
-	p = &kvshm_pages(h)[page];
-	g = atomic_load_explicit(&p->gen, memory_order_acquire);
-	if (atomic_load_explicit(&p->state, memory_order_acquire) != KVSHM_PAGE_READY)
-		return false;
-	if (__atomic_load_n(&p->ns_id, RELAXED) != ns_id ||
-	    !kvshm_key_eq(kvshm_load_key(&p->key), key) ||
-	    !kvshm_key_eq(kvshm_load_key(&p->parent), parent) ||
-	    !tokens_eq(kvshm_tokens(h, page), tokens, h->geo.block_tokens))
-		return false;
-	/* Identity read under gen g: the caller's pin re-checks gen. */
-	atomic_thread_fence(memory_order_acquire);
-	if (atomic_load_explicit(&p->gen, memory_order_relaxed) != g)
-		return false;
-	*gen = g;
-	return true;
 }

@@ -56,17 +56,6 @@ void kvshm_page_evict_back_off(struct kvshm_header *h, uint32_t page);
 /* Writer: EVICTING -> FREE: drop from the index, bump gen, free it. */
 void kvshm_page_evict_finish(struct kvshm_header *h, uint32_t page);
 
-/*
- * Reader: is `page` READY in namespace ns_id with exactly this key, parent
- * and tokens? On success *gen is the generation under which it matched;
- * the caller pins (page, *gen) and the pin's re-check of state and gen
- * guarantees the identity read here was stable.
- */
-bool kvshm_page_verify(const struct kvshm_header *h, uint32_t page,
-		       uint32_t ns_id, struct kvshm_key key,
-		       struct kvshm_key parent, const uint32_t *tokens,
-		       uint32_t *gen);
-
 /* Relaxed atomic load of a 64-bit field that the daemon may be writing. */
 static inline uint64_t kvshm_load64(const uint64_t *p)
 {
@@ -83,6 +72,51 @@ static inline void kvshm_store_key(struct kvshm_key *d, struct kvshm_key k)
 {
 	__atomic_store_n(&d->lo, k.lo, __ATOMIC_RELAXED);
 	__atomic_store_n(&d->hi, k.hi, __ATOMIC_RELAXED);
+}
+
+static inline bool kvshm_tokens_eq(const uint32_t *stored, const uint32_t *q,
+				   uint32_t bt)
+{
+	uint32_t i;
+
+	for (i = 0; i < bt; i++)
+		if (__atomic_load_n(&stored[i], __ATOMIC_RELAXED) != q[i])
+			return false;
+	return true;
+}
+
+/*
+ * Reader (inline: the client's hot path): is `page` READY in namespace
+ * ns_id with exactly this key, parent and tokens? On success *gen is the
+ * generation under which it matched; the caller pins (page, *gen) and the
+ * pin's re-check of state and gen guarantees the identity read here was
+ * stable.
+ */
+static inline bool kvshm_page_verify(const struct kvshm_header *h, uint32_t page,
+				     uint32_t ns_id, struct kvshm_key key,
+				     struct kvshm_key parent, const uint32_t *tokens,
+				     uint32_t *gen)
+{
+	const struct kvshm_page *p;
+	uint32_t g;
+
+	if (page >= h->geo.n_pages)
+		return false;
+	p = &kvshm_pages(h)[page];
+	g = atomic_load_explicit(&p->gen, memory_order_acquire);
+	if (atomic_load_explicit(&p->state, memory_order_acquire) != KVSHM_PAGE_READY)
+		return false;
+	if (__atomic_load_n(&p->ns_id, __ATOMIC_RELAXED) != ns_id ||
+	    !kvshm_key_eq(kvshm_load_key(&p->key), key) ||
+	    !kvshm_key_eq(kvshm_load_key(&p->parent), parent) ||
+	    !kvshm_tokens_eq(kvshm_tokens(h, page), tokens, h->geo.block_tokens))
+		return false;
+	/* Identity read under gen g: the caller's pin re-checks gen. */
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&p->gen, memory_order_relaxed) != g)
+		return false;
+	*gen = g;
+	return true;
 }
 
 #endif
