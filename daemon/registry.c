@@ -69,21 +69,6 @@ static int ns_register(struct kvd *d, const struct kvshm_ns *want)
 	return (int)i;
 }
 
-/* The namespace's page bytes, or 0 on overflow. */
-static uint64_t ns_page_bytes(const struct kvproto_hello *hi)
-{
-	uint64_t v = hi->block_tokens, f[5] = { hi->layers, 2, hi->kv_heads, hi->head_dim,
-						 hi->dtype_bytes };
-	int i;
-
-	for (i = 0; i < 5; i++) {
-		if (!f[i] || v > UINT64_MAX / f[i])
-			return 0;
-		v *= f[i];
-	}
-	return v;
-}
-
 static int refuse_hello(struct kvd *d, struct kvd_client *c, uint32_t seq, int err,
 			const char *msg)
 {
@@ -99,7 +84,7 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	struct kvshm_ns ns;
 	struct kvshm_client_row *row;
 	struct kvproto_hdr h;
-	char msg[400], name[KVSHM_MODEL_NAME + 1];
+	char msg[400];
 	uint64_t pb;
 	uint32_t nslots;
 	int nsid, fds[3], rc;
@@ -109,40 +94,23 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 			 hi->version, KVPROTO_VERSION);
 		return refuse_hello(d, c, seq, -EPROTO, msg);
 	}
-	memcpy(name, hi->model, KVSHM_MODEL_NAME);
-	name[KVSHM_MODEL_NAME] = 0;
-	if (hi->flags || !name[0] || strnlen(hi->model, KVSHM_MODEL_NAME) == KVSHM_MODEL_NAME ||
-	    hi->pos_kind > KVSHM_POS_MAX ||
-	    (hi->dtype_bytes != 1 && hi->dtype_bytes != 2 && hi->dtype_bytes != 4 &&
-	     hi->dtype_bytes != 8) ||
-	    !hi->layers || hi->layers > 4096 || !hi->kv_heads || hi->kv_heads > 4096 ||
-	    !hi->head_dim || hi->head_dim > 65536)
+	if (kvproto_hello_ns(hi, &ns))
 		return refuse_hello(d, c, seq, -EINVAL,
 				    "HELLO: model name, flags, dtype or geometry out of range");
-	if (hi->block_tokens != d->h->geo.block_tokens) {
+	if (ns.block_tokens != d->h->geo.block_tokens) {
 		snprintf(msg, sizeof(msg),
 			 "geometry: model %s uses %u-token blocks, this pool caches %u-token blocks (block-tokens)",
-			 name, hi->block_tokens, d->h->geo.block_tokens);
+			 ns.model, ns.block_tokens, d->h->geo.block_tokens);
 		return refuse_hello(d, c, seq, -EMEDIUMTYPE, msg);
 	}
-	pb = ns_page_bytes(hi);
-	if (!pb || pb > d->h->geo.page_bytes) {
+	pb = ns.page_bytes;
+	if (pb > d->h->geo.page_bytes) {
 		snprintf(msg, sizeof(msg),
 			 "geometry: model %s needs %llu-byte pages (%u tokens x %u layers x 2 x %u kv heads x %u head dim x %u bytes) but the pool's pages are %llu bytes (page-size)",
-			 name, (unsigned long long)pb, hi->block_tokens, hi->layers, hi->kv_heads,
-			 hi->head_dim, hi->dtype_bytes, (unsigned long long)d->h->geo.page_bytes);
+			 ns.model, (unsigned long long)pb, ns.block_tokens, ns.layers, ns.kv_heads,
+			 ns.head_dim, ns.dtype_bytes, (unsigned long long)d->h->geo.page_bytes);
 		return refuse_hello(d, c, seq, -EMEDIUMTYPE, msg);
 	}
-	memset(&ns, 0, sizeof(ns));
-	ns.dtype_bytes = hi->dtype_bytes;
-	ns.layers = hi->layers;
-	ns.kv_heads = hi->kv_heads;
-	ns.head_dim = hi->head_dim;
-	ns.block_tokens = hi->block_tokens;
-	ns.pos_kind = hi->pos_kind;
-	ns.page_bytes = pb;
-	memcpy(ns.model, name, sizeof(ns.model) - 1);
-	ns.id = kvshm_ns_id(&ns);
 	nsid = ns_register(d, &ns);
 	if (nsid < 0)
 		return refuse_hello(d, c, seq, -EUSERS, "namespace table full (64 models)");

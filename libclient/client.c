@@ -222,6 +222,19 @@ static bool zero_resv(const uint64_t *r, size_t n)
 	return true;
 }
 
+static void comm_name(char *name, size_t len)
+{
+	FILE *f = fopen("/proc/self/comm", "r");
+
+	memset(name, 0, len);
+	if (f) {
+		if (fgets(name, (int)len, f))
+			name[strcspn(name, "\n")] = 0;
+		fclose(f);
+	}
+}
+
+/* Everything but the geometry, which kvproto_hello_ns checks. */
 static int check_model(const struct kvc_model *m)
 {
 	size_t nl;
@@ -232,14 +245,23 @@ static int check_model(const struct kvc_model *m)
 	nl = strnlen(m->name, KVSHM_MODEL_NAME);
 	if (!nl || nl >= KVSHM_MODEL_NAME)
 		return -EINVAL;
-	if (m->dtype_bytes != 1 && m->dtype_bytes != 2 && m->dtype_bytes != 4 &&
-	    m->dtype_bytes != 8)
-		return -EINVAL;
-	if (!m->layers || m->layers > 4096 || !m->kv_heads || m->kv_heads > 4096 ||
-	    !m->head_dim || m->head_dim > 65536 || !m->block_tokens ||
-	    m->block_tokens > KVSHM_MAX_BLOCK_TOKENS || m->pos_kind > KVSHM_POS_MAX)
-		return -EINVAL;
 	return 0;
+}
+
+static void hello_of(const struct kvc_model *m, uint32_t max_pins,
+		     struct kvproto_hello *hi)
+{
+	memset(hi, 0, sizeof(*hi));
+	hi->version = KVPROTO_VERSION;
+	hi->dtype_bytes = m->dtype_bytes;
+	hi->layers = m->layers;
+	hi->kv_heads = m->kv_heads;
+	hi->head_dim = m->head_dim;
+	hi->block_tokens = m->block_tokens;
+	hi->pos_kind = m->pos_kind;
+	hi->max_pins = max_pins;
+	strncpy(hi->model, m->name, sizeof(hi->model) - 1);
+	comm_name(hi->name, sizeof(hi->name));
 }
 
 static int map_fd(int fd, uint64_t want, int prot, void **out)
@@ -256,18 +278,6 @@ static int map_fd(int fd, uint64_t want, int prot, void **out)
 	return 0;
 }
 
-static void comm_name(char *name, size_t len)
-{
-	FILE *f = fopen("/proc/self/comm", "r");
-
-	memset(name, 0, len);
-	if (f) {
-		if (fgets(name, (int)len, f))
-			name[strcspn(name, "\n")] = 0;
-		fclose(f);
-	}
-}
-
 static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options *o)
 {
 	struct kvproto_hello hi;
@@ -279,6 +289,10 @@ static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options 
 	uint32_t rlen;
 	const char *why;
 
+	/* Geometry first: a bad model is -EINVAL whether a daemon runs or not. */
+	hello_of(m, o ? o->max_pins : 0, &hi);
+	if (kvproto_hello_ns(&hi, &ns))
+		return -EINVAL;
 	if (o && o->socket_path) {
 		if (strlen(o->socket_path) >= sizeof(sa.sun_path))
 			return -ENAMETOOLONG;
@@ -291,19 +305,6 @@ static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options 
 		return -errno;
 	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)))
 		return -errno;
-
-	memset(&hi, 0, sizeof(hi));
-	hi.version = KVPROTO_VERSION;
-	hi.dtype_bytes = m->dtype_bytes;
-	hi.layers = m->layers;
-	hi.kv_heads = m->kv_heads;
-	hi.head_dim = m->head_dim;
-	hi.block_tokens = m->block_tokens;
-	hi.pos_kind = m->pos_kind;
-	hi.max_pins = o ? o->max_pins : 0;
-	strncpy(hi.model, m->name, sizeof(hi.model) - 1);
-	comm_name(hi.name, sizeof(hi.name));
-
 	rc = rpc_fds(c, KVPROTO_HELLO, &hi, sizeof(hi), KVPROTO_HELLO_R, &reply, &rlen,
 		     fds, &nfds, o ? o->errbuf : NULL, o ? o->errbuf_len : 0);
 	if (rc)
@@ -354,17 +355,12 @@ static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options 
 		c->free_slots[i] = c->nslots - 1 - (uint32_t)i;
 	c->n_free_slots = c->nslots;
 
-	/* The namespace id is ours to recompute: it must match the daemon's. */
-	memset(&ns, 0, sizeof(ns));
-	ns.dtype_bytes = m->dtype_bytes;
-	ns.layers = m->layers;
-	ns.kv_heads = m->kv_heads;
-	ns.head_dim = m->head_dim;
-	ns.block_tokens = m->block_tokens;
-	ns.pos_kind = m->pos_kind;
-	ns.page_bytes = hr.ns_page_bytes;
-	strncpy(ns.model, m->name, sizeof(ns.model) - 1);
-	c->root = kvshm_key_root(kvshm_ns_id(&ns), o ? o->salt : NULL, o ? o->salt_len : 0);
+	/* The namespace id is ours to compute, the same way the daemon did. */
+	if (ns.page_bytes != hr.ns_page_bytes) {
+		rc = -EPROTO;
+		goto out;
+	}
+	c->root = kvshm_key_root(ns.id, o ? o->salt : NULL, o ? o->salt_len : 0);
 	rc = 0;
 out:
 	for (i = 0; i < 4; i++)

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "key.h"
 #include "proto.h"
 
 static int bad(const char **why, const char *w)
@@ -112,5 +113,34 @@ int kvproto_socket_path(char *buf, size_t len)
 		n = snprintf(buf, len, "/tmp/kvcached-%u/kvcached.sock", (unsigned)geteuid());
 	if (n < 0 || (size_t)n >= len)
 		return -ENAMETOOLONG;
+	return 0;
+}
+
+int kvproto_hello_ns(const struct kvproto_hello *hi, struct kvshm_ns *ns)
+{
+	uint64_t pb = hi->block_tokens;
+	const uint64_t f[5] = { hi->layers, 2, hi->kv_heads, hi->head_dim, hi->dtype_bytes };
+	size_t nl = strnlen(hi->model, KVSHM_MODEL_NAME);
+	int i;
+
+	if (hi->flags || !nl || nl == KVSHM_MODEL_NAME || hi->pos_kind > KVSHM_POS_MAX ||
+	    (hi->dtype_bytes != 1 && hi->dtype_bytes != 2 && hi->dtype_bytes != 4 &&
+	     hi->dtype_bytes != 8) ||
+	    !hi->layers || hi->layers > 4096 || !hi->kv_heads || hi->kv_heads > 4096 ||
+	    !hi->head_dim || hi->head_dim > 65536 || !hi->block_tokens ||
+	    hi->block_tokens > KVSHM_MAX_BLOCK_TOKENS)
+		return -EINVAL;
+	for (i = 0; i < 5; i++)
+		pb *= f[i];	/* at most 2^10 * 2^12 * 2 * 2^12 * 2^16 * 8: no overflow */
+	memset(ns, 0, sizeof(*ns));
+	ns->dtype_bytes = hi->dtype_bytes;
+	ns->layers = hi->layers;
+	ns->kv_heads = hi->kv_heads;
+	ns->head_dim = hi->head_dim;
+	ns->block_tokens = hi->block_tokens;
+	ns->pos_kind = hi->pos_kind;
+	ns->page_bytes = pb;
+	memcpy(ns->model, hi->model, nl);
+	ns->id = kvshm_ns_id(ns);
 	return 0;
 }

@@ -144,6 +144,16 @@ _Static_assert(sizeof(struct kvproto_pub) == 40, "pub");
 
 
 /*
+ * The namespace a HELLO declares, checked the same way on both ends: dtype
+ * 1, 2, 4 or 8 bytes, layers and kv heads 1..4096, head dim 1..65536,
+ * block tokens 1..KVSHM_MAX_BLOCK_TOKENS, a known position kind, flags 0, a
+ * non-empty NUL-terminated model name; page bytes computed with overflow
+ * checked. Fills the identity fields, page_bytes and id of *ns (`used` is
+ * left 0). Returns 0 or -EINVAL.
+ */
+int kvproto_hello_ns(const struct kvproto_hello *hi, struct kvshm_ns *ns);
+
+/*
  * The socket path both ends use when none is given: $KVCACHED_SOCKET, else
  * /run/kvcached/kvcached.sock for root, else $XDG_RUNTIME_DIR/kvcached.sock,
  * else /tmp/kvcached-UID/kvcached.sock. Returns 0 or -ENAMETOOLONG.

@@ -19,25 +19,6 @@
 
 #define BT 16
 
-static int setup(void **state)
-{
-	struct kvt_daemon *d = calloc(1, sizeof(*d));
-
-	if (!d || kvt_daemon_start(d, NULL))
-		return -1;
-	*state = d;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	struct kvt_daemon *d = *state;
-	int rc = d->pid ? kvt_daemon_stop(d) : 0;
-
-	free(d);
-	return rc;
-}
-
 static void test_open_arguments(void **state)
 {
 	struct kvt_daemon *d = *state;
@@ -198,5 +179,5 @@ int main(void)
 		cmocka_unit_test(test_daemon_gone),
 	};
 
-	return cmocka_run_group_tests_name("integration/api", tests, setup, teardown);
+	return cmocka_run_group_tests_name("integration/api", tests, kvt_setup, kvt_teardown);
 }

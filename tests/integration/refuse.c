@@ -31,22 +31,9 @@
 
 static int setup(void **state)
 {
-	struct kvt_daemon *d = calloc(1, sizeof(*d));
 	const char *args[] = { "--socket-mode", "0666", NULL };
 
-	if (!d || kvt_daemon_start(d, args))
-		return -1;
-	*state = d;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	struct kvt_daemon *d = *state;
-	int rc = kvt_daemon_stop(d);
-
-	free(d);
-	return rc;
+	return kvt_setup_args(state, args);
 }
 
 /* The daemon still serves: publish and hit a fresh prompt. */
@@ -489,5 +476,5 @@ int main(void)
 		cmocka_unit_test(test_second_daemon_on_a_live_socket),
 	};
 
-	return cmocka_run_group_tests_name("integration/refuse", tests, setup, teardown);
+	return cmocka_run_group_tests_name("integration/refuse", tests, setup, kvt_teardown);
 }

@@ -21,25 +21,6 @@
 
 #define BT 16
 
-static int setup(void **state)
-{
-	struct kvt_daemon *d = calloc(1, sizeof(*d));
-
-	if (!d || kvt_daemon_start(d, NULL))
-		return -1;
-	*state = d;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	struct kvt_daemon *d = *state;
-	int rc = kvt_daemon_stop(d);
-
-	free(d);
-	return rc;	/* a clean SIGTERM shutdown exits 0 */
-}
-
 static struct kvc_stats stats(kvc_t *c)
 {
 	struct kvc_stats s;
@@ -247,5 +228,5 @@ int main(void)
 		cmocka_unit_test(test_same_block_race_one_page_no_leak),
 	};
 
-	return cmocka_run_group_tests_name("integration/share", tests, setup, teardown);
+	return cmocka_run_group_tests_name("integration/share", tests, kvt_setup, kvt_teardown);
 }

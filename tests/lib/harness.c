@@ -119,6 +119,32 @@ int kvt_daemon_stop(struct kvt_daemon *d)
 	return -1;
 }
 
+int kvt_setup_args(void **state, const char *const *args)
+{
+	struct kvt_daemon *d = calloc(1, sizeof(*d));
+
+	if (!d || kvt_daemon_start(d, args)) {
+		free(d);
+		return -1;
+	}
+	*state = d;
+	return 0;
+}
+
+int kvt_setup(void **state)
+{
+	return kvt_setup_args(state, NULL);
+}
+
+int kvt_teardown(void **state)
+{
+	struct kvt_daemon *d = *state;
+	int rc = d->pid ? kvt_daemon_stop(d) : 0;
+
+	free(d);
+	return rc;
+}
+
 bool kvt_log_has(const struct kvt_daemon *d, const char *s)
 {
 	char buf[1 << 16];

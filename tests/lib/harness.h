@@ -31,6 +31,15 @@ const char *kvt_bin(const char *name);
  * extra args. Waits until the socket accepts. Returns 0 or -1.
  */
 int kvt_daemon_start(struct kvt_daemon *d, const char *const *args);
+/*
+ * cmocka group fixtures: *state becomes a started daemon (kvt_setup_args:
+ * with extra args); kvt_teardown stops it, returning non-zero unless it
+ * shut down cleanly (or a test already stopped it), and frees it.
+ */
+int kvt_setup(void **state);
+int kvt_setup_args(void **state, const char *const *args);
+int kvt_teardown(void **state);
+
 /* SIGTERM and wait: the exit status, or -1 if it died by a signal. */
 int kvt_daemon_stop(struct kvt_daemon *d);
 /* True once the daemon's log contains `s`. */

@@ -364,6 +364,60 @@ static void test_socket_path(void **state)
 	}
 }
 
+/* kvproto_hello_ns: the one geometry check both ends use. */
+static void test_hello_ns(void **state)
+{
+	struct kvproto_hello good = { .version = KVPROTO_VERSION, .dtype_bytes = 2,
+				      .layers = 32, .kv_heads = 8, .head_dim = 128,
+				      .block_tokens = 16, .pos_kind = 1, .model = "llama-3-8b" };
+	struct kvproto_hello h;
+	struct kvshm_ns ns, ns2;
+
+	(void)state;
+	assert_int_equal(kvproto_hello_ns(&good, &ns), 0);
+	assert_int_equal(ns.page_bytes, 2u << 20);	/* Llama-3-8B, bf16, 16 tokens */
+	assert_string_equal(ns.model, "llama-3-8b");
+	assert_int_equal(ns.used, 0);
+	h = good;
+	h.max_pins = 77;	/* not part of the identity */
+	memcpy(h.name, "other", 6);
+	assert_int_equal(kvproto_hello_ns(&h, &ns2), 0);
+	assert_memory_equal(&ns.id, &ns2.id, sizeof(ns.id));
+	h = good;
+	h.layers = 16;
+	assert_int_equal(kvproto_hello_ns(&h, &ns2), 0);
+	assert_memory_not_equal(&ns.id, &ns2.id, sizeof(ns.id));
+	/* The largest geometry allowed does not overflow. */
+	h = good;
+	h.dtype_bytes = 8;
+	h.layers = 4096;
+	h.kv_heads = 4096;
+	h.head_dim = 65536;
+	h.block_tokens = KVSHM_MAX_BLOCK_TOKENS;
+	assert_int_equal(kvproto_hello_ns(&h, &ns2), 0);
+	assert_int_equal(ns2.page_bytes, 1024ull * 4096 * 2 * 4096 * 65536 * 8);
+#define BAD_HELLO(field, value) do { \
+		h = good; h.field = value; \
+		assert_int_equal(kvproto_hello_ns(&h, &ns2), -EINVAL); \
+	} while (0)
+	BAD_HELLO(flags, 1);
+	BAD_HELLO(dtype_bytes, 3);
+	BAD_HELLO(dtype_bytes, 0);
+	BAD_HELLO(layers, 0);
+	BAD_HELLO(layers, 4097);
+	BAD_HELLO(kv_heads, 0);
+	BAD_HELLO(kv_heads, 4097);
+	BAD_HELLO(head_dim, 0);
+	BAD_HELLO(head_dim, 65537);
+	BAD_HELLO(block_tokens, 0);
+	BAD_HELLO(block_tokens, KVSHM_MAX_BLOCK_TOKENS + 1);
+	BAD_HELLO(pos_kind, KVSHM_POS_MAX + 1);
+	BAD_HELLO(model[0], 0);
+	h = good;
+	memset(h.model, 'm', sizeof(h.model));	/* unterminated */
+	assert_int_equal(kvproto_hello_ns(&h, &ns2), -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -371,6 +425,7 @@ int main(void)
 		cmocka_unit_test(test_alloc),
 		cmocka_unit_test(test_pages),
 		cmocka_unit_test(test_alloc_r_short_form_only_for_zero),
+		cmocka_unit_test(test_hello_ns),
 		cmocka_unit_test(test_publish),
 		cmocka_unit_test(test_replies),
 		cmocka_unit_test(test_header),
