@@ -39,6 +39,7 @@ struct kvd_client {
 	struct kvshm_ledger *l;	/* client-writable: bound-check all of it */
 	uint32_t nslots;	/* our own record of the ledger's size */
 	uint64_t ring_seen;
+	uint64_t hit_seen;	/* hit ring records consumed */
 
 	/* Framing: one message at a time is read into `in`. */
 	uint8_t *in;
@@ -62,8 +63,11 @@ struct kvd {
 	uint32_t hand;			/* CLOCK hand */
 	uint32_t low_pages, high_pages;
 
+	uint64_t ticks;
+
 	/* Counters of clients that have left, folded into the totals. */
 	uint64_t gone_lookups, gone_hits, gone_misses, gone_pinfail;
+	uint64_t gone_lookup_tokens, gone_hit_tokens;
 };
 
 /* Owner id of a client's WRITING pages in the page table. */
@@ -108,6 +112,12 @@ int kvd_cache_free(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		   const void *p, uint32_t len);
 /* Give back every WRITING page of owner; returns how many. */
 uint32_t kvd_cache_reclaim(struct kvd *d, uint32_t owner);
+
+/* top.c */
+/* Feed c's new hit records into the top-prefix sketch. */
+void kvd_top_drain(struct kvd *d, struct kvd_client *c);
+/* Count pinned pages and pins in use over all ledgers. */
+void kvd_pin_census(struct kvd *d);
 
 /* evict.c */
 /* Free up to `want` READY pages nobody pins; returns how many. */

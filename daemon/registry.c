@@ -208,6 +208,9 @@ void kvd_registry_drop(struct kvd *d, struct kvd_client *c, const char *why)
 		d->gone_hits += atomic_load_explicit(&l->hit_blocks, RELAXED);
 		d->gone_misses += atomic_load_explicit(&l->miss_blocks, RELAXED);
 		d->gone_pinfail += atomic_load_explicit(&l->pin_failures, RELAXED);
+		d->gone_lookup_tokens += atomic_load_explicit(&l->lookup_tokens, RELAXED);
+		d->gone_hit_tokens += atomic_load_explicit(&l->hit_tokens, RELAXED);
+		kvd_top_drain(d, c);
 		atomic_store_explicit(&row->pid, 0, memory_order_release);
 		kvd_stat_add(&kvshm_stats(d->h)->clients_attached, -1);
 		kvd_info("client %u detached: pid %d (%s), %s; %u writing pages reclaimed",
@@ -227,7 +230,7 @@ void kvd_registry_tick(struct kvd *d)
 {
 	struct kvshm_stats *st = kvshm_stats(d->h);
 	uint64_t lk = d->gone_lookups, hit = d->gone_hits, miss = d->gone_misses,
-		 pf = d->gone_pinfail;
+		 pf = d->gone_pinfail, lt = d->gone_lookup_tokens, ht = d->gone_hit_tokens;
 	uint32_t i;
 
 	for (i = 0; i < d->cfg.max_clients; i++) {
@@ -248,6 +251,9 @@ void kvd_registry_tick(struct kvd *d)
 		miss += v;
 		atomic_store_explicit(&row->miss_blocks, v, RELAXED);
 		pf += atomic_load_explicit(&l->pin_failures, RELAXED);
+		lt += atomic_load_explicit(&l->lookup_tokens, RELAXED);
+		ht += atomic_load_explicit(&l->hit_tokens, RELAXED);
+		kvd_top_drain(d, c);
 		atomic_store_explicit(&row->pins_held, atomic_load_explicit(&l->pins_held, RELAXED),
 				      RELAXED);
 		atomic_store_explicit(&row->published, atomic_load_explicit(&l->published, RELAXED),
@@ -258,6 +264,11 @@ void kvd_registry_tick(struct kvd *d)
 	atomic_store_explicit(&st->hit_blocks, hit, RELAXED);
 	atomic_store_explicit(&st->miss_blocks, miss, RELAXED);
 	atomic_store_explicit(&st->pin_failures, pf, RELAXED);
+	atomic_store_explicit(&st->lookup_tokens, lt, RELAXED);
+	atomic_store_explicit(&st->hit_tokens, ht, RELAXED);
+	/* The census reads every ledger slot: every 5th tick is enough. */
+	if (d->ticks++ % 5 == 0)
+		kvd_pin_census(d);
 	atomic_store_explicit(&d->h->heartbeat,
 			      atomic_load_explicit(&d->h->heartbeat, RELAXED) + 1, RELAXED);
 }

@@ -442,6 +442,8 @@ int kvc_stats(const kvc_t *c, struct kvc_stats *out)
 	out->lookups = atomic_load_explicit(&l->lookups, memory_order_relaxed);
 	out->hit_blocks = atomic_load_explicit(&l->hit_blocks, memory_order_relaxed);
 	out->miss_blocks = atomic_load_explicit(&l->miss_blocks, memory_order_relaxed);
+	out->lookup_tokens = atomic_load_explicit(&l->lookup_tokens, memory_order_relaxed);
+	out->hit_tokens = atomic_load_explicit(&l->hit_tokens, memory_order_relaxed);
 	out->pin_failures = atomic_load_explicit(&l->pin_failures, memory_order_relaxed);
 	out->pins_held = atomic_load_explicit(&l->pins_held, memory_order_relaxed);
 	out->published = atomic_load_explicit(&l->published, memory_order_relaxed);

@@ -48,6 +48,8 @@ enum kvc_block_state {
 struct kvc_req {
 	kvc_t *c;
 	size_t n;		/* full blocks */
+	size_t n_tokens;	/* the whole prompt, partial block included */
+	char label[KVSHM_LABEL];	/* for the top-prefix list; may be empty */
 	int stage;		/* 0 new, 1 looked up, 2 allocated, 3 published */
 	uint32_t hits;
 	struct kvshm_key *keys;

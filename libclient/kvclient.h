@@ -142,6 +142,17 @@ int kvc_keys(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
 int kvc_req_new(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
 		const void *extra, size_t extra_len, struct kvc_req **out);
 
+/* Longest label kvc_req_label takes, NUL excluded. */
+#define KVC_MAX_LABEL 23
+
+/*
+ * Name what this prompt's prefix is ("system-v3", "doc:tables") for the
+ * operator: kvstat and /metrics show it next to the hottest prefixes.
+ * NULL clears it. Call before kvc_lookup. Errors: -EINVAL (NULL request,
+ * or after kvc_lookup), -E2BIG (over KVC_MAX_LABEL bytes).
+ */
+int kvc_req_label(struct kvc_req *r, const char *label);
+
 /* Full blocks in the request (0 for NULL). */
 size_t kvc_req_blocks(const struct kvc_req *r);
 
@@ -197,6 +208,8 @@ struct kvc_stats {
 	uint64_t lookups;
 	uint64_t hit_blocks;
 	uint64_t miss_blocks;
+	uint64_t lookup_tokens;	/* prompt tokens looked up */
+	uint64_t hit_tokens;	/* of those, served from the cache */
 	uint64_t pin_failures;	/* hits lost to a concurrent eviction */
 	uint64_t pins_held;
 	uint64_t published;

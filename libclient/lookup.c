@@ -71,6 +71,7 @@ int kvc_req_new(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
 		return -ENOMEM;
 	r->c = c;
 	r->n = n;
+	r->n_tokens = n_tokens;
 	if (n) {
 		r->keys = malloc(n * sizeof(*r->keys));
 		r->tokens = malloc(n * c->bt * sizeof(uint32_t));
@@ -89,6 +90,21 @@ int kvc_req_new(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
 			r->slot[i] = UINT32_MAX;
 	}
 	*out = r;
+	return 0;
+}
+
+int kvc_req_label(struct kvc_req *r, const char *label)
+{
+	size_t n;
+
+	if (!r || r->stage != 0)
+		return -EINVAL;
+	n = label ? strnlen(label, KVSHM_LABEL) : 0;
+	if (n >= KVSHM_LABEL)
+		return -E2BIG;
+	memset(r->label, 0, sizeof(r->label));
+	if (n)
+		memcpy(r->label, label, n);
 	return 0;
 }
 
@@ -145,6 +161,10 @@ int kvc_lookup(struct kvc_req *r)
 	for (k = i; k < got; k++)
 		r->slot[k] = UINT32_MAX;
 	r->hits = (uint32_t)i;
+	if (i)
+		kvshm_ledger_hit(l, r->keys[0], (uint64_t)i * bt, r->label);
+	atomic_fetch_add_explicit(&l->lookup_tokens, r->n_tokens, memory_order_relaxed);
+	atomic_fetch_add_explicit(&l->hit_tokens, (uint64_t)i * bt, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->lookups, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->hit_blocks, i, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->miss_blocks, r->n - i, memory_order_relaxed);

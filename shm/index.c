@@ -12,22 +12,6 @@
 
 #define RELAXED __ATOMIC_RELAXED
 
-/* Writer side of the seqcount. */
-static void write_begin(struct kvshm_bucket *b)
-{
-	uint32_t s = atomic_load_explicit(&b->seq, memory_order_relaxed);
-
-	atomic_store_explicit(&b->seq, s + 1, memory_order_relaxed);
-	atomic_thread_fence(memory_order_release);
-}
-
-static void write_end(struct kvshm_bucket *b)
-{
-	uint32_t s = atomic_load_explicit(&b->seq, memory_order_relaxed);
-
-	atomic_store_explicit(&b->seq, s + 1, memory_order_release);
-}
-
 int kvshm_index_insert(struct kvshm_header *h, struct kvshm_key k,
 		       uint32_t page)
 {
@@ -42,18 +26,18 @@ int kvshm_index_insert(struct kvshm_header *h, struct kvshm_key k,
 		for (j = 0; j < KVSHM_BUCKET_ENTRIES; j++) {
 			if (b->e[j].ref)
 				continue;
-			write_begin(b);
+			kvshm_seq_write_begin(&b->seq);
 			__atomic_store_n(&b->e[j].tag, k.lo, RELAXED);
 			__atomic_store_n(&b->e[j].check, (uint32_t)k.hi, RELAXED);
 			__atomic_store_n(&b->e[j].ref, page + 1, RELAXED);
-			write_end(b);
+			kvshm_seq_write_end(&b->seq);
 			if (i) {
 				/* Entry first, then the hint that makes readers look. */
 				struct kvshm_bucket *hb = kvshm_bucket_at(h, home);
 
-				write_begin(hb);
+				kvshm_seq_write_begin(&hb->seq);
 				__atomic_store_n(&hb->spill, hb->spill + 1, RELAXED);
-				write_end(hb);
+				kvshm_seq_write_end(&hb->seq);
 			}
 			return 0;
 		}
@@ -74,17 +58,17 @@ int kvshm_index_remove(struct kvshm_header *h, struct kvshm_key k,
 			if (b->e[j].ref != page + 1 || b->e[j].tag != k.lo ||
 			    b->e[j].check != (uint32_t)k.hi)
 				continue;
-			write_begin(b);
+			kvshm_seq_write_begin(&b->seq);
 			__atomic_store_n(&b->e[j].ref, 0, RELAXED);
 			__atomic_store_n(&b->e[j].tag, 0, RELAXED);
 			__atomic_store_n(&b->e[j].check, 0, RELAXED);
-			write_end(b);
+			kvshm_seq_write_end(&b->seq);
 			if (i) {
 				struct kvshm_bucket *hb = kvshm_bucket_at(h, home);
 
-				write_begin(hb);
+				kvshm_seq_write_begin(&hb->seq);
 				__atomic_store_n(&hb->spill, hb->spill - 1, RELAXED);
-				write_end(hb);
+				kvshm_seq_write_end(&hb->seq);
 			}
 			return 0;
 		}

@@ -30,6 +30,7 @@
 
 #define KVSHM_LEDGER_MAGIC 0x5245474445444c4bull	/* "KLDEDGER" */
 #define KVSHM_RING 256			/* access ring entries, power of 2 */
+#define KVSHM_HIT_RING 64		/* hit ring entries, power of 2 */
 
 /*
  * Header fields up to `client_id` are written by the daemon before the fd
@@ -52,7 +53,8 @@ struct kvshm_ledger {
 	_Atomic uint64_t pin_failures;
 	_Atomic uint64_t pins_held;	/* slots in use right now */
 	_Atomic uint64_t published;
-	uint8_t pad1[KVSHM_CACHELINE - 48];
+	_Atomic uint64_t lookup_tokens;	/* prompt tokens looked up */
+	_Atomic uint64_t hit_tokens;	/* of those, served from cache */
 
 	/*
 	 * Lossy access ring: the client stores page indices at ring[head %
@@ -65,6 +67,23 @@ struct kvshm_ledger {
 	_Atomic uint32_t ring[KVSHM_RING];
 
 	/*
+	 * Hit ring, for the daemon's top-prefix sketch: one record per lookup
+	 * that hit, naming the chain's root block key. The client fills
+	 * hits[head % KVSHM_HIT_RING] with relaxed stores, then bumps
+	 * hit_head (release). The daemon copies what it has not seen and
+	 * re-reads hit_head: records the client may have overwritten during
+	 * the copy are dropped. Lossy by design, like the access ring.
+	 */
+	_Atomic uint64_t hit_head;
+	uint8_t pad3[KVSHM_CACHELINE - 8];
+	struct kvshm_hit {
+		uint64_t key_lo;
+		uint64_t key_hi;
+		uint64_t tokens;
+		char label[KVSHM_LABEL];
+	} hits[KVSHM_HIT_RING];
+
+	/*
 	 * Hazard slots: 0 = empty, else ((page + 1) << 32) | gen. Written by
 	 * the client with seq_cst, read by the daemon with seq_cst.
 	 */
@@ -73,6 +92,7 @@ struct kvshm_ledger {
 
 _Static_assert(offsetof(struct kvshm_ledger, lookups) == KVSHM_CACHELINE, "ledger");
 _Static_assert(offsetof(struct kvshm_ledger, ring_head) == 2 * KVSHM_CACHELINE, "ledger");
+_Static_assert(sizeof(struct kvshm_hit) == 48, "hit record");
 _Static_assert(sizeof(struct kvshm_ledger) % KVSHM_CACHELINE == 0, "ledger");
 
 static inline uint64_t kvshm_slot_pack(uint32_t page, uint32_t gen)
@@ -127,6 +147,27 @@ static inline void kvshm_ledger_hold(struct kvshm_ledger *l, uint32_t i,
 static inline void kvshm_ledger_unpin(struct kvshm_ledger *l, uint32_t i)
 {
 	atomic_store_explicit(&l->slot[i], 0, memory_order_release);
+}
+
+/* Client: record a lookup that hit `tokens` tokens under root `key`. */
+static inline void kvshm_ledger_hit(struct kvshm_ledger *l, struct kvshm_key key,
+				    uint64_t tokens, const char *label)
+{
+	uint64_t hd = atomic_load_explicit(&l->hit_head, memory_order_relaxed);
+	struct kvshm_hit *r = &l->hits[hd & (KVSHM_HIT_RING - 1)];
+	size_t i;
+
+	__atomic_store_n(&r->key_lo, key.lo, __ATOMIC_RELAXED);
+	__atomic_store_n(&r->key_hi, key.hi, __ATOMIC_RELAXED);
+	__atomic_store_n(&r->tokens, tokens, __ATOMIC_RELAXED);
+	for (i = 0; i < KVSHM_LABEL; i++) {
+		char ch = label ? label[i] : 0;
+
+		__atomic_store_n(&r->label[i], ch, __ATOMIC_RELAXED);
+		if (!ch)
+			label = NULL;
+	}
+	atomic_store_explicit(&l->hit_head, hd + 1, memory_order_release);
 }
 
 /* Client: note an access to `page` in the ring. */

@@ -58,6 +58,7 @@ int kvshm_layout(struct kvshm_header *h, const struct kvshm_geometry *geo)
 	h->ns_bytes = sizeof(struct kvshm_ns);
 	h->client_row_bytes = sizeof(struct kvshm_client_row);
 	h->ledger_header_bytes = sizeof(struct kvshm_ledger);
+	h->top_bytes = sizeof(struct kvshm_top);
 	h->geo = *geo;
 	h->geo.pool_bytes = geo->page_bytes * geo->n_pages;
 
@@ -73,6 +74,7 @@ int kvshm_layout(struct kvshm_header *h, const struct kvshm_geometry *geo)
 			 &h->off_tokens);
 	rc |= add_region(&off, sizeof(struct kvshm_free) + (uint64_t)geo->n_pages * 4,
 			 &h->off_free);
+	rc |= add_region(&off, sizeof(struct kvshm_top), &h->off_top);
 	if (rc)
 		return -EINVAL;
 	tmp = (off + 4095) & ~4095ull;
@@ -127,7 +129,8 @@ int kvshm_validate(const void *base, uint64_t bytes, const char **why)
 		   want.stats_bytes != h->stats_bytes ||
 		   want.ns_bytes != h->ns_bytes ||
 		   want.client_row_bytes != h->client_row_bytes ||
-		   want.ledger_header_bytes != h->ledger_header_bytes) {
+		   want.ledger_header_bytes != h->ledger_header_bytes ||
+		   want.top_bytes != h->top_bytes) {
 		w = "segment struct sizes differ from this build";
 		rc = -EPROTO;
 	} else if (want.off_stats != h->off_stats || want.off_ns != h->off_ns ||
@@ -135,7 +138,7 @@ int kvshm_validate(const void *base, uint64_t bytes, const char **why)
 		   want.off_buckets != h->off_buckets ||
 		   want.off_pages != h->off_pages ||
 		   want.off_tokens != h->off_tokens ||
-		   want.off_free != h->off_free ||
+		   want.off_free != h->off_free || want.off_top != h->off_top ||
 		   want.segment_bytes != h->segment_bytes ||
 		   h->segment_bytes > bytes) {
 		w = "segment offsets do not match its geometry";

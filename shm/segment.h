@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 1u
+#define KVSHM_VERSION 2u
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -68,6 +68,8 @@ struct kvshm_header {
 	uint32_t ns_bytes;		/* sizeof(struct kvshm_ns) */
 	uint32_t client_row_bytes;	/* sizeof(struct kvshm_client_row) */
 	uint32_t ledger_header_bytes;	/* sizeof(struct kvshm_ledger) */
+	uint32_t top_bytes;		/* sizeof(struct kvshm_top) */
+	uint32_t pad0;
 	struct kvshm_geometry geo;
 	uint64_t segment_bytes;
 	/* Offsets from the segment base; each is KVSHM_CACHELINE aligned. */
@@ -78,6 +80,7 @@ struct kvshm_header {
 	uint64_t off_pages;
 	uint64_t off_tokens;
 	uint64_t off_free;
+	uint64_t off_top;
 	int32_t daemon_pid;
 	uint32_t pool_kind;		/* enum kvshm_pool_kind */
 	uint64_t start_time_ns;		/* CLOCK_REALTIME at creation */
@@ -121,6 +124,17 @@ struct kvshm_stats {
 	_Atomic uint64_t hit_blocks;
 	_Atomic uint64_t miss_blocks;
 	_Atomic uint64_t pin_failures;
+	_Atomic uint64_t lookup_tokens;		/* prompt tokens looked up */
+	_Atomic uint64_t hit_tokens;		/* of those, served from cache */
+	/* Census, every few ticks: distinct READY pages some ledger pins,
+	 * and pin slots in use over all clients. */
+	_Atomic uint64_t pages_pinned;
+	_Atomic uint64_t pins;
+	/* Spill tier (tier 1); zero while no spill directory is configured. */
+	_Atomic uint64_t spill_enabled;
+	_Atomic uint64_t pages_spilled;
+	_Atomic uint64_t spills;
+	_Atomic uint64_t restores;
 };
 
 /* ------------------------------------------------------------ namespaces */
@@ -175,6 +189,35 @@ struct kvshm_client_row {
 	_Atomic uint64_t pins_held;
 	_Atomic uint64_t published;
 	_Atomic uint64_t writing;
+};
+
+/* ------------------------------------------------------------ top prefixes */
+
+#define KVSHM_TOP 32		/* entries in the space-saving sketch */
+#define KVSHM_LABEL 24		/* label bytes, NUL included */
+
+/*
+ * The prefix roots (a chain's first block key) with the most hit tokens,
+ * kept by the daemon as a space-saving sketch (Metwally et al.): a root
+ * not in the sketch replaces the entry with the fewest tokens and inherits
+ * its count as `err`, so hit_tokens - err <= true count <= hit_tokens.
+ * Writer: the daemon, under the seqcount like an index bucket; readers
+ * copy the whole struct with relaxed loads and retry on a seq change.
+ */
+struct kvshm_top_entry {
+	struct kvshm_key key;
+	uint64_t hit_tokens;
+	uint64_t err;
+	uint32_t ns_id;
+	uint32_t pad;
+	char label[KVSHM_LABEL];	/* NUL-terminated, may be empty */
+};
+
+struct kvshm_top {
+	_Atomic uint32_t seq;
+	uint32_t n;			/* entries in use */
+	uint8_t pad[56];
+	struct kvshm_top_entry e[KVSHM_TOP];
 };
 
 /* ---------------------------------------------------------------- index */
@@ -288,6 +331,11 @@ static inline uint32_t *kvshm_tokens(const struct kvshm_header *h, uint32_t page
 	       (uint64_t)page * h->geo.block_tokens;
 }
 
+static inline struct kvshm_top *kvshm_top(const struct kvshm_header *h)
+{
+	return kvshm_at(h, h->off_top);
+}
+
 /* The free-page stack: a count followed by page indices. Daemon-only. */
 struct kvshm_free {
 	uint32_t count;
@@ -298,6 +346,26 @@ struct kvshm_free {
 static inline struct kvshm_free *kvshm_free(const struct kvshm_header *h)
 {
 	return kvshm_at(h, h->off_free);
+}
+
+/*
+ * Writer side of a seqcount (index buckets, the top sketch): seq += 1
+ * (odd: write in progress), release fence, the writes (relaxed atomic
+ * stores), seq += 1 with release. Single writer: the daemon's main thread.
+ */
+static inline void kvshm_seq_write_begin(_Atomic uint32_t *seq)
+{
+	uint32_t s = atomic_load_explicit(seq, memory_order_relaxed);
+
+	atomic_store_explicit(seq, s + 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+}
+
+static inline void kvshm_seq_write_end(_Atomic uint32_t *seq)
+{
+	uint32_t s = atomic_load_explicit(seq, memory_order_relaxed);
+
+	atomic_store_explicit(seq, s + 1, memory_order_release);
 }
 
 static inline int kvshm_key_eq(struct kvshm_key a, struct kvshm_key b)
@@ -336,6 +404,7 @@ _Static_assert(sizeof(struct kvshm_page) == 56, "page entry");
 _Static_assert(offsetof(struct kvshm_page, key) == 16, "page.key");
 _Static_assert(sizeof(struct kvshm_ns) == 128, "ns row");
 _Static_assert(sizeof(struct kvshm_client_row) == 80, "client row");
-_Static_assert(offsetof(struct kvshm_header, heartbeat) == 160, "hdr");
+_Static_assert(sizeof(struct kvshm_top_entry) == 64, "top entry");
+_Static_assert(offsetof(struct kvshm_header, heartbeat) == 176, "hdr");
 
 #endif

@@ -93,7 +93,7 @@ static int cmp_region(const void *a, const void *b)
 static void check_layout(const struct kvshm_geometry *g)
 {
 	struct kvshm_header h;
-	struct region r[7];
+	struct region r[8];
 	int i;
 
 	memset(&h, 0xa5, sizeof(h));
@@ -107,6 +107,7 @@ static void check_layout(const struct kvshm_geometry *g)
 	assert_int_equal(h.ns_bytes, sizeof(struct kvshm_ns));
 	assert_int_equal(h.client_row_bytes, sizeof(struct kvshm_client_row));
 	assert_int_equal(h.ledger_header_bytes, sizeof(struct kvshm_ledger));
+	assert_int_equal(h.top_bytes, sizeof(struct kvshm_top));
 	assert_int_equal(h.geo.n_pages, g->n_pages);
 	assert_int_equal(h.geo.page_bytes, g->page_bytes);
 	assert_int_equal(h.geo.n_buckets, g->n_buckets);
@@ -128,16 +129,17 @@ static void check_layout(const struct kvshm_geometry *g)
 		"tokens" };
 	r[6] = (struct region){ h.off_free, sizeof(struct kvshm_free) + (uint64_t)g->n_pages * 4,
 		"free" };
-	for (i = 0; i < 7; i++)
+	r[7] = (struct region){ h.off_top, sizeof(struct kvshm_top), "top" };
+	for (i = 0; i < 8; i++)
 		assert_int_equal(r[i].off % KVSHM_CACHELINE, 0);
-	qsort(r, 7, sizeof(r[0]), cmp_region);
+	qsort(r, 8, sizeof(r[0]), cmp_region);
 	assert_true(r[0].off >= sizeof(struct kvshm_header));
-	for (i = 0; i + 1 < 7; i++)
+	for (i = 0; i + 1 < 8; i++)
 		assert_true(r[i].off + r[i].len <= r[i + 1].off);
-	assert_true(r[6].off + r[6].len <= h.segment_bytes);
+	assert_true(r[7].off + r[7].len <= h.segment_bytes);
 	assert_int_equal(h.segment_bytes % 4096, 0);
 	/* No more than one 4 KiB page of slack at the end. */
-	assert_true(h.segment_bytes - (r[6].off + r[6].len) < 4096);
+	assert_true(h.segment_bytes - (r[7].off + r[7].len) < 4096);
 }
 
 static void test_layout_regions(void **state)
@@ -282,6 +284,8 @@ static void test_validate(void **state)
 	DAMAGE(off_pages, (uint64_t)-64, -EBADMSG);
 	DAMAGE(off_tokens, 64, -EBADMSG);
 	DAMAGE(off_free, 64, -EBADMSG);
+	DAMAGE(off_top, 64, -EBADMSG);
+	DAMAGE(top_bytes, 64, -EPROTO);
 	DAMAGE(segment_bytes, 4096, -EBADMSG);
 	/* Geometry that no layout accepts, or that implies other offsets. */
 	DAMAGE(geo.n_buckets, 1, -EBADMSG);
