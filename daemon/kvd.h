@@ -101,6 +101,9 @@ void kvd_reply_error(struct kvd *d, struct kvd_client *c, uint32_t seq,
 int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		       const struct kvproto_hello *hi);
 void kvd_registry_drop(struct kvd *d, struct kvd_client *c, const char *why);
+/* STAT: hand an observer the segment fd, then drop it. Returns -1. */
+int kvd_registry_stat(struct kvd *d, struct kvd_client *c, uint32_t seq,
+		      const void *p);
 void kvd_registry_tick(struct kvd *d);
 
 /* cache.c: ALLOC, PUBLISH, FREE. Return 0, or -1 if c was dropped. */

@@ -69,6 +69,44 @@ static int ns_register(struct kvd *d, const struct kvshm_ns *want)
 	return (int)i;
 }
 
+/* A reply and its descriptors in one sendmsg (the socket is empty then). */
+static int send_with_fds(struct kvd_client *c, uint16_t type, uint32_t seq,
+			 const void *p, uint32_t len, const int *fds, int nfds)
+{
+	struct kvproto_hdr h = { KVPROTO_MAGIC, type, 0, len, seq };
+	char cbuf[CMSG_SPACE(4 * sizeof(int))];
+	struct iovec iov[2] = { { &h, sizeof(h) }, { (void *)p, len } };
+	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2, .msg_control = cbuf,
+			     .msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int)) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+
+	memset(cbuf, 0, sizeof(cbuf));
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+	memcpy(CMSG_DATA(cm), fds, (size_t)nfds * sizeof(int));
+	return sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) ==
+	       (ssize_t)(sizeof(h) + len) ? 0 : -1;
+}
+
+int kvd_registry_stat(struct kvd *d, struct kvd_client *c, uint32_t seq,
+		      const void *p)
+{
+	struct kvproto_stat st;
+	struct kvproto_stat_r r = { KVPROTO_VERSION, KVSHM_VERSION, d->h->segment_bytes };
+
+	memcpy(&st, p, sizeof(st));
+	if (st.version != KVPROTO_VERSION) {
+		kvd_reply_error(d, c, seq, -EPROTO, true, "protocol version %u, this kvcached speaks %u",
+				st.version, KVPROTO_VERSION);
+		return -1;
+	}
+	if (send_with_fds(c, KVPROTO_STAT_R, seq, &r, sizeof(r), &d->seg.fd, 1))
+		kvd_debug("client %u (pid %d): STAT reply not delivered", c->id, (int)c->pid);
+	kvd_registry_drop(d, c, "observer served");
+	return -1;
+}
+
 static int refuse_hello(struct kvd *d, struct kvd_client *c, uint32_t seq, int err,
 			const char *msg)
 {
@@ -83,7 +121,6 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	struct kvproto_hello_r hr;
 	struct kvshm_ns ns;
 	struct kvshm_client_row *row;
-	struct kvproto_hdr h;
 	char msg[400];
 	uint64_t pb;
 	uint32_t nslots;
@@ -147,32 +184,12 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	hr.pool_kind = d->pool.kind;
 	hr.nslots = nslots;
 
-	/* The reply and its descriptors leave in one sendmsg. */
-	{
-		char buf[sizeof(h) + sizeof(hr)];
-		char cbuf[CMSG_SPACE(sizeof(fds))];
-		struct iovec iov = { buf, sizeof(buf) };
-		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-				     .msg_controllen = sizeof(cbuf) };
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-		ssize_t n;
-
-		h = (struct kvproto_hdr){ KVPROTO_MAGIC, KVPROTO_HELLO_R, 0, sizeof(hr), seq };
-		memcpy(buf, &h, sizeof(h));
-		memcpy(buf + sizeof(h), &hr, sizeof(hr));
-		fds[0] = d->seg.fd;
-		fds[1] = kvd_pool_fd(&d->pool);
-		fds[2] = c->ledger.fd;
-		memset(cbuf, 0, sizeof(cbuf));
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(fds));
-		memcpy(CMSG_DATA(cm), fds, sizeof(fds));
-		n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (n != (ssize_t)sizeof(buf)) {
-			kvd_registry_drop(d, c, "HELLO reply not delivered");
-			return -1;
-		}
+	fds[0] = d->seg.fd;
+	fds[1] = kvd_pool_fd(&d->pool);
+	fds[2] = c->ledger.fd;
+	if (send_with_fds(c, KVPROTO_HELLO_R, seq, &hr, sizeof(hr), fds, 3)) {
+		kvd_registry_drop(d, c, "HELLO reply not delivered");
+		return -1;
 	}
 	/* The ledger fd now lives in the client; our mapping stays. */
 	close(c->ledger.fd);

@@ -317,6 +317,8 @@ static int handle_frame(struct kvd *d, struct kvd_client *c)
 		kvd_reply_error(d, c, h.seq, -EBADMSG, true, "bad message: %s", why);
 		return -1;
 	}
+	if (!c->hello && h.type == KVPROTO_STAT)
+		return kvd_registry_stat(d, c, h.seq, p);
 	if (!c->hello && h.type != KVPROTO_HELLO) {
 		kvd_reply_error(d, c, h.seq, -EPROTO, true, "expected HELLO first");
 		return -1;

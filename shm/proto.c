@@ -88,6 +88,20 @@ int kvproto_decode(const struct kvproto_hdr *h, const void *payload,
 		if (h->len != sizeof(struct kvproto_count))
 			return bad(why, "FREE reply has the wrong size");
 		return 0;
+	case KVPROTO_STAT: {
+		struct kvproto_stat st;
+
+		if (h->len != sizeof(st))
+			return bad(why, "STAT has the wrong size");
+		memcpy(&st, payload, sizeof(st));
+		if (st.flags)
+			return bad(why, "STAT has unknown flags");
+		return 0;
+	}
+	case KVPROTO_STAT_R:
+		if (h->len != sizeof(struct kvproto_stat_r))
+			return bad(why, "STAT reply has the wrong size");
+		return 0;
 	case KVPROTO_ERROR:
 		if (h->len < sizeof(struct kvproto_error))
 			return bad(why, "ERROR shorter than its header");

@@ -17,6 +17,10 @@
  *   FREE_R  d->c  struct kvproto_count (pages freed)
  *   ERROR   d->c  struct kvproto_error + message text (then the daemon
  *                 closes the connection if the error was the client's)
+ *   STAT    c->d  struct kvproto_stat: an observer (kvstat) asks for the
+ *                 segment only; no ledger, no pool, no namespace
+ *   STAT_R  d->c  struct kvproto_stat_r + fd [segment], then the daemon
+ *                 closes the connection: the observer reads shared memory
  *
  * kvproto_decode() checks every length against the declared counts before
  * anything reads a record; it is the one function that ever parses bytes
@@ -45,6 +49,8 @@ enum kvproto_type {
 	KVPROTO_FREE = 7,
 	KVPROTO_FREE_R = 8,
 	KVPROTO_ERROR = 9,
+	KVPROTO_STAT = 10,
+	KVPROTO_STAT_R = 11,
 };
 
 struct kvproto_hdr {
@@ -115,6 +121,17 @@ struct kvproto_pub_r {
 	uint32_t page;
 	uint32_t gen;
 	uint32_t pad;
+};
+
+struct kvproto_stat {
+	uint32_t version;
+	uint32_t flags;		/* none defined: must be 0 */
+};
+
+struct kvproto_stat_r {
+	uint32_t version;
+	uint32_t shm_version;	/* KVSHM_VERSION of the segment */
+	uint64_t segment_bytes;
 };
 
 struct kvproto_error {

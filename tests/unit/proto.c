@@ -272,7 +272,7 @@ static void test_header(void **state)
 	/* Unknown types. */
 	h = hdr(0, sizeof(struct kvproto_alloc));
 	bad_hdr(&h, buf, 16);
-	h.type = KVPROTO_ERROR + 1;
+	h.type = KVPROTO_STAT_R + 1;
 	bad_hdr(&h, buf, 16);
 	h.type = 0xffff;
 	bad_hdr(&h, buf, 16);
@@ -418,6 +418,25 @@ static void test_hello_ns(void **state)
 	assert_int_equal(kvproto_hello_ns(&h, &ns2), -EINVAL);
 }
 
+/* STAT (an observer's attach) and its reply. */
+static void test_stat(void **state)
+{
+	struct kvproto_stat st = { KVPROTO_VERSION, 0 };
+	struct kvproto_hdr h = hdr(KVPROTO_STAT, sizeof(st));
+	const char *why = NULL;
+
+	(void)state;
+	assert_int_equal(kvproto_decode(&h, &st, 0, &why), 0);
+	st.flags = 1;
+	assert_int_equal(kvproto_decode(&h, &st, 0, &why), -EBADMSG);
+	assert_non_null(why);
+	h.len = sizeof(st) - 1;
+	assert_int_equal(kvproto_decode(&h, &st, 0, NULL), -EBADMSG);
+	ok(KVPROTO_STAT_R, sizeof(struct kvproto_stat_r), 0);
+	bad(KVPROTO_STAT_R, sizeof(struct kvproto_stat_r) + 8, 0);
+}
+
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -426,6 +445,7 @@ int main(void)
 		cmocka_unit_test(test_pages),
 		cmocka_unit_test(test_alloc_r_short_form_only_for_zero),
 		cmocka_unit_test(test_hello_ns),
+		cmocka_unit_test(test_stat),
 		cmocka_unit_test(test_publish),
 		cmocka_unit_test(test_replies),
 		cmocka_unit_test(test_header),
