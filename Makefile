@@ -27,6 +27,7 @@ override LDFLAGS += -fsanitize=thread
 NOJEMALLOC := 1
 endif
 JEMALLOC := $(if $(NOJEMALLOC),,-ljemalloc)
+DAEMON_LIBS := -lmicrohttpd
 
 ifneq ($(V),1)
 Q := @
@@ -97,7 +98,7 @@ $(BUILD)/%.o: %.c
 
 $(KVCACHED): $(DAEMON_OBJ) $(SHM_OBJ)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(JEMALLOC)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS) $(JEMALLOC)
 
 $(LIBA): $(CLIENT_OBJ) $(SHM_OBJ)
 	$(E) "  AR      $@"
@@ -116,7 +117,7 @@ $(TOOLS): $(BUILD)/%: $(BUILD)/tools/%.o $(LIBA)
 # Unit tests reach internals through the objects (jemalloc's JET idea).
 $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(SHM_OBJ) $(DAEMON_LIB)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(DAEMON_LIBS)
 
 # Integration tests drive the real daemon through the real library.
 $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o $(TESTLIB_OBJ) $(LIBA)

@@ -6,6 +6,7 @@
  * value: "pool-size 10X: unknown suffix". Nothing is half-applied: the
  * daemon exits on the first error, before it creates anything.
  */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <grp.h>
@@ -68,6 +69,8 @@ void kvd_config_usage(FILE *f)
 "  --hugepages auto|on|off  hugetlb pages for the host pool (default auto)\n"
 "  --log-level error|warning|info|debug  (default info)\n"
 "  --tick-ms N            housekeeping period in ms (default 20)\n"
+"  --metrics-listen IP:PORT  serve Prometheus /metrics over HTTP there\n"
+"                         (default off; e.g. 127.0.0.1:9464)\n"
 "  --foreground           run in the foreground (kvcached never forks;\n"
 "                         accepted for scripts that pass it)\n"
 "  --help, --version\n");
@@ -114,6 +117,47 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out, int
 		return -EINVAL;
 	*out = (uint32_t)v;
 	return 0;
+}
+
+int kvd_parse_listen(const char *s, struct sockaddr_storage *out)
+{
+	char host[64];
+	const char *colon, *h = s;
+	size_t hl;
+	uint32_t port;
+
+	memset(out, 0, sizeof(*out));
+	if (*s == '[') {
+		const char *rb = strchr(s, ']');
+
+		if (!rb || rb[1] != ':')
+			return -EINVAL;
+		h = s + 1;
+		hl = (size_t)(rb - h);
+		colon = rb + 1;
+	} else {
+		colon = strrchr(s, ':');
+		if (!colon)
+			return -EINVAL;
+		hl = (size_t)(colon - s);
+	}
+	if (!hl || hl >= sizeof(host) || parse_u32(colon + 1, 0, 65535, &port, 10))
+		return -EINVAL;
+	memcpy(host, h, hl);
+	host[hl] = 0;
+	if (*s == '[') {
+		struct sockaddr_in6 *a = (struct sockaddr_in6 *)out;
+
+		a->sin6_family = AF_INET6;
+		a->sin6_port = htons((uint16_t)port);
+		return inet_pton(AF_INET6, host, &a->sin6_addr) == 1 ? 0 : -EINVAL;
+	} else {
+		struct sockaddr_in *a = (struct sockaddr_in *)out;
+
+		a->sin_family = AF_INET;
+		a->sin_port = htons((uint16_t)port);
+		return inet_pton(AF_INET, host, &a->sin_addr) == 1 ? 0 : -EINVAL;
+	}
 }
 
 static int parse_ids(const char *val, bool users, struct kvd_config *cfg,
@@ -237,6 +281,15 @@ int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 			cfg->foreground = false;
 		else
 			BAD("must be true or false");
+	} else if (!strcmp(key, "metrics-listen")) {
+		if (!*val) {
+			cfg->metrics_listen[0] = 0;	/* off */
+		} else {
+			if (strlen(val) >= sizeof(cfg->metrics_listen) ||
+			    kvd_parse_listen(val, &cfg->metrics_addr))
+				BAD("must be IP:PORT, e.g. 127.0.0.1:9464 or [::1]:9464");
+			strcpy(cfg->metrics_listen, val);
+		}
 	} else if (!strcmp(key, "allow-users")) {
 		return parse_ids(val, true, cfg, where);
 	} else if (!strcmp(key, "allow-groups")) {
@@ -257,8 +310,9 @@ static bool known_key(const char *key)
 {
 	static const char *const keys[] = {
 		"allow-groups", "allow-users", "block-tokens", "foreground", "high-watermark",
-		"hugepages", "log-level", "low-watermark", "max-clients", "max-pins", "page-size",
-		"pool", "pool-size", "socket", "socket-mode", "tick-ms",
+		"hugepages", "log-level", "low-watermark", "max-clients", "max-pins",
+		"metrics-listen", "page-size", "pool", "pool-size", "socket", "socket-mode",
+		"tick-ms",
 	};
 	size_t i;
 

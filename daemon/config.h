@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #define KVD_VERSION "0.1.0"
@@ -35,6 +36,8 @@ struct kvd_config {
 	int n_allow_uid;
 	gid_t allow_gid[KVD_MAX_ALLOW];
 	int n_allow_gid;
+	char metrics_listen[64];		/* as given; empty = off */
+	struct sockaddr_storage metrics_addr;	/* parsed */
 };
 
 /* Defaults: see kvd_config_usage(). */
@@ -57,6 +60,9 @@ int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 
 /* Cross-field checks after everything is applied. Returns 0 or -1. */
 int kvd_config_check(const struct kvd_config *cfg);
+
+/* Parse "127.0.0.1:9464" or "[::1]:9464" (IP literals only): 0 or -EINVAL. */
+int kvd_parse_listen(const char *s, struct sockaddr_storage *out);
 
 /* Parse "4G", "512MiB", "65536": 0 or -EINVAL. */
 int kvd_parse_size(const char *s, uint64_t *out);

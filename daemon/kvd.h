@@ -64,6 +64,9 @@ struct kvd {
 	uint32_t low_pages, high_pages;
 
 	uint64_t ticks;
+	struct kvd_metrics *metrics;	/* /metrics server, or NULL */
+	uint64_t watchdog_usec;		/* 0: no systemd watchdog */
+	uint64_t watchdog_last;		/* CLOCK_MONOTONIC usec of the last ping */
 
 	/* Counters of clients that have left, folded into the totals. */
 	uint64_t gone_lookups, gone_hits, gone_misses, gone_pinfail;

@@ -4,6 +4,7 @@
  * serve until SIGTERM or SIGINT, then take everything down cleanly.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,8 +12,13 @@
 #include <unistd.h>
 
 #include "../shm/segment.h"
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include "kvd.h"
 #include "log.h"
+#include "metrics.h"
+#include "notify.h"
 
 static int segment_open(struct kvd *d)
 {
@@ -86,9 +92,42 @@ int main(int argc, char **argv)
 		 d.cfg.socket, d.h->geo.n_pages, (unsigned long long)d.h->geo.page_bytes,
 		 d.h->geo.block_tokens, d.h->geo.n_buckets,
 		 (unsigned long long)d.h->segment_bytes);
+	if (d.cfg.metrics_listen[0]) {
+		uint16_t port = 0;
+
+		d.metrics = kvd_metrics_start(d.h, (struct sockaddr *)&d.cfg.metrics_addr, &port);
+		if (!d.metrics)
+			goto out;
+		{
+			const struct sockaddr_storage *a = &d.cfg.metrics_addr;
+			char ip[INET6_ADDRSTRLEN] = "?";
+			bool v6 = a->ss_family == AF_INET6;
+
+			inet_ntop(a->ss_family, v6 ? (const void *)&((const struct sockaddr_in6 *)a)->sin6_addr
+						   : (const void *)&((const struct sockaddr_in *)a)->sin_addr,
+				  ip, sizeof(ip));
+			kvd_info("metrics: serving http://%s%s%s:%u/metrics", v6 ? "[" : "", ip,
+				 v6 ? "]" : "", port);
+		}
+	}
+	/* The socket listens already: clients that come now are accepted. */
+	{
+		char st[256];
+
+		snprintf(st, sizeof(st), "READY=1\nSTATUS=serving %u pages of %llu bytes on %s",
+			 d.h->geo.n_pages, (unsigned long long)d.h->geo.page_bytes, d.cfg.socket);
+		if (kvd_notify(st))
+			kvd_warn("NOTIFY_SOCKET: readiness not delivered");
+	}
+	d.watchdog_usec = kvd_watchdog_usec();
+	if (d.watchdog_usec)
+		kvd_info("systemd watchdog: pinging every %llu ms",
+			 (unsigned long long)d.watchdog_usec / 2000);
 	kvd_pool_prefault(&d.pool);
 	rc = kvd_server_run(&d) ? 1 : 0;
+	kvd_notify("STOPPING=1");
 out:
+	kvd_metrics_stop(d.metrics);
 	kvd_server_close(&d);
 	kvd_pool_close(&d.pool);
 	kvd_memfd_close(&d.seg);

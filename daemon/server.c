@@ -23,8 +23,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include "kvd.h"
 #include "log.h"
+#include "notify.h"
 
 enum { EV_LISTEN = 1, EV_SIGNAL, EV_TIMER, EV_CLIENT = 16 };
 
@@ -430,6 +433,23 @@ static void handle_signal(struct kvd *d)
 	}
 }
 
+/* Ping systemd's watchdog at half its interval, from the tick: a stuck
+ * event loop stops the pings, which is the point. */
+static void watchdog(struct kvd *d)
+{
+	struct timespec ts;
+	uint64_t now;
+
+	if (!d->watchdog_usec)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+	if (now - d->watchdog_last >= d->watchdog_usec / 2) {
+		kvd_notify("WATCHDOG=1");
+		d->watchdog_last = now;
+	}
+}
+
 int kvd_server_run(struct kvd *d)
 {
 	struct epoll_event ev[64];
@@ -455,6 +475,7 @@ int kvd_server_run(struct kvd *d)
 				if (read(d->tfd, &x, sizeof(x)) == sizeof(x)) {
 					kvd_evict_tick(d);
 					kvd_registry_tick(d);
+					watchdog(d);
 				}
 			} else if (tag >= EV_CLIENT && tag - EV_CLIENT < d->cfg.max_clients) {
 				c = &d->clients[tag - EV_CLIENT];

@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * observe.h - attach to kvcached as an observer (kvstat, tests): one STAT
+ * round trip for the segment fd, then read-only shared memory with no
+ * further daemon round trip. Not part of the public API (kvclient.h):
+ * these names are not exported from libkvclient.so.
+ */
+#ifndef KVC_OBSERVE_H
+#define KVC_OBSERVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../shm/segment.h"
+
+struct kvobs {
+	const struct kvshm_header *h;	/* read-only mapping */
+	uint64_t bytes;
+};
+
+/*
+ * Attach through the socket at `path` (NULL: the default path). Returns 0,
+ * or a negative errno with a sentence in err naming the problem: no daemon
+ * at the path, not trusted, or a segment layout this build does not read.
+ */
+int kvobs_attach(const char *path, struct kvobs *o, char *err, size_t errlen);
+void kvobs_detach(struct kvobs *o);
+
+#endif

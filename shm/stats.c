@@ -1,0 +1,305 @@
+// SPDX-License-Identifier: MIT
+/*
+ * stats.c - snapshots of the segment's statistics and their Prometheus
+ * rendering (see stats.h). Names follow the Prometheus conventions: the
+ * kvcached_ prefix, _total on counters, base units (bytes, seconds).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stats.h"
+
+#define M(n, t, h, l, j, f) { n, t, h, l, j, KVSHM_STAT_ID(f) }
+const struct kvshm_metric kvshm_metrics[] = {
+	M("kvcached_pool_pages", "gauge", "Pool pages by state; pinned pages are also ready.",
+	  "state=\"free\"", "pages_free", pages_free),
+	M("kvcached_pool_pages", "gauge", NULL, "state=\"writing\"", "pages_writing", pages_writing),
+	M("kvcached_pool_pages", "gauge", NULL, "state=\"ready\"", "pages_ready", pages_ready),
+	M("kvcached_pool_pages", "gauge", NULL, "state=\"pinned\"", "pages_pinned", pages_pinned),
+	M("kvcached_pool_pages", "gauge", NULL, "state=\"spilled\"", "pages_spilled", pages_spilled),
+	M("kvcached_index_entries", "gauge", "Blocks in the shared index.", NULL, "index_entries",
+	  index_entries),
+	M("kvcached_pins", "gauge", "Pin slots in use over all clients.", NULL, "pins", pins),
+	M("kvcached_clients", "gauge", "Clients attached now.", NULL, "clients_attached",
+	  clients_attached),
+	M("kvcached_clients_accepted_total", "counter", "Clients ever attached.", NULL,
+	  "clients_total", clients_total),
+	M("kvcached_clients_refused_total", "counter",
+	  "Connections refused (peer, geometry, limits, protocol version).", NULL,
+	  "clients_refused", clients_refused),
+	M("kvcached_clients_dropped_total", "counter",
+	  "Clients disconnected for breaking the protocol.", NULL, "clients_dropped",
+	  clients_dropped),
+	M("kvcached_lookups_total", "counter", "Prefix lookups.", NULL, "lookups", lookups),
+	M("kvcached_lookup_blocks_total", "counter", "Blocks looked up, by result.",
+	  "result=\"hit\"", "hit_blocks", hit_blocks),
+	M("kvcached_lookup_blocks_total", "counter", NULL, "result=\"miss\"", "miss_blocks",
+	  miss_blocks),
+	M("kvcached_lookup_tokens_total", "counter", "Prompt tokens looked up.", NULL,
+	  "lookup_tokens", lookup_tokens),
+	M("kvcached_hit_tokens_total", "counter", "Prompt tokens served from the cache.", NULL,
+	  "hit_tokens", hit_tokens),
+	M("kvcached_pin_failures_total", "counter",
+	  "Hits lost because the page was evicted between find and pin.", NULL, "pin_failures",
+	  pin_failures),
+	M("kvcached_allocations_total", "counter", "Pages handed to clients for writing.", NULL,
+	  "allocs", allocs),
+	M("kvcached_allocations_short_total", "counter",
+	  "Allocation requests served only in part.", NULL, "alloc_short", alloc_short),
+	M("kvcached_publishes_total", "counter", "Pages published into the index.", NULL,
+	  "publishes", publishes),
+	M("kvcached_publish_duplicates_total", "counter",
+	  "Publishes that lost a race to an identical block.", NULL, "publish_dups",
+	  publish_dups),
+	M("kvcached_publish_refused_total", "counter",
+	  "Publishes refused (key collision or full index window).", NULL, "publish_refused",
+	  publish_refused),
+	M("kvcached_frees_total", "counter", "Granted pages given back unpublished.", NULL,
+	  "frees", frees),
+	M("kvcached_evictions_total", "counter", "Pages evicted from the pool.", NULL,
+	  "evictions", evictions),
+	M("kvcached_eviction_backoffs_total", "counter",
+	  "Eviction candidates spared because a client pinned them.", NULL, "evict_backoffs",
+	  evict_backoffs),
+	M("kvcached_reclaimed_pages_total", "counter",
+	  "Writing pages taken back from clients that died.", NULL, "reclaimed", reclaimed),
+	M("kvcached_spill_enabled", "gauge", "1 when a spill directory is configured.", NULL,
+	  "spill_enabled", spill_enabled),
+	M("kvcached_spills_total", "counter", "Pages written to the spill tier.", NULL, "spills",
+	  spills),
+	M("kvcached_restores_total", "counter", "Pages restored from the spill tier.", NULL,
+	  "restores", restores),
+};
+#undef M
+const size_t kvshm_n_metrics = sizeof(kvshm_metrics) / sizeof(kvshm_metrics[0]);
+
+_Static_assert(sizeof(struct kvshm_stats) % sizeof(uint64_t) == 0, "stats are u64s");
+
+static int cmp_top(const void *a, const void *b)
+{
+	const struct kvshm_top_entry *x = a, *y = b;
+
+	return x->hit_tokens < y->hit_tokens ? 1 : x->hit_tokens > y->hit_tokens ? -1 : 0;
+}
+
+static void copy_relaxed(void *dst, const void *src, size_t bytes)
+{
+	const uint64_t *s = src;
+	uint64_t *d = dst;
+	size_t i;
+
+	for (i = 0; i < bytes / 8; i++)
+		d[i] = __atomic_load_n(&s[i], __ATOMIC_RELAXED);
+}
+
+int kvshm_snap_take(const struct kvshm_header *h, struct kvshm_snap *s)
+{
+	const _Atomic uint64_t *st = (const _Atomic uint64_t *)kvshm_stats(h);
+	const struct kvshm_top *t = kvshm_top(h);
+	uint32_t i, n;
+
+	memset(s, 0, sizeof(*s));
+	s->geo = h->geo;
+	s->pool_kind = h->pool_kind;
+	s->daemon_pid = h->daemon_pid;
+	s->start_time_ns = h->start_time_ns;
+	s->heartbeat = atomic_load_explicit(&h->heartbeat, memory_order_relaxed);
+	for (i = 0; i < KVSHM_STAT_N; i++)
+		s->v[i] = atomic_load_explicit(&st[i], memory_order_relaxed);
+
+	s->ns = calloc(h->geo.max_ns, sizeof(*s->ns));
+	s->clients = calloc(h->geo.max_clients, sizeof(*s->clients));
+	if (!s->ns || !s->clients) {
+		kvshm_snap_free(s);
+		return -ENOMEM;
+	}
+	for (i = 0; i < h->geo.max_ns; i++) {
+		const struct kvshm_ns *r = &kvshm_ns(h)[i];
+
+		if (!atomic_load_explicit(&r->used, memory_order_acquire))
+			break;
+		copy_relaxed(&s->ns[i], r, sizeof(*r));
+		s->ns[i].model[KVSHM_MODEL_NAME - 1] = 0;
+		s->n_ns = i + 1;
+	}
+	for (i = 0, n = 0; i < h->geo.max_clients; i++) {
+		const struct kvshm_client_row *r = &kvshm_clients(h)[i];
+		struct kvshm_snap_client *c = &s->clients[n];
+		int32_t pid = atomic_load_explicit(&r->pid, memory_order_acquire);
+
+		if (!pid)
+			continue;
+		c->pid = pid;
+		c->uid = __atomic_load_n(&r->uid, __ATOMIC_RELAXED);
+		c->ns_id = __atomic_load_n(&r->ns_id, __ATOMIC_RELAXED);
+		copy_relaxed(c->comm, r->comm, sizeof(c->comm));
+		c->comm[sizeof(c->comm) - 1] = 0;
+		c->lookups = atomic_load_explicit(&r->lookups, memory_order_relaxed);
+		c->hit_blocks = atomic_load_explicit(&r->hit_blocks, memory_order_relaxed);
+		c->miss_blocks = atomic_load_explicit(&r->miss_blocks, memory_order_relaxed);
+		c->pins_held = atomic_load_explicit(&r->pins_held, memory_order_relaxed);
+		c->published = atomic_load_explicit(&r->published, memory_order_relaxed);
+		c->writing = atomic_load_explicit(&r->writing, memory_order_relaxed);
+		/* The row was cleared meanwhile: skip it. */
+		if (atomic_load_explicit(&r->pid, memory_order_acquire) == pid)
+			n++;
+	}
+	s->n_clients = n;
+	for (;;) {	/* the sketch, under its seqcount */
+		uint32_t seq = atomic_load_explicit(&t->seq, memory_order_acquire);
+
+		if (seq & 1)
+			continue;
+		s->n_top = __atomic_load_n(&t->n, __ATOMIC_RELAXED);
+		if (s->n_top > KVSHM_TOP)
+			s->n_top = KVSHM_TOP;
+		copy_relaxed(s->top, t->e, sizeof(s->top));
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&t->seq, memory_order_relaxed) == seq)
+			break;
+	}
+	for (i = 0; i < s->n_top; i++)
+		s->top[i].label[KVSHM_LABEL - 1] = 0;
+	qsort(s->top, s->n_top, sizeof(s->top[0]), cmp_top);
+	return 0;
+}
+
+void kvshm_snap_free(struct kvshm_snap *s)
+{
+	free(s->ns);
+	free(s->clients);
+	s->ns = NULL;
+	s->clients = NULL;
+}
+
+const char *kvshm_snap_model(const struct kvshm_snap *s, uint32_t ns_id)
+{
+	return ns_id < s->n_ns ? s->ns[ns_id].model : "?";
+}
+
+/* snprintf into a moving window; `need` counts what the whole text takes. */
+struct out {
+	char *buf;
+	size_t len, need;
+};
+
+static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void put(struct out *o, const char *fmt, ...)
+{
+	size_t room = o->need < o->len ? o->len - o->need : 0;
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(room ? o->buf + o->need : NULL, room, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		o->need += (size_t)n;
+}
+
+/* A label value with \, " and newline escaped, as the format requires. */
+static void put_escaped(struct out *o, const char *v)
+{
+	for (; *v; v++) {
+		if (*v == '\\' || *v == '"')
+			put(o, "\\%c", *v);
+		else if (*v == '\n')
+			put(o, "\\n");
+		else
+			put(o, "%c", *v);
+	}
+}
+
+static void family(struct out *o, const char *name, const char *type, const char *help)
+{
+	put(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void client_labels(struct out *o, const struct kvshm_snap *s,
+			  const struct kvshm_snap_client *c)
+{
+	put(o, "pid=\"%d\",comm=\"", c->pid);
+	put_escaped(o, c->comm);
+	put(o, "\",namespace=\"");
+	put_escaped(o, kvshm_snap_model(s, c->ns_id));
+	put(o, "\"");
+}
+
+size_t kvshm_prometheus(const struct kvshm_snap *s, char *buf, size_t len)
+{
+	struct out o = { buf, len, 0 };
+	const char *last = "";
+	uint32_t i;
+	size_t k;
+
+	if (len)
+		buf[0] = 0;
+	family(&o, "kvcached_pool_bytes", "gauge", "Bytes of the page pool.");
+	put(&o, "kvcached_pool_bytes %llu\n", (unsigned long long)s->geo.pool_bytes);
+	family(&o, "kvcached_page_bytes", "gauge", "Bytes of one pool page slot.");
+	put(&o, "kvcached_page_bytes %llu\n", (unsigned long long)s->geo.page_bytes);
+	family(&o, "kvcached_block_tokens", "gauge", "Tokens per cached block.");
+	put(&o, "kvcached_block_tokens %u\n", s->geo.block_tokens);
+	family(&o, "kvcached_start_time_seconds", "gauge",
+	       "When the daemon started, in seconds since the epoch.");
+	put(&o, "kvcached_start_time_seconds %.3f\n", (double)s->start_time_ns / 1e9);
+	for (k = 0; k < kvshm_n_metrics; k++) {
+		const struct kvshm_metric *m = &kvshm_metrics[k];
+
+		if (strcmp(m->name, last)) {
+			family(&o, m->name, m->type, m->help);
+			last = m->name;
+		}
+		if (m->label)
+			put(&o, "%s{%s} %llu\n", m->name, m->label,
+			    (unsigned long long)s->v[m->stat]);
+		else
+			put(&o, "%s %llu\n", m->name, (unsigned long long)s->v[m->stat]);
+	}
+	family(&o, "kvcached_client_lookups_total", "counter", "Prefix lookups, per client.");
+	for (i = 0; i < s->n_clients; i++) {
+		put(&o, "kvcached_client_lookups_total{");
+		client_labels(&o, s, &s->clients[i]);
+		put(&o, "} %llu\n", (unsigned long long)s->clients[i].lookups);
+	}
+	family(&o, "kvcached_client_lookup_blocks_total", "counter",
+	       "Blocks looked up, per client and result.");
+	for (i = 0; i < s->n_clients; i++) {
+		put(&o, "kvcached_client_lookup_blocks_total{");
+		client_labels(&o, s, &s->clients[i]);
+		put(&o, ",result=\"hit\"} %llu\n", (unsigned long long)s->clients[i].hit_blocks);
+		put(&o, "kvcached_client_lookup_blocks_total{");
+		client_labels(&o, s, &s->clients[i]);
+		put(&o, ",result=\"miss\"} %llu\n", (unsigned long long)s->clients[i].miss_blocks);
+	}
+	family(&o, "kvcached_client_pins", "gauge", "Pin slots in use, per client.");
+	for (i = 0; i < s->n_clients; i++) {
+		put(&o, "kvcached_client_pins{");
+		client_labels(&o, s, &s->clients[i]);
+		put(&o, "} %llu\n", (unsigned long long)s->clients[i].pins_held);
+	}
+	family(&o, "kvcached_client_published_total", "counter", "Pages published, per client.");
+	for (i = 0; i < s->n_clients; i++) {
+		put(&o, "kvcached_client_published_total{");
+		client_labels(&o, s, &s->clients[i]);
+		put(&o, "} %llu\n", (unsigned long long)s->clients[i].published);
+	}
+	family(&o, "kvcached_prefix_hit_tokens", "gauge",
+	       "Hit tokens of the hottest prefix roots (space-saving sketch: may overcount by "
+	       "at most the series' error).");
+	for (i = 0; i < s->n_top; i++) {
+		const struct kvshm_top_entry *e = &s->top[i];
+
+		put(&o, "kvcached_prefix_hit_tokens{key=\"%016llx%016llx\",label=\"",
+		    (unsigned long long)e->key.hi, (unsigned long long)e->key.lo);
+		put_escaped(&o, e->label);
+		put(&o, "\",namespace=\"");
+		put_escaped(&o, kvshm_snap_model(s, e->ns_id));
+		put(&o, "\"} %llu\n", (unsigned long long)e->hit_tokens);
+	}
+	return o.need;
+}
