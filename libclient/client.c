@@ -297,7 +297,7 @@ static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options 
 		if (strlen(o->socket_path) >= sizeof(sa.sun_path))
 			return -ENAMETOOLONG;
 		strcpy(sa.sun_path, o->socket_path);
-	} else if ((rc = kvproto_socket_path(sa.sun_path, sizeof(sa.sun_path)))) {
+	} else if ((rc = kvproto_client_socket_path(sa.sun_path, sizeof(sa.sun_path)))) {
 		return rc;
 	}
 	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

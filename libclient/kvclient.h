@@ -89,7 +89,8 @@ struct kvc_options {
 	uint32_t flags;		/* none defined: 0 */
 	/* Socket path; NULL: $KVCACHED_SOCKET, else the default path
 	 * (/run/kvcached/kvcached.sock for root, $XDG_RUNTIME_DIR/
-	 * kvcached.sock otherwise). */
+	 * kvcached.sock otherwise, falling back to the system service's
+	 * /run/kvcached/kvcached.sock when no per-user socket exists). */
 	const char *socket_path;
 	/* Tenant secret mixed into the root of every key chain: only
 	 * clients with the same salt hit each other's blocks. */

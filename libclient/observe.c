@@ -44,7 +44,7 @@ int kvobs_attach(const char *path, struct kvobs *o, char *err, size_t errlen)
 		if (strlen(path) >= sizeof(sa.sun_path))
 			return fail(err, errlen, -ENAMETOOLONG, "socket path too long: %s", path);
 		strcpy(sa.sun_path, path);
-	} else if (kvproto_socket_path(sa.sun_path, sizeof(sa.sun_path))) {
+	} else if (kvproto_client_socket_path(sa.sun_path, sizeof(sa.sun_path))) {
 		return fail(err, errlen, -ENAMETOOLONG, "socket path too long%s", "");
 	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

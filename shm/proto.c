@@ -158,3 +158,20 @@ int kvproto_hello_ns(const struct kvproto_hello *hi, struct kvshm_ns *ns)
 	ns->id = kvshm_ns_id(ns);
 	return 0;
 }
+
+int kvproto_client_socket_path(char *buf, size_t len)
+{
+	return kvproto_client_socket_path_in(buf, len, "/run/kvcached/kvcached.sock");
+}
+
+int kvproto_client_socket_path_in(char *buf, size_t len, const char *sys)
+{
+	const char *env = getenv("KVCACHED_SOCKET");
+	int rc = kvproto_socket_path(buf, len);
+
+	if (rc || (env && *env) || geteuid() == 0 || !access(buf, F_OK))
+		return rc;
+	if (!access(sys, F_OK) && len > strlen(sys))
+		strcpy(buf, sys);
+	return 0;
+}

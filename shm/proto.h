@@ -177,4 +177,15 @@ int kvproto_hello_ns(const struct kvproto_hello *hi, struct kvshm_ns *ns);
  */
 int kvproto_socket_path(char *buf, size_t len);
 
+/*
+ * The path a client (or kvstat) tries: as kvproto_socket_path, except that
+ * a non-root process with no $KVCACHED_SOCKET whose per-user socket does
+ * not exist uses the system service's /run/kvcached/kvcached.sock when that
+ * exists. The daemon itself never falls back (it would collide with the
+ * system service).
+ */
+int kvproto_client_socket_path(char *buf, size_t len);
+/* The same with the system socket path given (for tests). */
+int kvproto_client_socket_path_in(char *buf, size_t len, const char *sys);
+
 #endif

@@ -16,6 +16,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <sys/wait.h>
+
+#include <sys/stat.h>
+
+#include <fcntl.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -437,6 +443,70 @@ static void test_stat(void **state)
 }
 
 
+/*
+ * A non-root client without KVCACHED_SOCKET and without a per-user socket
+ * falls back to the system service's socket, if that exists; root and the
+ * environment variable never fall back. Runs as uid 65534 in a child when
+ * the suite runs as root.
+ */
+static int client_path_child(const char *dir, const char *sys)
+{
+	char buf[108], want[108], xdgsock[108];
+	int fd;
+
+	if (geteuid() == 0 && (setgid(65534) || setuid(65534)))
+		return 10;
+	setenv("XDG_RUNTIME_DIR", dir, 1);
+	unsetenv("KVCACHED_SOCKET");
+	snprintf(want, sizeof(want), "%s/kvcached.sock", dir);
+	/* No per-user socket, no system socket: the per-user path. */
+	if (kvproto_client_socket_path_in(buf, sizeof(buf), "/nonexistent/k.sock") ||
+	    strcmp(buf, want))
+		return 11;
+	/* No per-user socket, a system one: the system one. */
+	if (kvproto_client_socket_path_in(buf, sizeof(buf), sys) || strcmp(buf, sys))
+		return 12;
+	/* A per-user socket exists: it wins. */
+	snprintf(xdgsock, sizeof(xdgsock), "%s/kvcached.sock", dir);
+	fd = open(xdgsock, O_CREAT | O_WRONLY, 0600);
+	if (fd < 0)
+		return 13;
+	close(fd);
+	if (kvproto_client_socket_path_in(buf, sizeof(buf), sys) || strcmp(buf, want))
+		return 14;
+	unlink(xdgsock);
+	/* The environment always wins. */
+	setenv("KVCACHED_SOCKET", "/tmp/explicit.sock", 1);
+	if (kvproto_client_socket_path_in(buf, sizeof(buf), sys) ||
+	    strcmp(buf, "/tmp/explicit.sock"))
+		return 15;
+	return 0;
+}
+
+static void test_client_socket_fallback(void **state)
+{
+	char dir[] = "/tmp/kvt-xdg.XXXXXX", sys[128];
+	int fd, st;
+	pid_t p;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	chmod(dir, 0777);
+	snprintf(sys, sizeof(sys), "%s/system.sock", dir);
+	fd = open(sys, O_CREAT | O_WRONLY, 0644);
+	assert_true(fd >= 0);
+	close(fd);
+	p = fork();
+	if (!p)
+		_exit(client_path_child(dir, sys));
+	assert_int_equal(waitpid(p, &st, 0), p);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	unlink(sys);
+	rmdir(dir);
+}
+
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -446,6 +516,7 @@ int main(void)
 		cmocka_unit_test(test_alloc_r_short_form_only_for_zero),
 		cmocka_unit_test(test_hello_ns),
 		cmocka_unit_test(test_stat),
+		cmocka_unit_test(test_client_socket_fallback),
 		cmocka_unit_test(test_publish),
 		cmocka_unit_test(test_replies),
 		cmocka_unit_test(test_header),
