@@ -127,4 +127,61 @@ $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o $(TESTLIB_OBJ) $(LI
 clean:
 	rm -rf build build-asan build-tsan
 
+# `make install [PREFIX=/usr] [DESTDIR=/tmp/stage]`: programs, libkvclient
+# (shared with its soname links, static, header, pkg-config), the systemd
+# unit and sysusers.d file, and the example config, which becomes
+# $(SYSCONFDIR)/kvcached/kvcached.conf only if there is none yet.
+BINDIR      ?= $(PREFIX)/bin
+LIBDIR      ?= $(PREFIX)/lib
+INCLUDEDIR  ?= $(PREFIX)/include
+PKGCONFIGDIR?= $(LIBDIR)/pkgconfig
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+DOCDIR      ?= $(PREFIX)/share/doc/kvcached
+SYSCONFDIR  ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+KVC_VERSION := $(shell sed -n 's/^.define KVC_VERSION_STRING "\(.*\)"/\1/p' libclient/kvclient.h)
+LIBREAL     := libkvclient.so.$(KVC_VERSION)
+INSTALL     ?= install
+SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BINDIR@|$(BINDIR)|g' \
+	    -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
+	    -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' \
+	    -e 's|@VERSION@|$(KVC_VERSION)|g'
+
+.PHONY: install uninstall
+install: all
+	$(E) "  INSTALL $(DESTDIR)$(PREFIX)"
+	$(Q)$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
+		$(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
+		$(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/kvcached
+	$(Q)$(INSTALL) -m 0755 $(KVCACHED) $(wildcard $(TOOLS)) $(DESTDIR)$(BINDIR)/
+	$(Q)$(INSTALL) -m 0755 $(LIBSO) $(DESTDIR)$(LIBDIR)/$(LIBREAL)
+	$(Q)ln -sf $(LIBREAL) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	$(Q)ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libkvclient.so
+	$(Q)$(INSTALL) -m 0644 $(LIBA) $(DESTDIR)$(LIBDIR)/libkvclient.a
+	$(Q)$(INSTALL) -m 0644 libclient/kvclient.h $(DESTDIR)$(INCLUDEDIR)/kvclient.h
+	$(Q)mkdir -p $(BUILD)/install
+	$(Q)$(SUBST) libclient/kvclient.pc.in >$(BUILD)/install/kvclient.pc
+	$(Q)$(SUBST) daemon/kvcached.service.in >$(BUILD)/install/kvcached.service
+	$(Q)$(SUBST) daemon/kvcached.conf.example >$(BUILD)/install/kvcached.conf
+	$(Q)$(INSTALL) -m 0644 $(BUILD)/install/kvclient.pc $(DESTDIR)$(PKGCONFIGDIR)/kvclient.pc
+	$(Q)$(INSTALL) -m 0644 $(BUILD)/install/kvcached.service $(DESTDIR)$(UNITDIR)/kvcached.service
+	$(Q)$(INSTALL) -m 0644 daemon/kvcached.sysusers $(DESTDIR)$(SYSUSERSDIR)/kvcached.conf
+	$(Q)$(INSTALL) -m 0644 $(BUILD)/install/kvcached.conf $(DESTDIR)$(DOCDIR)/kvcached.conf.example
+	$(Q)$(INSTALL) -m 0644 docs/INSTALL.md $(DESTDIR)$(DOCDIR)/INSTALL.md
+	$(Q)if [ -e $(DESTDIR)$(SYSCONFDIR)/kvcached/kvcached.conf ]; then \
+		echo "  KEEP    $(DESTDIR)$(SYSCONFDIR)/kvcached/kvcached.conf (exists; new example in $(DESTDIR)$(DOCDIR))"; \
+	else \
+		$(INSTALL) -m 0644 $(BUILD)/install/kvcached.conf \
+			$(DESTDIR)$(SYSCONFDIR)/kvcached/kvcached.conf; \
+	fi
+
+# Leaves $(SYSCONFDIR)/kvcached/kvcached.conf: it is the admin's.
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,kvcached $(notdir $(TOOLS))) \
+		$(addprefix $(DESTDIR)$(LIBDIR)/,$(LIBREAL) $(SONAME) libkvclient.so libkvclient.a) \
+		$(DESTDIR)$(INCLUDEDIR)/kvclient.h $(DESTDIR)$(PKGCONFIGDIR)/kvclient.pc \
+		$(DESTDIR)$(UNITDIR)/kvcached.service $(DESTDIR)$(SYSUSERSDIR)/kvcached.conf \
+		$(DESTDIR)$(DOCDIR)/kvcached.conf.example $(DESTDIR)$(DOCDIR)/INSTALL.md
+	-rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null
+
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
