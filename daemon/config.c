@@ -39,8 +39,11 @@ void kvd_config_defaults(struct kvd_config *cfg)
 	cfg->tick_ms = 20;
 	cfg->hugepages = KVD_HUGE_AUTO;
 	cfg->log_level = KVD_LOG_INFO;
+	/* Our own user, and root: root can read any process's memory
+	 * anyway, and `sudo kvstat` should simply work. */
 	cfg->allow_uid[0] = geteuid();
-	cfg->n_allow_uid = 1;
+	cfg->allow_uid[1] = 0;
+	cfg->n_allow_uid = geteuid() ? 2 : 1;
 }
 
 void kvd_config_usage(FILE *f)
@@ -63,7 +66,8 @@ void kvd_config_usage(FILE *f)
 "  --max-pins N           pin slots per client (default 8192)\n"
 "  --low-watermark PCT    evict when free pages fall below PCT%% (default 5)\n"
 "  --high-watermark PCT   ...until PCT%% are free (default 10)\n"
-"  --allow-users LIST     user names or uids that may attach (default: own)\n"
+"  --allow-users LIST     user names or uids that may attach (default: own\n"
+"                         user and root; a list replaces both)\n"
 "  --allow-groups LIST    group names or gids that may attach (default none)\n"
 "  --socket-mode OCTAL    socket file mode (default 0660)\n"
 "  --hugepages auto|on|off  hugetlb pages for the host pool (default auto)\n"
