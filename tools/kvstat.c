@@ -1,0 +1,953 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvstat.c - the operator's live view of kvcached: pool occupancy by page
+ * state and tier, hit ratios in blocks and tokens, event counts and rates,
+ * one row per attached client and the hottest prefixes.
+ *
+ * How it reads: kvobs_attach() makes one STAT round trip to get the
+ * segment's file descriptor and maps it read-only; from then on every frame
+ * is a kvshm_snap_take() of shared memory (relaxed loads, no lock, no
+ * syscall to the daemon). Names and numbers come from shm/stats.c, the same
+ * code that serves the daemon's /metrics, so `kvstat --json` counters carry
+ * the kvshm_metrics[] JSON names and `kvstat --prometheus` is byte for byte
+ * what /metrics would answer for the same snapshot.
+ *
+ * Modes:
+ *   one-shot (default)   plain aligned text; rates are averages since the
+ *                        daemon started (count / uptime), no interval.
+ *   --watch SECONDS      a frame every SECONDS (fractions allowed), each
+ *                        with the last interval's hit ratio and rates and a
+ *                        sparkline of the block hit ratio over the last 40
+ *                        intervals. On a terminal it redraws in place like
+ *                        top; into a pipe or file, frames are separated by
+ *                        a line. With --json: one object per line.
+ *   --json               one object with stable field names (docs/KVSTAT.md).
+ *   --prometheus         kvshm_prometheus() of one snapshot.
+ *
+ * Daemon restarts: the daemon bumps the header's heartbeat every tick. In
+ * watch mode a heartbeat that has not moved for more than 3 s means the
+ * daemon is gone or stuck: kvstat says so on one line, drops its mapping
+ * and tries to attach again every interval (a new daemon has a new
+ * segment; the old mapping would show frozen numbers forever).
+ *
+ * Strings that came from clients (process names, labels, model names) are
+ * shown as printable ASCII in the table (anything else becomes '?', so a
+ * client cannot send escape sequences to the operator's terminal) and as
+ * properly escaped UTF-8 in JSON.
+ *
+ * Exit status: 0 ok (also after SIGINT/SIGTERM in watch mode), 1 no daemon
+ * or a segment this build cannot read, 2 bad usage.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../libclient/observe.h"
+#include "../shm/segment.h"
+#include "../shm/stats.h"
+
+#define HIST		40	/* sparkline intervals */
+#define STALL_S		3.0	/* heartbeat silence that means "gone" */
+#define ATTACH_S	3	/* how long one attach may wait for a reply */
+#define TOP_ROWS	10	/* top prefixes in the table (JSON: all) */
+
+#define V(s, f) ((s)->v[KVSHM_STAT_ID(f)])
+
+static struct {
+	const char *socket;
+	bool json;
+	bool prom;
+	double watch;		/* 0: one-shot */
+	unsigned long count;	/* 0: until interrupted */
+} opt;
+
+static volatile sig_atomic_t stop_sig;
+static volatile sig_atomic_t alarmed;
+
+/* What the previous frame left for this one. */
+struct watch {
+	struct kvobs o;
+	bool attached;
+	bool tty;
+	bool have_prev;
+	uint64_t prev[KVSHM_STAT_N];
+	double prev_t;			/* CLOCK_MONOTONIC seconds */
+	uint64_t hb;			/* last heartbeat seen ... */
+	double hb_t;			/* ... and when it last moved */
+	double hist[HIST];		/* block hit ratio; < 0: no lookups */
+	unsigned int n_hist;
+	char last_msg[512];
+	char note[128];			/* kept atop terminal frames */
+};
+
+/* Counter deltas between two snapshots of the same daemon. */
+struct interval {
+	bool valid;
+	double dt;
+	uint64_t d[KVSHM_STAT_N];
+};
+
+/* ------------------------------------------------------------- helpers */
+
+static double mono_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double uptime_s(const struct kvshm_snap *s)
+{
+	struct timespec ts;
+	double now;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	now -= (double)s->start_time_ns / 1e9;
+	return now > 0 ? now : 0;
+}
+
+static const char *pool_kind(uint32_t k)
+{
+	return k == KVSHM_POOL_HOST ? "host" : k == KVSHM_POOL_CUDA ? "cuda" : "unknown";
+}
+
+/* -1 when there is nothing to divide by. */
+static double ratio(uint64_t num, uint64_t den)
+{
+	return den ? (double)num / (double)den : -1;
+}
+
+static const char *fmt_bytes(char *buf, size_t len, uint64_t b)
+{
+	static const char *const unit[] = { "KiB", "MiB", "GiB", "TiB", "PiB" };
+	double v = (double)b;
+	int u = -1;
+
+	if (b < 1024) {
+		snprintf(buf, len, "%llu B", (unsigned long long)b);
+		return buf;
+	}
+	while (v >= 1024 && u < 4) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(buf, len, "%.1f %s", v, unit[u]);
+	return buf;
+}
+
+/* Truncated, not rounded: 100.0% only when nothing was missed. */
+static const char *fmt_pct(char *buf, size_t len, double r)
+{
+	if (r < 0)
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%.1f%%", floor(r * 1000 + 1e-9) / 10);
+	return buf;
+}
+
+static const char *fmt_rate(char *buf, size_t len, double r)
+{
+	if (r < 0)
+		snprintf(buf, len, "-");
+	else if (r >= 1e6)
+		snprintf(buf, len, "%.2fM", r / 1e6);
+	else if (r >= 1e4)
+		snprintf(buf, len, "%.1fk", r / 1e3);
+	else
+		snprintf(buf, len, "%.1f", r);
+	return buf;
+}
+
+static const char *fmt_uptime(char *buf, size_t len, double s)
+{
+	unsigned long long t = (unsigned long long)s;
+
+	if (t >= 86400)
+		snprintf(buf, len, "%llud %02llu:%02llu:%02llu", t / 86400, t / 3600 % 24,
+			 t / 60 % 60, t % 60);
+	else
+		snprintf(buf, len, "%llu:%02llu:%02llu", t / 3600, t / 60 % 60, t % 60);
+	return buf;
+}
+
+/* Printable ASCII only: what a client sent must not drive the terminal. */
+static const char *safe(char *buf, size_t len, const char *s)
+{
+	size_t i;
+
+	for (i = 0; s[i] && i + 1 < len; i++)
+		buf[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
+	buf[i] = 0;
+	return buf;
+}
+
+/* Length of the valid UTF-8 sequence at s, or 0 (RFC 3629: no overlong
+ * forms, no surrogates, nothing above U+10FFFF). */
+static int utf8_len(const unsigned char *s)
+{
+	unsigned char c = s[0];
+	int n, i;
+	uint32_t cp;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		n = 2, cp = c & 0x1f;
+	else if (c >= 0xe0 && c <= 0xef)
+		n = 3, cp = c & 0x0f;
+	else if (c >= 0xf0 && c <= 0xf4)
+		n = 4, cp = c & 0x07;
+	else
+		return 0;
+	for (i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+	    (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return n;
+}
+
+/* A JSON string: quotes, backslashes and controls escaped; bytes that are
+ * not valid UTF-8 become U+FFFD, so the output is always valid JSON. */
+static void json_str(FILE *f, const char *str)
+{
+	const unsigned char *s = (const unsigned char *)str;
+	int n;
+
+	fputc('"', f);
+	while (*s) {
+		if (*s == '"' || *s == '\\') {
+			fprintf(f, "\\%c", *s++);
+		} else if (*s < 0x20 || *s == 0x7f) {
+			switch (*s) {
+			case '\n': fputs("\\n", f); break;
+			case '\r': fputs("\\r", f); break;
+			case '\t': fputs("\\t", f); break;
+			default: fprintf(f, "\\u%04x", *s); break;
+			}
+			s++;
+		} else if ((n = utf8_len(s)) > 0) {
+			fwrite(s, 1, (size_t)n, f);
+			s += n;
+		} else {
+			fputs("\\ufffd", f);
+			s++;
+		}
+	}
+	fputc('"', f);
+}
+
+/* A ratio or a rate: a number, or null when undefined (< 0). */
+static void json_num(FILE *f, double v, int prec)
+{
+	if (v < 0 || !isfinite(v))
+		fputs("null", f);
+	else
+		fprintf(f, "%.*f", prec, v);
+}
+
+/* ------------------------------------------------------------ intervals */
+
+static void interval_of(struct interval *iv, const struct watch *w, const struct kvshm_snap *s,
+			double now)
+{
+	size_t k;
+
+	memset(iv, 0, sizeof(*iv));
+	if (!w || !w->have_prev || now <= w->prev_t)
+		return;
+	/* A counter that went backwards belongs to another daemon's life. */
+	for (k = 0; k < kvshm_n_metrics; k++) {
+		const struct kvshm_metric *m = &kvshm_metrics[k];
+
+		if (!strcmp(m->type, "counter") && s->v[m->stat] < w->prev[m->stat])
+			return;
+	}
+	iv->valid = true;
+	iv->dt = now - w->prev_t;
+	for (k = 0; k < KVSHM_STAT_N; k++)
+		iv->d[k] = s->v[k] - w->prev[k];	/* counters only are used */
+}
+
+#define D(iv, f) ((iv)->d[KVSHM_STAT_ID(f)])
+
+/* ------------------------------------------------------------------ JSON */
+
+static void json_rates(FILE *f, const struct kvshm_snap *s, const uint64_t *d, double secs)
+{
+	bool first = true;
+	size_t k;
+
+	fputc('{', f);
+	for (k = 0; k < kvshm_n_metrics; k++) {
+		const struct kvshm_metric *m = &kvshm_metrics[k];
+		uint64_t v = d ? d[m->stat] : s->v[m->stat];
+
+		if (strcmp(m->type, "counter"))
+			continue;
+		fprintf(f, "%s\"%s\":", first ? "" : ",", m->json);
+		json_num(f, secs > 0 ? (double)v / secs : -1, 3);
+		first = false;
+	}
+	fputc('}', f);
+}
+
+static void print_json(FILE *f, const struct kvobs *o, const struct kvshm_snap *s,
+		       const struct interval *iv)
+{
+	const struct kvshm_geometry *g = &s->geo;
+	double up = uptime_s(s);
+	uint32_t i;
+	size_t k;
+
+	fprintf(f, "{\"kvstat\":1,\"shm_version\":%u,\"daemon_pid\":%d,\"uptime_seconds\":%.3f,"
+		"\"start_time_seconds\":%.3f,\"heartbeat\":%llu,",
+		o->h->version, s->daemon_pid, up, (double)s->start_time_ns / 1e9,
+		(unsigned long long)s->heartbeat);
+	fprintf(f, "\"pool\":{\"bytes\":%llu,\"page_bytes\":%llu,\"pages\":%u,\"block_tokens\":%u,"
+		"\"kind\":\"%s\"},",
+		(unsigned long long)g->pool_bytes, (unsigned long long)g->page_bytes, g->n_pages,
+		g->block_tokens, pool_kind(s->pool_kind));
+	fprintf(f, "\"pages\":{\"free\":%llu,\"writing\":%llu,\"ready\":%llu,\"pinned\":%llu,"
+		"\"spilled\":%llu},",
+		(unsigned long long)V(s, pages_free), (unsigned long long)V(s, pages_writing),
+		(unsigned long long)V(s, pages_ready), (unsigned long long)V(s, pages_pinned),
+		(unsigned long long)V(s, pages_spilled));
+	fputs("\"counters\":{", f);
+	for (k = 0; k < kvshm_n_metrics; k++)
+		fprintf(f, "%s\"%s\":%llu", k ? "," : "", kvshm_metrics[k].json,
+			(unsigned long long)s->v[kvshm_metrics[k].stat]);
+	fputs("},\"hit_ratio\":{\"blocks\":", f);
+	json_num(f, ratio(V(s, hit_blocks), V(s, hit_blocks) + V(s, miss_blocks)), 6);
+	fputs(",\"tokens\":", f);
+	json_num(f, ratio(V(s, hit_tokens), V(s, lookup_tokens)), 6);
+	fputs("},\"rates_since_start\":", f);
+	json_rates(f, s, NULL, up);
+	fputs(",\"interval\":", f);
+	if (iv && iv->valid) {
+		fprintf(f, "{\"seconds\":%.3f,\"hit_ratio\":{\"blocks\":", iv->dt);
+		json_num(f, ratio(D(iv, hit_blocks), D(iv, hit_blocks) + D(iv, miss_blocks)), 6);
+		fputs(",\"tokens\":", f);
+		json_num(f, ratio(D(iv, hit_tokens), D(iv, lookup_tokens)), 6);
+		fputs("},\"rates\":", f);
+		json_rates(f, s, iv->d, iv->dt);
+		fputc('}', f);
+	} else {
+		fputs("null", f);
+	}
+	fputs(",\"clients\":[", f);
+	for (i = 0; i < s->n_clients; i++) {
+		const struct kvshm_snap_client *c = &s->clients[i];
+
+		fprintf(f, "%s{\"pid\":%d,\"uid\":%u,\"comm\":", i ? "," : "", c->pid, c->uid);
+		json_str(f, c->comm);
+		fputs(",\"namespace\":", f);
+		json_str(f, kvshm_snap_model(s, c->ns_id));
+		fprintf(f, ",\"lookups\":%llu,\"hit_blocks\":%llu,\"miss_blocks\":%llu,"
+			"\"pins\":%llu,\"published\":%llu,\"writing\":%llu}",
+			(unsigned long long)c->lookups, (unsigned long long)c->hit_blocks,
+			(unsigned long long)c->miss_blocks, (unsigned long long)c->pins_held,
+			(unsigned long long)c->published, (unsigned long long)c->writing);
+	}
+	fputs("],\"top_prefixes\":[", f);
+	for (i = 0; i < s->n_top; i++) {
+		const struct kvshm_top_entry *e = &s->top[i];
+
+		fprintf(f, "%s{\"key\":\"%016llx%016llx\",\"hit_tokens\":%llu,\"error\":%llu,"
+			"\"label\":", i ? "," : "", (unsigned long long)e->key.hi,
+			(unsigned long long)e->key.lo, (unsigned long long)e->hit_tokens,
+			(unsigned long long)e->err);
+		json_str(f, e->label);
+		fputs(",\"namespace\":", f);
+		json_str(f, kvshm_snap_model(s, e->ns_id));
+		fputc('}', f);
+	}
+	fputs("],\"spill\":", f);
+	if (V(s, spill_enabled))
+		fprintf(f, "{\"enabled\":true,\"pages\":%llu,\"bytes\":%llu,\"spills\":%llu,"
+			"\"restores\":%llu}",
+			(unsigned long long)V(s, pages_spilled),
+			(unsigned long long)(V(s, pages_spilled) * g->page_bytes),
+			(unsigned long long)V(s, spills), (unsigned long long)V(s, restores));
+	else
+		fputs("{\"enabled\":false}", f);
+	fputs("}\n", f);
+}
+
+/* ------------------------------------------------------------------ text */
+
+static void page_row(FILE *f, const char *state, const char *tier, uint64_t pages,
+		     const struct kvshm_snap *s, const char *note)
+{
+	char b[32], p[16];
+
+	fprintf(f, "%-9s %-9s %10llu %12s %7s%s\n", state, tier, (unsigned long long)pages,
+		fmt_bytes(b, sizeof(b), pages * s->geo.page_bytes),
+		fmt_pct(p, sizeof(p), ratio(pages, s->geo.n_pages)), note);
+}
+
+static void event_row(FILE *f, const char *name, uint64_t total, double up, const uint64_t *d,
+		      const struct interval *iv, bool watch)
+{
+	char a[32], b[32];
+
+	fprintf(f, "%-14s %14llu %18s", name, (unsigned long long)total,
+		fmt_rate(a, sizeof(a), up > 0 ? (double)total / up : -1));
+	if (watch)
+		fprintf(f, " %16s", fmt_rate(b, sizeof(b),
+					     iv && iv->valid ? (double)*d / iv->dt : -1));
+	fputc('\n', f);
+}
+
+/* U+2581..U+2588; '.' for an interval without lookups. */
+static void sparkline(FILE *f, const struct watch *w)
+{
+	static const char *const bar[8] = { "\u2581", "\u2582", "\u2583", "\u2584",
+					    "\u2585", "\u2586", "\u2587", "\u2588" };
+	unsigned int i, n = w->n_hist < HIST ? w->n_hist : HIST;
+
+	for (i = 0; i < n; i++) {
+		double r = w->hist[(w->n_hist - n + i) % HIST];
+		int k = (int)(r * 8);
+
+		if (r < 0)
+			fputc('.', f);
+		else
+			fputs(bar[k < 0 ? 0 : k > 7 ? 7 : k], f);
+	}
+}
+
+static void print_text(FILE *f, const struct kvshm_snap *s, const struct interval *iv,
+		       const struct watch *w)
+{
+	const struct kvshm_geometry *g = &s->geo;
+	const char *sock = opt.socket ? opt.socket : getenv("KVCACHED_SOCKET");
+	bool watch = w != NULL;
+	double up = uptime_s(s);
+	char b1[32], b2[32], b3[32], t[64];
+	int wc = 4, wn = 9, wl = 5;
+	uint32_t i, ntop = s->n_top < TOP_ROWS ? s->n_top : TOP_ROWS;
+	char buf[KVSHM_MODEL_NAME];
+
+	fprintf(f, "kvcached pid %d%s%s, up %s, segment v%u, heartbeat %llu\n", s->daemon_pid,
+		sock && *sock ? " on " : "", sock && *sock ? sock : "",
+		fmt_uptime(t, sizeof(t), up), KVSHM_VERSION, (unsigned long long)s->heartbeat);
+	fprintf(f, "pool     %s, %s = %u pages x %s, %u-token blocks, %llu index entries\n",
+		pool_kind(s->pool_kind), fmt_bytes(b1, sizeof(b1), g->pool_bytes), g->n_pages,
+		fmt_bytes(b2, sizeof(b2), g->page_bytes), g->block_tokens,
+		(unsigned long long)V(s, index_entries));
+	fprintf(f, "clients  %llu attached, %llu accepted, %llu refused, %llu dropped; %llu pins\n",
+		(unsigned long long)V(s, clients_attached), (unsigned long long)V(s, clients_total),
+		(unsigned long long)V(s, clients_refused), (unsigned long long)V(s, clients_dropped),
+		(unsigned long long)V(s, pins));
+
+	fprintf(f, "\n%-9s %-9s %10s %12s %7s\n", "PAGES", "TIER", "COUNT", "BYTES", "SHARE");
+	page_row(f, "free", "0 pool", V(s, pages_free), s, "");
+	page_row(f, "writing", "0 pool", V(s, pages_writing), s, "");
+	page_row(f, "ready", "0 pool", V(s, pages_ready), s, "");
+	page_row(f, "pinned", "0 pool", V(s, pages_pinned), s, "  (part of ready)");
+	if (V(s, spill_enabled)) {
+		fprintf(f, "%-9s %-9s %10llu %12s %7s\n", "spilled", "1 spill",
+			(unsigned long long)V(s, pages_spilled),
+			fmt_bytes(b1, sizeof(b1), V(s, pages_spilled) * g->page_bytes), "-");
+	} else {
+		fputs("spill tier: off\n", f);
+	}
+
+	fprintf(f, "\n%-14s %10s", "HIT RATIO", "OVERALL");
+	if (watch) {
+		snprintf(t, sizeof(t), "LAST %.1fs", iv && iv->valid ? iv->dt : opt.watch);
+		fprintf(f, " %12s", t);
+	}
+	fprintf(f, "\n%-14s %10s", "blocks",
+		fmt_pct(b1, sizeof(b1), ratio(V(s, hit_blocks), V(s, hit_blocks) + V(s, miss_blocks))));
+	if (watch)
+		fprintf(f, " %12s", fmt_pct(b2, sizeof(b2), iv && iv->valid ?
+				ratio(D(iv, hit_blocks), D(iv, hit_blocks) + D(iv, miss_blocks)) : -1));
+	fprintf(f, "\n%-14s %10s", "tokens",
+		fmt_pct(b1, sizeof(b1), ratio(V(s, hit_tokens), V(s, lookup_tokens))));
+	if (watch)
+		fprintf(f, " %12s", fmt_pct(b2, sizeof(b2), iv && iv->valid ?
+				ratio(D(iv, hit_tokens), D(iv, lookup_tokens)) : -1));
+	fputc('\n', f);
+	if (watch) {
+		fprintf(f, "%-14s ", "history");
+		sparkline(f, w);
+		fprintf(f, "  (block hit ratio per interval, oldest first, '.' idle)\n");
+	}
+
+	fprintf(f, "\n%-14s %14s %18s", "EVENTS", "TOTAL", "AVG/S SINCE START");
+	if (watch) {
+		snprintf(t, sizeof(t), "/S LAST %.1fs", iv && iv->valid ? iv->dt : opt.watch);
+		fprintf(f, " %16s", t);
+	}
+	fputc('\n', f);
+#define EV(name, field) \
+	event_row(f, name, V(s, field), up, iv ? &D(iv, field) : NULL, iv, watch)
+	EV("lookups", lookups);
+	EV("lookup tokens", lookup_tokens);
+	EV("hit tokens", hit_tokens);
+	EV("hit blocks", hit_blocks);
+	EV("miss blocks", miss_blocks);
+	EV("pin failures", pin_failures);
+	EV("allocations", allocs);
+	EV("publishes", publishes);
+	EV("publish dups", publish_dups);
+	EV("evictions", evictions);
+	if (V(s, spill_enabled)) {
+		EV("spills", spills);
+		EV("restores", restores);
+	}
+#undef EV
+
+	for (i = 0; i < s->n_clients; i++) {
+		int a = (int)strlen(s->clients[i].comm);
+		int b = (int)strlen(kvshm_snap_model(s, s->clients[i].ns_id));
+
+		wc = a > wc ? a : wc;
+		wn = b > wn ? b : wn;
+	}
+	for (i = 0; i < ntop; i++) {
+		int a = (int)strlen(s->top[i].label);
+		int b = (int)strlen(kvshm_snap_model(s, s->top[i].ns_id));
+
+		wl = a > wl ? a : wl;
+		wn = b > wn ? b : wn;
+	}
+	fprintf(f, "\nCLIENTS (%u)\n", s->n_clients);
+	if (s->n_clients)
+		fprintf(f, "%8s  %-*s  %-*s %10s %10s %10s %7s %7s %10s\n", "PID", wc, "COMM", wn,
+			"NAMESPACE", "LOOKUPS", "HIT BLK", "MISS BLK", "HIT%", "PINS", "PUBLISHED");
+	for (i = 0; i < s->n_clients; i++) {
+		const struct kvshm_snap_client *c = &s->clients[i];
+		char comm[16];
+
+		fprintf(f, "%8d  %-*s  %-*s %10llu %10llu %10llu %7s %7llu %10llu\n", c->pid, wc,
+			safe(comm, sizeof(comm), c->comm), wn,
+			safe(buf, sizeof(buf), kvshm_snap_model(s, c->ns_id)),
+			(unsigned long long)c->lookups, (unsigned long long)c->hit_blocks,
+			(unsigned long long)c->miss_blocks,
+			fmt_pct(b3, sizeof(b3), ratio(c->hit_blocks, c->hit_blocks + c->miss_blocks)),
+			(unsigned long long)c->pins_held, (unsigned long long)c->published);
+	}
+
+	fprintf(f, "\nTOP PREFIXES (%u; hit tokens, true count within ERROR below)\n", s->n_top);
+	if (ntop)
+		fprintf(f, "%-32s %12s %10s  %-*s  %s\n", "KEY", "HIT TOKENS", "ERROR", wl, "LABEL",
+			"NAMESPACE");
+	for (i = 0; i < ntop; i++) {
+		const struct kvshm_top_entry *e = &s->top[i];
+		char label[KVSHM_LABEL];
+
+		fprintf(f, "%016llx%016llx %12llu %10llu  %-*s  %s\n", (unsigned long long)e->key.hi,
+			(unsigned long long)e->key.lo, (unsigned long long)e->hit_tokens,
+			(unsigned long long)e->err, wl, safe(label, sizeof(label), e->label),
+			safe(buf, sizeof(buf), kvshm_snap_model(s, e->ns_id)));
+	}
+	if (s->n_top > ntop)
+		fprintf(f, "(%u more: kvstat --json lists them all)\n", s->n_top - ntop);
+}
+
+/* ---------------------------------------------------------------- attach */
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	alarmed = 1;
+}
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	stop_sig = 1;
+}
+
+/*
+ * kvobs_attach with a bound on the wait: a stopped (SIGSTOP) or wedged
+ * daemon accepts the connection but never answers, and an interrupted
+ * recvmsg makes kvobs_attach give up.
+ */
+static int attach(struct kvobs *o, char *err, size_t len)
+{
+	int rc;
+
+	alarmed = 0;
+	alarm(ATTACH_S);
+	rc = kvobs_attach(opt.socket, o, err, len);
+	alarm(0);
+	if (rc && alarmed)
+		snprintf(err, len, "kvcached did not answer within %d s (stopped or overloaded?)",
+			 ATTACH_S);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- modes */
+
+static int one_shot(void)
+{
+	struct kvshm_snap s;
+	struct kvobs o;
+	char err[512];
+	int rc;
+
+	if (attach(&o, err, sizeof(err))) {
+		fprintf(stderr, "kvstat: %s\n", err);
+		return 1;
+	}
+	if ((rc = kvshm_snap_take(o.h, &s))) {
+		fprintf(stderr, "kvstat: snapshot: %s\n", strerror(-rc));
+		kvobs_detach(&o);
+		return 1;
+	}
+	if (opt.prom) {
+		size_t need = kvshm_prometheus(&s, NULL, 0);
+		char *buf = malloc(need + 1);
+
+		if (!buf) {
+			fprintf(stderr, "kvstat: out of memory\n");
+			rc = 1;
+		} else {
+			kvshm_prometheus(&s, buf, need + 1);
+			fwrite(buf, 1, need, stdout);
+			free(buf);
+		}
+	} else if (opt.json) {
+		print_json(stdout, &o, &s, NULL);
+	} else {
+		print_text(stdout, &s, NULL, NULL);
+	}
+	kvshm_snap_free(&s);
+	kvobs_detach(&o);
+	if (fflush(stdout) || ferror(stdout)) {
+		fprintf(stderr, "kvstat: writing the output: %s\n", strerror(errno));
+		return 1;
+	}
+	return rc;
+}
+
+/* Write a finished frame: on a terminal over the previous one (each line
+ * cleared to its end, the rest of the screen cleared after, and no more
+ * lines than the window holds, so it never scrolls). */
+static void emit(struct watch *w, const char *frame, size_t len, unsigned long n)
+{
+	const char *p = frame, *e = frame + len, *nl;
+	struct winsize ws;
+	unsigned int rows = UINT32_MAX;
+
+	if (!w->tty) {
+		if (n && !opt.json)
+			fputs("----------------------------------------------------------------\n",
+			      stdout);
+		fwrite(frame, 1, len, stdout);
+	} else {
+		if (!ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) && ws.ws_row > 1)
+			rows = ws.ws_row - 1u;
+		fputs("\033[H", stdout);
+		for (; p < e && rows; p = nl + 1, rows--) {
+			nl = memchr(p, '\n', (size_t)(e - p));
+			if (!nl) {
+				fwrite(p, 1, (size_t)(e - p), stdout);
+				break;
+			}
+			fwrite(p, 1, (size_t)(nl - p), stdout);
+			fputs("\033[K\n", stdout);
+		}
+		fputs("\033[J", stdout);
+	}
+	fflush(stdout);
+}
+
+/* A status line: stdout in text mode (it is part of what the operator
+ * watches), stderr in JSON mode (stdout stays one object per line). */
+static void status(struct watch *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void status(struct watch *w, const char *fmt, ...)
+{
+	va_list ap;
+	FILE *f = opt.json ? stderr : stdout;
+
+	va_start(ap, fmt);
+	vsnprintf(w->last_msg, sizeof(w->last_msg), fmt, ap);
+	va_end(ap);
+	if (w->tty && !opt.json)
+		fputs("\033[H\033[2J", f);
+	fprintf(f, "kvstat: %s\n", w->last_msg);
+	fflush(f);
+}
+
+/* One frame of watch mode; false when kvstat should exit 1. */
+static bool watch_frame(struct watch *w, unsigned long n)
+{
+	struct interval iv;
+	struct kvshm_snap s;
+	char err[512], *frame = NULL;
+	size_t len = 0;
+	double now;
+	FILE *f;
+
+	if (!w->attached) {
+		if (attach(&w->o, err, sizeof(err))) {
+			if (!n) {
+				fprintf(stderr, "kvstat: %s\n", err);
+				return false;
+			}
+			/* Said once per distinct problem, not every interval. */
+			if (strstr(w->last_msg, err) == NULL || w->tty)
+				status(w, "waiting for kvcached: %s", err);
+			return true;
+		}
+		w->attached = true;
+		w->have_prev = false;
+		w->hb_t = mono_now();
+		w->hb = atomic_load_explicit(&w->o.h->heartbeat, memory_order_relaxed);
+		if (n) {
+			time_t t = time(NULL);
+			char hms[16];
+
+			strftime(hms, sizeof(hms), "%H:%M:%S", localtime(&t));
+			status(w, "reattached to kvcached pid %d", w->o.h->daemon_pid);
+			/* A redraw would wipe that line at once on a terminal. */
+			snprintf(w->note, sizeof(w->note),
+				 "kvstat: reattached to kvcached pid %d at %s (the previous one stopped)",
+				 w->o.h->daemon_pid, hms);
+		}
+	}
+	if (kvshm_snap_take(w->o.h, &s)) {
+		fprintf(stderr, "kvstat: snapshot: out of memory\n");
+		return false;
+	}
+	now = mono_now();
+	if (s.heartbeat != w->hb) {
+		w->hb = s.heartbeat;
+		w->hb_t = now;
+	} else if (now - w->hb_t > STALL_S) {
+		status(w, "kvcached pid %d stopped updating (no heartbeat for %.1f s): %s every %g s",
+		       s.daemon_pid, now - w->hb_t, "restarted or gone; reattaching", opt.watch);
+		kvshm_snap_free(&s);
+		kvobs_detach(&w->o);
+		w->attached = false;
+		return true;
+	}
+	interval_of(&iv, w, &s, now);
+	if (iv.valid) {
+		w->hist[w->n_hist % HIST] = ratio(D(&iv, hit_blocks),
+						  D(&iv, hit_blocks) + D(&iv, miss_blocks));
+		w->n_hist++;
+	}
+	f = open_memstream(&frame, &len);
+	if (!f) {
+		kvshm_snap_free(&s);
+		fprintf(stderr, "kvstat: out of memory\n");
+		return false;
+	}
+	if (opt.json) {
+		print_json(f, &w->o, &s, &iv);
+	} else {
+		if (w->tty && w->note[0])
+			fprintf(f, "%s\n", w->note);
+		print_text(f, &s, &iv, w);
+	}
+	fclose(f);
+	emit(w, frame, len, n);
+	free(frame);
+	memcpy(w->prev, s.v, sizeof(w->prev));
+	w->prev_t = now;
+	w->have_prev = true;
+	w->last_msg[0] = 0;
+	kvshm_snap_free(&s);
+	return true;
+}
+
+static void sleep_until(double t)
+{
+	struct timespec ts;
+
+	ts.tv_sec = (time_t)t;
+	ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+	if (ts.tv_nsec >= 1000000000L)
+		ts.tv_nsec = 999999999L;
+	while (!stop_sig && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
+}
+
+static int watch_loop(void)
+{
+	struct watch w;
+	unsigned long n;
+	double next;
+	int rc = 0;
+
+	memset(&w, 0, sizeof(w));
+	w.tty = isatty(STDOUT_FILENO) && !opt.json;
+	if (w.tty)
+		fputs("\033[?25l\033[H\033[2J", stdout);	/* hide the cursor */
+	next = mono_now();
+	for (n = 0; !stop_sig && (!opt.count || n < opt.count); n++) {
+		if (n) {
+			next += opt.watch;
+			/* Fell behind (suspended, slow terminal): start over. */
+			if (mono_now() > next + opt.watch)
+				next = mono_now();
+			sleep_until(next);
+			if (stop_sig)
+				break;
+		}
+		if (!watch_frame(&w, n)) {
+			rc = 1;
+			break;
+		}
+	}
+	if (w.attached)
+		kvobs_detach(&w.o);
+	if (w.tty)
+		fputs("\033[?25h", stdout);	/* the cursor back */
+	fflush(stdout);
+	return rc;
+}
+
+/* ----------------------------------------------------------------- main */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: kvstat [--socket PATH] [--json | --prometheus] [--watch SECONDS [--count N]]\n"
+"\n"
+"Shows what kvcached is doing: pool pages by state and tier, hit ratios in\n"
+"blocks and tokens, lookups, publishes, evictions, spills and restores with\n"
+"rates, one row per attached client and the most hit prefixes. Reads the\n"
+"daemon's shared memory read-only, with no lock and no daemon round trip\n"
+"after attaching.\n"
+"\n"
+"  --socket PATH      kvcached's socket (default: $KVCACHED_SOCKET, else\n"
+"                     /run/kvcached/kvcached.sock as root,\n"
+"                     $XDG_RUNTIME_DIR/kvcached.sock otherwise)\n"
+"  --json             one JSON object (with --watch: one per line); fields\n"
+"                     in docs/KVSTAT.md\n"
+"  --prometheus       the Prometheus text kvcached serves at /metrics\n"
+"  --watch SECONDS    redraw every SECONDS (e.g. 1 or 0.5) with the last\n"
+"                     interval's hit ratio and rates and a hit-ratio\n"
+"                     sparkline; Ctrl-C stops\n"
+"  --count N          with --watch: stop after N frames\n"
+"  --help             this text\n"
+"\n"
+"Exit status: 0 ok, 1 no kvcached (or a segment version this kvstat does not\n"
+"read), 2 bad usage.\n");
+}
+
+static void __attribute__((noreturn, format(printf, 1, 2))) bad_usage(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("kvstat: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs(" (see kvstat --help)\n", stderr);
+	exit(2);
+}
+
+static void parse_args(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "socket", required_argument, NULL, 'S' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "prometheus", no_argument, NULL, 'p' },
+		{ "watch", required_argument, NULL, 'w' },
+		{ "count", required_argument, NULL, 'c' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	bool watch_set = false;
+	char *end;
+	int ch;
+
+	opterr = 0;
+	while ((ch = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+		switch (ch) {
+		case 'S':
+			if (!*optarg || strlen(optarg) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+				bad_usage("--socket '%s': empty, or longer than 107 bytes", optarg);
+			opt.socket = optarg;
+			break;
+		case 'j':
+			opt.json = true;
+			break;
+		case 'p':
+			opt.prom = true;
+			break;
+		case 'w':
+			errno = 0;
+			opt.watch = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !isfinite(opt.watch) ||
+			    opt.watch < 0.05 || opt.watch > 86400)
+				bad_usage("--watch '%s': must be a number of seconds from 0.05 to 86400",
+					  optarg);
+			watch_set = true;
+			break;
+		case 'c': {
+			unsigned long long v;
+
+			errno = 0;
+			v = strtoull(optarg, &end, 10);
+			if (errno || end == optarg || *end || *optarg == '-' || !v ||
+			    v > 1000000000ull)
+				bad_usage("--count '%s': must be a whole number of frames from 1 to 1000000000",
+					  optarg);
+			opt.count = (unsigned long)v;
+			break;
+		}
+		case 'h':
+			usage(stdout);
+			exit(0);
+		case ':':
+			bad_usage("%s needs a value", argv[optind - 1]);
+		default:
+			if (optopt)
+				bad_usage("unknown option '-%c'", optopt);
+			bad_usage("unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		bad_usage("unexpected argument '%s'", argv[optind]);
+	if (opt.json && opt.prom)
+		bad_usage("--json and --prometheus exclude each other");
+	if (opt.prom && watch_set)
+		bad_usage("--prometheus prints one scrape; it takes no --watch");
+	if (opt.count && !watch_set)
+		bad_usage("--count needs --watch");
+}
+
+int main(int argc, char **argv)
+{
+	struct sigaction sa;
+
+	parse_args(argc, argv);
+	/* No SA_RESTART: a signal must interrupt the sleep or the attach. */
+	memset(&sa, 0, sizeof(sa));
+	sigemptyset(&sa.sa_mask);
+	sa.sa_handler = on_alarm;
+	sigaction(SIGALRM, &sa, NULL);
+	if (!opt.watch)
+		return one_shot();
+	sa.sa_handler = on_stop;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	return watch_loop();
+}
