@@ -643,6 +643,9 @@ static int reader(void *arg)
 	kvc_t *c;
 	char b = 'r';
 
+	/* Only the parent writes go: if it dies, read() sees EOF. */
+	close(rd->go[1]);
+	close(rd->ready[0]);
 	prctl(PR_SET_NAME, "kvt-reader");
 	c = kvt_open(rd->d, NULL);
 	if (!c)
@@ -711,6 +714,8 @@ static void exact_workload(struct kvt_daemon *d, struct kvc_key *root)
 	assert_int_equal(pipe(rd.go), 0);
 	w.pid = kvt_fork(reader, &rd);
 	assert_true(w.pid > 0);
+	close(rd.ready[1]);	/* so a reader that dies early gives EOF */
+	close(rd.go[0]);
 	assert_int_equal(read(rd.ready[0], &b, 1), 1);
 
 	/* Live: the reader's row, copied from its ledger by the daemon's tick. */
@@ -732,8 +737,6 @@ static void exact_workload(struct kvt_daemon *d, struct kvc_key *root)
 	assert_int_equal(write(rd.go[1], "g", 1), 1);
 	assert_int_equal(kvt_wait(w.pid), 0);
 	close(rd.ready[0]);
-	close(rd.ready[1]);
-	close(rd.go[0]);
 	close(rd.go[1]);
 	/* Wait until the daemon has seen the reader leave. */
 	v = stat_until(d, all_gone_done, NULL);
@@ -1099,6 +1102,8 @@ static int looker(void *arg)
 	char b = 'r';
 	int n = 0;
 
+	close(lk->stop[1]);	/* a dead parent hangs up the pipe: stop */
+	close(lk->ready[0]);
 	if (!c)
 		return 2;
 	kvt_tokens(t, 4 * BT, 0, 41);
@@ -1141,6 +1146,8 @@ static void test_watch_pipe(void **state)
 	assert_int_equal(pipe(lk.ready), 0);
 	assert_int_equal(pipe(lk.stop), 0);
 	p = kvt_fork(looker, &lk);
+	close(lk.ready[1]);
+	close(lk.stop[0]);
 	assert_int_equal(read(lk.ready[0], &b, 1), 1);
 
 	assert_int_equal(kvstat(text, NULL, &out, &err), 0);
@@ -1179,8 +1186,6 @@ static void test_watch_pipe(void **state)
 	assert_int_equal(write(lk.stop[1], "s", 1), 1);
 	assert_int_equal(kvt_wait(p), 0);
 	close(lk.ready[0]);
-	close(lk.ready[1]);
-	close(lk.stop[0]);
 	close(lk.stop[1]);
 }
 
@@ -1234,9 +1239,26 @@ static void test_watch_tty_sigint(void **state)
 
 /* ------------------------------------------- 7. the daemon is replaced */
 
+/* What test_watch_reattach starts, for its teardown to stop when an
+ * assertion ends the test early. */
+static struct kvt_daemon reattach_d2;
+static pid_t reattach_kvstat;
+
+static int teardown_reattach(void **state)
+{
+	if (reattach_kvstat > 0) {
+		kill(reattach_kvstat, SIGKILL);
+		waitpid(reattach_kvstat, NULL, 0);
+	}
+	reattach_kvstat = 0;
+	if (reattach_d2.pid > 0)
+		kvt_daemon_stop(&reattach_d2);
+	return kvt_teardown(state);
+}
+
 static void test_watch_reattach(void **state)
 {
-	struct kvt_daemon *d = *state, d2;
+	struct kvt_daemon *d = *state, *d2 = &reattach_d2;
 	char dir[] = "/tmp/kvstat-link.XXXXXX", link[128], tmp[160], want[256];
 	const char *args[] = { "--socket", link, "--watch", "0.25", "--count", "240", NULL };
 	int64_t end;
@@ -1249,6 +1271,7 @@ static void test_watch_reattach(void **state)
 	snprintf(tmp, sizeof(tmp), "%s/new.sock", dir);
 	assert_int_equal(symlink(d->sock, link), 0);
 	proc_start(&p, args, NULL, -1);
+	reattach_kvstat = p.pid;
 	snprintf(want, sizeof(want), "kvcached pid %d on ", d->pid);
 	for (end = now_ms() + 20000; !strstr(p.obuf, want) && now_ms() < end;)
 		assert_true(proc_pump(&p, 100));
@@ -1256,11 +1279,11 @@ static void test_watch_reattach(void **state)
 
 	/* Replace the daemon: the old one stops, a new one answers the path. */
 	assert_int_equal(kvt_daemon_stop(d), 0);
-	assert_int_equal(kvt_daemon_start(&d2, NULL), 0);
-	assert_int_equal(symlink(d2.sock, tmp), 0);
+	assert_int_equal(kvt_daemon_start(d2, NULL), 0);
+	assert_int_equal(symlink(d2->sock, tmp), 0);
 	assert_int_equal(rename(tmp, link), 0);
 
-	snprintf(want, sizeof(want), "kvstat: reattached to kvcached pid %d\n", d2.pid);
+	snprintf(want, sizeof(want), "kvstat: reattached to kvcached pid %d\n", d2->pid);
 	for (end = now_ms() + 30000; now_ms() < end && proc_pump(&p, 100);) {
 		after = strstr(p.obuf, want);
 		if (after && strstr(after, "kvcached pid ") &&
@@ -1271,16 +1294,17 @@ static void test_watch_reattach(void **state)
 	}
 	kill(p.pid, SIGINT);
 	assert_int_equal(proc_finish(&p), 0);
+	reattach_kvstat = 0;
 	if (!seen)
 		print_error("kvstat output:\n%s\n", p.obuf);
 	assert_true(seen);
 	/* It said the first daemon stopped before it reattached. */
 	assert_non_null(strstr(p.obuf, "stopped updating"));
 	assert_true(strstr(p.obuf, "stopped updating") < strstr(p.obuf, want));
-	snprintf(want, sizeof(want), "kvcached pid %d on %s", d2.pid, link);
+	snprintf(want, sizeof(want), "kvcached pid %d on %s", d2->pid, link);
 	assert_non_null(strstr(p.obuf, want));
 	proc_free(&p);
-	assert_int_equal(kvt_daemon_stop(&d2), 0);
+	assert_int_equal(kvt_daemon_stop(d2), 0);
 	unlink(link);
 	rmdir(dir);
 }
@@ -1294,7 +1318,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_errors, kvt_setup, kvt_teardown),
 		cmocka_unit_test_setup_teardown(test_watch_pipe, kvt_setup, kvt_teardown),
 		cmocka_unit_test_setup_teardown(test_watch_tty_sigint, kvt_setup, kvt_teardown),
-		cmocka_unit_test_setup_teardown(test_watch_reattach, kvt_setup, kvt_teardown),
+		cmocka_unit_test_setup_teardown(test_watch_reattach, kvt_setup, teardown_reattach),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
