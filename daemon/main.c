@@ -43,6 +43,7 @@ static int segment_open(struct kvd *d)
 			(unsigned long long)h.segment_bytes, strerror(-rc));
 		return -1;
 	}
+	h.pool_kind = KVSHM_POOL_HOST;	/* the one backend built today */
 	d->h = d->seg.base;
 	kvshm_init(d->h, &h);
 	/* From here on only our existing mapping can write it. */

@@ -208,6 +208,8 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	return 0;
 }
 
+static void fold_stats(struct kvd *d);
+
 void kvd_registry_drop(struct kvd *d, struct kvd_client *c, const char *why)
 {
 	struct kvshm_client_row *row = &kvshm_clients(d->h)[c->id];
@@ -241,9 +243,12 @@ void kvd_registry_drop(struct kvd *d, struct kvd_client *c, const char *why)
 	free(c->out);
 	memset(c, 0, sizeof(*c));
 	d->n_clients--;
+	/* Its counts reach the totals now, not a tick after its row is gone. */
+	fold_stats(d);
 }
 
-void kvd_registry_tick(struct kvd *d)
+/* Totals = clients gone + clients attached, into the segment's stats. */
+static void fold_stats(struct kvd *d)
 {
 	struct kvshm_stats *st = kvshm_stats(d->h);
 	uint64_t lk = d->gone_lookups, hit = d->gone_hits, miss = d->gone_misses,
@@ -283,6 +288,11 @@ void kvd_registry_tick(struct kvd *d)
 	atomic_store_explicit(&st->pin_failures, pf, RELAXED);
 	atomic_store_explicit(&st->lookup_tokens, lt, RELAXED);
 	atomic_store_explicit(&st->hit_tokens, ht, RELAXED);
+}
+
+void kvd_registry_tick(struct kvd *d)
+{
+	fold_stats(d);
 	/* The census reads every ledger slot: every 5th tick is enough. */
 	if (d->ticks++ % 5 == 0)
 		kvd_pin_census(d);

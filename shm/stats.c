@@ -99,7 +99,8 @@ int kvshm_snap_take(const struct kvshm_header *h, struct kvshm_snap *s)
 {
 	const _Atomic uint64_t *st = (const _Atomic uint64_t *)kvshm_stats(h);
 	const struct kvshm_top *t = kvshm_top(h);
-	uint32_t i, n;
+	uint32_t i, n, tries;
+	size_t k;
 
 	memset(s, 0, sizeof(*s));
 	s->geo = h->geo;
@@ -135,7 +136,8 @@ int kvshm_snap_take(const struct kvshm_header *h, struct kvshm_snap *s)
 		c->pid = pid;
 		c->uid = __atomic_load_n(&r->uid, __ATOMIC_RELAXED);
 		c->ns_id = __atomic_load_n(&r->ns_id, __ATOMIC_RELAXED);
-		copy_relaxed(c->comm, r->comm, sizeof(c->comm));
+		for (k = 0; k < sizeof(c->comm); k++)	/* comm is not 8-byte aligned */
+			c->comm[k] = __atomic_load_n(&r->comm[k], __ATOMIC_RELAXED);
 		c->comm[sizeof(c->comm) - 1] = 0;
 		c->lookups = atomic_load_explicit(&r->lookups, memory_order_relaxed);
 		c->hit_blocks = atomic_load_explicit(&r->hit_blocks, memory_order_relaxed);
@@ -148,9 +150,15 @@ int kvshm_snap_take(const struct kvshm_header *h, struct kvshm_snap *s)
 			n++;
 	}
 	s->n_clients = n;
-	for (;;) {	/* the sketch, under its seqcount */
+	/* The sketch, under its seqcount. Bounded: a daemon that died in the
+	 * middle of an update leaves the count odd for ever. */
+	for (tries = 0;; tries++) {
 		uint32_t seq = atomic_load_explicit(&t->seq, memory_order_acquire);
 
+		if (tries == 100000) {
+			s->n_top = 0;
+			break;
+		}
 		if (seq & 1)
 			continue;
 		s->n_top = __atomic_load_n(&t->n, __ATOMIC_RELAXED);
@@ -289,8 +297,8 @@ size_t kvshm_prometheus(const struct kvshm_snap *s, char *buf, size_t len)
 		put(&o, "} %llu\n", (unsigned long long)s->clients[i].published);
 	}
 	family(&o, "kvcached_prefix_hit_tokens", "gauge",
-	       "Hit tokens of the hottest prefix roots (space-saving sketch: may overcount by "
-	       "at most the series' error).");
+	       "Hit tokens of the hottest prefix roots (a space-saving sketch: a root that "
+	       "entered late may be overcounted; kvstat --json shows the bound).");
 	for (i = 0; i < s->n_top; i++) {
 		const struct kvshm_top_entry *e = &s->top[i];
 

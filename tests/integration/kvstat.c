@@ -763,6 +763,7 @@ static void test_exact_counts(void **state)
 	assert_int_equal(ju(&v, "pool.bytes"), 1 << 20);
 	assert_int_equal(ju(&v, "pool.page_bytes"), 4096);
 	assert_int_equal(ju(&v, "pool.pages"), 256);
+	assert_string_equal(js(&v, "pool.kind"), "host");
 	assert_int_equal(ju(&v, "pool.block_tokens"), 16);
 	assert_int_equal(ju(&v, "counters.lookups"), 4);
 	assert_int_equal(ju(&v, "counters.hit_blocks"), 5);

@@ -185,11 +185,11 @@ static void test_buckets_for(void **state)
 
 		assert_true(b >= 8);
 		assert_int_equal(b & (b - 1), 0);
-		/* Load at most 1/2 of the entry slots... */
-		assert_true((uint64_t)b * KVSHM_BUCKET_ENTRIES >= 2 * n[i]);
+		/* Load at most 1/4 of the entry slots... */
+		assert_true((uint64_t)b * KVSHM_BUCKET_ENTRIES >= 4 * n[i]);
 		/* ...and the smallest power of two that gives that. */
 		if (b > 8)
-			assert_true((uint64_t)(b / 2) * KVSHM_BUCKET_ENTRIES < 2 * n[i]);
+			assert_true((uint64_t)(b / 2) * KVSHM_BUCKET_ENTRIES < 4 * n[i]);
 	}
 }
 
