@@ -33,7 +33,7 @@ static void scan_ledgers(struct kvd *d)
 	uint32_t i;
 
 	for (i = 0; i < d->cfg.max_clients; i++)
-		if (d->clients[i].used && d->clients[i].hello)
+		if (kvd_pins_count(&d->clients[i]))
 			kvshm_ledger_scan(d->clients[i].l, d->clients[i].nslots, d->h,
 					  back_off, d);
 }
@@ -90,7 +90,7 @@ static void drain_rings(struct kvd *d)
 		struct kvd_client *c = &d->clients[i];
 		uint64_t head, k;
 
-		if (!c->used || !c->hello)
+		if (!kvd_live(c))
 			continue;
 		head = atomic_load_explicit(&c->l->ring_head, memory_order_acquire);
 		k = head - c->ring_seen > KVSHM_RING ? head - KVSHM_RING : c->ring_seen;

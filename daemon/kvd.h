@@ -26,6 +26,8 @@
 struct kvd_client {
 	bool used;
 	bool hello;		/* HELLO accepted, ledger mapped */
+	bool lingering;		/* socket gone, process alive: pins still count */
+	int pidfd;		/* the peer process, or -1 */
 	uint32_t id;		/* row in d->clients; owner id is id + 1 */
 	int fd;
 	pid_t pid;
@@ -73,6 +75,27 @@ struct kvd {
 	uint64_t gone_lookup_tokens, gone_hit_tokens;
 };
 
+/* epoll tags: fixed sources, then one per client socket and pidfd. */
+enum {
+	KVD_EV_LISTEN = 1,
+	KVD_EV_SIGNAL,
+	KVD_EV_TIMER,
+	KVD_EV_CLIENT = 16,		/* + client id (max-clients <= 4096) */
+	KVD_EV_PIDFD = 16 + 8192,	/* + client id */
+};
+
+/* A client whose socket is open (not lingering). */
+static inline bool kvd_live(const struct kvd_client *c)
+{
+	return c->used && c->hello && !c->lingering;
+}
+
+/* A client whose ledger the evictor must honour: live or lingering. */
+static inline bool kvd_pins_count(const struct kvd_client *c)
+{
+	return c->used && c->hello;
+}
+
 /* Owner id of a client's WRITING pages in the page table. */
 static inline uint32_t kvd_owner(const struct kvd_client *c)
 {
@@ -103,7 +126,17 @@ void kvd_reply_error(struct kvd *d, struct kvd_client *c, uint32_t seq,
 /* registry.c */
 int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		       const struct kvproto_hello *hi);
+/*
+ * The client's connection ends. After a BYE (bye = true), or when its
+ * process is gone, everything it held is released at once. Otherwise (a
+ * protocol violation, or a hang-up from a process that lives on) its ledger
+ * keeps counting and its WRITING pages stay its own until its pidfd says
+ * the process exited: its threads may still be reading pinned pages.
+ */
 void kvd_registry_drop(struct kvd *d, struct kvd_client *c, const char *why);
+void kvd_registry_bye(struct kvd *d, struct kvd_client *c);
+/* The lingering client's process exited: release everything. */
+void kvd_registry_exited(struct kvd *d, struct kvd_client *c);
 /* STAT: hand an observer the segment fd, then drop it. Returns -1. */
 int kvd_registry_stat(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		      const void *p);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -210,32 +211,36 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 
 static void fold_stats(struct kvd *d);
 
-void kvd_registry_drop(struct kvd *d, struct kvd_client *c, const char *why)
+/* Fold a leaving client's counters into the totals and clear its row. */
+static void retire_counters(struct kvd *d, struct kvd_client *c)
 {
 	struct kvshm_client_row *row = &kvshm_clients(d->h)[c->id];
-	uint32_t reclaimed;
+	struct kvshm_ledger *l = c->l;
 
-	if (!c->used)
-		return;
-	epoll_ctl(d->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-	kvd_drain_close(c->fd);
-	reclaimed = kvd_cache_reclaim(d, kvd_owner(c));
-	if (c->hello) {
-		struct kvshm_ledger *l = c->l;
+	d->gone_lookups += atomic_load_explicit(&l->lookups, RELAXED);
+	d->gone_hits += atomic_load_explicit(&l->hit_blocks, RELAXED);
+	d->gone_misses += atomic_load_explicit(&l->miss_blocks, RELAXED);
+	d->gone_pinfail += atomic_load_explicit(&l->pin_failures, RELAXED);
+	d->gone_lookup_tokens += atomic_load_explicit(&l->lookup_tokens, RELAXED);
+	d->gone_hit_tokens += atomic_load_explicit(&l->hit_tokens, RELAXED);
+	kvd_top_drain(d, c);
+	atomic_store_explicit(&row->pid, 0, memory_order_release);
+	kvd_stat_add(&kvshm_stats(d->h)->clients_attached, -1);
+}
 
-		d->gone_lookups += atomic_load_explicit(&l->lookups, RELAXED);
-		d->gone_hits += atomic_load_explicit(&l->hit_blocks, RELAXED);
-		d->gone_misses += atomic_load_explicit(&l->miss_blocks, RELAXED);
-		d->gone_pinfail += atomic_load_explicit(&l->pin_failures, RELAXED);
-		d->gone_lookup_tokens += atomic_load_explicit(&l->lookup_tokens, RELAXED);
-		d->gone_hit_tokens += atomic_load_explicit(&l->hit_tokens, RELAXED);
-		kvd_top_drain(d, c);
-		atomic_store_explicit(&row->pid, 0, memory_order_release);
-		kvd_stat_add(&kvshm_stats(d->h)->clients_attached, -1);
+/* Release everything the client holds and free its row. */
+static void release(struct kvd *d, struct kvd_client *c, const char *why)
+{
+	uint32_t reclaimed = kvd_cache_reclaim(d, kvd_owner(c));
+
+	if (c->hello)
 		kvd_info("client %u detached: pid %d (%s), %s; %u writing pages reclaimed",
 			 c->id, (int)c->pid, c->comm, why, reclaimed);
-	} else {
+	else
 		kvd_debug("client %u (pid %d) gone before HELLO: %s", c->id, (int)c->pid, why);
+	if (c->pidfd >= 0) {
+		epoll_ctl(d->epfd, EPOLL_CTL_DEL, c->pidfd, NULL);
+		close(c->pidfd);
 	}
 	/* Unmapping the ledger is what releases every pin it held. */
 	kvd_memfd_close(&c->ledger);
@@ -245,6 +250,56 @@ void kvd_registry_drop(struct kvd *d, struct kvd_client *c, const char *why)
 	d->n_clients--;
 	/* Its counts reach the totals now, not a tick after its row is gone. */
 	fold_stats(d);
+}
+
+static bool process_alive(int pidfd)
+{
+	struct pollfd p = { .fd = pidfd, .events = POLLIN };
+
+	/* A pidfd polls readable once its process has exited. */
+	return pidfd >= 0 && poll(&p, 1, 0) == 0;
+}
+
+static void end_connection(struct kvd *d, struct kvd_client *c, const char *why, bool bye)
+{
+	if (!c->used || c->lingering)
+		return;
+	epoll_ctl(d->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	kvd_drain_close(c->fd);
+	c->fd = -1;
+	if (c->hello)
+		retire_counters(d, c);
+	if (!bye && c->hello && process_alive(c->pidfd) &&
+	    !epoll_ctl(d->epfd, EPOLL_CTL_ADD, c->pidfd,
+		       &(struct epoll_event){ .events = EPOLLIN,
+					      .data.u64 = KVD_EV_PIDFD + c->id })) {
+		c->lingering = true;
+		free(c->in);
+		free(c->out);
+		c->in = c->out = NULL;
+		c->in_len = c->in_cap = c->out_len = c->out_off = c->out_cap = 0;
+		kvd_info("client %u (pid %d, %s): connection ended (%s) while the process lives on; its %u pin slots and writing pages stay in force until it exits",
+			 c->id, (int)c->pid, c->comm, why, c->nslots);
+		fold_stats(d);
+		return;
+	}
+	release(d, c, why);
+}
+
+void kvd_registry_drop(struct kvd *d, struct kvd_client *c, const char *why)
+{
+	end_connection(d, c, why, false);
+}
+
+void kvd_registry_bye(struct kvd *d, struct kvd_client *c)
+{
+	end_connection(d, c, "closed", true);
+}
+
+void kvd_registry_exited(struct kvd *d, struct kvd_client *c)
+{
+	if (c->used && c->lingering)
+		release(d, c, "process exited");
 }
 
 /* Totals = clients gone + clients attached, into the segment's stats. */
@@ -261,7 +316,7 @@ static void fold_stats(struct kvd *d)
 		struct kvshm_ledger *l = c->l;
 		uint64_t v;
 
-		if (!c->used || !c->hello)
+		if (!kvd_live(c))
 			continue;
 		v = atomic_load_explicit(&l->lookups, RELAXED);
 		lk += v;

@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -29,7 +30,6 @@
 #include "log.h"
 #include "notify.h"
 
-enum { EV_LISTEN = 1, EV_SIGNAL, EV_TIMER, EV_CLIENT = 16 };
 
 static int ep_set(struct kvd *d, int op, int fd, uint32_t events, uint64_t tag)
 {
@@ -108,9 +108,9 @@ int kvd_server_open(struct kvd *d)
 	it.it_interval.tv_sec = d->cfg.tick_ms / 1000;
 	it.it_value = it.it_interval;
 	timerfd_settime(d->tfd, 0, &it, NULL);
-	if (ep_set(d, EPOLL_CTL_ADD, d->lfd, EPOLLIN, EV_LISTEN) ||
-	    ep_set(d, EPOLL_CTL_ADD, d->sigfd, EPOLLIN, EV_SIGNAL) ||
-	    ep_set(d, EPOLL_CTL_ADD, d->tfd, EPOLLIN, EV_TIMER)) {
+	if (ep_set(d, EPOLL_CTL_ADD, d->lfd, EPOLLIN, KVD_EV_LISTEN) ||
+	    ep_set(d, EPOLL_CTL_ADD, d->sigfd, EPOLLIN, KVD_EV_SIGNAL) ||
+	    ep_set(d, EPOLL_CTL_ADD, d->tfd, EPOLLIN, KVD_EV_TIMER)) {
 		kvd_err("epoll: %s", strerror(errno));
 		return -1;
 	}
@@ -220,12 +220,17 @@ static void do_accept(struct kvd *d)
 		c->used = true;
 		c->id = i;
 		c->fd = fd;
+		/* Tells us when the process is gone even if it has handed the
+		 * socket on or closed it early (see kvd_registry_drop). */
+		c->pidfd = (int)syscall(SYS_pidfd_open, cr.pid, 0);
 		c->pid = cr.pid;
 		c->uid = cr.uid;
 		c->gid = cr.gid;
 		c->ledger.fd = -1;
-		if (ep_set(d, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, EV_CLIENT + i)) {
+		if (ep_set(d, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, KVD_EV_CLIENT + i)) {
 			close(fd);
+			if (c->pidfd >= 0)
+				close(c->pidfd);
 			c->used = false;
 			continue;
 		}
@@ -243,8 +248,13 @@ static int flush_out(struct kvd *d, struct kvd_client *c)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && errno == EAGAIN) {
-			/* Stop reading until the client takes its replies. */
-			ep_set(d, EPOLL_CTL_MOD, c->fd, EPOLLOUT | EPOLLRDHUP, EV_CLIENT + c->id);
+			/*
+			 * Stop reading until the client takes its replies. No
+			 * EPOLLRDHUP meanwhile: level-triggered, a half-closed peer
+			 * would wake us on every wait while we cannot read (a spin).
+			 * A peer that is gone entirely still raises EPOLLHUP/ERR.
+			 */
+			ep_set(d, EPOLL_CTL_MOD, c->fd, EPOLLOUT, KVD_EV_CLIENT + c->id);
 			return 0;
 		}
 		if (n <= 0)
@@ -252,7 +262,7 @@ static int flush_out(struct kvd *d, struct kvd_client *c)
 		c->out_off += (uint32_t)n;
 	}
 	if (c->out_len)
-		ep_set(d, EPOLL_CTL_MOD, c->fd, EPOLLIN | EPOLLRDHUP, EV_CLIENT + c->id);
+		ep_set(d, EPOLL_CTL_MOD, c->fd, EPOLLIN | EPOLLRDHUP, KVD_EV_CLIENT + c->id);
 	c->out_len = c->out_off = 0;
 	return 0;
 }
@@ -262,6 +272,9 @@ int kvd_reply(struct kvd *d, struct kvd_client *c, uint16_t type, uint32_t seq,
 {
 	struct kvproto_hdr h = { KVPROTO_MAGIC, type, 0, n1 + n2, seq };
 	uint64_t need = (uint64_t)c->out_len + sizeof(h) + n1 + n2;
+
+	if (c->lingering || c->fd < 0)
+		return -1;
 
 	if (need > c->out_cap) {
 		uint8_t *nb = realloc(c->out, need);
@@ -327,6 +340,9 @@ static int handle_frame(struct kvd *d, struct kvd_client *c)
 		return -1;
 	}
 	switch (h.type) {
+	case KVPROTO_BYE:
+		kvd_registry_bye(d, c);
+		return -1;
 	case KVPROTO_HELLO: {
 		struct kvproto_hello hi;
 
@@ -467,19 +483,21 @@ int kvd_server_run(struct kvd *d)
 			uint64_t tag = ev[i].data.u64, x;
 			struct kvd_client *c;
 
-			if (tag == EV_LISTEN) {
+			if (tag == KVD_EV_LISTEN) {
 				do_accept(d);
-			} else if (tag == EV_SIGNAL) {
+			} else if (tag == KVD_EV_SIGNAL) {
 				handle_signal(d);
-			} else if (tag == EV_TIMER) {
+			} else if (tag == KVD_EV_TIMER) {
 				if (read(d->tfd, &x, sizeof(x)) == sizeof(x)) {
 					kvd_evict_tick(d);
 					kvd_registry_tick(d);
 					watchdog(d);
 				}
-			} else if (tag >= EV_CLIENT && tag - EV_CLIENT < d->cfg.max_clients) {
-				c = &d->clients[tag - EV_CLIENT];
-				if (!c->used)
+			} else if (tag >= KVD_EV_PIDFD && tag - KVD_EV_PIDFD < d->cfg.max_clients) {
+				kvd_registry_exited(d, &d->clients[tag - KVD_EV_PIDFD]);
+			} else if (tag >= KVD_EV_CLIENT && tag - KVD_EV_CLIENT < d->cfg.max_clients) {
+				c = &d->clients[tag - KVD_EV_CLIENT];
+				if (!c->used || c->lingering)
 					continue;	/* dropped earlier in this batch */
 				if ((ev[i].events & EPOLLOUT) && flush_out(d, c)) {
 					kvd_registry_drop(d, c, "hung up");
@@ -497,9 +515,13 @@ void kvd_server_close(struct kvd *d)
 {
 	uint32_t i;
 
-	for (i = 0; d->clients && i < d->cfg.max_clients; i++)
-		if (d->clients[i].used)
-			kvd_registry_drop(d, &d->clients[i], "daemon shutting down");
+	/* Shutting down: nobody's pins matter any more. */
+	for (i = 0; d->clients && i < d->cfg.max_clients; i++) {
+		if (d->clients[i].lingering)
+			kvd_registry_exited(d, &d->clients[i]);
+		else if (d->clients[i].used)
+			kvd_registry_bye(d, &d->clients[i]);
+	}
 	if (d->lfd >= 0) {
 		close(d->lfd);
 		unlink(d->cfg.socket);

@@ -106,7 +106,7 @@ void kvd_pin_census(struct kvd *d)
 	for (i = 0; i < d->cfg.max_clients; i++) {
 		struct kvd_client *c = &d->clients[i];
 
-		if (!c->used || !c->hello)
+		if (!kvd_pins_count(c))
 			continue;
 		for (s = 0; s < c->nslots; s++) {
 			uint32_t p = kvshm_slot_page(atomic_load_explicit(&c->l->slot[s],

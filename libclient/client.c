@@ -161,6 +161,7 @@ static int rpc_fds(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
 		if (e.fatal) {
 			close(c->fd);
 			c->fd = -1;
+			atomic_store_explicit(&c->dead, true, memory_order_release);
 		}
 		return e.err < 0 && e.err > -4096 ? e.err : -EPROTO;
 	}
@@ -177,6 +178,7 @@ out_dead:
 	free(buf);
 	close(c->fd);
 	c->fd = -1;
+	atomic_store_explicit(&c->dead, true, memory_order_release);
 	return rc;
 }
 
@@ -185,6 +187,10 @@ int kvc_rpc(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
 {
 	int rc;
 
+	*reply = NULL;
+	*reply_len = 0;
+	if ((rc = kvc_usable(c)))
+		return rc;
 	pthread_mutex_lock(&c->io_lock);
 	rc = rpc_fds(c, type, payload, len, want, reply, reply_len, NULL, NULL, NULL, 0);
 	pthread_mutex_unlock(&c->io_lock);
@@ -370,9 +376,23 @@ out:
 	return rc;
 }
 
+atomic_uint kvc_fork_gen;
+
+static void atfork_child(void)
+{
+	atomic_fetch_add_explicit(&kvc_fork_gen, 1, memory_order_relaxed);
+}
+
+static void register_atfork(void)
+{
+	pthread_atfork(NULL, NULL, atfork_child);
+}
+
 int kvc_open(const struct kvc_model *model, const struct kvc_options *opts,
 	     kvc_t **out)
 {
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
 	kvc_t *c;
 	int rc;
 
@@ -391,6 +411,8 @@ int kvc_open(const struct kvc_model *model, const struct kvc_options *opts,
 	if (!c)
 		return -ENOMEM;
 	c->fd = -1;
+	pthread_once(&once, register_atfork);
+	c->fork_gen = atomic_load(&kvc_fork_gen);
 	pthread_mutex_init(&c->io_lock, NULL);
 	pthread_mutex_init(&c->slot_lock, NULL);
 	rc = attach(c, model, opts);
@@ -406,9 +428,20 @@ void kvc_close(kvc_t *c)
 {
 	if (!c)
 		return;
-	/* Closing the socket is the daemon's cue to drop our pins and pages. */
-	if (c->fd >= 0)
+	if (c->fd >= 0) {
+		/*
+		 * BYE tells the daemon we release everything now; without it a
+		 * hang-up from a live process keeps its pins in force until the
+		 * process exits. A child of fork() must not say BYE for its
+		 * parent: it only drops its own copies.
+		 */
+		if (!kvc_usable(c)) {
+			struct kvproto_hdr h = { KVPROTO_MAGIC, KVPROTO_BYE, 0, 0, ++c->seq };
+
+			(void)!send(c->fd, &h, sizeof(h), MSG_NOSIGNAL);
+		}
 		close(c->fd);
+	}
 	if (c->seg)
 		munmap((void *)c->seg, c->seg_bytes);
 	if (c->pool)
@@ -474,6 +507,8 @@ const char *kvc_strerror(int err)
 	case -ENOTCONN: return "connection to kvcached lost";
 	case -ENOSPC: return "no free pages or pin slots";
 	case -EEXIST: return "key collision: block refused";
+	case -ECHILD: return "handle inherited across fork(): open a new one in the child";
+	case -ETOOMANYREFS: return "kvcached serves too many models at once (64 namespaces)";
 	default:
 		return err < 0 ? strerror(-err) : "not an error code";
 	}

@@ -5,7 +5,9 @@
 #ifndef KVC_CLIENT_INT_H
 #define KVC_CLIENT_INT_H
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "kvclient.h"
@@ -15,6 +17,10 @@
 
 struct kvc {
 	int fd;				/* socket; -1 once the daemon is gone */
+	/* Set (release) when the connection ends for any reason; lookups
+	 * check it (acquire) so a dead handle returns -ENOTCONN, not hits. */
+	atomic_bool dead;
+	unsigned fork_gen;		/* kvc_fork_gen when opened */
 	pthread_mutex_t io_lock;	/* one round trip at a time */
 	uint32_t seq;
 
@@ -59,6 +65,20 @@ struct kvc_req {
 	uint32_t *slot;		/* ledger slot, UINT32_MAX when none */
 	uint8_t *state;
 };
+
+/* Bumped in every child after fork(): a handle opened before the fork is
+ * the parent's (its ledger slots, its socket) and refuses to work. */
+extern atomic_uint kvc_fork_gen;
+
+/* 0, -ECHILD (handle inherited across fork) or -ENOTCONN (dead). */
+static inline int kvc_usable(const kvc_t *c)
+{
+	if (c->fork_gen != atomic_load_explicit(&kvc_fork_gen, memory_order_relaxed))
+		return -ECHILD;
+	if (atomic_load_explicit(&c->dead, memory_order_acquire))
+		return -ENOTCONN;
+	return 0;
+}
 
 /* Round trip: send (type, payload), receive the reply into a malloc'd
  * buffer. Returns 0, or -errno; an ERROR reply returns its err. */

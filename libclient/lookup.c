@@ -125,6 +125,8 @@ int kvc_lookup(struct kvc_req *r)
 	if (!r || r->stage != 0)
 		return -EINVAL;
 	c = r->c;
+	if ((k = (size_t)-kvc_usable(c)))
+		return -(int)k;	/* dead or forked: no hits from a stale view */
 	h = c->seg;
 	l = c->ledger;
 	bt = c->bt;

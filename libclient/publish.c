@@ -47,6 +47,10 @@ int kvc_alloc(struct kvc_req *r)
 	pthread_mutex_unlock(&c->slot_lock);
 	if (a.n > KVPROTO_MAX_COUNT)
 		a.n = KVPROTO_MAX_COUNT;
+	/* ...and no more than one PUBLISH frame can carry. */
+	if (kvproto_pub_bytes(a.n, c->bt) > KVPROTO_MAX_LEN)
+		a.n = (uint32_t)((KVPROTO_MAX_LEN - sizeof(struct kvproto_count)) /
+				 (sizeof(struct kvproto_pub) + (uint64_t)c->bt * 4));
 	if (!a.n)
 		return 0;
 	rc = kvc_rpc(c, KVPROTO_ALLOC, &a, sizeof(a), KVPROTO_ALLOC_R, &reply, &rlen);
@@ -167,7 +171,9 @@ void kvc_req_free(struct kvc_req *r)
 
 	if (!r)
 		return;
-	if (r->state) {
+	/* In a child of fork() the ledger slots are the parent's: only free
+	 * our memory. */
+	if (r->state && kvc_usable(r->c) != -ECHILD) {
 		for (i = 0; i < r->n; i++)
 			n += r->state[i] == KVC_B_WRITING;
 		if (n)

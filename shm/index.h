@@ -41,16 +41,25 @@ static inline struct kvshm_bucket *kvshm_bucket_at(const struct kvshm_header *h,
 	return &kvshm_buckets(h)[i & (h->geo.n_buckets - 1)];
 }
 
+/* Odd-seq retries before a reader gives up on a bucket: a daemon killed in
+ * the middle of a write leaves the count odd for ever, and a lookup must
+ * then miss, not spin. A live writer holds it odd for nanoseconds. */
+#define KVSHM_SEQ_TRIES (1u << 20)
+
 /* Reader: the ref of k in bucket b (0 if absent) and b's spill count. */
 static inline uint32_t kvshm_bucket_find(const struct kvshm_bucket *b,
 					 struct kvshm_key k, uint32_t *spill)
 {
-	uint32_t s, ref, sp;
+	uint32_t s, ref, sp, tries = 0;
 	int j;
 
 	for (;;) {
 		s = atomic_load_explicit(&b->seq, memory_order_acquire);
 		if (s & 1) {
+			if (++tries == KVSHM_SEQ_TRIES) {
+				*spill = 0;
+				return 0;	/* a miss */
+			}
 			kvshm_cpu_relax();
 			continue;
 		}

@@ -33,6 +33,9 @@ static void bump_gen(struct kvshm_page *p)
 	uint32_t g = atomic_load_explicit(&p->gen, memory_order_relaxed);
 
 	atomic_store_explicit(&p->gen, g + 1, memory_order_release);
+	/* Order the identity writes that follow after the bump, for readers
+	 * that re-check gen after reading them (kvshm_page_verify). */
+	atomic_thread_fence(memory_order_release);
 }
 
 /* Any state -> FREE (caller has checked it may), back on the stack. */
@@ -69,7 +72,7 @@ int kvshm_page_alloc(struct kvshm_header *h, uint32_t owner, uint32_t ns_id,
 	p = &kvshm_pages(h)[i];
 	bump_gen(p);
 	p->owner = owner;
-	p->ns_id = ns_id;
+	__atomic_store_n(&p->ns_id, ns_id, __ATOMIC_RELAXED);
 	p->ref = 0;
 	set_state(p, KVSHM_PAGE_WRITING);
 	stat_add(h, &st->pages_free, -1);

@@ -102,6 +102,10 @@ int kvproto_decode(const struct kvproto_hdr *h, const void *payload,
 		if (h->len != sizeof(struct kvproto_stat_r))
 			return bad(why, "STAT reply has the wrong size");
 		return 0;
+	case KVPROTO_BYE:
+		if (h->len)
+			return bad(why, "BYE carries no payload");
+		return 0;
 	case KVPROTO_ERROR:
 		if (h->len < sizeof(struct kvproto_error))
 			return bad(why, "ERROR shorter than its header");

@@ -21,6 +21,9 @@
  *                 segment only; no ledger, no pool, no namespace
  *   STAT_R  d->c  struct kvproto_stat_r + fd [segment], then the daemon
  *                 closes the connection: the observer reads shared memory
+ *   BYE     c->d  no payload, no reply: the client has released everything
+ *                 and unmaps the pool; without it, a hang-up from a process
+ *                 that is still alive leaves its pins in force until it exits
  *
  * kvproto_decode() checks every length against the declared counts before
  * anything reads a record; it is the one function that ever parses bytes
@@ -51,6 +54,7 @@ enum kvproto_type {
 	KVPROTO_ERROR = 9,
 	KVPROTO_STAT = 10,
 	KVPROTO_STAT_R = 11,
+	KVPROTO_BYE = 12,
 };
 
 struct kvproto_hdr {

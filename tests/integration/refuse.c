@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +25,10 @@
 #include <sys/mman.h>
 
 #include "../lib/harness.h"
+#include "../../shm/index.h"
+#include "../../shm/key.h"
 #include "../../shm/ledger.h"
+#include "../../shm/page.h"
 #include "../../shm/proto.h"
 
 #define BT 16
@@ -227,29 +231,33 @@ static void test_garbage_and_lies_on_the_socket(void **state)
 	assert_true(closed_by_daemon(fd, &err));
 	assert_int_equal(err, -EINVAL);
 
-	/* After HELLO: ALLOC a page, then FREE it twice in one message. */
-	fd = raw_connect(d->sock);
-	hello(fd);
+	/* After HELLO: ALLOC a page, then FREE it twice in one message. A
+	 * separate process, which then exits: its page must come back. */
 	{
-		struct kvproto_alloc a = { 1, 0 };
-		struct kvproto_hdr h;
-		uint8_t rep[sizeof(struct kvproto_count) + sizeof(struct kvproto_pg)];
-		uint8_t msg[sizeof(struct kvproto_count) + 2 * sizeof(struct kvproto_pg)];
-		struct kvproto_count cnt = { 2, 0 };
+		pid_t liar = fork();
 
-		send_frame(fd, KVPROTO_ALLOC, &a, sizeof(a));
-		assert_int_equal(read(fd, &h, sizeof(h)), sizeof(h));
-		assert_int_equal(h.type, KVPROTO_ALLOC_R);
-		assert_int_equal(h.len, sizeof(rep));
-		assert_int_equal(read(fd, rep, sizeof(rep)), sizeof(rep));
-		memcpy(msg, &cnt, sizeof(cnt));
-		memcpy(msg + sizeof(cnt), rep + sizeof(cnt), sizeof(struct kvproto_pg));
-		memcpy(msg + sizeof(cnt) + sizeof(struct kvproto_pg), rep + sizeof(cnt),
-		       sizeof(struct kvproto_pg));
-		send_frame(fd, KVPROTO_FREE, msg, sizeof(msg));
+		if (!liar) {
+			struct kvproto_alloc a = { 1, 0 };
+			struct kvproto_hdr h;
+			uint8_t rep[sizeof(struct kvproto_count) + sizeof(struct kvproto_pg)];
+			uint8_t msg[sizeof(struct kvproto_count) + 2 * sizeof(struct kvproto_pg)];
+			struct kvproto_count cnt = { 2, 0 };
+
+			fd = raw_connect(d->sock);
+			hello(fd);
+			send_frame(fd, KVPROTO_ALLOC, &a, sizeof(a));
+			if (read(fd, &h, sizeof(h)) != sizeof(h) || h.type != KVPROTO_ALLOC_R ||
+			    h.len != sizeof(rep) || read(fd, rep, sizeof(rep)) != sizeof(rep))
+				_exit(2);
+			memcpy(msg, &cnt, sizeof(cnt));
+			memcpy(msg + sizeof(cnt), rep + sizeof(cnt), sizeof(struct kvproto_pg));
+			memcpy(msg + sizeof(cnt) + sizeof(struct kvproto_pg), rep + sizeof(cnt),
+			       sizeof(struct kvproto_pg));
+			send_frame(fd, KVPROTO_FREE, msg, sizeof(msg));
+			_exit(closed_by_daemon(fd, &err) && err == -EINVAL ? 0 : 3);
+		}
+		assert_int_equal(kvt_wait(liar), 0);
 	}
-	assert_true(closed_by_daemon(fd, &err));
-	assert_int_equal(err, -EINVAL);
 
 	/* Oversized count. */
 	fd = raw_connect(d->sock);
@@ -356,6 +364,113 @@ static void test_client_scribbles_its_ledger(void **state)
 	close(fd);
 	assert_serving(d, 36);
 }
+
+struct liar {
+	const struct kvt_daemon *d;
+	uint32_t tokens[4 * BT];
+	int ready[2];
+};
+
+/*
+ * A raw client that pins a published prompt through its own ledger (as
+ * libkvclient does), takes two pages WRITING, then breaks the protocol and
+ * is disconnected, but lives on.
+ */
+static int pin_then_misbehave(void *arg)
+{
+	struct liar *lr = arg;
+	struct kvproto_hello_r hr;
+	struct kvproto_hello hi = { .version = KVPROTO_VERSION, .dtype_bytes = 2, .layers = 1,
+				    .kv_heads = 2, .head_dim = 32, .block_tokens = BT,
+				    .pos_kind = 1, .model = "kvt-tiny" };
+	const struct kvshm_header *h;
+	struct kvshm_ledger *l;
+	struct kvshm_ns ns;
+	struct kvshm_key keys[4], parent;
+	struct kvproto_alloc a = { 2, 0 };
+	struct kvproto_hdr rh;
+	uint8_t rep[64];
+	int fds[3], fd = raw_connect(lr->d->sock), i;
+	int32_t err;
+	char b = 'r';
+
+	hello_fds(fd, fds, &hr);
+	h = mmap(NULL, hr.segment_bytes, PROT_READ, MAP_SHARED, fds[0], 0);
+	l = mmap(NULL, hr.ledger_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[2], 0);
+	if (h == MAP_FAILED || l == MAP_FAILED || kvproto_hello_ns(&hi, &ns))
+		return 2;
+	parent = kvshm_key_root(ns.id, NULL, 0);
+	kvshm_key_chain(parent, kvshm_key_extra(NULL, 0), lr->tokens, 4 * BT, BT, keys);
+	for (i = 0; i < 4; i++) {
+		uint32_t page = kvshm_index_find(h, keys[i]), gen;
+
+		if (!kvshm_page_verify(h, page, hr.ns_id, keys[i], parent, lr->tokens + i * BT,
+				       &gen) ||
+		    !kvshm_ledger_pin(l, (uint32_t)i, h, page, gen))
+			return 3;
+		parent = keys[i];
+	}
+	send_frame(fd, KVPROTO_ALLOC, &a, sizeof(a));
+	if (read(fd, &rh, sizeof(rh)) != sizeof(rh) || rh.type != KVPROTO_ALLOC_R ||
+	    rh.len > sizeof(rep) || read(fd, rep, rh.len) != (ssize_t)rh.len)
+		return 4;
+	send_frame(fd, 0x7777, NULL, 0);	/* not a request: dropped */
+	if (!closed_by_daemon(fd, &err) || err != -EBADMSG)
+		return 5;
+	if (write(lr->ready[1], &b, 1) != 1)
+		return 6;
+	pause();	/* alive, pins in place, until killed */
+	return 0;
+}
+
+/*
+ * Regression (review finding): a client the daemon disconnected used to
+ * lose its pins at once although its process, and maybe a thread reading
+ * a pinned page, lived on; eviction then reused the pages under it. Now
+ * the pins (and its writing pages) hold until the process exits.
+ */
+static void test_dropped_live_client_keeps_its_pins(void **state)
+{
+	struct kvt_daemon *d = *state;
+	struct liar lr = { .d = d };
+	kvc_t *c = kvt_open(d, NULL);
+	struct kvc_stats s;
+	pid_t p;
+	char b;
+	int i;
+
+	assert_non_null(c);
+	kvt_tokens(lr.tokens, 4 * BT, 0, 4545);
+	assert_int_equal(kvt_put(c, lr.tokens, 4 * BT, NULL), 0);
+	assert_int_equal(pipe(lr.ready), 0);
+	p = kvt_fork(pin_then_misbehave, &lr);
+	assert_int_equal(read(lr.ready[0], &b, 1), 1);
+	assert_true(kvt_log_has(d, "while the process lives on"));
+	assert_int_equal(kvc_stats(c, &s), 0);
+	assert_int_equal(s.pages_writing, 2);	/* still the liar's */
+
+	/* Pressure: the pinned prompt must survive it. */
+	assert_int_equal(kvt_wait(kvt_fork(flood_pool, d)), 0);
+	assert_int_equal(kvt_get(c, lr.tokens, 4 * BT), 4);
+
+	/* Once the process is gone, everything it held is released. */
+	kill(p, SIGKILL);
+	assert_int_equal(kvt_wait(p), 128 + SIGKILL);
+	for (i = 0; i < 500; i++) {
+		assert_int_equal(kvc_stats(c, &s), 0);
+		if (!s.pages_writing)
+			break;
+		usleep(10000);
+	}
+	assert_int_equal(s.pages_writing, 0);
+	assert_true(kvt_log_has(d, "process exited"));
+	assert_int_equal(kvt_wait(kvt_fork(flood_pool, d)), 0);
+	assert_true(kvt_get(c, lr.tokens, 4 * BT) < 4);	/* evictable again */
+	close(lr.ready[0]);
+	close(lr.ready[1]);
+	kvc_close(c);
+}
+
 
 /* Run kvcached with args; return its exit status, stderr in out. */
 static int run_daemon(const char *const *args, char *out, size_t outlen)
@@ -472,6 +587,7 @@ int main(void)
 		cmocka_unit_test(test_untrusted_peer),
 		cmocka_unit_test(test_garbage_and_lies_on_the_socket),
 		cmocka_unit_test(test_client_scribbles_its_ledger),
+		cmocka_unit_test(test_dropped_live_client_keeps_its_pins),
 		cmocka_unit_test(test_bad_config_and_flags),
 		cmocka_unit_test(test_second_daemon_on_a_live_socket),
 	};
