@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../lib/harness.h"
 
@@ -168,7 +169,123 @@ static void test_daemon_gone(void **state)
 	assert_int_equal(kvc_lookup(r), 0);
 	assert_int_equal(kvc_alloc(r), -ENOTCONN);
 	kvc_req_free(r);
+	/* The handle is dead now: lookups say so instead of reading a
+	 * segment nobody maintains. */
+	assert_int_equal(kvc_req_new(c, t, 4 * BT, NULL, 0, &r), 0);
+	assert_int_equal(kvc_lookup(r), -ENOTCONN);
+	kvc_req_free(r);
 	kvc_close(c);
+}
+
+static int flood(void *arg)
+{
+	const struct kvt_daemon *d = arg;
+	kvc_t *c = kvt_open(d, NULL);
+	uint32_t t[8 * BT];
+	int i;
+
+	if (!c)
+		return 2;
+	for (i = 0; i < 80; i++) {	/* 640 pages through 256 */
+		kvt_tokens(t, 8 * BT, 0, (uint32_t)(8100 + i));
+		if (kvt_put(c, t, 8 * BT, NULL) < 0)
+			return 3;
+	}
+	kvc_close(c);
+	return 0;
+}
+
+/*
+ * Regression (review finding): after fork() the child shared the parent's
+ * ledger and socket but had its own copy of the slot stack, so its pins
+ * overwrote the parent's. The child now gets -ECHILD and its cleanup
+ * leaves the parent's pins and session alone.
+ */
+static void test_fork_does_not_share_a_handle(void **state)
+{
+	struct kvt_daemon d;
+	uint32_t t[4 * BT], u[4 * BT];
+	struct kvc_key k[4];
+	struct kvc_req *r, *r2;
+	kvc_t *c;
+	pid_t p;
+	size_t i;
+
+	(void)state;
+	assert_int_equal(kvt_daemon_start(&d, NULL), 0);
+	c = kvt_open(&d, NULL);
+	assert_non_null(c);
+	kvt_tokens(t, 4 * BT, 0, 8001);
+	kvt_tokens(u, 4 * BT, 0, 8002);
+	assert_int_equal(kvt_put(c, t, 4 * BT, NULL), 0);
+	assert_int_equal(kvt_put(c, u, 4 * BT, NULL), 0);
+	assert_int_equal(kvc_keys(c, t, 4 * BT, NULL, 0, k, 4), 4);
+	assert_int_equal(kvc_req_new(c, t, 4 * BT, NULL, 0, &r), 0);
+	assert_int_equal(kvc_lookup(r), 4);	/* the parent's pins */
+	p = fork();
+	if (!p) {
+		int rc = 0;
+
+		if (kvc_req_new(c, u, 4 * BT, NULL, 0, &r2) || kvc_lookup(r2) != -ECHILD)
+			rc = 1;
+		kvc_req_free(r2);
+		kvc_req_free(r);	/* must not clear the parent's slots */
+		kvc_close(c);		/* must not say BYE for the parent */
+		_exit(rc);
+	}
+	assert_int_equal(kvt_wait(p), 0);
+	assert_int_equal(kvt_wait(kvt_fork(flood, &d)), 0);
+	for (i = 0; i < 4; i++)
+		assert_true(kvt_check(kvc_block(r, i), kvc_page_bytes(c), k[i]));
+	kvc_req_free(r);
+	/* The parent's session is intact. */
+	assert_int_equal(kvc_req_new(c, u, 4 * BT, NULL, 0, &r), 0);
+	assert_true(kvc_lookup(r) >= 0);
+	assert_true(kvc_alloc(r) >= 0);
+	kvc_req_free(r);
+	kvc_close(c);
+	assert_int_equal(kvt_daemon_stop(&d), 0);
+}
+
+/*
+ * Regression (review finding): near KVC_MAX_TOKENS with large blocks the
+ * library built a PUBLISH frame over KVPROTO_MAX_LEN; the daemon dropped
+ * the client for it. Allocation is now capped to what one frame carries.
+ */
+static void test_largest_publish_fits_one_frame(void **state)
+{
+	const char *args[] = { "--block-tokens", "1024", "--pool-size", "24M", NULL };
+	struct kvc_model m = kvt_model();
+	struct kvt_daemon d;
+	struct kvc_options o = { .size = sizeof(o) };
+	struct kvc_req *r;
+	uint32_t *t = malloc((size_t)KVC_MAX_TOKENS * 4);
+	kvc_t *c;
+	int got;
+
+	(void)state;
+	assert_non_null(t);
+	assert_int_equal(kvt_daemon_start(&d, args), 0);
+	o.socket_path = d.sock;
+	m.block_tokens = 1024;
+	m.kv_heads = 1;
+	m.head_dim = 1;	/* 4 KiB pages */
+	assert_int_equal(kvc_open(&m, &o, &c), 0);
+	kvt_tokens(t, KVC_MAX_TOKENS, 0, 8003);
+	assert_int_equal(kvc_req_new(c, t, KVC_MAX_TOKENS, NULL, 0, &r), 0);
+	assert_int_equal(kvc_req_blocks(r), 4096);
+	assert_int_equal(kvc_lookup(r), 0);
+	got = kvc_alloc(r);
+	assert_true(got > 4000 && got < 4096);	/* capped, not refused */
+	assert_int_equal(kvc_publish(r), got);
+	kvc_req_free(r);
+	/* Still connected. */
+	assert_int_equal(kvc_req_new(c, t, 4 * 1024, NULL, 0, &r), 0);
+	assert_int_equal(kvc_lookup(r), 4);
+	kvc_req_free(r);
+	kvc_close(c);
+	free(t);
+	assert_int_equal(kvt_daemon_stop(&d), 0);
 }
 
 int main(void)
@@ -177,6 +294,8 @@ int main(void)
 		cmocka_unit_test(test_open_arguments),
 		cmocka_unit_test(test_request_arguments),
 		cmocka_unit_test(test_daemon_gone),
+		cmocka_unit_test(test_fork_does_not_share_a_handle),
+		cmocka_unit_test(test_largest_publish_fits_one_frame),
 	};
 
 	return cmocka_run_group_tests_name("integration/api", tests, kvt_setup, kvt_teardown);

@@ -424,9 +424,36 @@ static void test_seq_counts(void **state)
 	seg_free(&s);
 }
 
+/*
+ * Regression (review finding): a daemon killed in the middle of a bucket
+ * write leaves its seqcount odd for ever; a lookup used to spin on it.
+ * It must give up and miss.
+ */
+static void test_odd_seq_is_a_miss_not_a_hang(void **state)
+{
+	struct kvshm_key k = { 0x1234, 0x5678 };
+	struct kvshm_bucket *b;
+	struct kvshm_header *h;
+	struct seg sg;
+
+	(void)state;
+	seg_new(&sg, 64, 8);
+	h = sg.h;
+	assert_int_equal(kvshm_index_insert(h, k, 7), 0);
+	assert_int_equal(kvshm_index_find(h, k), 7);
+	b = &kvshm_buckets(h)[kvshm_index_home(h, k)];
+	atomic_fetch_add(&b->seq, 1);	/* a writer that never finished */
+	assert_int_equal(kvshm_index_find(h, k), UINT32_MAX);
+	atomic_fetch_add(&b->seq, 1);
+	assert_int_equal(kvshm_index_find(h, k), 7);
+	seg_free(&sg);
+}
+
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_odd_seq_is_a_miss_not_a_hang),
 		cmocka_unit_test(test_home),
 		cmocka_unit_test(test_empty_find),
 		cmocka_unit_test(test_round_trip_many),
