@@ -63,7 +63,7 @@ int kvd_cache_alloc(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	room = c->nslots > c->writing ? c->nslots - c->writing : 0;
 	if (n > room)
 		n = room;
-	if (fr->count < n + d->low_pages)
+	if (n && fr->count < n + d->low_pages)
 		kvd_evict(d, n + d->low_pages - fr->count);
 	out = malloc(sizeof(*out) * (n ? n : 1));
 	if (!out) {

@@ -44,6 +44,9 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want)
 	uint32_t n = d->h->geo.n_pages, freed = 0, scanned = 0, batch[BATCH], nb, i;
 	uint32_t backed = 0;
 
+	if (!want || d->ticks < d->evict_quiet_until)
+		return 0;
+
 	while (freed < want && scanned < 2 * n) {
 		nb = 0;
 		while (nb < BATCH && nb < want - freed && scanned < 2 * n) {
@@ -78,7 +81,41 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want)
 		kvd_debug("evicted %u pages (wanted %u)", freed, want);
 	if (backed)
 		kvd_debug("eviction: %u pinned candidates backed off", backed);
+	if (freed) {
+		d->evict_backoff = 0;
+	} else {
+		/* Everything is pinned or being written: two full sweeps found
+		 * nothing. Do not sweep again every tick and every ALLOC; wait
+		 * (up to 16 ticks) or until pins are released. */
+		d->evict_backoff = d->evict_backoff ? (d->evict_backoff < 8 ? d->evict_backoff * 2 : 16) : 1;
+		d->evict_quiet_until = d->ticks + d->evict_backoff;
+		d->evict_quiet_pins = atomic_load_explicit(&kvshm_stats(d->h)->pins,
+							   memory_order_relaxed);
+		kvd_debug("eviction: nothing evictable; next try in %u ticks", d->evict_backoff);
+	}
 	return freed;
+}
+
+uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id)
+{
+	struct kvshm_page *pages = kvshm_pages(d->h);
+	uint32_t i, left = 0;
+
+	for (i = 0; i < d->h->geo.n_pages; i++)
+		if (__atomic_load_n(&pages[i].ns_id, __ATOMIC_RELAXED) == ns_id)
+			kvshm_page_evict_mark(d->h, i);
+	scan_ledgers(d);
+	for (i = 0; i < d->h->geo.n_pages; i++) {
+		uint32_t st = atomic_load_explicit(&pages[i].state, memory_order_relaxed);
+
+		if (__atomic_load_n(&pages[i].ns_id, __ATOMIC_RELAXED) != ns_id)
+			continue;
+		if (st == KVSHM_PAGE_EVICTING)
+			kvshm_page_evict_finish(d->h, i);
+		else if (st != KVSHM_PAGE_FREE)
+			left++;
+	}
+	return left;
 }
 
 static void drain_rings(struct kvd *d)

@@ -66,6 +66,12 @@ struct kvd {
 	uint32_t low_pages, high_pages;
 
 	uint64_t ticks;
+	/* Eviction backs off after a pass that freed nothing (all pinned or
+	 * writing): no pass before tick evict_quiet_until, unless the pin
+	 * census sees pins fall below evict_quiet_pins. */
+	uint64_t evict_quiet_until;
+	uint64_t evict_quiet_pins;
+	uint32_t evict_backoff;
 	struct kvd_metrics *metrics;	/* /metrics server, or NULL */
 	uint64_t watchdog_usec;		/* 0: no systemd watchdog */
 	uint64_t watchdog_last;		/* CLOCK_MONOTONIC usec of the last ping */
@@ -161,6 +167,9 @@ void kvd_pin_census(struct kvd *d);
 /* evict.c */
 /* Free up to `want` READY pages nobody pins; returns how many. */
 uint32_t kvd_evict(struct kvd *d, uint32_t want);
+/* Evict every READY page of namespace ns_id that nobody pins; returns how
+ * many are left (pinned or writing). */
+uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id);
 /* Drain access rings, then evict down to the watermarks. */
 void kvd_evict_tick(struct kvd *d);
 

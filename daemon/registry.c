@@ -40,11 +40,46 @@ static void read_comm(pid_t pid, char *out, size_t len)
 	fclose(f);
 }
 
-/* Find or add the namespace; returns its row or -1 (table full). */
+static void ns_write(struct kvshm_ns *t, const struct kvshm_ns *want)
+{
+	t->dtype_bytes = want->dtype_bytes;
+	t->layers = want->layers;
+	t->kv_heads = want->kv_heads;
+	t->head_dim = want->head_dim;
+	t->block_tokens = want->block_tokens;
+	t->pos_kind = want->pos_kind;
+	t->page_bytes = want->page_bytes;
+	t->id = want->id;
+	memcpy(t->model, want->model, sizeof(t->model));
+	atomic_store_explicit(&t->used, 1, memory_order_release);
+}
+
+/* A namespace row no client (live or lingering) uses, or -1. */
+static int ns_idle(const struct kvd *d)
+{
+	uint32_t i, k;
+
+	for (i = 0; i < d->h->geo.max_ns; i++) {
+		for (k = 0; k < d->cfg.max_clients; k++)
+			if (kvd_pins_count(&d->clients[k]) && d->clients[k].ns_id == i)
+				break;
+		if (k == d->cfg.max_clients)
+			return (int)i;
+	}
+	return -1;
+}
+
+/*
+ * Find or add the namespace; returns its row or -1 (table full of
+ * namespaces that have clients). When the table is full, the row of a
+ * namespace without clients is reclaimed: its cached pages are evicted
+ * (nobody can hold them pinned) and the row rewritten.
+ */
 static int ns_register(struct kvd *d, const struct kvshm_ns *want)
 {
 	struct kvshm_ns *t = kvshm_ns(d->h);
 	uint32_t i;
+	int idle;
 
 	for (i = 0; i < d->h->geo.max_ns; i++) {
 		if (!atomic_load_explicit(&t[i].used, memory_order_acquire))
@@ -52,22 +87,21 @@ static int ns_register(struct kvd *d, const struct kvshm_ns *want)
 		if (kvshm_key_eq(t[i].id, want->id))
 			return (int)i;
 	}
-	if (i == d->h->geo.max_ns)
+	if (i < d->h->geo.max_ns) {
+		ns_write(&t[i], want);
+		kvd_info("namespace %u: %s, %u layers x %u kv heads x %u head dim, %u-byte dtype, %llu-byte pages",
+			 i, want->model, want->layers, want->kv_heads, want->head_dim,
+			 want->dtype_bytes, (unsigned long long)want->page_bytes);
+		return (int)i;
+	}
+	idle = ns_idle(d);
+	if (idle < 0 || kvd_evict_ns(d, (uint32_t)idle))
 		return -1;
-	t[i].dtype_bytes = want->dtype_bytes;
-	t[i].layers = want->layers;
-	t[i].kv_heads = want->kv_heads;
-	t[i].head_dim = want->head_dim;
-	t[i].block_tokens = want->block_tokens;
-	t[i].pos_kind = want->pos_kind;
-	t[i].page_bytes = want->page_bytes;
-	t[i].id = want->id;
-	memcpy(t[i].model, want->model, sizeof(t[i].model));
-	atomic_store_explicit(&t[i].used, 1, memory_order_release);
-	kvd_info("namespace %u: %s, %u layers x %u kv heads x %u head dim, %u-byte dtype, %llu-byte pages",
-		 i, want->model, want->layers, want->kv_heads, want->head_dim,
-		 want->dtype_bytes, (unsigned long long)want->page_bytes);
-	return (int)i;
+	kvd_info("namespace %d: %s replaces %s, which had no clients (its pages evicted)",
+		 idle, want->model, t[idle].model);
+	atomic_store_explicit(&t[idle].used, 0, memory_order_release);
+	ns_write(&t[idle], want);
+	return idle;
 }
 
 /* A reply and its descriptors in one sendmsg (the socket is empty then). */
@@ -151,7 +185,8 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	}
 	nsid = ns_register(d, &ns);
 	if (nsid < 0)
-		return refuse_hello(d, c, seq, -EUSERS, "namespace table full (64 models)");
+		return refuse_hello(d, c, seq, -ETOOMANYREFS,
+				    "namespace table full: 64 models have clients attached");
 
 	nslots = hi->max_pins && hi->max_pins < d->cfg.max_pins ? hi->max_pins : d->cfg.max_pins;
 	rc = kvd_memfd_create(&c->ledger, "kvcached-ledger", kvshm_ledger_bytes(nslots), false);

@@ -124,6 +124,8 @@ void kvd_pin_census(struct kvd *d)
 		}
 	}
 	memset(d->mark, 0, d->h->geo.n_pages);
+	if (pins < d->evict_quiet_pins)
+		d->evict_quiet_until = 0;	/* pins were released: evict again */
 	atomic_store_explicit(&kvshm_stats(d->h)->pages_pinned, pinned, memory_order_relaxed);
 	atomic_store_explicit(&kvshm_stats(d->h)->pins, pins, memory_order_relaxed);
 }

@@ -111,12 +111,19 @@ struct kvc_options {
  * -ENAMETOOLONG (socket path), -ENOENT / -ECONNREFUSED (no daemon),
  * -EACCES (the daemon does not trust this user), -EPROTO (protocol or
  * segment version differs), -EMEDIUMTYPE (geometry does not fit the pool;
- * errbuf says why), -EUSERS (too many clients), -ENOMEM.
+ * errbuf says why), -EUSERS (too many clients), -ETOOMANYREFS (64 models
+ * with clients attached already), -ENOMEM, or the errno of a failed
+ * socket, connect or mmap.
+ *
+ * A handle belongs to the process that opened it: after fork() the child
+ * gets -ECHILD from every call on an inherited handle (and its kvc_close
+ * and kvc_req_free leave the parent's pins alone); it opens its own.
  */
 int kvc_open(const struct kvc_model *model, const struct kvc_options *opts,
 	     kvc_t **out);
 
-/* Detach: releases every pin and unpublished page of the handle. */
+/* Detach: releases every pin and unpublished page of the handle. Free the
+ * handle's requests first: a kvc_req must not outlive its kvc_t. */
 void kvc_close(kvc_t *c);
 
 /* A block's 128-bit key. */
@@ -162,23 +169,35 @@ size_t kvc_req_blocks(const struct kvc_req *r);
  * with other processes. Returns the number of leading blocks hit (each
  * verified against its parent key and tokens, then pinned), 0..blocks.
  * Call once per request, before kvc_alloc. Errors: -EINVAL (NULL, or
- * called twice or after kvc_alloc).
+ * called twice or after kvc_alloc), -ENOTCONN (the connection to the
+ * daemon has ended: a round trip failed or the daemon refused a message),
+ * -ECHILD (handle inherited across fork).
  */
 int kvc_lookup(struct kvc_req *r);
 
 /*
  * Ask the daemon for pages for every block after the hit prefix, in one
  * round trip. Returns how many were granted, starting at the first missed
- * block; fewer than asked when the pool is full of pinned pages or this
- * handle's pin slots run out. Errors: -EINVAL (NULL, state), -ENOTCONN
- * (daemon gone), -EPROTO (bad reply).
+ * block; fewer than asked when the pool is full of pinned pages, this
+ * handle's pin slots run out, or the blocks would not fit one PUBLISH
+ * message (16 MiB of records). Errors: -EINVAL (NULL, state), -ENOTCONN
+ * (daemon gone), -ECHILD, -ENOMEM, -EPROTO / -EBADMSG (a reply that does
+ * not parse), or an error the daemon sent.
+ *
+ * When any round trip fails with -ENOTCONN, -EPROTO or -EBADMSG the handle
+ * is dead: later calls return -ENOTCONN. Pages pinned before that stay
+ * pinned (the daemon honours the pins until this process exits or closes
+ * the handle), so pointers from kvc_block remain readable until
+ * kvc_req_free.
  */
 int kvc_alloc(struct kvc_req *r);
 
 /*
  * Where block i's KV lives: a hit page, or a page granted by kvc_alloc
  * (write the block's KV there before kvc_publish). NULL for a block with
- * no page or i out of range. Valid until kvc_req_free().
+ * no page or i out of range. Valid until kvc_req_free(). The pointer is
+ * writable because granted pages must be; a hit page is shared with every
+ * other client and must only be read.
  */
 void *kvc_block(struct kvc_req *r, size_t i);
 
@@ -191,7 +210,8 @@ int64_t kvc_block_page(const struct kvc_req *r, size_t i);
  * KV); a block refused (index full, key collision) loses its page.
  * Returns the number of blocks of the request that are now cached and
  * pinned (hits included). Errors: -EINVAL (NULL, nothing granted),
- * -ENOTCONN, -EPROTO.
+ * -ENOTCONN, -ECHILD, -ENOMEM, -EPROTO / -EBADMSG, or an error the daemon
+ * sent.
  */
 int kvc_publish(struct kvc_req *r);
 

@@ -121,7 +121,7 @@ int kvshm_snap_take(const struct kvshm_header *h, struct kvshm_snap *s)
 		const struct kvshm_ns *r = &kvshm_ns(h)[i];
 
 		if (!atomic_load_explicit(&r->used, memory_order_acquire))
-			break;
+			continue;	/* free, or being rewritten for a reuse */
 		copy_relaxed(&s->ns[i], r, sizeof(*r));
 		s->ns[i].model[KVSHM_MODEL_NAME - 1] = 0;
 		s->n_ns = i + 1;

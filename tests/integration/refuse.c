@@ -472,6 +472,145 @@ static void test_dropped_live_client_keeps_its_pins(void **state)
 }
 
 
+/*
+ * Regression (review finding): namespace rows were never reused, so 64
+ * short-lived model names blocked every new model until a restart. A row
+ * whose namespace has no clients is now reclaimed (its pages evicted);
+ * a namespace with a client attached keeps its row and its pages.
+ */
+static void test_namespace_rows_are_reclaimed(void **state)
+{
+	struct kvt_daemon *d = *state;
+	struct kvc_model m = kvt_model();
+	struct kvc_options o = { .size = sizeof(o), .socket_path = d->sock };
+	uint32_t t[2 * BT];
+	char name[32];
+	kvc_t *keep, *c;
+	int i;
+
+	m.name = "kept-model";
+	assert_int_equal(kvc_open(&m, &o, &keep), 0);
+	kvt_tokens(t, 2 * BT, 0, 6060);
+	assert_int_equal(kvt_put(keep, t, 2 * BT, NULL), 0);
+	for (i = 0; i < 80; i++) {
+		snprintf(name, sizeof(name), "run-%d", i);
+		m.name = name;
+		assert_int_equal(kvc_open(&m, &o, &c), 0);
+		assert_int_equal(kvt_put(c, t, 2 * BT, NULL), 0);	/* a fresh namespace */
+		kvc_close(c);
+	}
+	assert_true(kvt_log_has(d, "which had no clients (its pages evicted)"));
+	assert_int_equal(kvt_get(keep, t, 2 * BT), 2);	/* never reclaimed */
+	kvc_close(keep);
+}
+
+
+/* CPU seconds (user + system) the process has used, from /proc. */
+static double cpu_seconds(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long ut = 0, st = 0;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	p = strrchr(buf, ')');	/* comm may contain spaces */
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+			 &ut, &st) != 2)
+		return -1;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/*
+ * Regression (review finding): a client that pipelines requests without
+ * reading the replies and then half-closes made the daemon spin: with
+ * replies pending it waited for EPOLLOUT|EPOLLRDHUP, and the level-
+ * triggered RDHUP fired on every wait. This is a resource check, not a
+ * speed one: a spinning daemon burns about one CPU second per second,
+ * an idle one next to nothing; the bound sits far between, and a busy
+ * machine can only make a spinning daemon look better, never an idle one
+ * worse.
+ */
+struct halfcloser {
+	const struct kvt_daemon *d;
+	int ready[2];
+	int go[2];
+};
+
+/* Pipeline ALLOCs without reading a reply, half-close, wait, exit. */
+static int half_closer(void *arg)
+{
+	struct halfcloser *hc = arg;
+	struct kvproto_hdr h = { KVPROTO_MAGIC, KVPROTO_ALLOC, 0, sizeof(struct kvproto_alloc), 1 };
+	struct kvproto_alloc a = { 1, 0 };
+	static uint8_t batch[2048 * (sizeof(h) + sizeof(a))];
+	int fd = raw_connect(hc->d->sock), i, writes = 0;
+	char b = 'r';
+
+	hello(fd);
+	for (i = 0; i < 2048; i++) {
+		memcpy(batch + i * (sizeof(h) + sizeof(a)), &h, sizeof(h));
+		memcpy(batch + i * (sizeof(h) + sizeof(a)) + sizeof(h), &a, sizeof(a));
+	}
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	/* Large writes: until the daemon stops reading and our buffer fills. */
+	while (writes < 1000 && write(fd, batch, sizeof(batch)) > 0)
+		writes++;
+	if (writes == 1000 || shutdown(fd, SHUT_WR))
+		return 2;
+	if (write(hc->ready[1], &b, 1) != 1 || read(hc->go[0], &b, 1) != 1)
+		return 3;
+	return 0;
+}
+
+static void test_half_close_with_replies_pending_does_not_spin(void **state)
+{
+	struct kvt_daemon *d = *state;
+	struct halfcloser hc = { .d = d };
+	double before, after;
+	pid_t p;
+	char b;
+
+	assert_int_equal(pipe(hc.ready), 0);
+	assert_int_equal(pipe(hc.go), 0);
+	p = kvt_fork(half_closer, &hc);
+	assert_int_equal(read(hc.ready[0], &b, 1), 1);
+	usleep(200000);		/* let it drain what it can and get stuck */
+	before = cpu_seconds(d->pid);
+	usleep(1000000);
+	after = cpu_seconds(d->pid);
+	assert_int_equal(write(hc.go[1], "g", 1), 1);
+	assert_int_equal(kvt_wait(p), 0);
+	assert_true(before >= 0 && after >= 0);
+	assert_true(after - before < 0.5);
+	{	/* its writing pages come back once it has exited */
+		kvc_t *c = kvt_open(d, NULL);
+		struct kvc_stats st;
+		int i;
+
+		assert_non_null(c);
+		for (i = 0; i < 500; i++) {
+			assert_int_equal(kvc_stats(c, &st), 0);
+			if (!st.pages_writing)
+				break;
+			usleep(10000);
+		}
+		assert_int_equal(st.pages_writing, 0);
+		kvc_close(c);
+	}
+	assert_serving(d, 37);
+	close(hc.ready[0]);
+	close(hc.ready[1]);
+	close(hc.go[0]);
+	close(hc.go[1]);
+}
+
 /* Run kvcached with args; return its exit status, stderr in out. */
 static int run_daemon(const char *const *args, char *out, size_t outlen)
 {
@@ -588,6 +727,8 @@ int main(void)
 		cmocka_unit_test(test_garbage_and_lies_on_the_socket),
 		cmocka_unit_test(test_client_scribbles_its_ledger),
 		cmocka_unit_test(test_dropped_live_client_keeps_its_pins),
+		cmocka_unit_test(test_namespace_rows_are_reclaimed),
+		cmocka_unit_test(test_half_close_with_replies_pending_does_not_spin),
 		cmocka_unit_test(test_bad_config_and_flags),
 		cmocka_unit_test(test_second_daemon_on_a_live_socket),
 	};
