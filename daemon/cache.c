@@ -89,7 +89,7 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	const uint8_t *rec = (const uint8_t *)p + sizeof(struct kvproto_count);
 	struct kvproto_count cnt;
 	struct kvproto_pub_r *res;
-	uint32_t i, bad = 0;
+	uint32_t i, bad = 0, collisions = 0;
 	int rc;
 
 	(void)len;
@@ -117,10 +117,11 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		res[i].status = st;
 		/* Published, shared or refused: the page is no longer ours. */
 		c->writing--;
-		if (st == -EEXIST)
-			kvd_warn("client %u (pid %d): key collision on page %u refused; the index keeps the first block",
-				 c->id, (int)c->pid, pub.page);
+		collisions += st == -EEXIST;
 	}
+	if (collisions)	/* one line per message, not per block */
+		kvd_warn("client %u (pid %d): %u key collisions refused; the index keeps the first blocks",
+			 c->id, (int)c->pid, collisions);
 	rc = kvd_reply(d, c, KVPROTO_PUBLISH_R, seq, &cnt, sizeof(cnt), res,
 		       cnt.n * (uint32_t)sizeof(*res));
 	free(res);

@@ -27,6 +27,7 @@ struct kvd_client {
 	bool used;
 	bool hello;		/* HELLO accepted, ledger mapped */
 	bool lingering;		/* socket gone, process alive: pins still count */
+	bool refused;		/* its HELLO was refused (counted as such) */
 	int pidfd;		/* the peer process, or -1 */
 	uint32_t id;		/* row in d->clients; owner id is id + 1 */
 	int fd;

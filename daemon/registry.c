@@ -146,6 +146,7 @@ static int refuse_hello(struct kvd *d, struct kvd_client *c, uint32_t seq, int e
 			const char *msg)
 {
 	kvd_stat_add(&kvshm_stats(d->h)->clients_refused, 1);
+	c->refused = true;
 	kvd_reply_error(d, c, seq, err, true, "%s", msg);
 	return -1;
 }

@@ -313,7 +313,8 @@ void kvd_reply_error(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	va_end(ap);
 	if (fatal) {
 		kvd_warn("client %u (pid %d): %s; disconnecting", c->id, (int)c->pid, msg);
-		kvd_stat_add(&kvshm_stats(d->h)->clients_dropped, 1);
+		if (!c->refused)	/* a refused HELLO counts as refused only */
+			kvd_stat_add(&kvshm_stats(d->h)->clients_dropped, 1);
 	}
 	if (kvd_reply(d, c, KVPROTO_ERROR, seq, &e, sizeof(e), msg, (uint32_t)strlen(msg)))
 		return;
@@ -396,6 +397,8 @@ static void do_read(struct kvd *d, struct kvd_client *c)
 		uint32_t need = sizeof(h);
 		ssize_t n;
 
+		if (!c->used || c->lingering)
+			return;	/* a handler dropped it */
 		if (c->out_len)
 			return;	/* replies pending: wait for EPOLLOUT */
 		if (c->in_len >= sizeof(h)) {
@@ -432,6 +435,11 @@ static void do_read(struct kvd *d, struct kvd_client *c)
 		c->in_len = 0;
 		if (handle_frame(d, c))
 			return;
+		if (c->in_cap > (64u << 10)) {	/* do not keep a huge buffer */
+			free(c->in);
+			c->in = NULL;
+			c->in_cap = 0;
+		}
 	}
 }
 
