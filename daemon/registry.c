@@ -10,6 +10,7 @@
  * is all its pins ever were.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,17 +41,12 @@ static void read_comm(pid_t pid, char *out, size_t len)
 	fclose(f);
 }
 
+/* Everything after `used`, then `used` (release): readers go by `used`. */
 static void ns_write(struct kvshm_ns *t, const struct kvshm_ns *want)
 {
-	t->dtype_bytes = want->dtype_bytes;
-	t->layers = want->layers;
-	t->kv_heads = want->kv_heads;
-	t->head_dim = want->head_dim;
-	t->block_tokens = want->block_tokens;
-	t->pos_kind = want->pos_kind;
-	t->page_bytes = want->page_bytes;
-	t->id = want->id;
-	memcpy(t->model, want->model, sizeof(t->model));
+	const size_t from = offsetof(struct kvshm_ns, dtype_bytes);
+
+	memcpy((char *)t + from, (const char *)want + from, sizeof(*t) - from);
 	atomic_store_explicit(&t->used, 1, memory_order_release);
 }
 

@@ -177,24 +177,6 @@ static void test_daemon_gone(void **state)
 	kvc_close(c);
 }
 
-static int flood(void *arg)
-{
-	const struct kvt_daemon *d = arg;
-	kvc_t *c = kvt_open(d, NULL);
-	uint32_t t[8 * BT];
-	int i;
-
-	if (!c)
-		return 2;
-	for (i = 0; i < 80; i++) {	/* 640 pages through 256 */
-		kvt_tokens(t, 8 * BT, 0, (uint32_t)(8100 + i));
-		if (kvt_put(c, t, 8 * BT, NULL) < 0)
-			return 3;
-	}
-	kvc_close(c);
-	return 0;
-}
-
 /*
  * Regression (review finding): after fork() the child shared the parent's
  * ledger and socket but had its own copy of the slot stack, so its pins
@@ -234,7 +216,7 @@ static void test_fork_does_not_share_a_handle(void **state)
 		_exit(rc);
 	}
 	assert_int_equal(kvt_wait(p), 0);
-	assert_int_equal(kvt_wait(kvt_fork(flood, &d)), 0);
+	assert_int_equal(kvt_flood(&d, 80, 8100), 0);	/* 640 pages through 256 */
 	for (i = 0; i < 4; i++)
 		assert_true(kvt_check(kvc_block(r, i), kvc_page_bytes(c), k[i]));
 	kvc_req_free(r);

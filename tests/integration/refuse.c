@@ -310,24 +310,6 @@ static void hello_fds(int fd, int fds[3], struct kvproto_hello_r *hr)
 	memcpy(hr, buf + sizeof(struct kvproto_hdr), sizeof(*hr));
 }
 
-static int flood_pool(void *arg)
-{
-	const struct kvt_daemon *d = arg;
-	kvc_t *c = kvt_open(d, NULL);
-	uint32_t t[8 * BT];
-	int i;
-
-	if (!c)
-		return 2;
-	for (i = 0; i < 80; i++) {	/* 640 pages through 256 */
-		kvt_tokens(t, 8 * BT, 0, (uint32_t)(7000 + i));
-		if (kvt_put(c, t, 8 * BT, NULL) < 0)
-			return 3;
-	}
-	kvc_close(c);
-	return 0;
-}
-
 /*
  * Regression: the daemon used to bound its ledger scans by the nslots in
  * the ledger header, which the client can write. A client that scribbles
@@ -356,7 +338,7 @@ static void test_client_scribbles_its_ledger(void **state)
 	assert_int_not_equal(ftruncate(fds[2], (off_t)hr.ledger_bytes * 2), 0);
 	assert_int_not_equal(ftruncate(fds[2], 0), 0);
 
-	assert_int_equal(kvt_wait(kvt_fork(flood_pool, d)), 0);
+	assert_int_equal(kvt_flood(d, 80, 7000), 0);
 	assert_serving(d, 35);
 	for (i = 0; i < 3; i++)
 		close(fds[i]);
@@ -450,7 +432,7 @@ static void test_dropped_live_client_keeps_its_pins(void **state)
 	assert_int_equal(s.pages_writing, 2);	/* still the liar's */
 
 	/* Pressure: the pinned prompt must survive it. */
-	assert_int_equal(kvt_wait(kvt_fork(flood_pool, d)), 0);
+	assert_int_equal(kvt_flood(d, 80, 7000), 0);
 	assert_int_equal(kvt_get(c, lr.tokens, 4 * BT), 4);
 
 	/* Once the process is gone, everything it held is released. */
@@ -464,7 +446,7 @@ static void test_dropped_live_client_keeps_its_pins(void **state)
 	}
 	assert_int_equal(s.pages_writing, 0);
 	assert_true(kvt_log_has(d, "process exited"));
-	assert_int_equal(kvt_wait(kvt_fork(flood_pool, d)), 0);
+	assert_int_equal(kvt_flood(d, 80, 7000), 0);
 	assert_true(kvt_get(c, lr.tokens, 4 * BT) < 4);	/* evictable again */
 	close(lr.ready[0]);
 	close(lr.ready[1]);

@@ -263,24 +263,9 @@ static void sdd_init(struct sdd *s, bool abstract)
 static void sdd_start(struct sdd *s, const char *watchdog_usec, const char *const *args)
 {
 	const char *argv[64];
-	int n = 0, i, logfd;
+	int logfd;
 
-	argv[n++] = kvt_bin("kvcached");
-	argv[n++] = "--socket";
-	argv[n++] = s->sock;
-	argv[n++] = "--page-size";
-	argv[n++] = "4K";
-	argv[n++] = "--pool-size";
-	argv[n++] = "1M";
-	argv[n++] = "--hugepages";
-	argv[n++] = "off";
-	argv[n++] = "--log-level";
-	argv[n++] = "debug";
-	argv[n++] = "--tick-ms";
-	argv[n++] = "5";
-	for (i = 0; args && args[i] && n < 62; i++)
-		argv[n++] = args[i];
-	argv[n] = NULL;
+	kvt_daemon_argv(s->sock, args, argv, 64);
 	s->pid = fork();
 	assert_true(s->pid >= 0);
 	if (!s->pid) {
@@ -410,19 +395,6 @@ static void sdd_fini(struct sdd *s)
 	rm_tree(s->dir);
 }
 
-static bool can_connect(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	bool ok;
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	ok = fd >= 0 && !connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-	if (fd >= 0)
-		close(fd);
-	return ok;
-}
-
 /* ---- 1. readiness and stopping ---------------------------------------- */
 
 static void ready_then_stop(bool abstract)
@@ -436,7 +408,7 @@ static void ready_then_stop(bool abstract)
 	sdd_start(&s, NULL, NULL);
 	got = sdd_await(&s, "READY=1", 1, WAIT_MS);
 	/* The moment READY=1 is in, the socket must accept a client. */
-	accepts = can_connect(s.sock);
+	accepts = kvt_can_connect(s.sock);
 	if (got != 1 || !accepts) {
 		sdd_print_log(&s);
 		sdd_fini(&s);

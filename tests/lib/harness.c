@@ -35,7 +35,7 @@ static void sleep_ms(int ms)
 	nanosleep(&ts, NULL);
 }
 
-static bool can_connect(const char *path)
+bool kvt_can_connect(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -48,10 +48,29 @@ static bool can_connect(const char *path)
 	return ok;
 }
 
+int kvt_daemon_argv(const char *sock, const char *const *args, const char **argv, int max)
+{
+	static const char *const base[] = {
+		"--page-size", "4K", "--pool-size", "1M", "--hugepages", "off",
+		"--log-level", "debug", "--tick-ms", "5",
+	};
+	int n = 0, i;
+
+	argv[n++] = kvt_bin("kvcached");
+	argv[n++] = "--socket";
+	argv[n++] = sock;
+	for (i = 0; i < (int)(sizeof(base) / sizeof(base[0])); i++)
+		argv[n++] = base[i];
+	for (i = 0; args && args[i] && n < max - 1; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	return n;
+}
+
 int kvt_daemon_start(struct kvt_daemon *d, const char *const *args)
 {
 	const char *argv[64];
-	int n = 0, i, logfd;
+	int i, logfd;
 
 	memset(d, 0, sizeof(*d));
 	snprintf(d->dir, sizeof(d->dir), "/tmp/kvt.XXXXXX");
@@ -60,22 +79,7 @@ int kvt_daemon_start(struct kvt_daemon *d, const char *const *args)
 	chmod(d->dir, 0755);
 	snprintf(d->sock, sizeof(d->sock), "%s/kvcached.sock", d->dir);
 	snprintf(d->log, sizeof(d->log), "%s/kvcached.log", d->dir);
-	argv[n++] = kvt_bin("kvcached");
-	argv[n++] = "--socket";
-	argv[n++] = d->sock;
-	argv[n++] = "--page-size";
-	argv[n++] = "4K";
-	argv[n++] = "--pool-size";
-	argv[n++] = "1M";
-	argv[n++] = "--hugepages";
-	argv[n++] = "off";
-	argv[n++] = "--log-level";
-	argv[n++] = "debug";
-	argv[n++] = "--tick-ms";
-	argv[n++] = "5";
-	for (i = 0; args && args[i] && n < 62; i++)
-		argv[n++] = args[i];
-	argv[n] = NULL;
+	kvt_daemon_argv(d->sock, args, argv, 64);
 	d->pid = fork();
 	if (d->pid < 0)
 		return -1;
@@ -92,7 +96,7 @@ int kvt_daemon_start(struct kvt_daemon *d, const char *const *args)
 	for (i = 0; i < 1000; i++) {	/* up to 10 s */
 		int st;
 
-		if (can_connect(d->sock))
+		if (kvt_can_connect(d->sock))
 			return 0;
 		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
 			d->pid = 0;
@@ -331,4 +335,27 @@ int kvt_get(kvc_t *c, const uint32_t *t, size_t n)
 	kvc_req_free(r);
 	free(k);
 	return rc;
+}
+
+int kvt_flood(const struct kvt_daemon *d, int prompts, uint32_t seed)
+{
+	pid_t p = fork();
+
+	if (!p) {
+		kvc_t *c = kvt_open(d, NULL);
+		uint32_t t[8 * 16];
+		int i, hits;
+
+		if (!c)
+			_exit(2);
+		for (i = 0; i < prompts; i++) {
+			kvt_tokens(t, 8 * 16, 0, seed + (uint32_t)i);
+			hits = kvt_put(c, t, 8 * 16, NULL);
+			if (hits < 0)
+				_exit(hits == -1000 ? 3 : 4);	/* 3: wrong bytes */
+		}
+		kvc_close(c);
+		_exit(0);
+	}
+	return p < 0 ? -1 : kvt_wait(p);
 }

@@ -40,8 +40,18 @@ int kvt_setup(void **state);
 int kvt_setup_args(void **state, const char *const *args);
 int kvt_teardown(void **state);
 
+/*
+ * The argv kvt_daemon_start runs: kvcached on `sock` with the small test
+ * pool, debug logs and a 5 ms tick, then the NULL-terminated extra args.
+ * Fills argv (NULL-terminated, at most max entries) and returns argc. For
+ * tests that launch the daemon themselves (with their own environment).
+ */
+int kvt_daemon_argv(const char *sock, const char *const *args, const char **argv, int max);
+
 /* SIGTERM and wait: the exit status, or -1 if it died by a signal. */
 int kvt_daemon_stop(struct kvt_daemon *d);
+/* Does a Unix stream socket at path accept a connection right now? */
+bool kvt_can_connect(const char *path);
 /* True once the daemon's log contains `s`. */
 bool kvt_log_has(const struct kvt_daemon *d, const char *s);
 
@@ -72,6 +82,14 @@ void kvt_tokens(uint32_t *t, size_t n, size_t shared, uint32_t seed);
 
 /* Pages the daemon counts free, read from the segment through c. */
 uint64_t kvt_free_pages(const kvc_t *c);
+
+/*
+ * In a forked client process, publish `prompts` fresh 8-block prompts
+ * (token seeds seed, seed+1, ...), checking every page it hits, then exit.
+ * Returns the child's exit status: 0, or non-zero if an attach, a request
+ * or a page check failed. Used to put the pool under eviction pressure.
+ */
+int kvt_flood(const struct kvt_daemon *d, int prompts, uint32_t seed);
 
 /* Run fn(arg) in a forked child; returns the pid. The child exits with
  * fn's return value. */
