@@ -593,6 +593,184 @@ static void test_half_close_with_replies_pending_does_not_spin(void **state)
 	close(hc.go[1]);
 }
 
+/*
+ * Adversarial collisions (issue #8). XXH3-128 cannot be broken in a test,
+ * so both processes weaken it through the test hook to 16 bits (4 bits of
+ * each 32-bit quarter that matters; the home-bucket bits still spread)
+ * and the attacker brute-forces token blocks onto the victim's keys.
+ */
+#define WEAK_MASK 0x0000000f0000000full
+
+struct collide {
+	const struct kvt_daemon *d;
+	uint32_t victim[3 * BT];
+};
+
+/* The victim publishes its 3-block prompt with the weak hash. */
+static int victim_publishes(void *arg)
+{
+	struct collide *co = arg;
+	kvc_t *c;
+	int cached = 0;
+
+	kvshm_key_test_mask = WEAK_MASK;
+	c = kvt_open(co->d, NULL);
+	if (!c || kvt_put(c, co->victim, 3 * BT, &cached) != 0 || cached != 3)
+		return 2;
+	kvc_close(c);
+	return 0;
+}
+
+/* Tokens for block `i` that differ from victim[i] but weak-hash onto the
+ * same key under the same parent. */
+static void craft(const struct collide *co, kvc_t *c, size_t i, uint32_t *out)
+{
+	struct kvc_key want[3], got[3];
+	uint32_t tries;
+	size_t j;
+
+	kvc_keys(c, co->victim, 3 * BT, NULL, 0, want, 3);
+	memcpy(out, co->victim, 3 * BT * sizeof(uint32_t));
+	for (tries = 0; tries < 50u << 20; tries++) {
+		for (j = 0; j < BT; j++)
+			out[i * BT + j] = co->victim[i * BT + j] + 1 + tries + (uint32_t)j * 7919u;
+		kvc_keys(c, out, (i + 1) * BT, NULL, 0, got, i + 1);
+		if (got[i].lo == want[i].lo && got[i].hi == want[i].hi)
+			return;
+	}
+	fail_msg("no collision found for block %zu", i);
+}
+
+static int attacker(void *arg)
+{
+	struct collide *co = arg;
+	uint32_t forged[3 * BT];
+	struct kvc_req *r;
+	kvc_t *c;
+	size_t i;
+	int got;
+
+	kvshm_key_test_mask = WEAK_MASK;
+	c = kvt_open(co->d, NULL);
+	if (!c)
+		return 2;
+	for (i = 0; i < 3; i++) {
+		craft(co, c, i, forged);
+		if (!memcmp(forged + i * BT, co->victim + i * BT, BT * sizeof(uint32_t)))
+			return 3;
+		/* Same key as the victim's block i, other tokens: the blocks
+		 * before it are the victim's own (hits), block i must miss. */
+		if (kvc_req_new(c, forged, (i + 1) * BT, NULL, 0, &r))
+			return 4;
+		got = kvc_lookup(r);
+		if (got != (int)i)
+			return 10 + (int)i;	/* a wrong hit, or a lost one */
+		/* Publishing the forged block is refused; the victim's stays. */
+		if (kvc_alloc(r) != 1)
+			return 20;
+		memset(kvc_block(r, i), 0x66, kvc_page_bytes(c));
+		if (kvc_publish(r) != (int)i)
+			return 30 + (int)i;
+		kvc_req_free(r);
+	}
+	kvc_close(c);
+	return 0;
+}
+
+static void test_crafted_collisions_miss(void **state)
+{
+	struct kvt_daemon *d = *state;
+	struct collide co = { .d = d };
+	kvc_t *c;
+
+	kvt_tokens(co.victim, 3 * BT, 0, 9191);
+	assert_int_equal(kvt_wait(kvt_fork(victim_publishes, &co)), 0);
+	assert_int_equal(kvt_wait(kvt_fork(attacker, &co)), 0);
+	assert_true(kvt_log_has(d, "key collisions refused"));
+	/* The victim's blocks are intact: its own process hits them all. */
+	{
+		pid_t p = fork();
+
+		if (!p) {
+			kvshm_key_test_mask = WEAK_MASK;
+			c = kvt_open(d, NULL);
+			_exit(c && kvt_get(c, co.victim, 3 * BT) == 3 ? 0 : 1);
+		}
+		assert_int_equal(kvt_wait(p), 0);
+	}
+}
+
+/* A process that writes into its read-only mapping of the index dies
+ * alone; the kernel also refuses to make that mapping writable. */
+static void test_write_to_the_index_kills_only_the_writer(void **state)
+{
+	struct kvt_daemon *d = *state;
+	pid_t p = fork();
+
+	if (!p) {
+		struct kvproto_hello_r hr;
+		int fds[3], fd = raw_connect(d->sock);
+		char *seg;
+
+		hello_fds(fd, fds, &hr);
+		seg = mmap(NULL, hr.segment_bytes, PROT_READ, MAP_SHARED, fds[0], 0);
+		if (seg == MAP_FAILED)
+			_exit(2);
+		/* Sealed: no writable mapping, no upgrade of ours. */
+		if (mmap(NULL, hr.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0) !=
+		    MAP_FAILED)
+			_exit(3);
+		if (!mprotect(seg, hr.segment_bytes, PROT_READ | PROT_WRITE))
+			_exit(4);
+		/* cmocka's handler came along with fork(): the default, please. */
+		signal(SIGSEGV, SIG_DFL);
+		/* Flip a byte of the index buckets: SIGSEGV here. */
+		((volatile char *)seg)[((const struct kvshm_header *)seg)->off_buckets] ^= 1;
+		_exit(5);
+	}
+	assert_int_equal(kvt_wait(p), 128 + SIGSEGV);
+	assert_serving(d, 38);
+}
+
+/* A client that publishes a page it holds, but names a generation it was
+ * never given, is refused and disconnected; its page comes back when it
+ * exits. */
+static void test_wrong_generation_is_refused(void **state)
+{
+	struct kvt_daemon *d = *state;
+	pid_t p = fork();
+
+	if (!p) {
+		struct kvproto_alloc a = { 1, 0 };
+		struct kvproto_hdr rh;
+		uint8_t rep[sizeof(struct kvproto_count) + sizeof(struct kvproto_pg)];
+		uint8_t msg[sizeof(struct kvproto_count) + sizeof(struct kvproto_pub) + BT * 4];
+		struct kvproto_count cnt = { 1, 0 };
+		struct kvproto_pub pub = { .key = { 5, 6 } };
+		struct kvproto_pg pg;
+		int fd = raw_connect(d->sock);
+		int32_t err;
+
+		hello(fd);
+		send_frame(fd, KVPROTO_ALLOC, &a, sizeof(a));
+		if (read(fd, &rh, sizeof(rh)) != sizeof(rh) || rh.type != KVPROTO_ALLOC_R ||
+		    read(fd, rep, sizeof(rep)) != sizeof(rep))
+			_exit(2);
+		memcpy(&pg, rep + sizeof(cnt), sizeof(pg));
+		pub.page = pg.page;
+		pub.gen = pg.gen + 1;	/* the lie */
+		memset(msg, 0, sizeof(msg));
+		memcpy(msg, &cnt, sizeof(cnt));
+		memcpy(msg + sizeof(cnt), &pub, sizeof(pub));
+		send_frame(fd, KVPROTO_PUBLISH, msg, sizeof(msg));
+		_exit(closed_by_daemon(fd, &err) && err == -EINVAL ? 0 : 3);
+	}
+	assert_int_equal(kvt_wait(p), 0);
+	assert_true(kvt_log_has(d, "does not hold WRITING at that generation"));
+	assert_serving(d, 39);
+}
+
+
 /* Run kvcached with args; return its exit status, stderr in out. */
 static int run_daemon(const char *const *args, char *out, size_t outlen)
 {
@@ -711,6 +889,9 @@ int main(void)
 		cmocka_unit_test(test_dropped_live_client_keeps_its_pins),
 		cmocka_unit_test(test_namespace_rows_are_reclaimed),
 		cmocka_unit_test(test_half_close_with_replies_pending_does_not_spin),
+		cmocka_unit_test(test_crafted_collisions_miss),
+		cmocka_unit_test(test_write_to_the_index_kills_only_the_writer),
+		cmocka_unit_test(test_wrong_generation_is_refused),
 		cmocka_unit_test(test_bad_config_and_flags),
 		cmocka_unit_test(test_second_daemon_on_a_live_socket),
 	};
