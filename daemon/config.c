@@ -32,6 +32,7 @@ void kvd_config_defaults(struct kvd_config *cfg)
 	cfg->page_size = 2ull << 20;	/* Llama-3-8B, bf16, 16 tokens */
 	cfg->block_tokens = 16;
 	cfg->max_clients = 64;
+	cfg->max_per_process = 16;
 	cfg->max_pins = 8192;
 	cfg->low_watermark = 5;
 	cfg->high_watermark = 10;
@@ -62,7 +63,8 @@ void kvd_config_usage(FILE *f)
 "  --pool-size SIZE       pool bytes, suffix K M G T (default 1G)\n"
 "  --page-size SIZE       bytes per page slot, a multiple of 4K (default 2M)\n"
 "  --block-tokens N       tokens per cached block (default 16)\n"
-"  --max-clients N        attached processes at once (default 64)\n"
+"  --max-clients N        attached handles at once (default 64)\n"
+"  --max-per-process N    handles one process may attach (default 16)\n"
 "  --max-pins N           pin slots per client (default 8192)\n"
 "  --low-watermark PCT    evict when free pages fall below PCT%% (default 5)\n"
 "  --high-watermark PCT   ...until PCT%% are free (default 10)\n"
@@ -241,6 +243,9 @@ int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 	} else if (!strcmp(key, "max-clients")) {
 		if (parse_u32(val, 1, 4096, &cfg->max_clients, 10))
 			BAD("must be 1..4096");
+	} else if (!strcmp(key, "max-per-process")) {
+		if (parse_u32(val, 1, 4096, &cfg->max_per_process, 10))
+			BAD("must be 1..4096");
 	} else if (!strcmp(key, "max-pins")) {
 		if (parse_u32(val, 1, 1u << 22, &cfg->max_pins, 10))
 			BAD("must be 1..4194304");
@@ -314,7 +319,7 @@ static bool known_key(const char *key)
 {
 	static const char *const keys[] = {
 		"allow-groups", "allow-users", "block-tokens", "foreground", "high-watermark",
-		"hugepages", "log-level", "low-watermark", "max-clients", "max-pins",
+		"hugepages", "log-level", "low-watermark", "max-clients", "max-per-process", "max-pins",
 		"metrics-listen", "page-size", "pool", "pool-size", "socket", "socket-mode",
 		"tick-ms",
 	};

@@ -24,6 +24,7 @@ struct kvd_config {
 	uint64_t page_size;
 	uint32_t block_tokens;
 	uint32_t max_clients;
+	uint32_t max_per_process;	/* handles one process may attach */
 	uint32_t max_pins;		/* pin slots per client */
 	uint32_t low_watermark;		/* percent of pages kept free */
 	uint32_t high_watermark;	/* percent eviction frees up to */

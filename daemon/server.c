@@ -201,6 +201,22 @@ static void do_accept(struct kvd *d)
 			refuse(fd, -EACCES, msg);
 			continue;
 		}
+		{
+			uint32_t mine = 0;
+
+			for (i = 0; i < d->cfg.max_clients; i++)
+				mine += d->clients[i].used && d->clients[i].pid == cr.pid;
+			if (mine >= d->cfg.max_per_process) {
+				kvd_stat_add(&kvshm_stats(d->h)->clients_refused, 1);
+				kvd_warn("refused pid %d: it has %u handles attached (max-per-process)",
+					 (int)cr.pid, mine);
+				snprintf(msg, sizeof(msg),
+					 "this process has %u kvcached handles attached already (max-per-process)",
+					 mine);
+				refuse(fd, -EUSERS, msg);
+				continue;
+			}
+		}
 		for (i = 0; i < d->cfg.max_clients; i++) {
 			if (!d->clients[i].used) {
 				c = &d->clients[i];
@@ -390,8 +406,15 @@ static ssize_t recv_some(struct kvd_client *c, uint32_t want)
 	return n;
 }
 
+/* Frames one client may have handled per wake-up: a client that streams
+ * requests gets served in turns with the others (epoll is level-triggered,
+ * so what is left waits for the next round), never ahead of them. */
+#define FRAMES_PER_WAKEUP 32
+
 static void do_read(struct kvd *d, struct kvd_client *c)
 {
+	int frames = 0;
+
 	for (;;) {
 		struct kvproto_hdr h;
 		uint32_t need = sizeof(h);
@@ -434,6 +457,8 @@ static void do_read(struct kvd *d, struct kvd_client *c)
 		}
 		c->in_len = 0;
 		if (handle_frame(d, c))
+			return;
+		if (++frames == FRAMES_PER_WAKEUP)
 			return;
 		if (c->in_cap > (64u << 10)) {	/* do not keep a huge buffer */
 			free(c->in);

@@ -270,6 +270,63 @@ static void test_largest_publish_fits_one_frame(void **state)
 	assert_int_equal(kvt_daemon_stop(&d), 0);
 }
 
+/*
+ * Limits (issue #8): one process cannot take every client slot, and a
+ * client that holds all its pins gets misses and no pages, while other
+ * clients hit the very same blocks.
+ */
+static void test_limits_bound_only_the_greedy_client(void **state)
+{
+	const char *args[] = { "--max-per-process", "3", NULL };
+	struct kvc_model m = kvt_model();
+	char err[256];
+	struct kvc_options o = { .size = sizeof(o), .errbuf = err, .errbuf_len = sizeof(err) };
+	struct kvt_daemon d;
+	kvc_t *h[3], *extra = NULL, *greedy, *other;
+	struct kvc_req *held, *r;
+	uint32_t t[8 * BT];
+	pid_t p;
+	int i;
+
+	(void)state;
+	assert_int_equal(kvt_daemon_start(&d, args), 0);
+	o.socket_path = d.sock;
+	for (i = 0; i < 3; i++)
+		assert_int_equal(kvc_open(&m, &o, &h[i]), 0);
+	assert_int_equal(kvc_open(&m, &o, &extra), -EUSERS);
+	assert_non_null(strstr(err, "max-per-process"));
+	p = fork();	/* another process is not affected */
+	if (!p) {
+		kvc_t *c = kvt_open(&d, NULL);
+
+		_exit(c ? 0 : 1);
+	}
+	assert_int_equal(kvt_wait(p), 0);
+	for (i = 0; i < 3; i++)
+		kvc_close(h[i]);
+
+	/* Pin quota: 8 slots, all held by one request. */
+	o.max_pins = 8;
+	assert_int_equal(kvc_open(&m, &o, &greedy), 0);
+	other = kvt_open(&d, NULL);
+	assert_non_null(other);
+	kvt_tokens(t, 8 * BT, 0, 8004);
+	assert_int_equal(kvt_put(other, t, 8 * BT, NULL), 0);
+	assert_int_equal(kvc_req_new(greedy, t, 8 * BT, NULL, 0, &held), 0);
+	assert_int_equal(kvc_lookup(held), 8);
+	assert_int_equal(kvc_req_new(greedy, t, 8 * BT, NULL, 0, &r), 0);
+	assert_int_equal(kvc_lookup(r), 0);	/* quota: a miss, not an error */
+	assert_int_equal(kvc_alloc(r), 0);	/* and no pages to write */
+	kvc_req_free(r);
+	assert_int_equal(kvt_get(other, t, 8 * BT), 8);	/* others unaffected */
+	kvc_req_free(held);
+	assert_int_equal(kvt_get(greedy, t, 8 * BT), 8);	/* released: hits again */
+	kvc_close(greedy);
+	kvc_close(other);
+	assert_int_equal(kvt_daemon_stop(&d), 0);
+}
+
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -278,6 +335,7 @@ int main(void)
 		cmocka_unit_test(test_daemon_gone),
 		cmocka_unit_test(test_fork_does_not_share_a_handle),
 		cmocka_unit_test(test_largest_publish_fits_one_frame),
+		cmocka_unit_test(test_limits_bound_only_the_greedy_client),
 	};
 
 	return cmocka_run_group_tests_name("integration/api", tests, kvt_setup, kvt_teardown);
