@@ -87,6 +87,16 @@ test-tsan: deps
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) SAN=tsan BUILD=build-tsan all
 	$(Q)BUILDS=build-tsan ./tests/run-tests
 
+# The crash storm's long form (issue #8) against the plain build:
+# STORM_KILLS client SIGKILLs, a daemon SIGKILL and restart every 200.
+# `make test` runs its short form (150 kills, 2 restarts).
+STORM_KILLS ?= 1000
+.PHONY: storm
+storm: deps
+	$(Q)$(MAKE) --no-print-directory -j$(NPROC) all
+	$(Q)KVT_STORM_KILLS=$(STORM_KILLS) KVT_TIMEOUT=$${KVT_TIMEOUT:-1800} \
+		BUILDS="$(BUILD)" ./tests/run-tests integration/storm
+
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(BUILD)/kvbench $(ARGS)
