@@ -716,6 +716,8 @@ static void test_crash_storm(void **state)
 	assert_true(sh != MAP_FAILED);
 	memset(sh, 0, sizeof(*sh));
 	s.sh = sh;
+	/* Removed when the test passes; a failed run leaves it to read. */
+	print_message("storm: daemon log %s\n", s.d.log);
 
 	assert_int_equal(daemon_start(&s), 0);
 	assert_int_equal(observe(&s, &o), 0);
