@@ -306,6 +306,7 @@ static void end_connection(struct kvd *d, struct kvd_client *c, const char *why,
 		       &(struct epoll_event){ .events = EPOLLIN,
 					      .data.u64 = KVD_EV_PIDFD + c->id })) {
 		c->lingering = true;
+		kvd_stat_add(&kvshm_stats(d->h)->clients_lingering, 1);
 		free(c->in);
 		free(c->out);
 		c->in = c->out = NULL;
@@ -330,8 +331,10 @@ void kvd_registry_bye(struct kvd *d, struct kvd_client *c)
 
 void kvd_registry_exited(struct kvd *d, struct kvd_client *c)
 {
-	if (c->used && c->lingering)
+	if (c->used && c->lingering) {
+		kvd_stat_add(&kvshm_stats(d->h)->clients_lingering, -1);
 		release(d, c, "process exited");
+	}
 }
 
 /* Totals = clients gone + clients attached, into the segment's stats. */

@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 2u
+#define KVSHM_VERSION 3u
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -135,6 +135,9 @@ struct kvshm_stats {
 	_Atomic uint64_t pages_spilled;
 	_Atomic uint64_t spills;
 	_Atomic uint64_t restores;
+	/* Disconnected clients whose process lives on: their pins still
+	 * count until it exits (see registry.c). */
+	_Atomic uint64_t clients_lingering;
 };
 
 /* ------------------------------------------------------------ namespaces */

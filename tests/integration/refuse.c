@@ -30,6 +30,8 @@
 #include "../../shm/ledger.h"
 #include "../../shm/page.h"
 #include "../../shm/proto.h"
+#include "../../shm/stats.h"
+#include "../../libclient/observe.h"
 
 #define BT 16
 
@@ -347,6 +349,22 @@ static void test_client_scribbles_its_ledger(void **state)
 	assert_serving(d, 36);
 }
 
+/* The daemon's clients_lingering gauge, read as an observer. */
+static uint64_t lingering(const struct kvt_daemon *d)
+{
+	struct kvshm_snap sn;
+	struct kvobs o;
+	char err[256];
+	uint64_t v;
+
+	assert_int_equal(kvobs_attach(d->sock, &o, err, sizeof(err)), 0);
+	assert_int_equal(kvshm_snap_take(o.h, &sn), 0);
+	v = sn.v[KVSHM_STAT_ID(clients_lingering)];
+	kvshm_snap_free(&sn);
+	kvobs_detach(&o);
+	return v;
+}
+
 struct liar {
 	const struct kvt_daemon *d;
 	uint32_t tokens[4 * BT];
@@ -417,17 +435,22 @@ static void test_dropped_live_client_keeps_its_pins(void **state)
 	struct liar lr = { .d = d };
 	kvc_t *c = kvt_open(d, NULL);
 	struct kvc_stats s;
+	uint64_t before;
 	pid_t p;
 	char b;
 	int i;
 
 	assert_non_null(c);
+	before = lingering(d);
 	kvt_tokens(lr.tokens, 4 * BT, 0, 4545);
 	assert_int_equal(kvt_put(c, lr.tokens, 4 * BT, NULL), 0);
 	assert_int_equal(pipe(lr.ready), 0);
 	p = kvt_fork(pin_then_misbehave, &lr);
 	assert_int_equal(read(lr.ready[0], &b, 1), 1);
 	assert_true(kvt_log_has(d, "while the process lives on"));
+	/* Operators see it too. (Earlier raw connections of this very test
+	 * process linger as well: it lives on. Hence a difference.) */
+	assert_int_equal(lingering(d), before + 1);
 	assert_int_equal(kvc_stats(c, &s), 0);
 	assert_int_equal(s.pages_writing, 2);	/* still the liar's */
 
@@ -446,6 +469,7 @@ static void test_dropped_live_client_keeps_its_pins(void **state)
 	}
 	assert_int_equal(s.pages_writing, 0);
 	assert_true(kvt_log_has(d, "process exited"));
+	assert_int_equal(lingering(d), before);
 	assert_int_equal(kvt_flood(d, 80, 7000), 0);
 	assert_true(kvt_get(c, lr.tokens, 4 * BT) < 4);	/* evictable again */
 	close(lr.ready[0]);
