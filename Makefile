@@ -1,5 +1,5 @@
 # kvcached - plain Makefile (liburing/redis style): `make`, `make run`,
-# `make test`, and variants test-asan, test-tsan. V=1 shows commands.
+# `make test`, and variants test-asan, test-tsan, fuzz. V=1 shows commands.
 
 BUILD    ?= build
 CC       ?= cc
@@ -59,8 +59,26 @@ TOOLS      := $(TOOL_SRC:tools/%.c=$(BUILD)/%)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%)
 INTEG_BIN  := $(INTEG_SRC:tests/integration/%.c=$(BUILD)/tests/integration/%)
 
+# Fuzz targets (libFuzzer): tests/fuzz/<target>.c, linked with the shm and
+# daemon objects built again with clang, coverage and ASan+UBSan in their
+# own folder. Seeds: tests/fuzz/corpus/<target>/ (committed); what a run
+# finds goes to $(FUZZ_BUILD)/corpus/<target>/; crash inputs that became
+# regression tests: tests/fuzz/regress/<target>/, replayed on every run.
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 300
+FUZZ_SECONDS_TEST ?= 15
+FUZZ_TARGETS ?=
+FUZZ_SRC     := $(sort $(wildcard tests/fuzz/*.c))
+FUZZ_BIN     := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_BUILD)/%)
+FUZZ_LIB_OBJ := $(SHM_SRC:%.c=$(FUZZ_BUILD)/%.o) \
+		$(filter-out $(FUZZ_BUILD)/daemon/main.o,$(DAEMON_SRC:%.c=$(FUZZ_BUILD)/%.o))
+FUZZ_CFLAGS  := -std=gnu11 -g -O1 -Wall -Wextra -Werror -MMD -MP -D_GNU_SOURCE \
+		-Wno-missing-field-initializers -pthread -fno-omit-frame-pointer \
+		-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+
 .SECONDARY:
-.PHONY: all deps run test test-asan test-tsan check bench clean
+.PHONY: all deps run test test-asan test-tsan check bench clean fuzz fuzz-build
 all: $(KVCACHED) $(LIBA) $(LIBSO) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN)
 
 deps:
@@ -74,9 +92,14 @@ run: deps
 # The plain build and the ASan+UBSan build run the same suites, so every
 # run of CI also runs the sanitizers.
 NPROC := $(shell nproc 2>/dev/null || echo 2)
+# Then every fuzz target replays its seeds and regression inputs and
+# fuzzes for FUZZ_SECONDS_TEST seconds (before the suites, so that their
+# summary line stays the last line).
 test: deps
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) all
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) SAN=asan BUILD=build-asan all
+	$(Q)$(MAKE) --no-print-directory -j$(NPROC) fuzz-build
+	$(Q)FUZZ_BUILD=$(FUZZ_BUILD) ./tests/fuzz/run -t $(FUZZ_SECONDS_TEST) $(FUZZ_TARGETS)
 	$(Q)BUILDS="$(BUILD) build-asan" ./tests/run-tests
 
 test-asan: deps
@@ -100,6 +123,23 @@ storm: deps
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(BUILD)/kvbench $(ARGS)
+
+# `make fuzz [FUZZ_SECONDS=N] [FUZZ_TARGETS="proto config"]`: N seconds
+# per target (default 300), new corpus entries kept in $(FUZZ_BUILD).
+fuzz: deps
+	$(Q)$(MAKE) --no-print-directory -j$(NPROC) fuzz-build
+	$(Q)FUZZ_BUILD=$(FUZZ_BUILD) ./tests/fuzz/run -t $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+fuzz-build: $(FUZZ_BIN)
+
+$(FUZZ_BUILD)/%.o: %.c
+	$(E) "  CC      $@"
+	$(Q)mkdir -p $(@D)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -c -o $@ $<
+
+$(FUZZ_BIN): $(FUZZ_BUILD)/%: $(FUZZ_BUILD)/tests/fuzz/%.o $(FUZZ_LIB_OBJ)
+	$(E) "  LD      $@"
+	$(Q)$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -pthread -o $@ $^ $(DAEMON_LIBS)
 
 $(BUILD)/%.o: %.c
 	$(E) "  CC      $<"
@@ -135,7 +175,7 @@ $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o $(TESTLIB_OBJ) $(LI
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan $(FUZZ_BUILD)
 
 # `make install [PREFIX=/usr] [DESTDIR=/tmp/stage]`: programs, libkvclient
 # (shared with its soname links, static, header, pkg-config), the systemd
@@ -194,4 +234,4 @@ uninstall:
 		$(DESTDIR)$(DOCDIR)/kvcached.conf.example $(DESTDIR)$(DOCDIR)/INSTALL.md
 	-rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) $(FUZZ_BUILD) -name '*.d' 2>/dev/null)

@@ -343,21 +343,21 @@ static char *trim(char *s)
 	return s;
 }
 
-int kvd_config_file(struct kvd_config *cfg, const char *path)
+/*
+ * The line loop over an open stream, shared by the file and the buffer
+ * entry points so that the fuzzer runs exactly what the daemon runs
+ * (fgets included). `name` is the path in messages.
+ */
+static int config_stream(struct kvd_config *cfg, FILE *f, const char *name)
 {
 	char line[4096], where[PATH_MAX + 32];
 	int lineno = 0, rc = 0;
-	FILE *f = fopen(path, "r");
 
-	if (!f) {
-		fprintf(stderr, "kvcached: config %s: %s\n", path, strerror(errno));
-		return -1;
-	}
 	while (fgets(line, sizeof(line), f)) {
 		char *k, *v, *eq;
 
 		lineno++;
-		snprintf(where, sizeof(where), "%s:%d", path, lineno);
+		snprintf(where, sizeof(where), "%s:%d", name, lineno);
 		if (!strchr(line, '\n') && !feof(f)) {
 			fprintf(stderr, "kvcached: %s: line longer than %zu bytes\n", where,
 				sizeof(line) - 1);
@@ -386,9 +386,37 @@ int kvd_config_file(struct kvd_config *cfg, const char *path)
 			break;
 	}
 	if (!rc && ferror(f)) {
-		fprintf(stderr, "kvcached: config %s: read error\n", path);
+		fprintf(stderr, "kvcached: config %s: read error\n", name);
 		rc = -1;
 	}
+	return rc;
+}
+
+int kvd_config_file(struct kvd_config *cfg, const char *path)
+{
+	FILE *f = fopen(path, "r");
+	int rc;
+
+	if (!f) {
+		fprintf(stderr, "kvcached: config %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	rc = config_stream(cfg, f, path);
+	fclose(f);
+	return rc;
+}
+
+int kvd_config_buf(struct kvd_config *cfg, const char *buf, size_t len, const char *name)
+{
+	/* fmemopen reads like a file: same fgets, same end-of-file rules. */
+	FILE *f = fmemopen((void *)buf, len, "r");
+	int rc;
+
+	if (!f) {
+		fprintf(stderr, "kvcached: config %s: %s\n", name, strerror(errno));
+		return -1;
+	}
+	rc = config_stream(cfg, f, name);
 	fclose(f);
 	return rc;
 }

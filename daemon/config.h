@@ -55,6 +55,15 @@ int kvd_config_args(struct kvd_config *cfg, int argc, char **argv);
 /* Apply one "key = value" file. Returns 0 or -1 (message printed). */
 int kvd_config_file(struct kvd_config *cfg, const char *path);
 
+/*
+ * The same for a file's contents already in memory (`len` bytes, NULs
+ * allowed: read as the file would be); `name` stands for the path in
+ * messages. For the fuzzer and for tests. Returns 0 or -1 (message
+ * printed).
+ */
+int kvd_config_buf(struct kvd_config *cfg, const char *buf, size_t len,
+		   const char *name);
+
 /* Apply one key/value pair; `where` prefixes any message ("file:3"). */
 int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 		   const char *where);

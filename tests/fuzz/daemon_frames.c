@@ -1,0 +1,1042 @@
+// SPDX-License-Identifier: MIT
+/*
+ * daemon_frames.c - fuzz target for what kvcached does with a client's
+ * frames and with the ledger memory each client may write, in-process.
+ *
+ * One struct kvd as main.c builds it, only small: a 64-page segment in a
+ * memfd (re-initialised for every input, block_tokens chosen by the first
+ * byte), a host pool memfd, up to 4 client rows whose sockets are one end
+ * of a socketpair each (we hold the other end, read every reply and close
+ * every descriptor that comes with one). The input is a list of operations,
+ * each one byte (low four bits: the kind, 0-6 FRAME, 7-8 FRAME_FIX, then
+ * TICK, HANGUP, PIN, LEDGER, TOUCH, HIT, EXIT; bits 4-5: the client row;
+ * bits 6-7 non-zero: a new connection gets a pidfd) and its arguments:
+ *
+ *   FRAME      a header and payload, dispatched exactly as server.c's
+ *              do_read/handle_frame do (kept in step by hand below: both
+ *              are static there); a new connection is accepted first when
+ *              the chosen row has none (with or without a pidfd, i.e. a
+ *              client that lingers or not when its connection ends)
+ *   FRAME_FIX  the same, with the (page, gen) of each PUBLISH or FREE
+ *              record replaced by one the last ALLOC_R granted, so that
+ *              the fuzzer reaches publish and free without guessing gens
+ *   TICK       kvd_evict_tick + kvd_registry_tick, as the timer does
+ *   HANGUP     the client closes its socket (do_read's hang-up path)
+ *   EXIT       a lingering client's process exits (the pidfd event)
+ *   PIN, LEDGER, TOUCH, HIT
+ *              the client writes its own ledger: a real pin (tracked) or
+ *              a raw slot value, arbitrary bytes anywhere in the ledger
+ *              (its header and ring heads included), an access-ring
+ *              record, a hit-ring record
+ *
+ * After every operation the whole state is checked: page table, free
+ * stack, index (entries, windows, spill hints), statistics (and their
+ * conservation laws), client rows and their WRITING counts, namespace rows,
+ * the top sketch, the scratch marks, every reply (one per request, same
+ * seq, decodable, fatal errors disconnect, granted pages really granted),
+ * that no pin this target took and still holds was evicted, and (on the
+ * first ticks and at the end) that the /metrics page is well-formed
+ * whatever names clients chose. At the end every client leaves (as
+ * kvd_server_close does) and nothing may be left: no WRITING page, no
+ * client, no descriptor, no allocation (LeakSanitizer).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "../../daemon/kvd.h"
+#include "../../daemon/log.h"
+#include "../../shm/index.h"
+#include "../../shm/ledger.h"
+#include "../../shm/page.h"
+#include "../../shm/stats.h"
+
+#include "check.h"
+
+/* The checks give libFuzzer no coverage to chase (and cost less). */
+#define NO_COVERAGE __attribute__((no_sanitize("coverage"), noinline))
+
+#define N_PAGES 64
+#define PAGE_BYTES 16384
+#define MAX_CLIENTS 4
+#define MAX_NS 3		/* fewer than clients: the table can fill */
+#define MAX_PINS 48
+#define RX_BYTES 16384
+#define MAX_TRACK 16
+
+static struct kvd d;
+static struct kvd_memfd seg;
+
+/* Our side of each client row. */
+static struct peer {
+	int fd;			/* our socket end, -1 when none */
+	int dfd;		/* the daemon's end, as accepted */
+	uint8_t rx[RX_BYTES];
+	size_t rx_len;
+	bool eof;
+	uint32_t n_granted;	/* pages of the last ALLOC_R */
+	struct kvproto_pg granted[N_PAGES];
+	uint32_t n_pins;	/* pins taken with kvshm_ledger_pin, still held */
+	struct { uint32_t slot, page, gen; } pins[MAX_TRACK];
+} peers[MAX_CLIENTS];
+
+struct in {
+	const uint8_t *p;
+	size_t left;
+};
+
+static bool take(struct in *in, void *out, size_t n)
+{
+	if (in->left < n)
+		return false;
+	memcpy(out, in->p, n);
+	in->p += n;
+	in->left -= n;
+	return true;
+}
+
+static int count_fds(void)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	int n = 0;
+
+	if (!dir)
+		return -1;
+	while (readdir(dir))
+		n++;
+	closedir(dir);
+	return n;
+}
+
+/* ------------------------------------------------------------ the daemon */
+
+static void setup_once(void)
+{
+	struct kvshm_geometry geo = { 0 };
+	struct kvshm_header h;
+	const char *lv = getenv("KVFUZZ_LOG_LEVEL");
+
+	/* Every log line is formatted (the runs discard stderr). */
+	kvd_log_level = lv ? atoi(lv) : KVD_LOG_DEBUG;
+	signal(SIGPIPE, SIG_IGN);
+	memset(&d, 0, sizeof(d));
+	kvd_config_defaults(&d.cfg);
+	d.cfg.max_clients = MAX_CLIENTS;
+	d.cfg.max_pins = MAX_PINS;
+	d.cfg.low_watermark = 10;
+	d.cfg.high_watermark = 20;
+	d.lfd = d.sigfd = d.tfd = -1;
+	d.epfd = epoll_create1(EPOLL_CLOEXEC);
+	CHECK(d.epfd >= 0);
+
+	/* The segment is sized for the largest block_tokens an input picks. */
+	geo.page_bytes = PAGE_BYTES;
+	geo.n_pages = N_PAGES;
+	geo.block_tokens = KVSHM_MAX_BLOCK_TOKENS;
+	geo.n_buckets = kvshm_buckets_for(N_PAGES);
+	geo.max_clients = MAX_CLIENTS;
+	geo.max_ns = MAX_NS;
+	geo.ledger_slots = MAX_PINS;
+	CHECK(!kvshm_layout(&h, &geo));
+	CHECK(!kvd_memfd_create(&seg, "fuzz-segment", h.segment_bytes, false));
+	d.seg = seg;
+
+	d.pool.kind = KVSHM_POOL_HOST;
+	d.pool.bytes = (uint64_t)N_PAGES * PAGE_BYTES;
+	CHECK(!kvd_memfd_create(&d.pool.mem, "fuzz-pool", d.pool.bytes, false));
+
+	d.clients = calloc(MAX_CLIENTS, sizeof(*d.clients));
+	d.mark = calloc(N_PAGES, 1);
+	CHECK(d.clients && d.mark);
+	for (int i = 0; i < MAX_CLIENTS; i++)
+		peers[i].fd = -1;
+}
+
+static void reset(uint32_t bt)
+{
+	struct kvshm_geometry geo = { 0 };
+	struct kvshm_header h;
+	struct kvd keep = d;
+
+	geo.page_bytes = PAGE_BYTES;
+	geo.n_pages = N_PAGES;
+	geo.block_tokens = bt;
+	geo.n_buckets = kvshm_buckets_for(N_PAGES);
+	geo.max_clients = MAX_CLIENTS;
+	geo.max_ns = MAX_NS;
+	geo.ledger_slots = MAX_PINS;
+	CHECK(!kvshm_layout(&h, &geo));
+	CHECK(h.segment_bytes <= seg.bytes);
+	memset(seg.base, 0, h.segment_bytes);
+	h.pool_kind = KVSHM_POOL_HOST;
+	kvshm_init(seg.base, &h);
+
+	/* Everything else of struct kvd starts from zero, as in main(). */
+	memset(&d, 0, sizeof(d));
+	d.cfg = keep.cfg;
+	d.seg = keep.seg;
+	d.h = seg.base;
+	d.pool = keep.pool;
+	d.lfd = d.sigfd = d.tfd = -1;
+	d.epfd = keep.epfd;
+	d.clients = keep.clients;
+	d.mark = keep.mark;
+	memset(d.clients, 0, MAX_CLIENTS * sizeof(*d.clients));
+	d.low_pages = (uint32_t)((uint64_t)N_PAGES * d.cfg.low_watermark / 100);
+	d.high_pages = (uint32_t)((uint64_t)N_PAGES * d.cfg.high_watermark / 100);
+}
+
+/* do_accept for a connection of our own making. */
+static struct kvd_client *accept_client(bool with_pidfd)
+{
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP };
+	struct kvd_client *c = NULL;
+	struct peer *pr;
+	uint32_t i;
+	int sv[2];
+
+	for (i = 0; i < d.cfg.max_clients; i++) {
+		if (!d.clients[i].used) {
+			c = &d.clients[i];
+			break;
+		}
+	}
+	if (!c)
+		return NULL;	/* the daemon refuses: max-clients */
+	CHECK(peers[i].fd < 0);
+	CHECK(!socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv));
+	memset(c, 0, sizeof(*c));
+	c->used = true;
+	c->id = i;
+	c->fd = sv[0];
+	c->pidfd = with_pidfd ? (int)syscall(SYS_pidfd_open, getpid(), 0) : -1;
+	c->pid = getpid();
+	c->uid = geteuid();
+	c->gid = getegid();
+	c->ledger.fd = -1;
+	ev.data.u64 = KVD_EV_CLIENT + i;
+	CHECK(!epoll_ctl(d.epfd, EPOLL_CTL_ADD, sv[0], &ev));
+	d.n_clients++;
+	pr = &peers[i];
+	pr->fd = sv[1];
+	pr->dfd = sv[0];
+	pr->rx_len = 0;
+	pr->eof = false;
+	pr->n_granted = 0;
+	pr->n_pins = 0;
+	return c;
+}
+
+/* server.c's handle_frame, line for line: c->in holds one whole frame. */
+static int handle_frame(struct kvd *dd, struct kvd_client *c, const uint8_t *in)
+{
+	struct kvproto_hdr h;
+	const uint8_t *p = in + sizeof(h);
+	const char *why = NULL;
+
+	memcpy(&h, in, sizeof(h));
+	if (kvproto_decode(&h, h.len ? p : NULL, c->bt, &why)) {
+		kvd_reply_error(dd, c, h.seq, -EBADMSG, true, "bad message: %s", why);
+		return -1;
+	}
+	if (!c->hello && h.type == KVPROTO_STAT)
+		return kvd_registry_stat(dd, c, h.seq, p);
+	if (!c->hello && h.type != KVPROTO_HELLO) {
+		kvd_reply_error(dd, c, h.seq, -EPROTO, true, "expected HELLO first");
+		return -1;
+	}
+	switch (h.type) {
+	case KVPROTO_BYE:
+		kvd_registry_bye(dd, c);
+		return -1;
+	case KVPROTO_HELLO: {
+		struct kvproto_hello hi;
+
+		if (c->hello) {
+			kvd_reply_error(dd, c, h.seq, -EPROTO, true, "second HELLO");
+			return -1;
+		}
+		memcpy(&hi, p, sizeof(hi));
+		return kvd_registry_hello(dd, c, h.seq, &hi);
+	}
+	case KVPROTO_ALLOC:
+		return kvd_cache_alloc(dd, c, h.seq, p, h.len);
+	case KVPROTO_PUBLISH:
+		return kvd_cache_publish(dd, c, h.seq, p, h.len);
+	case KVPROTO_FREE:
+		return kvd_cache_free(dd, c, h.seq, p, h.len);
+	default:
+		kvd_reply_error(dd, c, h.seq, -EPROTO, true, "message type %u is not a request",
+				h.type);
+		return -1;
+	}
+}
+
+/* ------------------------------------------------------------ our side */
+
+static void drain(struct peer *pr)
+{
+	for (;;) {
+		char cbuf[CMSG_SPACE(sizeof(int) * 8)];
+		struct iovec iov = { pr->rx + pr->rx_len, RX_BYTES - pr->rx_len };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+				     .msg_controllen = sizeof(cbuf) };
+		struct cmsghdr *cm;
+		ssize_t n;
+
+		CHECK(pr->rx_len < RX_BYTES);	/* replies are small here */
+		n = recvmsg(pr->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		for (cm = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm; cm = CMSG_NXTHDR(&mh, cm)) {
+			int k, cnt = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+
+			for (k = 0; cm->cmsg_type == SCM_RIGHTS && k < cnt; k++) {
+				int f;
+
+				memcpy(&f, CMSG_DATA(cm) + k * sizeof(int), sizeof(int));
+				close(f);
+			}
+		}
+		if (n > 0) {
+			pr->rx_len += (size_t)n;
+			continue;
+		}
+		if (n == 0)
+			pr->eof = true;
+		else
+			CHECK(errno == EAGAIN || errno == EWOULDBLOCK);
+		return;
+	}
+}
+
+/* The request a reply answers, as far as the checks need it. */
+struct req {
+	bool sent;		/* a frame went to this row in this operation */
+	bool bye;
+	uint16_t type;		/* 0 if kvproto_decode refused it */
+	uint32_t seq;
+	uint32_t n;		/* records (ALLOC: pages asked for) */
+};
+
+/* Every reply the daemon sent this row since the last operation. */
+NO_COVERAGE static void check_replies(uint32_t row, const struct req *rq)
+{
+	struct peer *pr = &peers[row];
+	const struct kvd_client *c = &d.clients[row];
+	const struct kvshm_page *pages = kvshm_pages(d.h);
+	size_t off = 0;
+	int frames = 0;
+
+	while (off < pr->rx_len) {
+		struct kvproto_hdr h;
+		const uint8_t *p;
+
+		CHECK(pr->rx_len - off >= sizeof(h));
+		memcpy(&h, pr->rx + off, sizeof(h));
+		CHECK(pr->rx_len - off - sizeof(h) >= h.len);
+		p = pr->rx + off + sizeof(h);
+		off += sizeof(h) + h.len;
+		frames++;
+		/* What the daemon sends passes the decoder the client runs. */
+		CHECK(!kvproto_decode(&h, h.len ? p : NULL, d.h->geo.block_tokens, NULL));
+		CHECK(rq->sent && !rq->bye && h.seq == rq->seq);
+		switch (h.type) {
+		case KVPROTO_ERROR: {
+			struct kvproto_error e;
+
+			memcpy(&e, p, sizeof(e));
+			CHECK(e.err < 0 && e.fatal <= 1);
+			if (e.fatal)	/* the daemon hangs up after a fatal error */
+				CHECK(!c->used || c->lingering);
+			break;
+		}
+		case KVPROTO_HELLO_R: {
+			struct kvproto_hello_r r;
+
+			CHECK(rq->type == KVPROTO_HELLO && kvd_live(c));
+			memcpy(&r, p, sizeof(r));
+			CHECK(r.client_id == row && r.ns_id == c->ns_id && r.nslots == c->nslots);
+			CHECK(r.n_pages == N_PAGES && r.block_tokens == d.h->geo.block_tokens);
+			CHECK(r.ns_page_bytes <= r.page_bytes);
+			break;
+		}
+		case KVPROTO_ALLOC_R: {
+			struct kvproto_count cnt;
+			uint32_t i;
+
+			CHECK(rq->type == KVPROTO_ALLOC);
+			memcpy(&cnt, p, sizeof(cnt));
+			CHECK(cnt.n <= rq->n && cnt.n <= N_PAGES);
+			pr->n_granted = cnt.n;
+			for (i = 0; i < cnt.n; i++) {
+				struct kvproto_pg pg;
+
+				memcpy(&pg, p + sizeof(cnt) + i * sizeof(pg), sizeof(pg));
+				CHECK(pg.page < N_PAGES);
+				CHECK(atomic_load(&pages[pg.page].state) == KVSHM_PAGE_WRITING);
+				CHECK(pages[pg.page].owner == kvd_owner(c));
+				CHECK(atomic_load(&pages[pg.page].gen) == pg.gen);
+				CHECK(!d.mark[pg.page]);	/* no page twice */
+				d.mark[pg.page] = 1;
+				pr->granted[i] = pg;
+			}
+			for (i = 0; i < cnt.n; i++)
+				d.mark[pr->granted[i].page] = 0;
+			break;
+		}
+		case KVPROTO_PUBLISH_R: {
+			struct kvproto_count cnt;
+			uint32_t i;
+
+			CHECK(rq->type == KVPROTO_PUBLISH);
+			memcpy(&cnt, p, sizeof(cnt));
+			CHECK(cnt.n == rq->n);
+			for (i = 0; i < cnt.n; i++) {
+				struct kvproto_pub_r r;
+
+				memcpy(&r, p + sizeof(cnt) + i * sizeof(r), sizeof(r));
+				CHECK(r.status == KVSHM_PUBLISHED || r.status == KVSHM_PUBLISH_DUP ||
+				      r.status == -EEXIST || r.status == -ENOSPC);
+				if (r.status >= 0)
+					CHECK(r.page < N_PAGES);
+			}
+			break;
+		}
+		case KVPROTO_FREE_R: {
+			struct kvproto_count cnt;
+
+			CHECK(rq->type == KVPROTO_FREE);
+			memcpy(&cnt, p, sizeof(cnt));
+			CHECK(cnt.n == rq->n);
+			break;
+		}
+		case KVPROTO_STAT_R:
+			CHECK(rq->type == KVPROTO_STAT && !c->used);
+			break;
+		default:
+			CHECK(0);	/* the daemon sent a request type */
+		}
+	}
+	CHECK(frames <= 1);	/* exactly one reply per request, at most */
+	/* Every well-formed request but BYE gets its reply. */
+	if (rq->sent && !rq->bye && rq->type)
+		CHECK(frames == 1);
+	pr->rx_len = 0;
+}
+
+static void forget_client(struct peer *pr)
+{
+	if (pr->fd >= 0)
+		close(pr->fd);
+	pr->fd = -1;
+	pr->rx_len = 0;
+	pr->n_granted = 0;
+}
+
+/* After every operation: read replies; close what the daemon closed. */
+static void pump(int target, const struct req *rq)
+{
+	static const struct req none;
+	uint32_t i;
+
+	for (i = 0; i < MAX_CLIENTS; i++) {
+		struct peer *pr = &peers[i];
+		struct kvd_client *c = &d.clients[i];
+		bool live;
+
+		if (!kvd_pins_count(c) || !c->used)
+			pr->n_pins = 0;	/* its ledger (and pins) are gone */
+		if (pr->fd < 0)
+			continue;
+		drain(pr);
+		check_replies(i, (int)i == target ? rq : &none);
+		live = c->used && !c->lingering && c->fd == pr->dfd;
+		CHECK(live == !pr->eof);	/* closed exactly when dropped */
+		if (!live)
+			forget_client(pr);
+	}
+}
+
+/* ------------------------------------------------------------ invariants */
+
+NO_COVERAGE static void check_state(void)
+{
+	const struct kvshm_header *h = d.h;
+	const struct kvshm_page *pages = kvshm_pages(h);
+	const struct kvshm_free *fr = kvshm_free(h);
+	const struct kvshm_stats *st = kvshm_stats(h);
+	const struct kvshm_ns *ns = kvshm_ns(h);
+	const struct kvshm_top *top = kvshm_top(h);
+	uint32_t n = h->geo.n_pages, nb = h->geo.n_buckets;
+	uint32_t count[5] = { 0 }, owned[MAX_CLIENTS] = { 0 }, refs[N_PAGES] = { 0 };
+	uint32_t spill[1024] = { 0 };
+	uint8_t seen[N_PAGES] = { 0 };
+	uint32_t i, j, used = 0, live = 0, entries = 0;
+
+	CHECK(n == N_PAGES && nb <= 1024);
+	for (i = 0; i < n; i++) {
+		uint32_t s = atomic_load(&pages[i].state);
+
+		CHECK(!d.mark[i]);	/* message scratch is clean between messages */
+		CHECK(s <= KVSHM_PAGE_SPILLED);
+		count[s]++;
+		if (s == KVSHM_PAGE_WRITING) {
+			uint32_t o = pages[i].owner;
+			const struct kvd_client *c;
+
+			CHECK(o >= 1 && o <= MAX_CLIENTS);
+			c = &d.clients[o - 1];
+			/* Only a client that said HELLO and still counts holds one. */
+			CHECK(kvd_pins_count(c));
+			CHECK(pages[i].ns_id == c->ns_id);
+			owned[o - 1]++;
+		} else {
+			CHECK(pages[i].owner == 0);
+		}
+		if (s == KVSHM_PAGE_READY) {
+			CHECK(pages[i].ns_id < h->geo.max_ns);
+			CHECK(atomic_load(&ns[pages[i].ns_id].used));
+		}
+	}
+	/* Nothing stays EVICTING between messages; no spill tier yet. */
+	CHECK(count[KVSHM_PAGE_EVICTING] == 0 && count[KVSHM_PAGE_SPILLED] == 0);
+	CHECK(count[KVSHM_PAGE_FREE] + count[KVSHM_PAGE_WRITING] + count[KVSHM_PAGE_READY] == n);
+
+	/* The free stack holds exactly the FREE pages, once each. */
+	CHECK(fr->count == count[KVSHM_PAGE_FREE]);
+	for (i = 0; i < fr->count; i++) {
+		uint32_t p = fr->page[i];
+
+		CHECK(p < n && !seen[p]);
+		CHECK(atomic_load(&pages[p].state) == KVSHM_PAGE_FREE);
+		seen[p] = 1;
+	}
+
+	/* Index: every entry names a READY page with its key, inside the
+	 * probe window of the key's home bucket; spill hints count exactly
+	 * the entries living away from home. */
+	for (i = 0; i < nb; i++) {
+		const struct kvshm_bucket *b = &kvshm_buckets(h)[i];
+
+		CHECK((atomic_load(&b->seq) & 1) == 0);
+		for (j = 0; j < KVSHM_BUCKET_ENTRIES; j++) {
+			const struct kvshm_entry *e = &b->e[j];
+			uint32_t p, home, dist;
+
+			if (!e->ref) {
+				CHECK(!e->tag && !e->check);
+				continue;
+			}
+			p = e->ref - 1;
+			CHECK(p < n);
+			CHECK(atomic_load(&pages[p].state) == KVSHM_PAGE_READY);
+			CHECK(e->tag == pages[p].key.lo && e->check == (uint32_t)pages[p].key.hi);
+			home = kvshm_index_home(h, pages[p].key);
+			dist = (i - home) & (nb - 1);
+			CHECK(dist < KVSHM_PROBE_MAX);
+			if (dist)
+				spill[home]++;
+			refs[p]++;
+			entries++;
+		}
+	}
+	for (i = 0; i < nb; i++)
+		CHECK(kvshm_buckets(h)[i].spill == spill[i]);
+	for (i = 0; i < n; i++) {
+		if (atomic_load(&pages[i].state) != KVSHM_PAGE_READY) {
+			CHECK(refs[i] == 0);
+			continue;
+		}
+		CHECK(refs[i] == 1);
+		/* A lookup reaches something for it (another page with the same
+		 * tag and check may shadow it: a crafted collision, a miss). */
+		CHECK(kvshm_index_find(h, pages[i].key) != UINT32_MAX);
+	}
+	CHECK(entries == count[KVSHM_PAGE_READY]);
+
+	/* Statistics match the table, and pages are conserved. */
+	CHECK(st->pages_free == count[KVSHM_PAGE_FREE]);
+	CHECK(st->pages_writing == count[KVSHM_PAGE_WRITING]);
+	CHECK(st->pages_ready == count[KVSHM_PAGE_READY]);
+	CHECK(st->index_entries == count[KVSHM_PAGE_READY]);
+	CHECK(st->allocs == st->publishes + st->publish_dups + st->publish_refused + st->frees +
+			    st->reclaimed + count[KVSHM_PAGE_WRITING]);
+	CHECK(st->publishes == st->evictions + count[KVSHM_PAGE_READY]);
+
+	/* Client rows. */
+	for (i = 0; i < MAX_CLIENTS; i++) {
+		const struct kvd_client *c = &d.clients[i];
+		const struct kvshm_client_row *row = &kvshm_clients(h)[i];
+
+		if (!c->used) {
+			CHECK(owned[i] == 0 && row->pid == 0);
+			continue;
+		}
+		used++;
+		CHECK(c->id == i);
+		CHECK(c->writing == owned[i]);
+		CHECK(c->writing <= c->nslots);
+		CHECK(!c->lingering || c->hello);
+		if (kvd_live(c))
+			live++;
+		CHECK((row->pid != 0) == kvd_live(c));
+		if (c->hello) {
+			CHECK(c->l && c->nslots >= 1 && c->nslots <= MAX_PINS);
+			CHECK(c->bt == h->geo.block_tokens);
+			CHECK(c->ns_id < h->geo.max_ns && atomic_load(&ns[c->ns_id].used));
+		}
+		CHECK(c->lingering ? c->fd < 0 : c->fd >= 0);
+	}
+	CHECK(d.n_clients == used);
+	CHECK(st->clients_attached == live);
+
+	/* Namespace rows: what HELLO checked, still so. */
+	for (i = 0; i < h->geo.max_ns; i++) {
+		if (!atomic_load(&ns[i].used))
+			continue;
+		CHECK(memchr(ns[i].model, 0, sizeof(ns[i].model)) && ns[i].model[0]);
+		CHECK(ns[i].block_tokens == h->geo.block_tokens);
+		CHECK(ns[i].page_bytes && ns[i].page_bytes <= h->geo.page_bytes);
+	}
+
+	/* The top sketch: what kvstat prints must be printable. */
+	CHECK((atomic_load(&top->seq) & 1) == 0 && top->n <= KVSHM_TOP);
+	for (i = 0; i < top->n; i++) {
+		const char *l = top->e[i].label;
+
+		CHECK(memchr(l, 0, KVSHM_LABEL));
+		for (j = 0; l[j]; j++)
+			CHECK(l[j] >= 0x20 && l[j] <= 0x7e);
+		CHECK(top->e[i].err <= top->e[i].hit_tokens);
+	}
+
+	/* A page this target pinned (and still holds pinned) never left. */
+	for (i = 0; i < MAX_CLIENTS; i++) {
+		const struct kvd_client *c = &d.clients[i];
+		struct peer *pr = &peers[i];
+
+		for (j = 0; j < pr->n_pins; j++) {
+			uint64_t v = atomic_load(&c->l->slot[pr->pins[j].slot]);
+			uint32_t p = pr->pins[j].page;
+
+			CHECK(v == kvshm_slot_pack(p, pr->pins[j].gen));
+			CHECK(atomic_load(&pages[p].state) == KVSHM_PAGE_READY);
+			CHECK(atomic_load(&pages[p].gen) == pr->pins[j].gen);
+		}
+	}
+}
+
+/* ------------------------------------------------------------ /metrics */
+
+/*
+ * 1: the page must be valid UTF-8. This target found that it is not when
+ * a client's model or process name is not (shm/stats.c's put_escaped
+ * copies bytes as they are; regress/daemon_frames/metrics-utf8-*): set to
+ * 1 together with that fix, so that those inputs guard it from then on.
+ */
+#ifndef KVFUZZ_METRICS_UTF8
+#define KVFUZZ_METRICS_UTF8 0
+#endif
+
+/* Length of the valid UTF-8 sequence at s, or 0 (RFC 3629). */
+static int utf8_len(const unsigned char *s)
+{
+	unsigned char c = s[0];
+	uint32_t cp;
+	int n, i;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		n = 2, cp = c & 0x1f;
+	else if (c >= 0xe0 && c <= 0xef)
+		n = 3, cp = c & 0x0f;
+	else if (c >= 0xf0 && c <= 0xf4)
+		n = 4, cp = c & 0x07;
+	else
+		return 0;
+	for (i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+	    (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return n;
+}
+
+static bool name_char(char ch, bool first)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_' || ch == ':' ||
+	       (!first && ch >= '0' && ch <= '9');
+}
+
+/*
+ * The Prometheus text format (0.0.4) as a scraper parses it: "# HELP" and
+ * "# TYPE" lines, and samples `name{label="value",...} number`, label
+ * values with only \\, \" and \n escapes, and everything valid UTF-8 (a
+ * scraper refuses the whole page otherwise). What a client chose (its
+ * model name, its process name) must not break the page for everyone.
+ */
+NO_COVERAGE static void check_prometheus(const char *t, size_t len)
+{
+	const char *p = t, *end = t + len;
+
+	CHECK(strlen(t) == len && len && end[-1] == '\n');
+	for (size_t i = 0; KVFUZZ_METRICS_UTF8 && i < len;) {
+		int n = utf8_len((const unsigned char *)t + i);
+
+		CHECK(n > 0);
+		i += (size_t)n;
+	}
+	while (p < end) {
+		const char *eol = memchr(p, '\n', (size_t)(end - p));
+		char *num_end;
+
+		CHECK(eol);
+		if (*p == '#') {
+			CHECK(!strncmp(p, "# HELP ", 7) || !strncmp(p, "# TYPE ", 7));
+			p = eol + 1;
+			continue;
+		}
+		CHECK(name_char(*p, true));
+		while (name_char(*p, false))
+			p++;
+		if (*p == '{') {
+			p++;
+			while (*p != '}') {
+				CHECK(name_char(*p, true) && *p != ':');
+				while (name_char(*p, false) && *p != ':')
+					p++;
+				CHECK(p[0] == '=' && p[1] == '"');
+				for (p += 2; *p != '"'; p++) {
+					CHECK(p < eol);
+					if (*p == '\\') {
+						p++;
+						CHECK(*p == '\\' || *p == '"' || *p == 'n');
+					}
+				}
+				p++;
+				CHECK(*p == ',' || *p == '}');
+				if (*p == ',')
+					p++;
+			}
+			p++;
+		}
+		CHECK(*p == ' ');
+		p++;
+		strtod(p, &num_end);
+		CHECK(num_end > p && num_end == eol);
+		p = eol + 1;
+	}
+}
+
+/* What /metrics would serve now (metrics.c renders exactly this). */
+NO_COVERAGE static void check_metrics(void)
+{
+	struct kvshm_snap snap;
+	size_t need;
+	char *text;
+
+	CHECK(!kvshm_snap_take(d.h, &snap));
+	need = kvshm_prometheus(&snap, NULL, 0);
+	text = malloc(need + 1);
+	CHECK(text);
+	CHECK(kvshm_prometheus(&snap, text, need + 1) == need);
+	check_prometheus(text, need);
+	free(text);
+	kvshm_snap_free(&snap);
+}
+
+/* ------------------------------------------------------------ operations */
+
+enum op {
+	OP_FRAME_FIRST = 0, OP_FRAME_LAST = 6,
+	OP_FIX_FIRST = 7, OP_FIX_LAST = 8,
+	OP_TICK = 9,
+	OP_HANGUP = 10,
+	OP_PIN = 11,
+	OP_LEDGER = 12,
+	OP_TOUCH = 13,
+	OP_HIT = 14,
+	OP_EXIT = 15,
+};
+
+/* A live row for a frame: row `want` if connected, else a new client. */
+static struct kvd_client *frame_client(uint32_t want, bool with_pidfd)
+{
+	struct kvd_client *c = &d.clients[want];
+
+	if (c->used && !c->lingering)
+		return c;
+	return accept_client(with_pidfd);
+}
+
+/* Replace record (page, gen) pairs with ones the daemon granted. */
+static void fix_records(struct peer *pr, const struct kvproto_hdr *h, uint8_t *p)
+{
+	size_t stride, i, n;
+
+	if (!pr->n_granted || h->len < sizeof(struct kvproto_count))
+		return;
+	if (h->type == KVPROTO_PUBLISH)
+		stride = sizeof(struct kvproto_pub) + (size_t)d.h->geo.block_tokens * 4;
+	else if (h->type == KVPROTO_FREE)
+		stride = sizeof(struct kvproto_pg);
+	else
+		return;
+	n = (h->len - sizeof(struct kvproto_count)) / stride;
+	for (i = 0; i < n; i++) {
+		uint8_t *r = p + sizeof(struct kvproto_count) + i * stride;
+		struct kvproto_pg pg;
+
+		memcpy(&pg, r, sizeof(pg));
+		pg = pr->granted[pg.page % pr->n_granted];
+		memcpy(r, &pg, sizeof(pg));
+	}
+}
+
+static void op_frame(struct in *in, uint32_t row, bool fix, bool with_pidfd)
+{
+	struct kvproto_hdr h;
+	struct kvd_client *c;
+	struct req rq = { .sent = true };
+	uint8_t *buf;
+	const char *why = NULL;
+	uint32_t id;
+
+	if (!take(in, &h, sizeof(h)))
+		return;
+	if (h.len > in->left && h.len <= KVPROTO_MAX_LEN)
+		h.len = (uint32_t)in->left;	/* what the input has */
+	c = frame_client(row, with_pidfd);
+	if (!c) {
+		in->p += h.len <= KVPROTO_MAX_LEN ? h.len : 0;
+		in->left -= h.len <= KVPROTO_MAX_LEN ? h.len : 0;
+		return;
+	}
+	id = c->id;
+	rq.seq = h.seq;
+	/* do_read refuses a bad header before it reads any payload. */
+	if (h.magic != KVPROTO_MAGIC || h.len > KVPROTO_MAX_LEN) {
+		kvd_reply_error(&d, c, h.seq, -EBADMSG, true,
+				"bad frame header (magic %#x, length %u)", h.magic, h.len);
+		if (h.len <= KVPROTO_MAX_LEN) {	/* the rest of that frame is lost */
+			in->p += h.len;
+			in->left -= h.len;
+		}
+		pump((int)id, &rq);
+		return;
+	}
+	/* Exactly one frame's bytes, as c->in holds them: ASan sees overreads. */
+	buf = malloc(sizeof(h) + h.len);
+	CHECK(buf);
+	take(in, buf + sizeof(h), h.len);
+	if (fix)
+		fix_records(&peers[id], &h, buf + sizeof(h));
+	memcpy(buf, &h, sizeof(h));
+	if (!kvproto_decode(&h, h.len ? buf + sizeof(h) : NULL, c->bt, &why)) {
+		rq.type = h.type;
+		rq.bye = h.type == KVPROTO_BYE && c->hello;	/* else: HELLO first */
+		if (h.type == KVPROTO_ALLOC || h.type == KVPROTO_PUBLISH || h.type == KVPROTO_FREE)
+			memcpy(&rq.n, buf + sizeof(h), sizeof(rq.n));
+	}
+	handle_frame(&d, c, buf);
+	free(buf);
+	pump((int)id, &rq);
+}
+
+static void untrack(struct peer *pr, uint32_t slot_lo, uint32_t slot_hi)
+{
+	uint32_t j = 0;
+
+	while (j < pr->n_pins) {
+		if (pr->pins[j].slot >= slot_lo && pr->pins[j].slot <= slot_hi)
+			pr->pins[j] = pr->pins[--pr->n_pins];
+		else
+			j++;
+	}
+}
+
+static void op_pin(struct in *in, struct kvd_client *c, struct peer *pr)
+{
+	const struct kvshm_page *pages = kvshm_pages(d.h);
+	uint8_t b[4];
+	uint32_t slot, page, gen;
+
+	if (!take(in, b, sizeof(b)))
+		return;
+	slot = (uint32_t)(b[0] | b[1] << 8) % c->nslots;
+	page = b[2];
+	untrack(pr, slot, slot);
+	if (b[3] == 0xff) {	/* unpin */
+		kvshm_ledger_unpin(c->l, slot);
+		return;
+	}
+	gen = page < N_PAGES ? atomic_load(&pages[page].gen) : 0;
+	gen += (b[3] >> 1) & 1;	/* now and then a stale generation */
+	if ((b[3] & 1) || page >= N_PAGES) {
+		/* A raw slot value: a hold on a WRITING page, or nonsense. */
+		atomic_store(&c->l->slot[slot], kvshm_slot_pack(page, gen));
+		return;
+	}
+	/* A pin that fails clears its slot itself; one that holds is checked
+	 * after every operation (the first MAX_TRACK of them). */
+	if (kvshm_ledger_pin(c->l, slot, d.h, page, gen) && pr->n_pins < MAX_TRACK)
+		pr->pins[pr->n_pins++] = (typeof(pr->pins[0])){ slot, page, gen };
+}
+
+static void op_ledger(struct in *in, struct kvd_client *c, struct peer *pr)
+{
+	uint8_t b[3];
+	size_t off, n;
+
+	if (!take(in, b, sizeof(b)))
+		return;
+	off = (size_t)(b[0] | b[1] << 8) % c->ledger.bytes;
+	n = b[2];
+	if (n > in->left)
+		n = in->left;
+	if (n > c->ledger.bytes - off)
+		n = c->ledger.bytes - off;
+	memcpy((uint8_t *)c->l + off, in->p, n);
+	in->p += n;
+	in->left -= n;
+	if (n && off + n > offsetof(struct kvshm_ledger, slot)) {
+		size_t lo = off > offsetof(struct kvshm_ledger, slot) ?
+			    off - offsetof(struct kvshm_ledger, slot) : 0;
+		size_t hi = off + n - 1 - offsetof(struct kvshm_ledger, slot);
+
+		untrack(pr, (uint32_t)(lo / 8), (uint32_t)(hi / 8));
+	}
+}
+
+static void run_ops(struct in *in)
+{
+	uint8_t op;
+
+	while (take(in, &op, 1)) {
+		uint32_t kind = op & 15, row = (op >> 4) & (MAX_CLIENTS - 1);
+		struct kvd_client *c = &d.clients[row];
+		struct peer *pr = &peers[row];
+		bool hello = kvd_pins_count(c);	/* a ledger to write */
+
+		if (kind <= OP_FRAME_LAST) {
+			op_frame(in, row, false, op >> 6);
+			check_state();
+			continue;
+		}
+		if (kind <= OP_FIX_LAST) {
+			op_frame(in, row, true, op >> 6);
+			check_state();
+			continue;
+		}
+		switch (kind) {
+		case OP_TICK:
+			kvd_evict_tick(&d);
+			kvd_registry_tick(&d);
+			if (d.ticks <= 3)	/* rendering is slow; the end checks too */
+				check_metrics();
+			break;
+		case OP_HANGUP:
+			if (!c->used || c->lingering)
+				continue;
+			forget_client(pr);
+			kvd_registry_drop(&d, c, "hung up");	/* do_read's recv() == 0 */
+			break;
+		case OP_EXIT:
+			if (!c->lingering)
+				continue;
+			kvd_registry_exited(&d, c);
+			break;
+		case OP_PIN:
+			if (!hello)
+				continue;
+			op_pin(in, c, pr);
+			break;
+		case OP_LEDGER:
+			if (!hello)
+				continue;
+			op_ledger(in, c, pr);
+			break;
+		case OP_TOUCH: {
+			uint8_t page;	/* out of range now and then */
+
+			if (!hello || !take(in, &page, sizeof(page)))
+				continue;
+			kvshm_ledger_touch(c->l, page);
+			break;
+		}
+		case OP_HIT: {
+			uint16_t k;
+			uint32_t tokens;
+			uint8_t n;
+			char label[KVSHM_LABEL] = { 0 };
+
+			/* Key, hit tokens, then a label of n bytes (24: no NUL). */
+			if (!hello || !take(in, &k, sizeof(k)) || !take(in, &tokens, 4) ||
+			    !take(in, &n, 1))
+				continue;
+			n %= KVSHM_LABEL + 1;
+			if (!take(in, label, n))
+				continue;
+			kvshm_ledger_hit(c->l, (struct kvshm_key){ k, (uint64_t)k * 31 }, tokens, label);
+			break;
+		}
+		}
+		pump(-1, NULL);
+		check_state();
+	}
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static const uint32_t bts[4] = { 16, 1, 5, KVSHM_MAX_BLOCK_TOKENS };
+	static bool ready;
+	struct in in = { data, size };
+	int base_fds;
+	uint8_t first;
+	uint32_t i;
+
+	if (!ready) {
+		setup_once();
+		ready = true;
+	}
+	if (!take(&in, &first, 1))
+		return 0;
+	/* Counted per input: libFuzzer itself opens some between inputs. */
+	base_fds = count_fds();
+	CHECK(base_fds > 0);
+	reset(bts[first & 3]);
+	check_state();
+	run_ops(&in);
+
+	check_metrics();
+	/* Shutting down, as kvd_server_close does: everyone leaves. */
+	for (i = 0; i < MAX_CLIENTS; i++) {
+		if (d.clients[i].lingering)
+			kvd_registry_exited(&d, &d.clients[i]);
+		else if (d.clients[i].used)
+			kvd_registry_bye(&d, &d.clients[i]);
+	}
+	pump(-1, NULL);
+	check_state();
+	CHECK(d.n_clients == 0);
+	CHECK(kvshm_stats(d.h)->pages_writing == 0);
+	for (i = 0; i < MAX_CLIENTS; i++)
+		CHECK(peers[i].fd < 0);
+	/* No descriptor outlives its client. */
+	CHECK(count_fds() == base_fds);
+	return 0;
+}

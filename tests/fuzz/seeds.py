@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Write the seed corpora of the fuzz targets into tests/fuzz/corpus/.
+
+The seeds are committed; this script only documents (and regenerates) how
+they were made: `python3 tests/fuzz/seeds.py`. Each seed is a small valid
+(or deliberately broken) input in the format its target reads; see the
+comment at the top of tests/fuzz/<target>.c for the formats.
+"""
+import os
+import re
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+MAGIC = 0x4B564331
+HELLO, HELLO_R, ALLOC, ALLOC_R, PUBLISH, PUBLISH_R = 1, 2, 3, 4, 5, 6
+FREE, FREE_R, ERROR, STAT, STAT_R, BYE = 7, 8, 9, 10, 11, 12
+
+
+def frame(typ, payload=b"", seq=1, magic=MAGIC, length=None):
+    n = len(payload) if length is None else length
+    return struct.pack("<IHHII", magic, typ, 0, n, seq) + payload
+
+
+def hello(model=b"llama-3-8b", bt=16, layers=1, kv=1, hd=64, dtype=2,
+          pos=1, pins=0, name=b"fuzz", version=1, flags=0):
+    return struct.pack("<10I", version, flags, dtype, layers, kv, hd, bt,
+                       pos, pins, 0) + model.ljust(64, b"\0")[:64] + \
+        name.ljust(16, b"\0")[:16]
+
+
+def alloc(n, flags=0):
+    return struct.pack("<II", n, flags)
+
+
+def pgs(pairs):
+    return struct.pack("<II", len(pairs), 0) + b"".join(
+        struct.pack("<II", p, g) for p, g in pairs)
+
+
+def pub(recs, bt=16):
+    """recs: (page, gen, key, parent, first_token); a key is lo or (lo, hi)."""
+    out = struct.pack("<II", len(recs), 0)
+    for page, gen, key, parent, tok in recs:
+        # hi spread over the index (its top half picks the home bucket)
+        klo, khi = key if isinstance(key, tuple) else (key, (key * 0x9E3779B97F4A7C15) % (1 << 64))
+        out += struct.pack("<IIQQQQ", page, gen, klo, khi, parent,
+                           parent * 7 + 1 if parent else 0)
+        out += struct.pack("<%dI" % bt, *range(tok, tok + bt))
+    return out
+
+
+def stat(version=1, flags=0):
+    return struct.pack("<II", version, flags)
+
+
+def write(target, name, data, kind="corpus"):
+    d = os.path.join(HERE, kind, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def chain(n, base=0x1000, tok=0):
+    """n publish records on pages 0..n-1 at gen 1, keys chained."""
+    recs, parent = [], 0
+    for i in range(n):
+        key = base + i
+        recs.append((i, 1, key, parent, tok + 16 * i))
+        parent = key
+    return recs
+
+
+# ------------------------------------------------------------------ proto
+def proto_seeds():
+    bt16 = struct.pack("<H", 16)
+    write("proto", "hello", bt16 + frame(HELLO, hello()))
+    write("proto", "alloc", bt16 + frame(ALLOC, alloc(4)))
+    write("proto", "publish", bt16 + frame(PUBLISH, pub(chain(2))))
+    write("proto", "free", bt16 + frame(FREE, pgs([(0, 1), (1, 1)])))
+    write("proto", "stat", bt16 + frame(STAT, stat()))
+    write("proto", "bye", bt16 + frame(BYE))
+    write("proto", "replies", bt16 +
+          frame(HELLO_R, bytes(64)) +
+          frame(ALLOC_R, pgs([])) +
+          frame(ALLOC_R, pgs([(0, 1), (1, 1)])) +
+          frame(PUBLISH_R, struct.pack("<II", 1, 0) + struct.pack("<iIII", 0, 0, 1, 0)) +
+          frame(FREE_R, struct.pack("<II", 2, 0)) +
+          frame(ERROR, struct.pack("<iI", -71, 1) + b"expected HELLO first") +
+          frame(STAT_R, struct.pack("<IIQ", 1, 2, 1 << 20)))
+    write("proto", "session", bt16 + frame(HELLO, hello()) + frame(ALLOC, alloc(2), 2) +
+          frame(PUBLISH, pub(chain(2)), 3) + frame(FREE, pgs([(0, 3)]), 4) + frame(BYE))
+    write("proto", "publish-bt1", struct.pack("<H", 1) + frame(PUBLISH, pub(chain(3), 1)))
+    write("proto", "publish-no-ns", struct.pack("<H", 0) + frame(PUBLISH, pub(chain(1))))
+    write("proto", "bad-magic", bt16 + frame(ALLOC, alloc(1), magic=0x12345678))
+    write("proto", "too-long", bt16 + frame(ALLOC, alloc(1), length=(16 << 20) + 1))
+    write("proto", "count-mismatch", bt16 + frame(FREE, struct.pack("<II", 3, 0) + bytes(16)))
+    write("proto", "hello-bad-geometry", bt16 + frame(HELLO, hello(dtype=3, layers=0)))
+
+
+# ---------------------------------------------------------- daemon_frames
+OP_FRAME, OP_FIX, OP_TICK, OP_HANGUP, OP_PIN, OP_LEDGER = 0, 7, 9, 10, 11, 12
+OP_TOUCH, OP_HIT, OP_EXIT = 13, 14, 15
+
+
+def op(kind, row=0, linger=False):
+    return bytes([kind | row << 4 | (0x40 if linger else 0)])
+
+
+def f(typ, payload=b"", row=0, seq=1, fix=False, linger=False, **kw):
+    return op(OP_FIX if fix else OP_FRAME, row, linger) + frame(typ, payload, seq, **kw)
+
+
+def daemon_seeds():
+    bt16 = b"\x00"
+    h = f(HELLO, hello())
+    write("daemon_frames", "hello", bt16 + h)
+    write("daemon_frames", "hello-alloc-publish", bt16 + h + f(ALLOC, alloc(4), seq=2) +
+          f(PUBLISH, pub(chain(4)), seq=3, fix=True) + f(BYE))
+    write("daemon_frames", "alloc-free", bt16 + h + f(ALLOC, alloc(8), seq=2) +
+          f(FREE, pgs([(i, 0) for i in range(8)]), seq=3, fix=True) + f(BYE))
+    write("daemon_frames", "stat", bt16 + f(STAT, stat()))
+    write("daemon_frames", "stat-bad-version", bt16 + f(STAT, stat(version=9)))
+    write("daemon_frames", "linger-exit", bt16 + f(HELLO, hello(), linger=True) +
+          f(ALLOC, alloc(2), seq=2) + op(OP_HANGUP) + op(OP_TICK) + op(OP_EXIT))
+    # Two clients publish the same chain (dup) and a colliding block.
+    two = bt16 + h + f(ALLOC, alloc(3), seq=2) + f(PUBLISH, pub(chain(3)), seq=3, fix=True)
+    two += f(HELLO, hello(name=b"second"), row=1) + f(ALLOC, alloc(3), row=1, seq=2)
+    two += f(PUBLISH, pub(chain(2) + [(2, 1, 0x1000, 0, 999)]), row=1, seq=3, fix=True)
+    write("daemon_frames", "two-clients-dup-collision", two)
+    # Fill the pool, then a second client's ALLOC makes the daemon evict.
+    full = bt16 + h + f(ALLOC, alloc(48), seq=2) + \
+        f(PUBLISH, pub(chain(48)), seq=3, fix=True) + op(OP_TICK) * 2
+    full += f(HELLO, hello(name=b"second"), row=1) + f(ALLOC, alloc(40), row=1, seq=2)
+    write("daemon_frames", "fill-evict", full)
+    # Pins hold pages through eviction.
+    pins = bt16 + h + f(ALLOC, alloc(40), seq=2) + f(PUBLISH, pub(chain(40)), seq=3, fix=True)
+    pins += op(OP_PIN) + struct.pack("<HBB", 0, 0, 0) + op(OP_PIN) + struct.pack("<HBB", 1, 1, 0)
+    pins += f(HELLO, hello(name=b"second"), row=1) + f(ALLOC, alloc(40), row=1, seq=2)
+    pins += op(OP_TICK) * 6
+    write("daemon_frames", "pins-evict", pins)
+    # The client writes its ledger: hits, accesses, raw bytes.
+    led = bt16 + h + f(ALLOC, alloc(2), seq=2) + f(PUBLISH, pub(chain(2)), seq=3, fix=True)
+    led += op(OP_HIT) + struct.pack("<HIB", 0x1000, 32, 13) + b"system-prompt"
+    led += op(OP_HIT) + struct.pack("<HIB", 0x1001, 1 << 23, 24) + b"\x01" * 24
+    led += op(OP_TOUCH) + b"\x01" + op(OP_TOUCH) + b"\xf0"
+    led += op(OP_LEDGER) + struct.pack("<HB", 128, 8) + struct.pack("<Q", 1 << 40)
+    led += op(OP_TICK) * 6
+    write("daemon_frames", "ledger-writes", led)
+    # Everything WRITING: the pool runs dry and eviction finds nothing.
+    dry = bt16 + h + f(ALLOC, alloc(48), seq=2) + f(HELLO, hello(name=b"second"), row=1)
+    dry += f(ALLOC, alloc(16), row=1, seq=2) + f(ALLOC, alloc(8), row=1, seq=3) + op(OP_TICK) * 3
+    write("daemon_frames", "pool-dry", dry)
+    # Accessed pages get a second chance from the CLOCK.
+    acc = bt16 + h + f(ALLOC, alloc(40), seq=2) + f(PUBLISH, pub(chain(40)), seq=3, fix=True)
+    acc += op(OP_TICK) + b"".join(op(OP_TOUCH) + bytes([i]) for i in range(8))
+    acc += f(HELLO, hello(name=b"second"), row=1) + f(ALLOC, alloc(30), row=1, seq=2) + op(OP_TICK)
+    write("daemon_frames", "touch-evict", acc)
+    # More distinct prefix roots than the top sketch holds (32).
+    top = bt16 + h + b"".join(op(OP_HIT) + struct.pack("<HIB", 0x100 + i, 16 + i, 3) + b"abc"
+                              for i in range(34)) + op(OP_TICK)
+    write("daemon_frames", "top-full", top)
+    # Namespace table full (3 rows in the target) of models with clients.
+    nsf = bt16
+    for i in range(4):
+        nsf += f(HELLO, hello(model=b"model-%d" % i), row=i)
+    write("daemon_frames", "namespace-full", nsf)
+    # Entries living away from their home bucket get evicted (spill hints).
+    win = bt16 + h + f(ALLOC, alloc(30), seq=2)
+    win += f(PUBLISH, pub([(i, 1, (i + 1, 7 << 32), 0, i) for i in range(30)]), seq=3, fix=True)
+    win += f(HELLO, hello(name=b"second"), row=1) + f(ALLOC, alloc(40), row=1, seq=2)
+    win += f(PUBLISH, pub([(i, 1, (0x100 + i, 7 << 32), 0, i) for i in range(10)]), row=1,
+             seq=3, fix=True)
+    write("daemon_frames", "index-window-evict", win)
+    # Every READY page pinned: eviction backs off until pins are released.
+    bo = bt16 + h + f(ALLOC, alloc(40), seq=2) + f(PUBLISH, pub(chain(40)), seq=3, fix=True)
+    bo += b"".join(op(OP_PIN) + struct.pack("<HBB", i, i, 0) for i in range(40))
+    bo += f(HELLO, hello(name=b"second"), row=1) + f(ALLOC, alloc(24), row=1, seq=2)
+    bo += b"".join(op(OP_PIN) + struct.pack("<HBB", i, i, 0xff) for i in range(20))
+    bo += op(OP_TICK) * 6 + f(ALLOC, alloc(20), row=1, seq=3)
+    write("daemon_frames", "evict-backoff-unpin", bo)
+    # A client rewinds its hit ring (the daemon must not trust hit_head).
+    hr = bt16 + h + b"".join(op(OP_HIT) + struct.pack("<HIB", 0x200 + i, 16, 0) for i in range(3))
+    hr += op(OP_TICK) + op(OP_LEDGER) + struct.pack("<HB", 1216, 8) + struct.pack("<Q", 1)
+    hr += op(OP_TICK) + op(OP_LEDGER) + struct.pack("<HB", 1216, 8) + struct.pack("<Q", 1 << 63)
+    hr += op(OP_TICK)
+    write("daemon_frames", "hit-ring-rewind", hr)
+    # More models than namespace rows (3 in the target): rows are reused.
+    ns = bt16
+    for i in range(6):
+        ns += f(HELLO, hello(model=b"model-%d" % i)) + f(ALLOC, alloc(1), seq=2) + \
+            f(PUBLISH, pub([(0, 1, 0x5000 + i, 0, i)]), seq=3, fix=True) + f(BYE, seq=4)
+    write("daemon_frames", "namespace-reuse", ns)
+    # Protocol violations, each on a fresh connection.
+    bad = bt16 + f(ALLOC, alloc(1)) + f(HELLO, hello()) + f(HELLO, hello(), seq=2)
+    bad += f(HELLO, hello()) + f(PUBLISH, pub(chain(1))[:-4], seq=2)
+    bad += f(HELLO, hello(bt=32)) + f(HELLO, hello(hd=4096))
+    bad += f(ALLOC, alloc(1), magic=0xdeadbeef) + f(HELLO, hello(version=2))
+    bad += f(HELLO, hello()) + f(FREE, pgs([(0, 1)]), seq=2) + f(HELLO, hello()) + f(HELLO_R, bytes(64))
+    write("daemon_frames", "violations", bad)
+    write("daemon_frames", "bt1024", b"\x03" + f(HELLO, hello(bt=1024, hd=1, dtype=1)) +
+          f(ALLOC, alloc(2), seq=2) + f(PUBLISH, pub(chain(2), 1024), seq=3, fix=True))
+    write("daemon_frames", "index-window", bt16 + h + f(ALLOC, alloc(30), seq=2) +
+          f(PUBLISH, pub([(i, 1, (i + 1, 7 << 32), 0, i) for i in range(30)]), seq=3,
+            fix=True) + op(OP_TICK))
+
+
+# ------------------------------------------------------------------ config
+def config_seeds():
+    with open(os.path.join(ROOT, "daemon", "kvcached.conf.example"), "rb") as fh:
+        example = fh.read()
+    write("config", "example", example)
+    write("config", "example-gid0", re.sub(rb"allow-groups = kvcached", b"allow-groups = 0", example))
+    full = b"""socket = /tmp/kvfuzz.sock
+pool = host
+pool-size = 64MiB
+page-size = 2M
+block-tokens = 16
+max-clients = 8
+max-per-process = 2
+max-pins = 1024
+low-watermark = 5
+high-watermark = 10
+socket-mode = 0600
+hugepages = off
+log-level = debug
+tick-ms = 50
+metrics-listen = 127.0.0.1:9464
+foreground = yes
+allow-users = 0, root
+allow-groups = 0
+"""
+    write("config", "every-key", full)
+    write("config", "ipv6-metrics", b"metrics-listen = [::1]:0\npool-size=1T\npage-size=1G\n")
+    write("config", "bad-suffix", b"pool-size = 10X\n")
+    write("config", "no-equals", b"# comment\n\npool-size 4G\n")
+    write("config", "config-key", b"config = /etc/passwd\n")
+    write("config", "unknown-key", b"pool-sise = 4G\n")
+    write("config", "check-fails", b"page-size = 4097\nlow-watermark = 50\nhigh-watermark = 10\n")
+    write("config", "long-line", b"socket = " + b"a" * 4200 + b"\n")
+    write("config", "args", b"pool-size = 2G\n\0--config\0x\0--page-size\0 4K\0--foreground\0"
+          b"--allow-users=0,1,2\0--metrics-listen=[::1]:9464\0--socket-mode\0700")
+    write("config", "args-help", b"\0--pool=cuda\0--help")
+    write("config", "args-version", b"\0--version")
+    write("config", "args-bad", b"\0--block-tokens\0" b"1025\0--tick-ms=0\0stray")
+    write("config", "size", b"512MiB")
+    write("config", "listen", b"192.168.0.1:65535")
+
+
+# ------------------------------------------------------ regression inputs
+def regress_inputs():
+    """Inputs that once broke a promise; every run replays them."""
+    # /metrics must stay valid UTF-8 (a scraper refuses the whole page
+    # otherwise): a process name cut mid-character at 15 bytes, as the
+    # kernel's comm and the daemon's copy of HELLO's name both cut it, and
+    # a model name in Latin-1.
+    cut = "kv推理服务器".encode()[:16]
+    write("daemon_frames", "metrics-utf8-process-name",
+          b"\x00" + f(HELLO, hello(name=cut)) + op(OP_TICK), "regress")
+    write("daemon_frames", "metrics-utf8-model-name",
+          b"\x00" + f(HELLO, hello(model="café".encode("latin-1"))) + op(OP_TICK), "regress")
+    # A flag's value that reads "--config=..." is that flag's value, not a
+    # config file (the round trip writes socket as "--socket" "--config=").
+    write("config", "args-config-as-value", b"socket = --config=", "regress")
+
+
+if __name__ == "__main__":
+    regress_inputs()
+    proto_seeds()
+    daemon_seeds()
+    config_seeds()
