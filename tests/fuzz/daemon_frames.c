@@ -479,7 +479,7 @@ NO_COVERAGE static void check_state(void)
 	uint32_t count[5] = { 0 }, owned[MAX_CLIENTS] = { 0 }, refs[N_PAGES] = { 0 };
 	uint32_t spill[1024] = { 0 };
 	uint8_t seen[N_PAGES] = { 0 };
-	uint32_t i, j, used = 0, live = 0, entries = 0;
+	uint32_t i, j, used = 0, live = 0, not_hello = 0, entries = 0;
 
 	CHECK(n == N_PAGES && nb <= 1024);
 	for (i = 0; i < n; i++) {
@@ -587,6 +587,7 @@ NO_COVERAGE static void check_state(void)
 		CHECK(!c->lingering || c->hello);
 		if (kvd_live(c))
 			live++;
+		not_hello += !c->hello;
 		CHECK((row->pid != 0) == kvd_live(c));
 		if (c->hello) {
 			CHECK(c->l && c->nslots >= 1 && c->nslots <= MAX_PINS);
@@ -597,6 +598,7 @@ NO_COVERAGE static void check_state(void)
 	}
 	CHECK(d.n_clients == used);
 	CHECK(st->clients_attached == live);
+	CHECK(st->clients_lingering == used - live - not_hello);
 
 	/* Namespace rows: what HELLO checked, still so. */
 	for (i = 0; i < h->geo.max_ns; i++) {
