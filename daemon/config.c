@@ -468,6 +468,9 @@ int kvd_config_args(struct kvd_config *cfg, int argc, char **argv)
 			file = argv[++i];
 		} else if (!strncmp(argv[i], "--config=", 9)) {
 			file = argv[i] + 9;
+		} else if (!strncmp(argv[i], "--", 2) && !strchr(argv[i], '=') &&
+			   strcmp(argv[i], "--foreground") && known_key(argv[i] + 2)) {
+			i++;	/* its value, even one that reads "--config" */
 		}
 	}
 	if (file && kvd_config_file(cfg, file))

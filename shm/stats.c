@@ -212,16 +212,59 @@ static void put(struct out *o, const char *fmt, ...)
 		o->need += (size_t)n;
 }
 
-/* A label value with \, " and newline escaped, as the format requires. */
+/* Length of the valid UTF-8 sequence at s, or 0 (RFC 3629: no overlong
+ * forms, no surrogates, nothing above U+10FFFF). Stops at a NUL. */
+static int utf8_len(const unsigned char *s)
+{
+	unsigned char c = s[0];
+	uint32_t cp;
+	int n, i;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		n = 2, cp = c & 0x1f;
+	else if (c >= 0xe0 && c <= 0xef)
+		n = 3, cp = c & 0x0f;
+	else if (c >= 0xf0 && c <= 0xf4)
+		n = 4, cp = c & 0x07;
+	else
+		return 0;
+	for (i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+	    (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return n;
+}
+
+/*
+ * A label value with \, " and newline escaped, as the format requires, and
+ * every byte that is not valid UTF-8 as U+FFFD: a scraper refuses the whole
+ * page over one such label value, and model and process names come from
+ * clients (a process name is cut at 15 bytes, mid-character or not).
+ */
 static void put_escaped(struct out *o, const char *v)
 {
-	for (; *v; v++) {
-		if (*v == '\\' || *v == '"')
-			put(o, "\\%c", *v);
-		else if (*v == '\n')
+	const unsigned char *s = (const unsigned char *)v;
+	int n;
+
+	while (*s) {
+		if (*s == '\\' || *s == '"') {
+			put(o, "\\%c", *s++);
+		} else if (*s == '\n') {
 			put(o, "\\n");
-		else
-			put(o, "%c", *v);
+			s++;
+		} else if ((n = utf8_len(s)) > 0) {
+			put(o, "%.*s", n, (const char *)s);
+			s += n;
+		} else {
+			put(o, "\xef\xbf\xbd");	/* U+FFFD */
+			s++;
+		}
 	}
 }
 

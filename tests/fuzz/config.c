@@ -43,7 +43,7 @@
  * config/args-config-as-value): set to 1 together with that fix.
  */
 #ifndef KVFUZZ_ARGS_CONFIG_VALUE
-#define KVFUZZ_ARGS_CONFIG_VALUE 0
+#define KVFUZZ_ARGS_CONFIG_VALUE 1
 #endif
 
 static int body_fd = -1;

@@ -645,7 +645,7 @@ NO_COVERAGE static void check_state(void)
  * 1 together with that fix, so that those inputs guard it from then on.
  */
 #ifndef KVFUZZ_METRICS_UTF8
-#define KVFUZZ_METRICS_UTF8 0
+#define KVFUZZ_METRICS_UTF8 1
 #endif
 
 /* Length of the valid UTF-8 sequence at s, or 0 (RFC 3629). */
