@@ -110,6 +110,16 @@ int kvt_daemon_start(struct kvt_daemon *d, const char *const *args)
 	return -1;
 }
 
+/* Remove the daemon's folder, unless KVT_KEEP asks to keep its log. */
+static void cleanup_dir(const struct kvt_daemon *d)
+{
+	if (getenv("KVT_KEEP") || !d->dir[0])
+		return;
+	unlink(d->log);
+	unlink(d->sock);
+	rmdir(d->dir);
+}
+
 int kvt_daemon_stop(struct kvt_daemon *d)
 {
 	int st = 0;
@@ -118,8 +128,10 @@ int kvt_daemon_stop(struct kvt_daemon *d)
 		kill(d->pid, SIGTERM);
 		waitpid(d->pid, &st, 0);
 		d->pid = 0;
+		cleanup_dir(d);
 		return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 	}
+	cleanup_dir(d);
 	return -1;
 }
 

@@ -48,7 +48,8 @@ int kvt_teardown(void **state);
  */
 int kvt_daemon_argv(const char *sock, const char *const *args, const char **argv, int max);
 
-/* SIGTERM and wait: the exit status, or -1 if it died by a signal. */
+/* SIGTERM and wait: the exit status, or -1 if it died by a signal. Then
+ * its folder (log, socket) is removed, unless $KVT_KEEP is set. */
 int kvt_daemon_stop(struct kvt_daemon *d);
 /* Does a Unix stream socket at path accept a connection right now? */
 bool kvt_can_connect(const char *path);
