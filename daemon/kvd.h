@@ -125,6 +125,13 @@ int kvd_reply(struct kvd *d, struct kvd_client *c, uint16_t type, uint32_t seq,
 	      const void *p1, uint32_t n1, const void *p2, uint32_t n2);
 /* Close a client socket after draining a bounded amount of its input. */
 void kvd_drain_close(int fd);
+/*
+ * Decode and dispatch one complete frame (header and exactly its payload)
+ * from client c. Returns 0, or -1 when c was dropped or is done. The
+ * server calls it on c->in; the daemon_frames fuzz target calls it too,
+ * so that it fuzzes the dispatch the daemon runs.
+ */
+int kvd_server_frame(struct kvd *d, struct kvd_client *c, const uint8_t *in);
 /* Send an ERROR; fatal ones drop the client. */
 void kvd_reply_error(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		     int err, bool fatal, const char *fmt, ...)

@@ -338,14 +338,13 @@ void kvd_reply_error(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		kvd_registry_drop(d, c, msg);
 }
 
-/* One complete frame in c->in: decode and dispatch. -1 if c is gone. */
-static int handle_frame(struct kvd *d, struct kvd_client *c)
+int kvd_server_frame(struct kvd *d, struct kvd_client *c, const uint8_t *in)
 {
 	struct kvproto_hdr h;
-	const uint8_t *p = c->in + sizeof(h);
+	const uint8_t *p = in + sizeof(h);
 	const char *why = NULL;
 
-	memcpy(&h, c->in, sizeof(h));
+	memcpy(&h, in, sizeof(h));
 	if (kvproto_decode(&h, h.len ? p : NULL, c->bt, &why)) {
 		kvd_reply_error(d, c, h.seq, -EBADMSG, true, "bad message: %s", why);
 		return -1;
@@ -456,7 +455,7 @@ static void do_read(struct kvd *d, struct kvd_client *c)
 			continue;	/* a finished header may raise `need` */
 		}
 		c->in_len = 0;
-		if (handle_frame(d, c))
+		if (kvd_server_frame(d, c, c->in))
 			return;
 		if (++frames == FRAMES_PER_WAKEUP)
 			return;

@@ -212,9 +212,7 @@ static void put(struct out *o, const char *fmt, ...)
 		o->need += (size_t)n;
 }
 
-/* Length of the valid UTF-8 sequence at s, or 0 (RFC 3629: no overlong
- * forms, no surrogates, nothing above U+10FFFF). Stops at a NUL. */
-static int utf8_len(const unsigned char *s)
+int kvshm_utf8_len(const unsigned char *s)
 {
 	unsigned char c = s[0];
 	uint32_t cp;
@@ -258,7 +256,7 @@ static void put_escaped(struct out *o, const char *v)
 		} else if (*s == '\n') {
 			put(o, "\\n");
 			s++;
-		} else if ((n = utf8_len(s)) > 0) {
+		} else if ((n = kvshm_utf8_len(s)) > 0) {
 			put(o, "%.*s", n, (const char *)s);
 			s += n;
 		} else {

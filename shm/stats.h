@@ -54,6 +54,13 @@ void kvshm_snap_free(struct kvshm_snap *s);
 /* Model name of namespace id in a snapshot ("?" if unknown). */
 const char *kvshm_snap_model(const struct kvshm_snap *s, uint32_t ns_id);
 
+/*
+ * Length of the valid UTF-8 sequence at s, or 0 (RFC 3629: no overlong
+ * forms, no surrogates, nothing above U+10FFFF); 1 for a NUL. Used by
+ * everything that prints names clients supplied (/metrics, kvstat --json).
+ */
+int kvshm_utf8_len(const unsigned char *s);
+
 /* One exported counter or gauge of struct kvshm_stats. */
 struct kvshm_metric {
 	const char *name;	/* Prometheus metric name */

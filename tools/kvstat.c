@@ -194,35 +194,6 @@ static const char *safe(char *buf, size_t len, const char *s)
 	return buf;
 }
 
-/* Length of the valid UTF-8 sequence at s, or 0 (RFC 3629: no overlong
- * forms, no surrogates, nothing above U+10FFFF). */
-static int utf8_len(const unsigned char *s)
-{
-	unsigned char c = s[0];
-	int n, i;
-	uint32_t cp;
-
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf)
-		n = 2, cp = c & 0x1f;
-	else if (c >= 0xe0 && c <= 0xef)
-		n = 3, cp = c & 0x0f;
-	else if (c >= 0xf0 && c <= 0xf4)
-		n = 4, cp = c & 0x07;
-	else
-		return 0;
-	for (i = 1; i < n; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		cp = cp << 6 | (s[i] & 0x3f);
-	}
-	if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-	    (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return n;
-}
-
 /* A JSON string: quotes, backslashes and controls escaped; bytes that are
  * not valid UTF-8 become U+FFFD, so the output is always valid JSON. */
 static void json_str(FILE *f, const char *str)
@@ -242,7 +213,7 @@ static void json_str(FILE *f, const char *str)
 			default: fprintf(f, "\\u%04x", *s); break;
 			}
 			s++;
-		} else if ((n = utf8_len(s)) > 0) {
+		} else if ((n = kvshm_utf8_len(s)) > 0) {
 			fwrite(s, 1, (size_t)n, f);
 			s += n;
 		} else {

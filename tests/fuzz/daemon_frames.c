@@ -12,9 +12,10 @@
  * TICK, HANGUP, PIN, LEDGER, TOUCH, HIT, EXIT; bits 4-5: the client row;
  * bits 6-7 non-zero: a new connection gets a pidfd) and its arguments:
  *
- *   FRAME      a header and payload, dispatched exactly as server.c's
- *              do_read/handle_frame do (kept in step by hand below: both
- *              are static there); a new connection is accepted first when
+ *   FRAME      a header and payload, checked as server.c's do_read checks
+ *              a header (that check is repeated below: do_read is static)
+ *              and dispatched by the daemon's own kvd_server_frame; a new
+ *              connection is accepted first when
  *              the chosen row has none (with or without a pidfd, i.e. a
  *              client that lingers or not when its connection ends)
  *   FRAME_FIX  the same, with the (page, gen) of each PUBLISH or FREE
@@ -53,6 +54,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "../lib/utf8_oracle.h"
 #include "../../daemon/kvd.h"
 #include "../../daemon/log.h"
 #include "../../shm/index.h"
@@ -234,51 +236,6 @@ static struct kvd_client *accept_client(bool with_pidfd)
 	pr->n_granted = 0;
 	pr->n_pins = 0;
 	return c;
-}
-
-/* server.c's handle_frame, line for line: c->in holds one whole frame. */
-static int handle_frame(struct kvd *dd, struct kvd_client *c, const uint8_t *in)
-{
-	struct kvproto_hdr h;
-	const uint8_t *p = in + sizeof(h);
-	const char *why = NULL;
-
-	memcpy(&h, in, sizeof(h));
-	if (kvproto_decode(&h, h.len ? p : NULL, c->bt, &why)) {
-		kvd_reply_error(dd, c, h.seq, -EBADMSG, true, "bad message: %s", why);
-		return -1;
-	}
-	if (!c->hello && h.type == KVPROTO_STAT)
-		return kvd_registry_stat(dd, c, h.seq, p);
-	if (!c->hello && h.type != KVPROTO_HELLO) {
-		kvd_reply_error(dd, c, h.seq, -EPROTO, true, "expected HELLO first");
-		return -1;
-	}
-	switch (h.type) {
-	case KVPROTO_BYE:
-		kvd_registry_bye(dd, c);
-		return -1;
-	case KVPROTO_HELLO: {
-		struct kvproto_hello hi;
-
-		if (c->hello) {
-			kvd_reply_error(dd, c, h.seq, -EPROTO, true, "second HELLO");
-			return -1;
-		}
-		memcpy(&hi, p, sizeof(hi));
-		return kvd_registry_hello(dd, c, h.seq, &hi);
-	}
-	case KVPROTO_ALLOC:
-		return kvd_cache_alloc(dd, c, h.seq, p, h.len);
-	case KVPROTO_PUBLISH:
-		return kvd_cache_publish(dd, c, h.seq, p, h.len);
-	case KVPROTO_FREE:
-		return kvd_cache_free(dd, c, h.seq, p, h.len);
-	default:
-		kvd_reply_error(dd, c, h.seq, -EPROTO, true, "message type %u is not a request",
-				h.type);
-		return -1;
-	}
 }
 
 /* ------------------------------------------------------------ our side */
@@ -648,34 +605,6 @@ NO_COVERAGE static void check_state(void)
 #define KVFUZZ_METRICS_UTF8 1
 #endif
 
-/* Length of the valid UTF-8 sequence at s, or 0 (RFC 3629). */
-static int utf8_len(const unsigned char *s)
-{
-	unsigned char c = s[0];
-	uint32_t cp;
-	int n, i;
-
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf)
-		n = 2, cp = c & 0x1f;
-	else if (c >= 0xe0 && c <= 0xef)
-		n = 3, cp = c & 0x0f;
-	else if (c >= 0xf0 && c <= 0xf4)
-		n = 4, cp = c & 0x07;
-	else
-		return 0;
-	for (i = 1; i < n; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		cp = cp << 6 | (s[i] & 0x3f);
-	}
-	if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-	    (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return n;
-}
-
 static bool name_char(char ch, bool first)
 {
 	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_' || ch == ':' ||
@@ -695,7 +624,7 @@ NO_COVERAGE static void check_prometheus(const char *t, size_t len)
 
 	CHECK(strlen(t) == len && len && end[-1] == '\n');
 	for (size_t i = 0; KVFUZZ_METRICS_UTF8 && i < len;) {
-		int n = utf8_len((const unsigned char *)t + i);
+		int n = kvt_utf8_len((const unsigned char *)t + i);
 
 		CHECK(n > 0);
 		i += (size_t)n;
@@ -852,7 +781,7 @@ static void op_frame(struct in *in, uint32_t row, bool fix, bool with_pidfd)
 		if (h.type == KVPROTO_ALLOC || h.type == KVPROTO_PUBLISH || h.type == KVPROTO_FREE)
 			memcpy(&rq.n, buf + sizeof(h), sizeof(rq.n));
 	}
-	handle_frame(&d, c, buf);
+	kvd_server_frame(&d, c, buf);
 	free(buf);
 	pump((int)id, &rq);
 }

@@ -29,39 +29,7 @@
 #include "../../daemon/config.h"
 #include "../../shm/segment.h"
 #include "../../shm/stats.h"
-
-/* Is s valid UTF-8 (RFC 3629)? */
-static int utf8_valid(const unsigned char *s)
-{
-	while (*s) {
-		unsigned char c = *s;
-		uint32_t cp;
-		int n, i;
-
-		if (c < 0x80) {
-			s++;
-			continue;
-		}
-		if (c >= 0xc2 && c <= 0xdf)
-			n = 2, cp = c & 0x1f;
-		else if (c >= 0xe0 && c <= 0xef)
-			n = 3, cp = c & 0x0f;
-		else if (c >= 0xf0 && c <= 0xf4)
-			n = 4, cp = c & 0x07;
-		else
-			return 0;
-		for (i = 1; i < n; i++) {
-			if ((s[i] & 0xc0) != 0x80)
-				return 0;
-			cp = cp << 6 | (s[i] & 0x3f);
-		}
-		if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-		    (cp >= 0xd800 && cp <= 0xdfff))
-			return 0;
-		s += n;
-	}
-	return 1;
-}
+#include "../lib/utf8_oracle.h"
 
 /* The /metrics text of a segment whose one client and namespace carry
  * these names. */
@@ -113,7 +81,7 @@ static void test_metrics_utf8_process_name_cut(void **state)
 	memcpy(comm, "kv\xe6\x8e\xa8\xe7\x90\x86\xe6\x9c\x8d\xe5\x8a\xa1\xe5", 15);
 	comm[15] = 0;
 	text = metrics_with("llama", comm);
-	assert_true(utf8_valid((const unsigned char *)text));
+	assert_true(kvt_utf8_valid((const unsigned char *)text));
 	assert_non_null(strstr(text, "comm=\"kv\xe6\x8e\xa8\xe7\x90\x86\xe6\x9c\x8d\xe5\x8a\xa1"
 				     "\xef\xbf\xbd\""));
 	free(text);
@@ -125,7 +93,7 @@ static void test_metrics_utf8_model_latin1(void **state)
 
 	(void)state;
 	text = metrics_with("caf\xe9", "server");
-	assert_true(utf8_valid((const unsigned char *)text));
+	assert_true(kvt_utf8_valid((const unsigned char *)text));
 	assert_non_null(strstr(text, "namespace=\"caf\xef\xbf\xbd\""));
 	free(text);
 }
