@@ -27,7 +27,7 @@ override LDFLAGS += -fsanitize=thread
 NOJEMALLOC := 1
 endif
 JEMALLOC := $(if $(NOJEMALLOC),,-ljemalloc)
-DAEMON_LIBS := -lmicrohttpd
+DAEMON_LIBS := -lmicrohttpd -luring
 
 ifneq ($(V),1)
 Q := @

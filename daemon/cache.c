@@ -14,6 +14,7 @@
 #include "../shm/page.h"
 #include "kvd.h"
 #include "log.h"
+#include "spill.h"
 
 /* Check every (page, gen) of a message; mark pages to catch repeats. */
 static int check_pages(struct kvd *d, struct kvd_client *c, const uint8_t *rec,
@@ -63,8 +64,15 @@ int kvd_cache_alloc(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	room = c->nslots > c->writing ? c->nslots - c->writing : 0;
 	if (n > room)
 		n = room;
-	if (n && fr->count < n + d->low_pages)
-		kvd_evict(d, n + d->low_pages - fr->count);
+	if (n && fr->count < n + d->low_pages) {
+		uint32_t coming = fr->count + kvd_spill_pending(d);
+
+		if (coming < n + d->low_pages)
+			kvd_evict(d, n + d->low_pages - coming);
+		/* Evicted pages being spilled are free once written. */
+		if (fr->count < n)
+			kvd_spill_drain(d);
+	}
 	out = malloc(sizeof(*out) * (n ? n : 1));
 	if (!out) {
 		kvd_reply_error(d, c, seq, -ENOMEM, false, "out of memory");
@@ -112,6 +120,8 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 
 		memcpy(&pub, rec + i * stride, sizeof(pub));
 		memcpy(tokens, rec + i * stride + sizeof(pub), (size_t)c->bt * 4);
+		/* A tier-1 copy of the block gives way to the new page. */
+		kvd_spill_unindex(d, pub.key);
 		st = kvshm_page_publish(d->h, pub.page, pub.gen, kvd_owner(c), pub.key,
 					pub.parent, tokens, &res[i].page, &res[i].gen);
 		res[i].status = st;

@@ -40,6 +40,7 @@ void kvd_config_defaults(struct kvd_config *cfg)
 	cfg->tick_ms = 20;
 	cfg->hugepages = KVD_HUGE_AUTO;
 	cfg->log_level = KVD_LOG_INFO;
+	cfg->spill_size = 16ull << 30;
 	/* Our own user, and root: root can read any process's memory
 	 * anyway, and `sudo kvstat` should simply work. */
 	cfg->allow_uid[0] = geteuid();
@@ -75,6 +76,11 @@ void kvd_config_usage(FILE *f)
 "  --hugepages auto|on|off  hugetlb pages for the host pool (default auto)\n"
 "  --log-level error|warning|info|debug  (default info)\n"
 "  --tick-ms N            housekeeping period in ms (default 20)\n"
+"  --spill-dir DIR        spill evicted pages to slot files in DIR (NVMe);\n"
+"                         found again after a restart (default: no spill)\n"
+"  --spill-size SIZE      bytes of spill slots under DIR (default 16G)\n"
+"  --spill-io auto|uring|threads  (default auto: io_uring if it works, else\n"
+"                         pread/pwrite on worker threads)\n"
 "  --metrics-listen IP:PORT  serve Prometheus /metrics over HTTP there\n"
 "                         (default off; e.g. 127.0.0.1:9464)\n"
 "  --foreground           run in the foreground (kvcached never forks;\n"
@@ -290,6 +296,24 @@ int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 			cfg->foreground = false;
 		else
 			BAD("must be true or false");
+	} else if (!strcmp(key, "spill-dir")) {
+		if (strlen(val) >= sizeof(cfg->spill_dir))
+			BAD("longer than 255 bytes");
+		if (*val && *val != '/')
+			BAD("must be an absolute path");
+		strcpy(cfg->spill_dir, val);
+	} else if (!strcmp(key, "spill-size")) {
+		if (kvd_parse_size(val, &cfg->spill_size) || !cfg->spill_size)
+			BAD("not a size (a non-zero number with an optional K, M, G or T suffix)");
+	} else if (!strcmp(key, "spill-io")) {
+		if (!strcmp(val, "auto"))
+			cfg->spill_io = 0;
+		else if (!strcmp(val, "uring"))
+			cfg->spill_io = 1;
+		else if (!strcmp(val, "threads"))
+			cfg->spill_io = 2;
+		else
+			BAD("must be auto, uring or threads");
 	} else if (!strcmp(key, "metrics-listen")) {
 		if (!*val) {
 			cfg->metrics_listen[0] = 0;	/* off */
@@ -321,7 +345,7 @@ static bool known_key(const char *key)
 		"allow-groups", "allow-users", "block-tokens", "foreground", "high-watermark",
 		"hugepages", "log-level", "low-watermark", "max-clients", "max-per-process", "max-pins",
 		"metrics-listen", "page-size", "pool", "pool-size", "socket", "socket-mode",
-		"tick-ms",
+		"spill-dir", "spill-io", "spill-size", "tick-ms",
 	};
 	size_t i;
 

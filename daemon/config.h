@@ -37,6 +37,9 @@ struct kvd_config {
 	int n_allow_uid;
 	gid_t allow_gid[KVD_MAX_ALLOW];
 	int n_allow_gid;
+	char spill_dir[256];		/* empty: no spill tier */
+	uint64_t spill_size;		/* bytes of slots under spill_dir */
+	int spill_io;			/* enum kvd_sio_kind: auto, uring, threads */
 	char metrics_listen[64];		/* as given; empty = off */
 	struct sockaddr_storage metrics_addr;	/* parsed */
 };

@@ -17,6 +17,7 @@
 #include "../shm/page.h"
 #include "kvd.h"
 #include "log.h"
+#include "spill.h"
 
 #define BATCH 256
 
@@ -70,12 +71,16 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want)
 		for (i = 0; i < nb; i++) {
 			if (atomic_load_explicit(&pages[batch[i]].state, memory_order_relaxed) ==
 			    KVSHM_PAGE_EVICTING) {
-				kvshm_page_evict_finish(d->h, batch[i]);
+				/* To the spill tier (free when its write is
+				 * done), or plainly. */
+				if (!kvd_spill_page(d, batch[i]))
+					kvshm_page_evict_finish(d->h, batch[i]);
 				freed++;
 			} else {
 				backed++;
 			}
 		}
+		kvd_spill_flush(d);
 	}
 	if (freed)
 		kvd_debug("evicted %u pages (wanted %u)", freed, want);
@@ -101,6 +106,9 @@ uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id)
 	struct kvshm_page *pages = kvshm_pages(d->h);
 	uint32_t i, left = 0;
 
+	/* No page of it may be under a spill write; its slots go too (the
+	 * row is about to name another model). */
+	kvd_spill_forget_ns(d, ns_id);
 	for (i = 0; i < d->h->geo.n_pages; i++)
 		if (__atomic_load_n(&pages[i].ns_id, __ATOMIC_RELAXED) == ns_id)
 			kvshm_page_evict_mark(d->h, i);
@@ -144,7 +152,8 @@ static void drain_rings(struct kvd *d)
 
 void kvd_evict_tick(struct kvd *d)
 {
-	uint32_t free_now = kvshm_free(d->h)->count;
+	/* Pages being spilled are as good as free: they will be soon. */
+	uint32_t free_now = kvshm_free(d->h)->count + kvd_spill_pending(d);
 
 	drain_rings(d);
 	if (free_now < d->low_pages)

@@ -74,6 +74,7 @@ struct kvd {
 	uint64_t evict_quiet_pins;
 	uint32_t evict_backoff;
 	struct kvd_metrics *metrics;	/* /metrics server, or NULL */
+	struct kvd_spill *spill;	/* spill tier (spill.c), or NULL */
 	uint64_t watchdog_usec;		/* 0: no systemd watchdog */
 	uint64_t watchdog_last;		/* CLOCK_MONOTONIC usec of the last ping */
 
@@ -87,6 +88,7 @@ enum {
 	KVD_EV_LISTEN = 1,
 	KVD_EV_SIGNAL,
 	KVD_EV_TIMER,
+	KVD_EV_SPILL,
 	KVD_EV_CLIENT = 16,		/* + client id (max-clients <= 4096) */
 	KVD_EV_PIDFD = 16 + 8192,	/* + client id */
 };
@@ -138,6 +140,13 @@ void kvd_reply_error(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	__attribute__((format(printf, 6, 7)));
 
 /* registry.c */
+/*
+ * Find or add the namespace `want` (identity fields and id filled); returns
+ * its row, or -1 when the table is full. With may_reclaim, the row of a
+ * namespace without clients is taken over (its pages evicted) when no row
+ * is free.
+ */
+int kvd_registry_ns(struct kvd *d, const struct kvshm_ns *want, bool may_reclaim);
 int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		       const struct kvproto_hello *hi);
 /*

@@ -19,17 +19,23 @@
 #include "log.h"
 #include "metrics.h"
 #include "notify.h"
+#include "spill.h"
 
 static int segment_open(struct kvd *d)
 {
 	struct kvshm_geometry geo = { 0 };
 	struct kvshm_header h;
+	int64_t slots = kvd_spill_slots(&d->cfg);
 	int rc;
 
+	if (slots < 0)
+		return -1;
 	geo.page_bytes = d->cfg.page_size;
 	geo.n_pages = (uint32_t)(d->cfg.pool_size / d->cfg.page_size);
 	geo.block_tokens = d->cfg.block_tokens;
-	geo.n_buckets = kvshm_buckets_for(geo.n_pages);
+	geo.n_slots = (uint32_t)slots;
+	/* Room for both tiers: a block is indexed once, page or slot. */
+	geo.n_buckets = kvshm_buckets_for((uint64_t)geo.n_pages + geo.n_slots);
 	geo.max_clients = d->cfg.max_clients;
 	geo.max_ns = 64;
 	geo.ledger_slots = d->cfg.max_pins;
@@ -87,6 +93,8 @@ int main(int argc, char **argv)
 	if (kvd_pool_host_open(&d.pool, (uint64_t)d.h->geo.n_pages * d.cfg.page_size,
 			       d.cfg.hugepages))
 		goto out;
+	if (kvd_spill_open(&d))
+		goto out;
 	if (kvd_server_open(&d))
 		goto out;
 	kvd_info("ready: socket %s, %u pages of %llu bytes, %u-token blocks, %u index buckets, segment %llu bytes",
@@ -130,6 +138,7 @@ int main(int argc, char **argv)
 out:
 	kvd_metrics_stop(d.metrics);
 	kvd_server_close(&d);
+	kvd_spill_close(&d);
 	kvd_pool_close(&d.pool);
 	kvd_memfd_close(&d.seg);
 	free(d.mark);

@@ -71,7 +71,7 @@ static int ns_idle(const struct kvd *d)
  * namespace without clients is reclaimed: its cached pages are evicted
  * (nobody can hold them pinned) and the row rewritten.
  */
-static int ns_register(struct kvd *d, const struct kvshm_ns *want)
+int kvd_registry_ns(struct kvd *d, const struct kvshm_ns *want, bool may_reclaim)
 {
 	struct kvshm_ns *t = kvshm_ns(d->h);
 	uint32_t i;
@@ -90,7 +90,7 @@ static int ns_register(struct kvd *d, const struct kvshm_ns *want)
 			 want->dtype_bytes, (unsigned long long)want->page_bytes);
 		return (int)i;
 	}
-	idle = ns_idle(d);
+	idle = may_reclaim ? ns_idle(d) : -1;
 	if (idle < 0 || kvd_evict_ns(d, (uint32_t)idle))
 		return -1;
 	kvd_info("namespace %d: %s replaces %s, which had no clients (its pages evicted)",
@@ -180,7 +180,7 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 			 ns.head_dim, ns.dtype_bytes, (unsigned long long)d->h->geo.page_bytes);
 		return refuse_hello(d, c, seq, -EMEDIUMTYPE, msg);
 	}
-	nsid = ns_register(d, &ns);
+	nsid = kvd_registry_ns(d, &ns, true);
 	if (nsid < 0)
 		return refuse_hello(d, c, seq, -ETOOMANYREFS,
 				    "namespace table full: 64 models have clients attached");

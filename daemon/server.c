@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "kvd.h"
+#include "spill.h"
 #include "log.h"
 #include "notify.h"
 
@@ -110,7 +111,9 @@ int kvd_server_open(struct kvd *d)
 	timerfd_settime(d->tfd, 0, &it, NULL);
 	if (ep_set(d, EPOLL_CTL_ADD, d->lfd, EPOLLIN, KVD_EV_LISTEN) ||
 	    ep_set(d, EPOLL_CTL_ADD, d->sigfd, EPOLLIN, KVD_EV_SIGNAL) ||
-	    ep_set(d, EPOLL_CTL_ADD, d->tfd, EPOLLIN, KVD_EV_TIMER)) {
+	    ep_set(d, EPOLL_CTL_ADD, d->tfd, EPOLLIN, KVD_EV_TIMER) ||
+	    (kvd_spill_fd(d) >= 0 &&
+	     ep_set(d, EPOLL_CTL_ADD, kvd_spill_fd(d), EPOLLIN, KVD_EV_SPILL))) {
 		kvd_err("epoll: %s", strerror(errno));
 		return -1;
 	}
@@ -375,6 +378,8 @@ int kvd_server_frame(struct kvd *d, struct kvd_client *c, const uint8_t *in)
 		return kvd_cache_publish(d, c, h.seq, p, h.len);
 	case KVPROTO_FREE:
 		return kvd_cache_free(d, c, h.seq, p, h.len);
+	case KVPROTO_RESTORE:
+		return kvd_spill_restore(d, c, h.seq, p, h.len);
 	default:
 		kvd_reply_error(d, c, h.seq, -EPROTO, true, "message type %u is not a request",
 				h.type);
@@ -519,6 +524,8 @@ int kvd_server_run(struct kvd *d)
 				do_accept(d);
 			} else if (tag == KVD_EV_SIGNAL) {
 				handle_signal(d);
+			} else if (tag == KVD_EV_SPILL) {
+				kvd_spill_reap(d);
 			} else if (tag == KVD_EV_TIMER) {
 				if (read(d->tfd, &x, sizeof(x)) == sizeof(x)) {
 					kvd_evict_tick(d);

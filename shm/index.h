@@ -81,8 +81,10 @@ static inline uint32_t kvshm_bucket_find(const struct kvshm_bucket *b,
 }
 
 /*
- * Reader: the page index the index holds for key k, or UINT32_MAX. The
- * result is a candidate only: the caller must verify the page entry.
+ * Reader: where the index says key k lives, or UINT32_MAX: a page index
+ * (tier 0), or KVSHM_LOC_SLOT | slot (tier 1, kvshm_loc_is_slot). The
+ * result is a candidate only: the caller must verify the page or slot
+ * entry.
  */
 static inline uint32_t kvshm_index_find(const struct kvshm_header *h,
 					struct kvshm_key k)
@@ -106,14 +108,23 @@ static inline void kvshm_index_prefetch(const struct kvshm_header *h,
 }
 
 /*
- * Writer: add k -> page. Returns 0, -EEXIST if k is already present, or
- * -ENOSPC if no bucket within the probe window has room.
+ * Writer: add k -> loc (a page, or KVSHM_LOC_SLOT | slot). Returns 0,
+ * -EEXIST if k is already present, or -ENOSPC if no bucket within the
+ * probe window has room.
  */
 int kvshm_index_insert(struct kvshm_header *h, struct kvshm_key k,
-		       uint32_t page);
+		       uint32_t loc);
 
-/* Writer: remove k -> page. Returns 0 or -ENOENT. */
+/* Writer: remove k -> loc. Returns 0 or -ENOENT. */
 int kvshm_index_remove(struct kvshm_header *h, struct kvshm_key k,
-		       uint32_t page);
+		       uint32_t loc);
+
+/*
+ * Writer: point k's entry, which names `from`, at `to` instead, in place
+ * (one bucket write: a reader sees the old or the new location, and the
+ * key is never absent in between). Returns 0 or -ENOENT.
+ */
+int kvshm_index_move(struct kvshm_header *h, struct kvshm_key k,
+		     uint32_t from, uint32_t to);
 
 #endif

@@ -187,3 +187,43 @@ void kvshm_page_evict_finish(struct kvshm_header *h, uint32_t page)
 	to_free(h, page);
 	stat_add(h, &st->evictions, 1);
 }
+
+int kvshm_page_evict_to_slot(struct kvshm_header *h, uint32_t page, uint32_t slot)
+{
+	struct kvshm_page *p = &kvshm_pages(h)[page];
+
+	if (page >= h->geo.n_pages || state_of(p) != KVSHM_PAGE_EVICTING ||
+	    kvshm_index_move(h, p->key, page, KVSHM_LOC_SLOT | slot))
+		return -EINVAL;
+	to_free(h, page);
+	stat_add(h, &kvshm_stats(h)->evictions, 1);
+	return 0;
+}
+
+int kvshm_page_restore(struct kvshm_header *h, uint32_t page, uint32_t gen,
+		       uint32_t owner, uint32_t slot, struct kvshm_key key,
+		       struct kvshm_key parent, const uint32_t *tokens)
+{
+	struct kvshm_stats *st = kvshm_stats(h);
+	struct kvshm_page *p;
+	uint32_t bt = h->geo.block_tokens, i, *tok;
+
+	if (!is_writing_by(h, page, gen, owner) ||
+	    kvshm_index_find(h, key) != (KVSHM_LOC_SLOT | slot))
+		return -EINVAL;
+	p = &kvshm_pages(h)[page];
+	kvshm_store_key(&p->key, key);
+	kvshm_store_key(&p->parent, parent);
+	tok = kvshm_tokens(h, page);
+	for (i = 0; i < bt; i++)
+		__atomic_store_n(&tok[i], tokens[i], RELAXED);
+	/* READY before the index names the page: a reader that finds it
+	 * through the index sees it whole. */
+	p->owner = 0;
+	p->ref = 1;
+	set_state(p, KVSHM_PAGE_READY);
+	kvshm_index_move(h, key, KVSHM_LOC_SLOT | slot, page);
+	stat_add(h, &st->pages_writing, -1);
+	stat_add(h, &st->pages_ready, 1);
+	return 0;
+}

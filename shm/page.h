@@ -56,6 +56,24 @@ void kvshm_page_evict_back_off(struct kvshm_header *h, uint32_t page);
 /* Writer: EVICTING -> FREE: drop from the index, bump gen, free it. */
 void kvshm_page_evict_finish(struct kvshm_header *h, uint32_t page);
 
+/*
+ * Writer (spill tier): EVICTING -> FREE with the page's index entry moved,
+ * in place, to spill slot `slot` (whose entry the caller has made
+ * SPILLED). Returns 0, or -EINVAL if the page was not EVICTING or not
+ * indexed (then nothing changed).
+ */
+int kvshm_page_evict_to_slot(struct kvshm_header *h, uint32_t page, uint32_t slot);
+
+/*
+ * Writer (spill tier): a WRITING page of `owner` into which the daemon has
+ * read spill slot `slot` becomes READY with this identity, taking over the
+ * slot's index entry in place. Returns 0 or -EINVAL (page not so, or the
+ * index does not name the slot for key).
+ */
+int kvshm_page_restore(struct kvshm_header *h, uint32_t page, uint32_t gen,
+		       uint32_t owner, uint32_t slot, struct kvshm_key key,
+		       struct kvshm_key parent, const uint32_t *tokens);
+
 /* Relaxed atomic load of a 64-bit field that the daemon may be writing. */
 static inline uint64_t kvshm_load64(const uint64_t *p)
 {
@@ -117,6 +135,33 @@ static inline bool kvshm_page_verify(const struct kvshm_header *h, uint32_t page
 		return false;
 	*gen = g;
 	return true;
+}
+
+/*
+ * Reader (inline, the client's lookup): is `loc` (from kvshm_index_find) a
+ * spill slot holding exactly this key and parent in namespace ns_id? Tier 1
+ * keeps no tokens in shared memory: the tokens are checked when the block
+ * is restored and pinned as a page (kvshm_page_verify).
+ */
+static inline bool kvshm_slot_verify(const struct kvshm_header *h, uint32_t loc,
+				     uint32_t ns_id, struct kvshm_key key,
+				     struct kvshm_key parent)
+{
+	const struct kvshm_slot *s;
+	uint32_t slot = loc & ~KVSHM_LOC_SLOT, g;
+
+	if (!kvshm_loc_is_slot(loc) || slot >= h->geo.n_slots)
+		return false;
+	s = &kvshm_slots(h)[slot];
+	g = atomic_load_explicit(&s->gen, memory_order_acquire);
+	if (atomic_load_explicit(&s->state, memory_order_acquire) != KVSHM_SLOT_SPILLED)
+		return false;
+	if (__atomic_load_n(&s->ns_id, __ATOMIC_RELAXED) != ns_id ||
+	    !kvshm_key_eq(kvshm_load_key(&s->key), key) ||
+	    !kvshm_key_eq(kvshm_load_key(&s->parent), parent))
+		return false;
+	atomic_thread_fence(memory_order_acquire);
+	return atomic_load_explicit(&s->gen, memory_order_relaxed) == g;
 }
 
 #endif

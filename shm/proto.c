@@ -102,6 +102,10 @@ int kvproto_decode(const struct kvproto_hdr *h, const void *payload,
 		if (h->len != sizeof(struct kvproto_stat_r))
 			return bad(why, "STAT reply has the wrong size");
 		return 0;
+	case KVPROTO_RESTORE:
+		return counted(payload, h->len, sizeof(struct kvshm_key), &n, why);
+	case KVPROTO_RESTORE_R:
+		return counted(payload, h->len, sizeof(int32_t), &n, why);
 	case KVPROTO_BYE:
 		if (h->len)
 			return bad(why, "BYE carries no payload");

@@ -21,6 +21,13 @@
  *                 segment only; no ledger, no pool, no namespace
  *   STAT_R  d->c  struct kvproto_stat_r + fd [segment], then the daemon
  *                 closes the connection: the observer reads shared memory
+ *   RESTORE c->d  struct kvproto_count + n x struct kvshm_key: bring these
+ *                 tier-1 (spilled) blocks of the client's namespace back
+ *                 into pool pages, all in one round trip
+ *   RESTORE_R     struct kvproto_count + n x int32 status, one per key: 0
+ *                 (READY in the pool now: look it up again and pin it) or
+ *                 -errno (-ENOENT not spilled, -EBADMSG dropped: failed
+ *                 its checksum, -EIO, -ENOSPC no free page)
  *   BYE     c->d  no payload, no reply: the client has released everything
  *                 and unmaps the pool; without it, a hang-up from a process
  *                 that is still alive leaves its pins in force until it exits
@@ -55,6 +62,8 @@ enum kvproto_type {
 	KVPROTO_STAT = 10,
 	KVPROTO_STAT_R = 11,
 	KVPROTO_BYE = 12,
+	KVPROTO_RESTORE = 13,
+	KVPROTO_RESTORE_R = 14,
 };
 
 struct kvproto_hdr {

@@ -49,7 +49,7 @@ int kvshm_layout(struct kvshm_header *h, const struct kvshm_geometry *geo)
 	    geo->block_tokens > KVSHM_MAX_BLOCK_TOKENS || !geo->max_clients ||
 	    !geo->max_ns || !geo->ledger_slots || !geo->n_buckets ||
 	    (geo->n_buckets & (geo->n_buckets - 1)) ||
-	    geo->n_pages >= UINT32_MAX - 1)
+	    geo->n_pages >= KVSHM_LOC_SLOT - 1 || geo->n_slots >= KVSHM_LOC_SLOT - 1)
 		return -EINVAL;
 	if (geo->page_bytes > UINT64_MAX / geo->n_pages)
 		return -EINVAL;
@@ -65,6 +65,7 @@ int kvshm_layout(struct kvshm_header *h, const struct kvshm_geometry *geo)
 	h->client_row_bytes = sizeof(struct kvshm_client_row);
 	h->ledger_header_bytes = sizeof(struct kvshm_ledger);
 	h->top_bytes = sizeof(struct kvshm_top);
+	h->slot_entry_bytes = sizeof(struct kvshm_slot);
 	h->geo = *geo;
 	h->geo.pool_bytes = geo->page_bytes * geo->n_pages;
 
@@ -81,6 +82,7 @@ int kvshm_layout(struct kvshm_header *h, const struct kvshm_geometry *geo)
 	rc |= add_region(&off, sizeof(struct kvshm_free) + (uint64_t)geo->n_pages * 4,
 			 &h->off_free);
 	rc |= add_region(&off, sizeof(struct kvshm_top), &h->off_top);
+	rc |= add_region(&off, (uint64_t)geo->n_slots * sizeof(struct kvshm_slot), &h->off_slots);
 	if (rc)
 		return -EINVAL;
 	tmp = (off + 4095) & ~4095ull;
@@ -136,7 +138,8 @@ int kvshm_validate(const void *base, uint64_t bytes, const char **why)
 		   want.ns_bytes != h->ns_bytes ||
 		   want.client_row_bytes != h->client_row_bytes ||
 		   want.ledger_header_bytes != h->ledger_header_bytes ||
-		   want.top_bytes != h->top_bytes) {
+		   want.top_bytes != h->top_bytes ||
+		   want.slot_entry_bytes != h->slot_entry_bytes) {
 		w = "segment struct sizes differ from this build";
 		rc = -EPROTO;
 	} else if (want.off_stats != h->off_stats || want.off_ns != h->off_ns ||
@@ -145,6 +148,7 @@ int kvshm_validate(const void *base, uint64_t bytes, const char **why)
 		   want.off_pages != h->off_pages ||
 		   want.off_tokens != h->off_tokens ||
 		   want.off_free != h->off_free || want.off_top != h->off_top ||
+		   want.off_slots != h->off_slots ||
 		   want.segment_bytes != h->segment_bytes ||
 		   h->segment_bytes > bytes) {
 		w = "segment offsets do not match its geometry";

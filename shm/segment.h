@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 3u
+#define KVSHM_VERSION 4u
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -50,6 +50,8 @@ struct kvshm_geometry {
 	uint32_t max_clients;	/* rows in the client table */
 	uint32_t max_ns;	/* rows in the namespace table */
 	uint32_t ledger_slots;	/* pin slots in each client's ledger */
+	uint32_t n_slots;	/* spill slots (tier 1); 0: no spill tier */
+	uint32_t pad;
 };
 
 /*
@@ -69,7 +71,7 @@ struct kvshm_header {
 	uint32_t client_row_bytes;	/* sizeof(struct kvshm_client_row) */
 	uint32_t ledger_header_bytes;	/* sizeof(struct kvshm_ledger) */
 	uint32_t top_bytes;		/* sizeof(struct kvshm_top) */
-	uint32_t pad0;
+	uint32_t slot_entry_bytes;	/* sizeof(struct kvshm_slot) */
 	struct kvshm_geometry geo;
 	uint64_t segment_bytes;
 	/* Offsets from the segment base; each is KVSHM_CACHELINE aligned. */
@@ -81,6 +83,7 @@ struct kvshm_header {
 	uint64_t off_tokens;
 	uint64_t off_free;
 	uint64_t off_top;
+	uint64_t off_slots;
 	int32_t daemon_pid;
 	uint32_t pool_kind;		/* enum kvshm_pool_kind */
 	uint64_t start_time_ns;		/* CLOCK_REALTIME at creation */
@@ -131,13 +134,33 @@ struct kvshm_stats {
 	_Atomic uint64_t pages_pinned;
 	_Atomic uint64_t pins;
 	/* Spill tier (tier 1); zero while no spill directory is configured. */
-	_Atomic uint64_t spill_enabled;
-	_Atomic uint64_t pages_spilled;
-	_Atomic uint64_t spills;
-	_Atomic uint64_t restores;
+	_Atomic uint64_t spill_enabled;		/* 1 while spill writes go on */
+	_Atomic uint64_t pages_spilled;		/* slots holding a block */
+	_Atomic uint64_t spills;		/* pages written to a slot */
+	_Atomic uint64_t restores;		/* slots read back into pages */
 	/* Disconnected clients whose process lives on: their pins still
 	 * count until it exits (see registry.c). */
 	_Atomic uint64_t clients_lingering;
+	/* Spill tier, continued (see daemon/spill.c). */
+	_Atomic uint64_t spill_path;		/* enum kvshm_spill_path */
+	_Atomic uint64_t spill_slots;		/* slots in the spill area */
+	_Atomic uint64_t spill_write_bytes;
+	_Atomic uint64_t spill_read_bytes;
+	_Atomic uint64_t spill_dropped;		/* bad header or checksum */
+	_Atomic uint64_t spill_recycled;	/* coldest slots given up for room */
+	_Atomic uint64_t spill_clean;		/* evictions that needed no write */
+	_Atomic uint64_t spill_errors;		/* failed writes and reads */
+	_Atomic uint64_t restore_misses;	/* asked for, not restored */
+	_Atomic uint64_t spill_read_bps;	/* measured restore bandwidth, B/s */
+	_Atomic uint64_t spill_warm;		/* slots found at start (warm) */
+};
+
+/* How the spill tier does its I/O. */
+enum kvshm_spill_path {
+	KVSHM_SPILL_OFF = 0,
+	KVSHM_SPILL_URING = 1,		/* io_uring, registered buffers */
+	KVSHM_SPILL_THREADS = 2,	/* pread/pwrite on worker threads */
+	KVSHM_SPILL_DEGRADED = 3,	/* writes stopped after an error */
 };
 
 /* ------------------------------------------------------------ namespaces */
@@ -265,8 +288,18 @@ enum kvshm_page_state {
 	KVSHM_PAGE_WRITING = 1,	/* handed to one client, invisible */
 	KVSHM_PAGE_READY = 2,	/* in the index, pinnable */
 	KVSHM_PAGE_EVICTING = 3,/* chosen by the evictor, pins being checked */
-	KVSHM_PAGE_SPILLED = 4,	/* reserved for the spill tier */
 };
+
+/*
+ * Where an index entry points: a pool page (tier 0), or with
+ * KVSHM_LOC_SLOT set, a spill slot (tier 1). The index stores loc + 1.
+ */
+#define KVSHM_LOC_SLOT 0x80000000u
+
+static inline int kvshm_loc_is_slot(uint32_t loc)
+{
+	return loc != UINT32_MAX && (loc & KVSHM_LOC_SLOT);
+}
 
 /*
  * One entry per pool page, written by the daemon only.
@@ -294,6 +327,37 @@ struct kvshm_page {
 	struct kvshm_key parent;
 	uint32_t ref;
 	uint32_t pad;
+};
+
+/* ------------------------------------------------------------ spill slots */
+
+/*
+ * One entry per spill slot (tier 1), written by the daemon only, read by
+ * clients to tell a tier-1 hit. A block lives in one tier at a time as far
+ * as the index is concerned: its entry names a page or a slot.
+ *
+ * state: KVSHM_SLOT_SPILLED while the index names this slot and its
+ *   contents on disk are whole; anything else (free, being written or read,
+ *   backing a page that is in the pool) is not a tier-1 hit. Release store
+ *   after the identity fields; readers load it with acquire.
+ * gen: bumped (release) whenever the slot changes identity, so a reader
+ *   re-checks it after reading the identity, as for pages.
+ * ns_id, key, parent: relaxed atomic stores before the SPILLED store.
+ */
+enum kvshm_slot_state {
+	KVSHM_SLOT_FREE = 0,
+	KVSHM_SLOT_SPILLED = 1,
+	KVSHM_SLOT_BUSY = 2,	/* being written or restored */
+	KVSHM_SLOT_BACKING = 3,	/* a clean copy of a pool page */
+};
+
+struct kvshm_slot {
+	_Atomic uint32_t state;
+	_Atomic uint32_t gen;
+	uint32_t ns_id;
+	uint32_t pad;
+	struct kvshm_key key;
+	struct kvshm_key parent;
 };
 
 /* ------------------------------------------------------------- accessors */
@@ -337,6 +401,11 @@ static inline uint32_t *kvshm_tokens(const struct kvshm_header *h, uint32_t page
 static inline struct kvshm_top *kvshm_top(const struct kvshm_header *h)
 {
 	return kvshm_at(h, h->off_top);
+}
+
+static inline struct kvshm_slot *kvshm_slots(const struct kvshm_header *h)
+{
+	return kvshm_at(h, h->off_slots);
 }
 
 /* The free-page stack: a count followed by page indices. Daemon-only. */
@@ -397,7 +466,7 @@ void kvshm_init(void *base, const struct kvshm_header *h);
  */
 int kvshm_validate(const void *base, uint64_t bytes, const char **why);
 
-/* Buckets for an index that must hold `entries` at a load below 1/2. */
+/* Buckets for an index that must hold `entries` at a load of 1/4. */
 uint32_t kvshm_buckets_for(uint64_t entries);
 
 _Static_assert(sizeof(struct kvshm_key) == 16, "key");
@@ -408,6 +477,7 @@ _Static_assert(offsetof(struct kvshm_page, key) == 16, "page.key");
 _Static_assert(sizeof(struct kvshm_ns) == 128, "ns row");
 _Static_assert(sizeof(struct kvshm_client_row) == 80, "client row");
 _Static_assert(sizeof(struct kvshm_top_entry) == 64, "top entry");
-_Static_assert(offsetof(struct kvshm_header, heartbeat) == 176, "hdr");
+_Static_assert(sizeof(struct kvshm_slot) == 48, "slot entry");
+_Static_assert(offsetof(struct kvshm_header, heartbeat) == 192, "hdr");
 
 #endif

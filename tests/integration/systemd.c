@@ -681,7 +681,8 @@ static int check_example_defaults(const char *help, const char *conf)
 {
 	/* Shown values that are examples or depend on the user, not defaults. */
 	static const char *const not_default[] = {
-		"socket", "allow-users", "allow-groups", "metrics-listen", "foreground", NULL,
+		"socket", "allow-users", "allow-groups", "metrics-listen", "foreground", "spill-dir",
+		NULL,
 	};
 	const char *p;
 	int nset = 0;

@@ -59,6 +59,9 @@ static void test_layout_rejects(void **state)
 	REJECT(g.ledger_slots = 0);
 	REJECT(g.n_pages = UINT32_MAX);
 	REJECT(g.n_pages = UINT32_MAX - 1);
+	/* Index entries name a page or, with KVSHM_LOC_SLOT, a spill slot. */
+	REJECT(g.n_pages = KVSHM_LOC_SLOT - 1);
+	REJECT(g.n_slots = KVSHM_LOC_SLOT - 1);
 	/* page_bytes * n_pages does not fit in 64 bits. */
 	REJECT(g.page_bytes = 1ull << 40; g.n_pages = 1u << 24);
 	REJECT(g.page_bytes = UINT64_MAX; g.n_pages = 2);
@@ -93,7 +96,7 @@ static int cmp_region(const void *a, const void *b)
 static void check_layout(const struct kvshm_geometry *g)
 {
 	struct kvshm_header h;
-	struct region r[8];
+	struct region r[9];
 	int i;
 
 	memset(&h, 0xa5, sizeof(h));
@@ -130,16 +133,19 @@ static void check_layout(const struct kvshm_geometry *g)
 	r[6] = (struct region){ h.off_free, sizeof(struct kvshm_free) + (uint64_t)g->n_pages * 4,
 		"free" };
 	r[7] = (struct region){ h.off_top, sizeof(struct kvshm_top), "top" };
-	for (i = 0; i < 8; i++)
+	r[8] = (struct region){ h.off_slots, (uint64_t)g->n_slots * sizeof(struct kvshm_slot),
+		"slots" };
+	assert_int_equal(h.slot_entry_bytes, sizeof(struct kvshm_slot));
+	for (i = 0; i < 9; i++)
 		assert_int_equal(r[i].off % KVSHM_CACHELINE, 0);
-	qsort(r, 8, sizeof(r[0]), cmp_region);
+	qsort(r, 9, sizeof(r[0]), cmp_region);
 	assert_true(r[0].off >= sizeof(struct kvshm_header));
-	for (i = 0; i + 1 < 8; i++)
+	for (i = 0; i + 1 < 9; i++)
 		assert_true(r[i].off + r[i].len <= r[i + 1].off);
-	assert_true(r[7].off + r[7].len <= h.segment_bytes);
+	assert_true(r[8].off + r[8].len <= h.segment_bytes);
 	assert_int_equal(h.segment_bytes % 4096, 0);
 	/* No more than one 4 KiB page of slack at the end. */
-	assert_true(h.segment_bytes - (r[7].off + r[7].len) < 4096);
+	assert_true(h.segment_bytes - (r[8].off + r[8].len) < 4096);
 }
 
 static void test_layout_regions(void **state)
@@ -165,8 +171,11 @@ static void test_layout_regions(void **state)
 	g.block_tokens = KVSHM_MAX_BLOCK_TOKENS;
 	g.page_bytes = 2ull << 20;
 	check_layout(&g);
+	g.n_slots = 77777;	/* a spill tier */
+	check_layout(&g);
 	/* Very large (but valid) tables: layout is arithmetic only. */
-	g.n_pages = UINT32_MAX - 2;
+	g.n_pages = KVSHM_LOC_SLOT - 2;
+	g.n_slots = KVSHM_LOC_SLOT - 2;
 	g.n_buckets = 1u << 31;
 	g.max_clients = UINT32_MAX;
 	g.max_ns = UINT32_MAX;

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * spill.h - the NVMe spill tier (tier 1): evicted pages are written to
+ * fixed-size slots in files under --spill-dir and read back on demand.
+ * All of it runs on the daemon's main thread; the I/O itself goes through
+ * spill_io.h. See spill.c for the life of a slot.
+ */
+#ifndef KVD_SPILL_H
+#define KVD_SPILL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../shm/segment.h"
+
+struct kvd;
+struct kvd_client;
+struct kvd_config;
+
+/* Slots the configured spill-size holds (0 when there is no spill tier),
+ * or -1 after a message when the settings do not fit. */
+int64_t kvd_spill_slots(const struct kvd_config *cfg);
+
+/*
+ * Open the spill area under cfg.spill_dir (creating its files), rebuild
+ * the tier-1 index from the slot headers found there (warm restart) and
+ * start the I/O engine. The segment and the pool must exist. Returns 0 or
+ * -1 after a log line. Does nothing when no spill directory is set.
+ */
+int kvd_spill_open(struct kvd *d);
+
+/* Finish the writes in flight, then close everything. */
+void kvd_spill_close(struct kvd *d);
+
+/* The eventfd the main loop polls, or -1. */
+int kvd_spill_fd(const struct kvd *d);
+
+/*
+ * Evictor: page is EVICTING and nobody pins it. Hand it to the spill tier
+ * (a clean copy already on disk, or a write queued) and return true: the
+ * page becomes FREE now or when its write completes, its index entry then
+ * naming the slot. False: the tier cannot take it; evict it plainly.
+ */
+bool kvd_spill_page(struct kvd *d, uint32_t page);
+
+/* Submit what kvd_spill_page queued. */
+void kvd_spill_flush(struct kvd *d);
+
+/* Pages whose spill write is in flight (they will be free soon). */
+uint32_t kvd_spill_pending(const struct kvd *d);
+
+/* Handle finished I/O (main loop, on the eventfd). */
+void kvd_spill_reap(struct kvd *d);
+
+/* Wait until no spill I/O is in flight. */
+void kvd_spill_drain(struct kvd *d);
+
+/*
+ * Before key is published as a new page: if the index names a tier-1 slot
+ * for it, or a page whose spill write is in flight, take that entry out
+ * (the new page holds the same block).
+ */
+void kvd_spill_unindex(struct kvd *d, struct kvshm_key key);
+
+/* Drop every slot of namespace ns_id (its row is being reused). */
+void kvd_spill_forget_ns(struct kvd *d, uint32_t ns_id);
+
+/* RESTORE from client c. Returns 0, or -1 if c was dropped. */
+int kvd_spill_restore(struct kvd *d, struct kvd_client *c, uint32_t seq,
+		      const void *p, uint32_t len);
+
+#endif
