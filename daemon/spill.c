@@ -755,6 +755,23 @@ static void warm_file(struct kvd *d, uint32_t f, uint32_t *good, uint32_t *bad,
 	}
 }
 
+/* mkdir -p, mode 0700 for what it creates. */
+static int mkdir_p(const char *dir)
+{
+	char tmp[PATH_MAX], *s;
+
+	snprintf(tmp, sizeof(tmp), "%s", dir);
+	for (s = tmp + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = 0;
+		if (mkdir(tmp, 0700) && errno != EEXIST)
+			return -1;
+		*s = '/';
+	}
+	return mkdir(tmp, 0700) && errno != EEXIST ? -1 : 0;
+}
+
 int kvd_spill_open(struct kvd *d)
 {
 	static const char *const kinds[] = { "auto", "io_uring", "worker threads" };
@@ -777,7 +794,7 @@ int kvd_spill_open(struct kvd *d)
 		goto nomem;
 	d->spill = sp;
 	snprintf(sp->dir, sizeof(sp->dir), "%s", d->cfg.spill_dir);
-	if (mkdir(sp->dir, 0700) && errno != EEXIST) {
+	if (mkdir_p(sp->dir)) {
 		kvd_err("spill: cannot create %s: %s", sp->dir, strerror(errno));
 		return -1;
 	}

@@ -715,11 +715,12 @@ static int check_example_defaults(const char *help, const char *conf)
 /*
  * The example with every setting uncommented and the prose dropped; our
  * own uid and gid stand in for the names that exist once sysusers ran,
- * and the metrics port is an ephemeral one.
+ * the metrics port is an ephemeral one and the spill directory one under
+ * `dir`.
  */
-static char *example_all_set(const char *conf)
+static char *example_all_set(const char *conf, const char *dir)
 {
-	char idbuf[64], *a, *b, *out;
+	char idbuf[300], *a, *b, *out;
 	const char *p;
 
 	a = replace_all(conf, "\n#", "\n");
@@ -730,6 +731,10 @@ static char *example_all_set(const char *conf)
 	a = replace_all(b, "allow-users = kvcached, root\n", idbuf);
 	free(b);
 	b = replace_all(a, "127.0.0.1:9464", "127.0.0.1:0");
+	free(a);
+	snprintf(idbuf, sizeof(idbuf), "%s/spill", dir);
+	a = b;
+	b = replace_all(a, "/var/lib/kvcached/spill", idbuf);
 	free(a);
 	out = calloc(1, strlen(b) + 1);
 	assert_non_null(out);
@@ -768,8 +773,8 @@ static void test_example_config(void **state)
 
 	/* A daemon starts with every setting of it. Flags win over the file,
 	 * so the test's small pool and private socket hold. */
-	all = example_all_set(conf);
 	sdd_init(&s, false);
+	all = example_all_set(conf, s.dir);
 	snprintf(path, sizeof(path), "%s/kvcached.conf", s.dir);
 	spew(path, all);
 	{
