@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <liburing.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -120,8 +121,9 @@ static void *worker(void *arg)
 
 static int threads_open(struct kvd_sio *s)
 {
+	sigset_t all, old;
 	unsigned i;
-	int rc;
+	int rc = 0;
 
 	s->q = calloc(s->depth, sizeof(*s->q));
 	s->fin = calloc(s->depth, sizeof(*s->fin));
@@ -130,13 +132,17 @@ static int threads_open(struct kvd_sio *s)
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	pthread_cond_init(&s->fin_cv, NULL);
-	for (i = 0; i < WORKERS; i++) {
+	/* Signals are the main loop's (signalfd): workers take none, or a
+	 * SIGTERM could land on one and kill the daemon uncleanly. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	for (i = 0; i < WORKERS && !rc; i++) {
 		rc = pthread_create(&s->th[i], NULL, worker, s);
-		if (rc)
-			return -rc;
-		s->nth++;
+		if (!rc)
+			s->nth++;
 	}
-	return 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return -rc;
 }
 
 /* ------------------------------------------------------------ io_uring */

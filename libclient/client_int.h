@@ -58,6 +58,7 @@ struct kvc_req {
 	char label[KVSHM_LABEL];	/* for the top-prefix list; may be empty */
 	int stage;		/* 0 new, 1 looked up, 2 allocated, 3 published */
 	uint32_t hits;
+	size_t t1;		/* spilled run after the hits, not yet counted */
 	struct kvshm_key *keys;
 	uint32_t *tokens;	/* n * bt */
 	uint32_t *page;
@@ -89,6 +90,9 @@ int kvc_rpc(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
  * give n back, one lock round each. */
 uint32_t kvc_slots_get(kvc_t *c, uint32_t *out, uint32_t n);
 void kvc_slots_put(kvc_t *c, const uint32_t *s, uint32_t n);
+
+/* Count a spilled run the caller did not restore as misses. */
+void kvci_settle_spilled(struct kvc_req *r);
 
 /* Drop block i's page reference (unpin or forget). */
 void kvc_block_release(struct kvc_req *r, size_t i);

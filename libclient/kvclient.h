@@ -42,11 +42,11 @@ extern "C" {
 #endif
 
 #define KVC_VERSION_MAJOR 0
-#define KVC_VERSION_MINOR 1
+#define KVC_VERSION_MINOR 2
 #define KVC_VERSION_PATCH 0
 /* major * 1000000 + minor * 1000 + patch, as kvc_version() returns */
-#define KVC_VERSION_NUMBER 1000
-#define KVC_VERSION_STRING "0.1.0"
+#define KVC_VERSION_NUMBER 2000
+#define KVC_VERSION_STRING "0.2.0"
 
 /* Largest prompt a request takes, in tokens. */
 #define KVC_MAX_TOKENS (1u << 22)
@@ -174,6 +174,43 @@ size_t kvc_req_blocks(const struct kvc_req *r);
  * -ECHILD (handle inherited across fork).
  */
 int kvc_lookup(struct kvc_req *r);
+
+/*
+ * The spill tier (tier 1). When the daemon spills evicted pages to NVMe
+ * (kvcached --spill-dir), a lookup also finds the run of blocks right
+ * after the hit prefix that wait on disk. They are neither pinned nor
+ * readable yet. The caller chooses: kvc_restore() brings them back in one
+ * round trip and pins them as hits; or kvc_alloc() goes on without them
+ * and the engine prefills them. kvc_restore_pays() says which is faster.
+ */
+
+/* Blocks of the spilled run after the hit prefix (0 for NULL, none, or
+ * outside the looked-up stage). */
+size_t kvc_req_spilled(const struct kvc_req *r);
+
+/*
+ * Restore the spilled run: the daemon reads every block of it into free
+ * pages (checking each slot's header and checksum: a bad one is dropped,
+ * never served) and publishes them; then they are pinned like hits.
+ * Returns the new number of leading hit blocks (at least what kvc_lookup
+ * returned; a block that failed, or was evicted again at once, ends the
+ * prefix there). Call after kvc_lookup and before kvc_alloc; the round
+ * trip waits for the disk reads. Errors: -EINVAL (NULL, or called at
+ * another stage), -ENOTCONN, -ECHILD, -ENOMEM, -EPROTO / -EBADMSG, or an
+ * error the daemon sent; the spilled blocks are then misses.
+ */
+int kvc_restore(struct kvc_req *r);
+
+/*
+ * Whether restoring the spilled run is expected to take less time than
+ * prefilling its tokens, at the caller's prefill speed for this model
+ * (prompt tokens per second): restore time = one round trip + blocks x
+ * page bytes / restore bandwidth (as the daemon measured it on recent
+ * restores; 1 GB/s before the first), prefill time = blocks x block tokens
+ * / prefill_tokens_per_sec. Returns 1 (restore), 0 (prefill, or nothing
+ * spilled), or -EINVAL (NULL request, speed not positive).
+ */
+int kvc_restore_pays(const struct kvc_req *r, double prefill_tokens_per_sec);
 
 /*
  * Ask the daemon for pages for every block after the hit prefix, in one

@@ -8,6 +8,7 @@
  * per lookup (an uncontended futex is a couple of atomic instructions).
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,9 @@
 #include "../shm/page.h"
 
 #define PREFETCH_AHEAD 8
+/* Restore bandwidth assumed before the daemon has measured one (B/s): a
+ * modest NVMe drive. */
+#define KVC_RESTORE_BPS_GUESS 1e9
 
 static int check_tokens(const uint32_t *tokens, size_t n_tokens,
 			const void *extra, size_t extra_len)
@@ -113,30 +117,26 @@ size_t kvc_req_blocks(const struct kvc_req *r)
 	return r ? r->n : 0;
 }
 
-int kvc_lookup(struct kvc_req *r)
+/*
+ * Pin blocks from..n while they are READY pages that verify; stops at the
+ * first miss or when pin slots run out. Returns the block it stopped at;
+ * *missed says whether it stopped on a miss (not on the pin quota).
+ */
+static size_t pin_run(struct kvc_req *r, size_t from, bool *missed)
 {
-	const struct kvshm_header *h;
-	struct kvshm_ledger *l;
-	struct kvshm_key parent;
-	kvc_t *c;
+	kvc_t *c = r->c;
+	const struct kvshm_header *h = c->seg;
+	struct kvshm_ledger *l = c->ledger;
+	struct kvshm_key parent = from ? r->keys[from - 1] : c->root;
 	size_t i, k, got;
-	uint32_t bt;
+	uint32_t bt = c->bt;
 
-	if (!r || r->stage != 0)
-		return -EINVAL;
-	c = r->c;
-	if ((k = (size_t)-kvc_usable(c)))
-		return -(int)k;	/* dead or forked: no hits from a stale view */
-	h = c->seg;
-	l = c->ledger;
-	bt = c->bt;
-	r->stage = 1;
-	parent = c->root;
-	for (k = 0; k < r->n && k < PREFETCH_AHEAD; k++)
+	for (k = from; k < r->n && k < from + PREFETCH_AHEAD; k++)
 		kvshm_index_prefetch(h, r->keys[k]);
-	/* All the pin slots this lookup can use, in one lock round. */
-	got = kvc_slots_get(c, r->slot, (uint32_t)r->n);
-	for (i = 0; i < got; i++) {
+	/* All the pin slots this walk can use, in one lock round. */
+	got = kvc_slots_get(c, r->slot + from, (uint32_t)(r->n - from));
+	*missed = false;
+	for (i = from; i < from + got; i++) {
 		uint32_t page, gen;
 
 		if (i + PREFETCH_AHEAD < r->n)
@@ -144,8 +144,10 @@ int kvc_lookup(struct kvc_req *r)
 		page = kvshm_index_find(h, r->keys[i]);
 		if (page == UINT32_MAX ||
 		    !kvshm_page_verify(h, page, c->ns_id, r->keys[i], parent,
-				       r->tokens + i * bt, &gen))
+				       r->tokens + i * bt, &gen)) {
+			*missed = true;
 			break;
+		}
 		if (!kvshm_ledger_pin(l, r->slot[i], h, page, gen)) {
 			atomic_fetch_add_explicit(&l->pin_failures, 1, memory_order_relaxed);
 			break;
@@ -158,20 +160,161 @@ int kvc_lookup(struct kvc_req *r)
 	}
 	/* Slots past the hit prefix go back (when got < n, the pin quota
 	 * ended the prefix and the rest is a miss). */
-	if (got > i)
-		kvc_slots_put(c, r->slot + i, (uint32_t)(got - i));
-	for (k = i; k < got; k++)
+	if (from + got > i)
+		kvc_slots_put(c, r->slot + i, (uint32_t)(from + got - i));
+	for (k = i; k < from + got; k++)
 		r->slot[k] = UINT32_MAX;
+	atomic_fetch_add_explicit(&l->pins_held, i - from, memory_order_relaxed);
+	return i;
+}
+
+/*
+ * The tier-1 run at block `from`: blocks the index names as spill slots
+ * (or as pages, between them) with the right key and parent. Returns its
+ * length, 0 when block `from` is not spilled.
+ */
+static size_t spilled_run(const struct kvc_req *r, size_t from)
+{
+	const kvc_t *c = r->c;
+	const struct kvshm_header *h = c->seg;
+	struct kvshm_key parent = from ? r->keys[from - 1] : c->root;
+	size_t j;
+
+	if (!h->geo.n_slots)
+		return 0;
+	for (j = from; j < r->n; j++) {
+		uint32_t loc = kvshm_index_find(h, r->keys[j]), gen;
+
+		if (!kvshm_slot_verify(h, loc, c->ns_id, r->keys[j], parent) &&
+		    (j == from || loc >= h->geo.n_pages ||
+		     !kvshm_page_verify(h, loc, c->ns_id, r->keys[j], parent,
+					r->tokens + j * c->bt, &gen)))
+			break;
+		parent = r->keys[j];
+	}
+	return j - from;
+}
+
+/* Count the spilled run's blocks, now that their fate is known: `hit` of
+ * them were restored and pinned, the rest are misses. */
+static void settle_spilled(struct kvc_req *r, size_t hit)
+{
+	struct kvshm_ledger *l = r->c->ledger;
+
+	if (!r->t1)
+		return;
+	atomic_fetch_add_explicit(&l->hit_blocks, hit, memory_order_relaxed);
+	atomic_fetch_add_explicit(&l->miss_blocks, r->t1 - hit, memory_order_relaxed);
+	atomic_fetch_add_explicit(&l->hit_tokens, (uint64_t)hit * r->c->bt, memory_order_relaxed);
+	r->t1 = 0;
+}
+
+void kvci_settle_spilled(struct kvc_req *r)
+{
+	settle_spilled(r, 0);
+}
+
+int kvc_lookup(struct kvc_req *r)
+{
+	struct kvshm_ledger *l;
+	bool missed;
+	size_t i;
+	int rc;
+
+	if (!r || r->stage != 0)
+		return -EINVAL;
+	if ((rc = kvc_usable(r->c)))
+		return rc;	/* dead or forked: no hits from a stale view */
+	l = r->c->ledger;
+	r->stage = 1;
+	i = pin_run(r, 0, &missed);
 	r->hits = (uint32_t)i;
+	/* Blocks on NVMe right after the hits: counted once the caller has
+	 * restored them or gone on without them. */
+	r->t1 = missed ? spilled_run(r, i) : 0;
 	if (i)
-		kvshm_ledger_hit(l, r->keys[0], (uint64_t)i * bt, r->label);
+		kvshm_ledger_hit(l, r->keys[0], (uint64_t)i * r->c->bt, r->label);
 	atomic_fetch_add_explicit(&l->lookup_tokens, r->n_tokens, memory_order_relaxed);
-	atomic_fetch_add_explicit(&l->hit_tokens, (uint64_t)i * bt, memory_order_relaxed);
+	atomic_fetch_add_explicit(&l->hit_tokens, (uint64_t)i * r->c->bt, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->lookups, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->hit_blocks, i, memory_order_relaxed);
-	atomic_fetch_add_explicit(&l->miss_blocks, r->n - i, memory_order_relaxed);
-	atomic_fetch_add_explicit(&l->pins_held, i, memory_order_relaxed);
+	atomic_fetch_add_explicit(&l->miss_blocks, r->n - i - r->t1, memory_order_relaxed);
 	return (int)i;
+}
+
+size_t kvc_req_spilled(const struct kvc_req *r)
+{
+	return r && r->stage == 1 ? r->t1 : 0;
+}
+
+int kvc_restore(struct kvc_req *r)
+{
+	struct kvproto_count cnt;
+	uint32_t rlen, n;
+	size_t from, i;
+	void *reply = NULL;
+	uint8_t *msg;
+	bool missed;
+	int rc;
+
+	if (!r || r->stage != 1)
+		return -EINVAL;
+	if ((rc = kvc_usable(r->c)))
+		return rc;
+	if (!r->t1)
+		return (int)r->hits;
+	from = r->hits;
+	n = (uint32_t)r->t1;
+	msg = malloc(sizeof(cnt) + (size_t)n * sizeof(struct kvshm_key));
+	if (!msg)
+		return -ENOMEM;
+	cnt.n = n;
+	cnt.pad = 0;
+	memcpy(msg, &cnt, sizeof(cnt));
+	memcpy(msg + sizeof(cnt), r->keys + from, (size_t)n * sizeof(struct kvshm_key));
+	rc = kvc_rpc(r->c, KVPROTO_RESTORE, msg,
+		     (uint32_t)(sizeof(cnt) + (size_t)n * sizeof(struct kvshm_key)),
+		     KVPROTO_RESTORE_R, &reply, &rlen);
+	free(msg);
+	if (!rc) {
+		memcpy(&cnt, reply, sizeof(cnt));
+		if (cnt.n != n)
+			rc = -EBADMSG;
+	}
+	free(reply);
+	if (rc) {
+		settle_spilled(r, 0);
+		return rc;
+	}
+	/* Restored blocks are READY pages now: pin them as hits. The
+	 * statuses need no reading: a block that failed is simply a miss. */
+	i = pin_run(r, from, &missed);
+	if (i > from)
+		kvshm_ledger_hit(r->c->ledger, r->keys[0], (uint64_t)(i - from) * r->c->bt,
+				 r->label);
+	settle_spilled(r, i - from < r->t1 ? i - from : r->t1);
+	r->hits = (uint32_t)i;
+	return (int)i;
+}
+
+int kvc_restore_pays(const struct kvc_req *r, double prefill_tokens_per_sec)
+{
+	const kvc_t *c;
+	double bps, t_restore, t_prefill;
+
+	if (!r || !(prefill_tokens_per_sec > 0))
+		return -EINVAL;
+	if (r->stage != 1 || !r->t1)
+		return 0;
+	c = r->c;
+	bps = (double)atomic_load_explicit(&kvshm_stats(c->seg)->spill_read_bps,
+					   memory_order_relaxed);
+	if (bps <= 0)
+		bps = KVC_RESTORE_BPS_GUESS;
+	/* One round trip plus the bytes, against prefilling the tokens. */
+	t_restore = 100e-6 + (double)r->t1 * (double)(c->page_bytes + 4096) / bps;
+	t_prefill = (double)r->t1 * c->bt / prefill_tokens_per_sec;
+	return t_restore < t_prefill;
 }
 
 void *kvc_block(struct kvc_req *r, size_t i)

@@ -36,6 +36,7 @@ int kvc_alloc(struct kvc_req *r)
 	if (!r || r->stage > 1)
 		return -EINVAL;
 	c = r->c;
+	kvci_settle_spilled(r);
 	r->stage = 2;
 	if (r->hits >= r->n)
 		return 0;
@@ -171,6 +172,8 @@ void kvc_req_free(struct kvc_req *r)
 
 	if (!r)
 		return;
+	if (r->state && kvc_usable(r->c) != -ECHILD)
+		kvci_settle_spilled(r);
 	/* In a child of fork() the ledger slots are the parent's: only free
 	 * our memory. */
 	if (r->state && kvc_usable(r->c) != -ECHILD) {
