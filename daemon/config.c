@@ -303,8 +303,11 @@ int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 			BAD("must be an absolute path");
 		strcpy(cfg->spill_dir, val);
 	} else if (!strcmp(key, "spill-size")) {
-		if (kvd_parse_size(val, &cfg->spill_size) || !cfg->spill_size)
+		uint64_t sz;
+
+		if (kvd_parse_size(val, &sz) || !sz)
 			BAD("not a size (a non-zero number with an optional K, M, G or T suffix)");
+		cfg->spill_size = sz;
 	} else if (!strcmp(key, "spill-io")) {
 		if (!strcmp(val, "auto"))
 			cfg->spill_io = 0;

@@ -222,6 +222,18 @@ static void test_set_good(void **state)
 	assert_string_equal(cfg.pool, "host");
 	GOOD("pool-size", "4G");
 	assert_int_equal(cfg.pool_size, 4ull << 30);
+	GOOD("spill-dir", "/var/lib/kvcached/spill");
+	assert_string_equal(cfg.spill_dir, "/var/lib/kvcached/spill");
+	GOOD("spill-dir", "");		/* off again */
+	assert_string_equal(cfg.spill_dir, "");
+	GOOD("spill-size", "64G");
+	assert_int_equal(cfg.spill_size, 64ull << 30);
+	GOOD("spill-io", "threads");
+	assert_int_equal(cfg.spill_io, 2);
+	GOOD("spill-io", "uring");
+	assert_int_equal(cfg.spill_io, 1);
+	GOOD("spill-io", "auto");
+	assert_int_equal(cfg.spill_io, 0);
 	GOOD("page-size", "64K");
 	assert_int_equal(cfg.page_size, 64ull << 10);
 	GOOD("block-tokens", "1");
@@ -285,6 +297,10 @@ static void test_set_bad(void **state)
 		{ "socket", "/tmp/012345678901234567890123456789012345678901234567890123456789"
 			    "0123456789012345678901234567890123456789012345.sock" },
 		{ "pool", "gpu" },
+		{ "spill-dir", "relative/spill" },
+		{ "spill-size", "0" },
+		{ "spill-size", "lots" },
+		{ "spill-io", "sync" },
 		{ "pool", "Host" },
 		{ "pool-size", "10X" },
 		{ "pool-size", "" },
