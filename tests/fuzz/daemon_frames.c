@@ -378,6 +378,22 @@ NO_COVERAGE static void check_replies(uint32_t row, const struct req *rq)
 		case KVPROTO_STAT_R:
 			CHECK(rq->type == KVPROTO_STAT && !c->used);
 			break;
+		case KVPROTO_RESTORE_R: {
+			struct kvproto_count cnt;
+			uint32_t i;
+
+			CHECK(rq->type == KVPROTO_RESTORE);
+			memcpy(&cnt, p, sizeof(cnt));
+			CHECK(cnt.n == rq->n);
+			/* No spill tier here: a key is in the pool or nowhere. */
+			for (i = 0; i < cnt.n; i++) {
+				int32_t st;
+
+				memcpy(&st, p + sizeof(cnt) + i * sizeof(st), sizeof(st));
+				CHECK(st == 0 || st == -ENOENT);
+			}
+			break;
+		}
 		default:
 			CHECK(0);	/* the daemon sent a request type */
 		}
@@ -778,7 +794,8 @@ static void op_frame(struct in *in, uint32_t row, bool fix, bool with_pidfd)
 	if (!kvproto_decode(&h, h.len ? buf + sizeof(h) : NULL, c->bt, &why)) {
 		rq.type = h.type;
 		rq.bye = h.type == KVPROTO_BYE && c->hello;	/* else: HELLO first */
-		if (h.type == KVPROTO_ALLOC || h.type == KVPROTO_PUBLISH || h.type == KVPROTO_FREE)
+		if (h.type == KVPROTO_ALLOC || h.type == KVPROTO_PUBLISH || h.type == KVPROTO_FREE ||
+		    h.type == KVPROTO_RESTORE)
 			memcpy(&rq.n, buf + sizeof(h), sizeof(rq.n));
 	}
 	kvd_server_frame(&d, c, buf);

@@ -152,6 +152,17 @@ static void check_accepted(const struct kvproto_hdr *h, const uint8_t *p, uint32
 	case KVPROTO_FREE_R:
 		CHECK(len == sizeof(struct kvproto_count));
 		break;
+	case KVPROTO_RESTORE:
+	case KVPROTO_RESTORE_R: {
+		uint64_t rec = h->type == KVPROTO_RESTORE ? sizeof(struct kvshm_key) : 4;
+
+		CHECK(len >= sizeof(struct kvproto_count));
+		n = count_of(p);
+		CHECK(n >= 1 && n <= KVPROTO_MAX_COUNT);
+		CHECK(len == 8 + (uint64_t)n * rec);
+		read_records(p, sizeof(struct kvproto_count), n, rec);
+		break;
+	}
 	case KVPROTO_STAT: {
 		struct kvproto_stat st;
 

@@ -16,6 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 MAGIC = 0x4B564331
 HELLO, HELLO_R, ALLOC, ALLOC_R, PUBLISH, PUBLISH_R = 1, 2, 3, 4, 5, 6
 FREE, FREE_R, ERROR, STAT, STAT_R, BYE = 7, 8, 9, 10, 11, 12
+RESTORE, RESTORE_R = 13, 14
 
 
 def frame(typ, payload=b"", seq=1, magic=MAGIC, length=None):
@@ -51,6 +52,11 @@ def pub(recs, bt=16):
     return out
 
 
+def keys(ks):
+    return struct.pack("<II", len(ks), 0) + b"".join(
+        struct.pack("<QQ", k, (k * 0x9E3779B97F4A7C15) % (1 << 64)) for k in ks)
+
+
 def stat(version=1, flags=0):
     return struct.pack("<II", version, flags)
 
@@ -81,6 +87,8 @@ def proto_seeds():
     write("proto", "free", bt16 + frame(FREE, pgs([(0, 1), (1, 1)])))
     write("proto", "stat", bt16 + frame(STAT, stat()))
     write("proto", "bye", bt16 + frame(BYE))
+    write("proto", "restore", bt16 + frame(RESTORE, keys([0x1000, 0x1001])) +
+          frame(RESTORE_R, struct.pack("<II", 2, 0) + struct.pack("<ii", 0, -2)))
     write("proto", "replies", bt16 +
           frame(HELLO_R, bytes(64)) +
           frame(ALLOC_R, pgs([])) +
@@ -121,6 +129,10 @@ def daemon_seeds():
     write("daemon_frames", "alloc-free", bt16 + h + f(ALLOC, alloc(8), seq=2) +
           f(FREE, pgs([(i, 0) for i in range(8)]), seq=3, fix=True) + f(BYE))
     write("daemon_frames", "stat", bt16 + f(STAT, stat()))
+    # RESTORE with no spill tier: every key is simply not spilled.
+    write("daemon_frames", "restore", bt16 + h + f(ALLOC, alloc(2), seq=2) +
+          f(PUBLISH, pub(chain(2)), seq=3, fix=True) +
+          f(RESTORE, keys([0x1000, 0x1001, 0x2000]), seq=4) + f(BYE))
     write("daemon_frames", "stat-bad-version", bt16 + f(STAT, stat(version=9)))
     write("daemon_frames", "linger-exit", bt16 + f(HELLO, hello(), linger=True) +
           f(ALLOC, alloc(2), seq=2) + op(OP_HANGUP) + op(OP_TICK) + op(OP_EXIT))
