@@ -267,11 +267,13 @@ static int op_queue(struct kvd *d, uint32_t idx, bool write)
 	off_t off = slot_off(sp, o->slot);
 	int rc;
 
+	/* tag: op index and part (0 header, 1 payload) */
 	rc = kvd_sio_queue(sp->io, fd, write, sp->staging + (uint64_t)idx * sp->hdr_bytes,
-			   sp->hdr_bytes, off, sp->nareas, idx);
+			   sp->hdr_bytes, off, sp->nareas, (uint64_t)idx << 1);
 	if (!rc)
 		rc = kvd_sio_queue(sp->io, fd, write, page_at(d, o->page), o->len,
-				   off + (off_t)sp->hdr_bytes, o->page / sp->pages_per_area, idx);
+				   off + (off_t)sp->hdr_bytes, o->page / sp->pages_per_area,
+				   (uint64_t)idx << 1 | 1);
 	o->parts = 2;
 	return rc;
 }
@@ -381,18 +383,20 @@ static void reap_done(void *arg, uint64_t tag, int res)
 {
 	struct kvd *d = arg;
 	struct kvd_spill *sp = d->spill;
-	struct sop *o = &sp->ops[tag];
+	uint32_t idx = (uint32_t)(tag >> 1);
+	struct sop *o = &sp->ops[idx];
+	uint64_t want = tag & 1 ? o->len : sp->hdr_bytes;
 
 	if (res < 0 && !o->err)
 		o->err = res;
-	else if (res >= 0 && !o->err && (uint64_t)res != sp->hdr_bytes && (uint64_t)res != o->len)
+	else if (res >= 0 && !o->err && (uint64_t)res != want)
 		o->err = -EIO;	/* short transfer */
 	if (--o->parts)
 		return;
 	if (o->kind == OP_WRITE)
-		write_done(d, (uint32_t)tag);
+		write_done(d, idx);
 	else
-		read_done(d, (uint32_t)tag);
+		read_done(d, idx);
 }
 
 /* ------------------------------------------------------------ evictor */
