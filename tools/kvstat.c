@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * kvstat.c - the operator's live view of kvcached: pool occupancy by page
- * state and tier, hit ratios in blocks and tokens, event counts and rates,
- * one row per attached client and the hottest prefixes.
+ * state and tier, the spill tier's slots and health, hit ratios in blocks
+ * and tokens, event counts and rates (byte rates for spill I/O), one row
+ * per attached client and the hottest prefixes.
  *
  * How it reads: kvobs_attach() makes one STAT round trip to get the
  * segment's file descriptor and maps it read-only; from then on every frame
@@ -124,6 +125,39 @@ static const char *pool_kind(uint32_t k)
 	return k == KVSHM_POOL_HOST ? "host" : k == KVSHM_POOL_CUDA ? "cuda" : "unknown";
 }
 
+/*
+ * A spill tier is configured when it has slots: spill_enabled drops to 0
+ * when the tier degrades (writes stopped after an error), while its slots,
+ * spilled blocks and restores go on.
+ */
+static bool spill_configured(const struct kvshm_snap *s)
+{
+	return V(s, spill_slots) > 0;
+}
+
+/* enum kvshm_spill_path: the JSON name, and the words of the table. */
+static const char *spill_path_json(uint64_t p)
+{
+	switch (p) {
+	case KVSHM_SPILL_OFF: return "off";
+	case KVSHM_SPILL_URING: return "io_uring";
+	case KVSHM_SPILL_THREADS: return "threads";
+	case KVSHM_SPILL_DEGRADED: return "degraded";
+	default: return "unknown";
+	}
+}
+
+static const char *spill_path_text(uint64_t p)
+{
+	switch (p) {
+	case KVSHM_SPILL_OFF: return "off";
+	case KVSHM_SPILL_URING: return "io_uring";
+	case KVSHM_SPILL_THREADS: return "worker threads";
+	case KVSHM_SPILL_DEGRADED: return "DEGRADED: writes stopped after an error";
+	default: return "unknown I/O path";
+	}
+}
+
 /* -1 when there is nothing to divide by. */
 static double ratio(uint64_t num, uint64_t den)
 {
@@ -168,6 +202,18 @@ static const char *fmt_rate(char *buf, size_t len, double r)
 		snprintf(buf, len, "%.1fk", r / 1e3);
 	else
 		snprintf(buf, len, "%.1f", r);
+	return buf;
+}
+
+/* Bytes per second: "1.5 GiB/s", or "-" when undefined (< 0). */
+static const char *fmt_bps(char *buf, size_t len, double r)
+{
+	char b[32];
+
+	if (r < 0 || !isfinite(r))
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%s/s", fmt_bytes(b, sizeof(b), (uint64_t)r));
 	return buf;
 }
 
@@ -350,14 +396,30 @@ static void print_json(FILE *f, const struct kvobs *o, const struct kvshm_snap *
 		fputc('}', f);
 	}
 	fputs("],\"spill\":", f);
-	if (V(s, spill_enabled))
-		fprintf(f, "{\"enabled\":true,\"pages\":%llu,\"bytes\":%llu,\"spills\":%llu,"
-			"\"restores\":%llu}",
+	if (spill_configured(s)) {
+		/* "pages" is "slots_used" by the name earlier kvstat 1 output used. */
+		fprintf(f, "{\"enabled\":%s,\"path\":\"%s\",\"slots\":%llu,\"slots_used\":%llu,"
+			"\"pages\":%llu,\"bytes\":%llu,\"spills\":%llu,\"restores\":%llu,"
+			"\"restore_misses\":%llu,\"write_bytes\":%llu,\"read_bytes\":%llu,"
+			"\"dropped\":%llu,\"recycled\":%llu,\"clean\":%llu,\"errors\":%llu,"
+			"\"read_bps\":%llu,\"warm\":%llu}",
+			V(s, spill_enabled) ? "true" : "false", spill_path_json(V(s, spill_path)),
+			(unsigned long long)V(s, spill_slots),
+			(unsigned long long)V(s, pages_spilled),
 			(unsigned long long)V(s, pages_spilled),
 			(unsigned long long)(V(s, pages_spilled) * g->page_bytes),
-			(unsigned long long)V(s, spills), (unsigned long long)V(s, restores));
-	else
-		fputs("{\"enabled\":false}", f);
+			(unsigned long long)V(s, spills), (unsigned long long)V(s, restores),
+			(unsigned long long)V(s, restore_misses),
+			(unsigned long long)V(s, spill_write_bytes),
+			(unsigned long long)V(s, spill_read_bytes),
+			(unsigned long long)V(s, spill_dropped),
+			(unsigned long long)V(s, spill_recycled),
+			(unsigned long long)V(s, spill_clean), (unsigned long long)V(s, spill_errors),
+			(unsigned long long)V(s, spill_read_bps),
+			(unsigned long long)V(s, spill_warm));
+	} else {
+		fputs("{\"enabled\":false,\"path\":\"off\",\"slots\":0}", f);
+	}
 	fputs("}\n", f);
 }
 
@@ -384,6 +446,43 @@ static void event_row(FILE *f, const char *name, uint64_t total, double up, cons
 		fprintf(f, " %16s", fmt_rate(b, sizeof(b),
 					     iv && iv->valid ? (double)*d / iv->dt : -1));
 	fputc('\n', f);
+}
+
+/* event_row for a byte counter: totals in KiB/MiB/..., rates per second. */
+static void event_bytes_row(FILE *f, const char *name, uint64_t total, double up,
+			    const uint64_t *d, const struct interval *iv, bool watch)
+{
+	char a[32], b[32], c[32];
+
+	fprintf(f, "%-14s %14s %18s", name, fmt_bytes(c, sizeof(c), total),
+		fmt_bps(a, sizeof(a), up > 0 ? (double)total / up : -1));
+	if (watch)
+		fprintf(f, " %16s", fmt_bps(b, sizeof(b),
+					    iv && iv->valid ? (double)*d / iv->dt : -1));
+	fputc('\n', f);
+}
+
+/* The spill tier's state under the PAGES table: path, slots, health.
+ * Bytes are page data; each slot also has a header on disk. */
+static void spill_lines(FILE *f, const struct kvshm_snap *s)
+{
+	uint64_t slots = V(s, spill_slots), used = V(s, pages_spilled);
+	char b1[32], b2[32], b3[32], p[16];
+
+	fprintf(f, "spill tier: %s, %llu of %llu slots used (%s), %s of %s page data\n",
+		spill_path_text(V(s, spill_path)), (unsigned long long)used,
+		(unsigned long long)slots, fmt_pct(p, sizeof(p), ratio(used, slots)),
+		fmt_bytes(b1, sizeof(b1), used * s->geo.page_bytes),
+		fmt_bytes(b2, sizeof(b2), slots * s->geo.page_bytes));
+	if (V(s, spill_read_bps))
+		fprintf(f, "            restore bandwidth %s (measured), ",
+			fmt_bps(b3, sizeof(b3), (double)V(s, spill_read_bps)));
+	else
+		fputs("            restore bandwidth not measured yet, ", f);
+	fprintf(f, "%llu slots warm at start\n", (unsigned long long)V(s, spill_warm));
+	fprintf(f, "            %llu dropped, %llu recycled, %llu clean evictions, %llu errors\n",
+		(unsigned long long)V(s, spill_dropped), (unsigned long long)V(s, spill_recycled),
+		(unsigned long long)V(s, spill_clean), (unsigned long long)V(s, spill_errors));
 }
 
 /* U+2581..U+2588; '.' for an interval without lookups. */
@@ -433,10 +532,11 @@ static void print_text(FILE *f, const struct kvshm_snap *s, const struct interva
 	page_row(f, "writing", "0 pool", V(s, pages_writing), s, "");
 	page_row(f, "ready", "0 pool", V(s, pages_ready), s, "");
 	page_row(f, "pinned", "0 pool", V(s, pages_pinned), s, "  (part of ready)");
-	if (V(s, spill_enabled)) {
+	if (spill_configured(s)) {
 		fprintf(f, "%-9s %-9s %10llu %12s %7s\n", "spilled", "1 spill",
 			(unsigned long long)V(s, pages_spilled),
 			fmt_bytes(b1, sizeof(b1), V(s, pages_spilled) * g->page_bytes), "-");
+		spill_lines(f, s);
 	} else {
 		fputs("spill tier: off\n", f);
 	}
@@ -481,10 +581,16 @@ static void print_text(FILE *f, const struct kvshm_snap *s, const struct interva
 	EV("publishes", publishes);
 	EV("publish dups", publish_dups);
 	EV("evictions", evictions);
-	if (V(s, spill_enabled)) {
+#define EVB(name, field) \
+	event_bytes_row(f, name, V(s, field), up, iv ? &D(iv, field) : NULL, iv, watch)
+	if (spill_configured(s)) {
 		EV("spills", spills);
 		EV("restores", restores);
+		EV("restore misses", restore_misses);
+		EVB("spill written", spill_write_bytes);
+		EVB("spill read", spill_read_bytes);
 	}
+#undef EVB
 #undef EV
 
 	for (i = 0; i < s->n_clients; i++) {
@@ -801,7 +907,8 @@ static void usage(FILE *f)
 "\n"
 "Shows what kvcached is doing: pool pages by state and tier, hit ratios in\n"
 "blocks and tokens, lookups, publishes, evictions, spills and restores with\n"
-"rates, one row per attached client and the most hit prefixes. Reads the\n"
+"rates, the spill tier (slots, I/O path, bytes written and read, health),\n"
+"one row per attached client and the most hit prefixes. Reads the\n"
 "daemon's shared memory read-only, with no lock and no daemon round trip\n"
 "after attaching.\n"
 "\n"

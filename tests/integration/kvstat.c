@@ -4,8 +4,8 @@
  * exact counters in --json and --prometheus after a scripted workload,
  * live client rows, the top-prefix sketch with labels, /metrics over HTTP
  * on loopback (byte-equal to kvstat --prometheus), error exits, watch mode
- * into a pipe and onto a terminal, SIGINT, and reattaching after the
- * daemon is replaced.
+ * into a pipe and onto a terminal, SIGINT, reattaching after the daemon is
+ * replaced, and the spill tier's rows with a real spill directory.
  *
  * kvstat runs as its own process ($BUILD/kvstat, fork + exec) with stdout
  * and stderr captured. Its JSON is parsed by a small strict parser below,
@@ -32,6 +32,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -786,6 +787,11 @@ static void test_exact_counts(void **state)
 	assert_true(jget(jget(&v, "spill"), "enabled") &&
 		    jget(jget(&v, "spill"), "enabled")->t == J_BOOL &&
 		    !jget(jget(&v, "spill"), "enabled")->b);
+	assert_string_equal(js(&v, "spill.path"), "off");
+	assert_int_equal(ju(&v, "spill.slots"), 0);
+	assert_null(jpath(&v, "spill.slots_used"));
+	assert_int_equal(ju(&v, "counters.spill_slots"), 0);
+	assert_int_equal(ju(&v, "counters.spill_path"), KVSHM_SPILL_OFF);
 	/* The reader's hits (2 + 3 blocks) all went to P's root. */
 	t = jarr(&v, "top_prefixes");
 	assert_int_equal(t->n, 1);
@@ -803,11 +809,16 @@ static void test_exact_counts(void **state)
 	assert_non_null(strstr(out, "\nkvcached_hit_tokens_total 80\n"));
 	assert_non_null(strstr(out, "\nkvcached_lookup_tokens_total 229\n"));
 	assert_non_null(strstr(out, "\nkvcached_pool_pages{state=\"ready\"} 7\n"));
+	assert_non_null(strstr(out, "\nkvcached_spill_slots 0\n"));
+	assert_non_null(strstr(out, "\nkvcached_spill_io_path 0\n"));
 	free(out);
 
 	/* The table: 5/14 = 35.7% of blocks, 80/229 = 34.9% of tokens. */
 	assert_int_equal(kvstat(text, NULL, &out, NULL), 0);
-	assert_non_null(strstr(out, "spill tier: off"));
+	assert_non_null(strstr(out, "\nspill tier: off\n"));
+	assert_null(strstr(out, "\nspilled "));	/* no made-up zeros */
+	assert_null(strstr(out, "\nspills "));
+	assert_null(strstr(out, "\nspill written "));
 	assert_non_null(strstr(out, "35.7%"));
 	assert_non_null(strstr(out, "34.9%"));
 	assert_non_null(strstr(out, key_hex(root)));
@@ -1310,6 +1321,381 @@ static void test_watch_reattach(void **state)
 	rmdir(dir);
 }
 
+/* ----------------------------------------------------- 8. the spill tier */
+
+/*
+ * A daemon with a 4 MiB spill area: 512 slots of 4096 header + 4096 page
+ * bytes. 64 distinct 8-block prompts are 512 blocks into a 256-page pool,
+ * so about half of them spill (and none is recycled: they all fit).
+ */
+#define SP_NB 8
+#define SP_PROMPTS 64
+#define SP_SLOT_BYTES (4096 + 4096)
+
+static char spill_dir[64];
+
+static int setup_spill(void **state)
+{
+	const char *args[] = { "--spill-dir", spill_dir, "--spill-size", "4M", "--spill-io",
+			       "uring", NULL };
+
+	snprintf(spill_dir, sizeof(spill_dir), "/tmp/kvstat-spill.XXXXXX");
+	if (!mkdtemp(spill_dir)) {
+		spill_dir[0] = 0;
+		return -1;
+	}
+	if (kvt_setup_args(state, args)) {
+		rmdir(spill_dir);	/* cmocka skips the teardown */
+		spill_dir[0] = 0;
+		return -1;
+	}
+	return 0;
+}
+
+/* Only the spill directory: the test starts the daemon itself. */
+static int setup_spill_dir(void **state)
+{
+	snprintf(spill_dir, sizeof(spill_dir), "/tmp/kvstat-spill.XXXXXX");
+	if (!mkdtemp(spill_dir)) {
+		spill_dir[0] = 0;
+		return -1;
+	}
+	*state = calloc(1, sizeof(struct kvt_daemon));
+	if (!*state) {
+		rmdir(spill_dir);
+		spill_dir[0] = 0;
+		return -1;
+	}
+	return 0;
+}
+
+static int teardown_spill(void **state)
+{
+	int rc = *state ? kvt_teardown(state) : 0;
+	char cmd[128];
+
+	if (spill_dir[0] && !getenv("KVT_KEEP")) {
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", spill_dir);
+		if (system(cmd)) {
+			/* A temp folder left behind: nothing to fail on. */
+		}
+	}
+	spill_dir[0] = 0;
+	return rc;
+}
+
+static void spill_prompt(uint32_t *t, int p)
+{
+	kvt_tokens(t, SP_NB * BT, 0, 5000 + (uint32_t)p);
+}
+
+static void spill_fill(kvc_t *c, int first, int count)
+{
+	uint32_t t[SP_NB * BT];
+	int p, cached;
+
+	for (p = first; p < first + count; p++) {
+		spill_prompt(t, p);
+		assert_true(kvt_put(c, t, SP_NB * BT, &cached) >= 0);
+		assert_int_equal(cached, SP_NB);
+	}
+}
+
+/* Spill writes are asynchronous: poll kvstat --json until the spill and
+ * eviction counters stand still over three looks in a row. */
+static struct jv spill_settled(const struct kvt_daemon *d)
+{
+	uint64_t spills = UINT64_MAX, evictions = UINT64_MAX, clean = UINT64_MAX;
+	struct jv v;
+	int i, same = 0;
+
+	for (i = 0; i < 400; i++) {
+		v = stat_json(d);
+		if (ju(&v, "counters.spills") == spills && ju(&v, "counters.evictions") == evictions &&
+		    ju(&v, "counters.spill_clean") == clean && ju(&v, "pages.writing") == 0) {
+			if (++same == 3)
+				return v;
+		} else {
+			same = 0;
+		}
+		spills = ju(&v, "counters.spills");
+		evictions = ju(&v, "counters.evictions");
+		clean = ju(&v, "counters.spill_clean");
+		jfree(&v);
+		sleep_ms(30);
+	}
+	fail_msg("the spill counters did not settle");
+	return v;
+}
+
+/*
+ * Every spill field of --json against the counters it comes from and
+ * against each other (recycled, dropped and warm are 0 in these tests, so
+ * the slots in use are exactly what was written or re-evicted clean and
+ * not restored since).
+ */
+static void check_spill_json(const struct jv *v)
+{
+	const struct jv *sp = jget(v, "spill");
+	uint64_t used = ju(v, "spill.slots_used");
+
+	assert_non_null(sp);
+	assert_true(jget(sp, "enabled") && jget(sp, "enabled")->t == J_BOOL &&
+		    jget(sp, "enabled")->b);
+	assert_string_equal(js(v, "spill.path"), "io_uring");
+	assert_int_equal(ju(v, "spill.slots"), (4u << 20) / SP_SLOT_BYTES);
+	assert_int_equal(ju(v, "counters.spill_slots"), ju(v, "spill.slots"));
+	assert_int_equal(ju(v, "counters.spill_path"), KVSHM_SPILL_URING);
+	assert_int_equal(ju(v, "counters.spill_enabled"), 1);
+	assert_true(used > 0 && used <= ju(v, "spill.slots"));
+	assert_int_equal(used, ju(v, "pages.spilled"));
+	assert_int_equal(used, ju(v, "counters.pages_spilled"));
+	assert_int_equal(used, ju(v, "spill.pages"));
+	assert_int_equal(ju(v, "spill.bytes"), used * 4096);
+	assert_true(ju(v, "spill.spills") > 0);
+	assert_int_equal(ju(v, "spill.spills"), ju(v, "counters.spills"));
+	assert_int_equal(ju(v, "spill.write_bytes"), ju(v, "spill.spills") * SP_SLOT_BYTES);
+	assert_int_equal(ju(v, "spill.write_bytes"), ju(v, "counters.spill_write_bytes"));
+	assert_int_equal(ju(v, "spill.restores"), ju(v, "counters.restores"));
+	assert_int_equal(ju(v, "spill.read_bytes"), ju(v, "spill.restores") * SP_SLOT_BYTES);
+	assert_int_equal(ju(v, "spill.read_bytes"), ju(v, "counters.spill_read_bytes"));
+	assert_int_equal(ju(v, "spill.clean"), ju(v, "counters.spill_clean"));
+	assert_int_equal(ju(v, "spill.restore_misses"), 0);
+	assert_int_equal(ju(v, "spill.dropped"), 0);
+	assert_int_equal(ju(v, "spill.recycled"), 0);
+	assert_int_equal(ju(v, "spill.errors"), 0);
+	assert_int_equal(ju(v, "spill.warm"), 0);
+	assert_int_equal(ju(v, "spill.read_bps"), ju(v, "counters.spill_read_bps"));
+	assert_int_equal(used, ju(v, "spill.spills") + ju(v, "spill.clean") -
+			       ju(v, "spill.restores"));
+	/* Every eviction went to a slot, by a write or a clean copy. */
+	assert_int_equal(ju(v, "counters.evictions"), ju(v, "spill.spills") + ju(v, "spill.clean"));
+}
+
+/* The table's spill rows, and the /metrics series, say the same numbers. */
+static void check_spill_text_prom(const struct kvt_daemon *d, const struct jv *v)
+{
+	const char *text[] = { "--socket", d->sock, NULL };
+	const char *prom[] = { "--socket", d->sock, "--prometheus", NULL };
+	uint64_t used = ju(v, "spill.slots_used"), slots = ju(v, "spill.slots");
+	char line[256], *out, *p;
+	unsigned long long total;
+
+	assert_int_equal(kvstat(text, NULL, &out, NULL), 0);
+	assert_null(strstr(out, "spill tier: off"));
+	snprintf(line, sizeof(line), "\n%-9s %-9s %10llu ", "spilled", "1 spill",
+		 (unsigned long long)used);
+	assert_non_null(strstr(out, line));
+	snprintf(line, sizeof(line), "\nspill tier: io_uring, %llu of %llu slots used (",
+		 (unsigned long long)used, (unsigned long long)slots);
+	assert_non_null(strstr(out, line));
+	snprintf(line, sizeof(line), "\n            0 dropped, 0 recycled, %llu clean evictions, "
+		 "0 errors\n", (unsigned long long)ju(v, "spill.clean"));
+	assert_non_null(strstr(out, line));
+	if (ju(v, "spill.restores")) {
+		p = strstr(out, "\n            restore bandwidth ");
+		assert_non_null(p);
+		assert_non_null(strstr(p, "B/s (measured), 0 slots warm at start\n"));
+	} else {
+		assert_non_null(strstr(out, "\n            restore bandwidth not measured yet, "
+				       "0 slots warm at start\n"));
+	}
+	p = strstr(out, "\nspills ");
+	assert_non_null(p);
+	assert_int_equal(sscanf(p, "\nspills %llu", &total), 1);
+	assert_int_equal(total, ju(v, "spill.spills"));
+	p = strstr(out, "\nrestores ");
+	assert_non_null(p);
+	assert_int_equal(sscanf(p, "\nrestores %llu", &total), 1);
+	assert_int_equal(total, ju(v, "spill.restores"));
+	p = strstr(out, "\nrestore misses ");
+	assert_non_null(p);
+	assert_int_equal(sscanf(p, "\nrestore misses %llu", &total), 1);
+	assert_int_equal(total, 0);
+	/* Bytes rows are in KiB/MiB; they exist, with a rate in bytes per second. */
+	p = strstr(out, "\nspill written ");
+	assert_non_null(p);
+	assert_true(strstr(p, "iB/s") && strstr(p, "iB/s") < strchr(p + 1, '\n'));
+	p = strstr(out, "\nspill read ");
+	assert_non_null(p);
+	assert_true(strstr(p, "/s") && strstr(p, "/s") < strchr(p + 1, '\n'));
+	free(out);
+
+	assert_int_equal(kvstat(prom, NULL, &out, NULL), 0);
+#define PROM(fmt, val) \
+	do { \
+		snprintf(line, sizeof(line), "\n" fmt "\n", (unsigned long long)(val)); \
+		if (!strstr(out, line)) \
+			fail_msg("--prometheus lacks '%s'", line + 1); \
+	} while (0)
+	PROM("kvcached_spill_enabled %llu", 1);
+	PROM("kvcached_spill_io_path %llu", KVSHM_SPILL_URING);
+	PROM("kvcached_spill_slots %llu", slots);
+	PROM("kvcached_pool_pages{state=\"spilled\"} %llu", used);
+	PROM("kvcached_spills_total %llu", ju(v, "spill.spills"));
+	PROM("kvcached_restores_total %llu", ju(v, "spill.restores"));
+	PROM("kvcached_restore_misses_total %llu", 0);
+	PROM("kvcached_spill_written_bytes_total %llu", ju(v, "spill.write_bytes"));
+	PROM("kvcached_spill_read_bytes_total %llu", ju(v, "spill.read_bytes"));
+	PROM("kvcached_spill_clean_evictions_total %llu", ju(v, "spill.clean"));
+	PROM("kvcached_spill_recycled_slots_total %llu", 0);
+	PROM("kvcached_spill_dropped_slots_total %llu", 0);
+	PROM("kvcached_spill_errors_total %llu", 0);
+	PROM("kvcached_spill_read_bandwidth_bytes_per_second %llu", ju(v, "spill.read_bps"));
+	PROM("kvcached_spill_warm_slots %llu", 0);
+#undef PROM
+	assert_non_null(strstr(out, "\n# TYPE kvcached_spill_written_bytes_total counter\n"));
+	assert_non_null(strstr(out, "\n# TYPE kvcached_spill_io_path gauge\n"));
+	assert_non_null(strstr(out,
+		"\n# TYPE kvcached_spill_read_bandwidth_bytes_per_second gauge\n"));
+	free(out);
+}
+
+static void test_spill_tier(void **state)
+{
+	struct kvt_daemon *d = *state;
+	const char *watch[] = { "--socket", d->sock, "--watch", "0.25", "--count", "4", "--json",
+				NULL };
+	uint32_t t[SP_NB * BT];
+	struct kvc_req *r;
+	uint64_t wrote = 0;
+	size_t spilled;
+	struct proc p;
+	char *line, *save = NULL;
+	int hits, n = 0;
+	struct jv v;
+	kvc_t *c = kvt_open(d, NULL);
+
+	assert_non_null(c);
+	/* Before anything spilled: configured, empty, nothing measured. */
+	v = stat_json(d);
+	assert_true(jget(jget(&v, "spill"), "enabled")->b);
+	assert_int_equal(ju(&v, "spill.slots"), (4u << 20) / SP_SLOT_BYTES);
+	assert_int_equal(ju(&v, "spill.slots_used"), 0);
+	assert_int_equal(ju(&v, "spill.read_bps"), 0);
+	jfree(&v);
+
+	spill_fill(c, 0, SP_PROMPTS);
+	v = spill_settled(d);
+	check_spill_json(&v);
+	assert_int_equal(ju(&v, "spill.restores"), 0);
+	assert_int_equal(ju(&v, "spill.read_bytes"), 0);
+	check_spill_text_prom(d, &v);
+	jfree(&v);
+
+	/* The first prompt was evicted first: it comes back from NVMe. */
+	spill_prompt(t, 0);
+	assert_int_equal(kvc_req_new(c, t, SP_NB * BT, NULL, 0, &r), 0);
+	hits = kvc_lookup(r);
+	assert_true(hits >= 0);
+	spilled = kvc_req_spilled(r);
+	assert_true(spilled > 0);
+	assert_int_equal(kvc_restore(r), hits + (int)spilled);
+	kvc_req_free(r);
+	v = spill_settled(d);
+	check_spill_json(&v);
+	assert_int_equal(ju(&v, "spill.restores"), spilled);
+	assert_true(ju(&v, "spill.read_bytes") > 0);
+	assert_true(ju(&v, "spill.read_bps") > 0);
+	check_spill_text_prom(d, &v);
+	jfree(&v);
+
+	/* Watch mode: spill writes between frames show as interval rates. */
+	proc_start(&p, watch, NULL, -1);
+	while (!strchr(p.obuf, '\n'))
+		assert_true(proc_pump(&p, 100));
+	spill_fill(c, SP_PROMPTS, 16);
+	assert_int_equal(proc_finish(&p), 0);
+	for (line = strtok_r(p.obuf, "\n", &save); line; line = strtok_r(NULL, "\n", &save), n++) {
+		struct jv w = jparse(line);
+
+		if (n) {
+			assert_non_null(jpath(&w, "interval.rates.spill_read_bytes"));
+			wrote += (uint64_t)(jd(&w, "interval.rates.spill_write_bytes") *
+					    jd(&w, "interval.seconds") + 0.5);
+		}
+		jfree(&w);
+	}
+	assert_int_equal(n, 4);
+	assert_true(wrote > 0);
+	proc_free(&p);
+	kvc_close(c);
+}
+
+/*
+ * A tier that degrades: the spill files may not grow past 2 MiB (a file
+ * size limit the daemon inherits, as in tests/integration/spill.c), so
+ * writes fail once they pass it and the daemon stops spilling. kvstat
+ * still shows the tier (its slots, what was spilled, the errors) and says
+ * it is degraded: "configured" is spill_slots > 0, not spill_enabled.
+ */
+static void test_spill_degraded(void **state)
+{
+	struct kvt_daemon *d = *state;
+	const char *args[] = { "--spill-dir", spill_dir, "--spill-size", "16M", "--spill-io",
+			       "threads", NULL };
+	const char *text[] = { "--socket", d->sock, NULL };
+	const char *prom[] = { "--socket", d->sock, "--prometheus", NULL };
+	struct rlimit old, lim;
+	void (*old_xfsz)(int);
+	char line[256], *out;
+	uint64_t used, errors;
+	struct jv v;
+	kvc_t *c;
+	int rc;
+
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+	lim = old;
+	lim.rlim_cur = 2u << 20;	/* the pool's memfd (1 MiB) and some slots */
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	old_xfsz = signal(SIGXFSZ, SIG_IGN);
+	rc = kvt_daemon_start(d, args);
+	signal(SIGXFSZ, old_xfsz);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+	assert_int_equal(rc, 0);
+
+	c = kvt_open(d, NULL);
+	assert_non_null(c);
+	spill_fill(c, 0, 2 * SP_PROMPTS);
+	v = spill_settled(d);
+	kvc_close(c);
+	used = ju(&v, "spill.slots_used");
+	errors = ju(&v, "spill.errors");
+	assert_true(jget(jget(&v, "spill"), "enabled") &&
+		    jget(jget(&v, "spill"), "enabled")->t == J_BOOL &&
+		    !jget(jget(&v, "spill"), "enabled")->b);
+	assert_string_equal(js(&v, "spill.path"), "degraded");
+	assert_int_equal(ju(&v, "spill.slots"), (16u << 20) / SP_SLOT_BYTES);
+	assert_true(used > 0 && used == ju(&v, "pages.spilled"));
+	assert_true(errors >= 1);
+	assert_int_equal(ju(&v, "spill.write_bytes"), ju(&v, "spill.spills") * SP_SLOT_BYTES);
+	assert_true(ju(&v, "counters.evictions") > ju(&v, "spill.spills"));
+	jfree(&v);
+
+	assert_int_equal(kvstat(text, NULL, &out, NULL), 0);
+	assert_null(strstr(out, "spill tier: off"));
+	snprintf(line, sizeof(line), "\n%-9s %-9s %10llu ", "spilled", "1 spill",
+		 (unsigned long long)used);
+	assert_non_null(strstr(out, line));
+	snprintf(line, sizeof(line),
+		 "\nspill tier: DEGRADED: writes stopped after an error, %llu of %d slots used (",
+		 (unsigned long long)used, (16 << 20) / SP_SLOT_BYTES);
+	assert_non_null(strstr(out, line));
+	snprintf(line, sizeof(line), " clean evictions, %llu errors\n", (unsigned long long)errors);
+	assert_non_null(strstr(out, line));
+	assert_non_null(strstr(out, "\nspills "));
+	assert_non_null(strstr(out, "\nspill written "));
+	free(out);
+
+	assert_int_equal(kvstat(prom, NULL, &out, NULL), 0);
+	assert_non_null(strstr(out, "\nkvcached_spill_enabled 0\n"));
+	assert_non_null(strstr(out, "\nkvcached_spill_io_path 3\n"));
+	snprintf(line, sizeof(line), "\nkvcached_spill_errors_total %llu\n",
+		 (unsigned long long)errors);
+	assert_non_null(strstr(out, line));
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1320,6 +1706,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_watch_pipe, kvt_setup, kvt_teardown),
 		cmocka_unit_test_setup_teardown(test_watch_tty_sigint, kvt_setup, kvt_teardown),
 		cmocka_unit_test_setup_teardown(test_watch_reattach, kvt_setup, teardown_reattach),
+		cmocka_unit_test_setup_teardown(test_spill_tier, setup_spill, teardown_spill),
+		cmocka_unit_test_setup_teardown(test_spill_degraded, setup_spill_dir, teardown_spill),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
