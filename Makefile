@@ -29,6 +29,22 @@ endif
 JEMALLOC := $(if $(NOJEMALLOC),,-ljemalloc)
 DAEMON_LIBS := -lmicrohttpd
 
+# CUDA (issue #6): built whenever nvcc is found, GPU or not; `make NVCC=`
+# or `make NO_CUDA=1` builds without. Nothing links libcudart or libcuda:
+# kernels/cudadrv.c dlopen()s the driver at run time, and the kernels are
+# compiled to a fatbin embedded in the library and the daemon as a C array.
+# Without CUDA the cuda pool and the kernels answer "built without CUDA".
+ifneq ($(NO_CUDA),1)
+NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+endif
+ifneq ($(strip $(NVCC)),)
+HAVE_CUDA := 1
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
+CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+	      -gencode arch=compute_90,code=compute_90
+override CFLAGS += -DKVC_HAVE_CUDA -isystem $(CUDA_HOME)/include
+endif
+
 ifneq ($(V),1)
 Q := @
 E := @echo
@@ -40,6 +56,7 @@ endif
 SHM_SRC    := $(sort $(wildcard shm/*.c))
 DAEMON_SRC := $(sort $(wildcard daemon/*.c))
 CLIENT_SRC := $(sort $(wildcard libclient/*.c))
+KERNEL_SRC := $(sort $(wildcard kernels/*.c))
 UNIT_SRC   := $(sort $(wildcard tests/unit/*.c))
 INTEG_SRC  := $(sort $(wildcard tests/integration/*.c))
 TESTLIB_SRC:= $(sort $(wildcard tests/lib/*.c))
@@ -47,6 +64,7 @@ TESTLIB_SRC:= $(sort $(wildcard tests/lib/*.c))
 SHM_OBJ    := $(SHM_SRC:%.c=$(BUILD)/%.o)
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
 CLIENT_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/%.o)
+KERNEL_OBJ := $(KERNEL_SRC:%.c=$(BUILD)/%.o) $(if $(HAVE_CUDA),$(BUILD)/kernels/fatbin.o)
 TESTLIB_OBJ:= $(TESTLIB_SRC:%.c=$(BUILD)/%.o)
 DAEMON_LIB := $(filter-out $(BUILD)/daemon/main.o,$(DAEMON_OBJ))
 
@@ -71,7 +89,7 @@ FUZZ_SECONDS_TEST ?= 15
 FUZZ_TARGETS ?=
 FUZZ_SRC     := $(sort $(wildcard tests/fuzz/*.c))
 FUZZ_BIN     := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_BUILD)/%)
-FUZZ_LIB_OBJ := $(SHM_SRC:%.c=$(FUZZ_BUILD)/%.o) \
+FUZZ_LIB_OBJ := $(SHM_SRC:%.c=$(FUZZ_BUILD)/%.o) $(KERNEL_SRC:%.c=$(FUZZ_BUILD)/%.o) \
 		$(filter-out $(FUZZ_BUILD)/daemon/main.o,$(DAEMON_SRC:%.c=$(FUZZ_BUILD)/%.o))
 FUZZ_CFLAGS  := -std=gnu11 -g -O1 -Wall -Wextra -Werror -MMD -MP -D_GNU_SOURCE \
 		-Wno-missing-field-initializers -pthread -fno-omit-frame-pointer \
@@ -139,40 +157,62 @@ $(FUZZ_BUILD)/%.o: %.c
 
 $(FUZZ_BIN): $(FUZZ_BUILD)/%: $(FUZZ_BUILD)/tests/fuzz/%.o $(FUZZ_LIB_OBJ)
 	$(E) "  LD      $@"
-	$(Q)$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -pthread -o $@ $^ $(DAEMON_LIBS)
+	$(Q)$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -pthread -o $@ $^ $(DAEMON_LIBS) -ldl
 
 $(BUILD)/%.o: %.c
 	$(E) "  CC      $<"
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
 
-$(KVCACHED): $(DAEMON_OBJ) $(SHM_OBJ)
+$(KVCACHED): $(DAEMON_OBJ) $(SHM_OBJ) $(KERNEL_OBJ)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS) $(JEMALLOC)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS) $(JEMALLOC) -ldl
 
-$(LIBA): $(CLIENT_OBJ) $(SHM_OBJ)
+$(LIBA): $(CLIENT_OBJ) $(SHM_OBJ) $(KERNEL_OBJ)
 	$(E) "  AR      $@"
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(LIBSO): $(CLIENT_OBJ) $(SHM_OBJ) libclient/kvclient.map
+$(LIBSO): $(CLIENT_OBJ) $(SHM_OBJ) $(KERNEL_OBJ) libclient/kvclient.map
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SONAME) \
-		-Wl,--version-script=libclient/kvclient.map -o $@ $(CLIENT_OBJ) $(SHM_OBJ)
+		-Wl,--version-script=libclient/kvclient.map -o $@ $(CLIENT_OBJ) $(SHM_OBJ) \
+		$(KERNEL_OBJ) -ldl
 	$(Q)ln -sf libkvclient.so $(BUILD)/$(SONAME)
 
 $(TOOLS): $(BUILD)/%: $(BUILD)/tools/%.o $(LIBA)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lm
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lm -ldl
 
 # Unit tests reach internals through the objects (jemalloc's JET idea).
-$(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(SHM_OBJ) $(DAEMON_LIB)
+$(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(SHM_OBJ) $(DAEMON_LIB) $(KERNEL_OBJ)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(DAEMON_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(DAEMON_LIBS) -ldl
 
 # Integration tests drive the real daemon through the real library.
 $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o $(TESTLIB_OBJ) $(LIBA)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -ldl
+
+# The kernels: nvcc -> fatbin (SASS for sm_80 and sm_90, PTX for
+# compute_90 so newer GPUs JIT it) -> a C array the library and the daemon
+# hand to cuModuleLoadData. No GPU is needed to build them.
+$(BUILD)/kernels/page_copy.fatbin: kernels/page_copy.cu kernels/page_ref.h
+	$(E) "  NVCC    $<"
+	$(Q)mkdir -p $(@D)
+	$(Q)$(NVCC) -fatbin -O3 -std=c++17 $(CUDA_ARCHS) -o $@ $<
+
+$(BUILD)/kernels/fatbin.c: $(BUILD)/kernels/page_copy.fatbin
+	$(E) "  GEN     $@"
+	$(Q){ echo '/* Generated from kernels/page_copy.cu by the Makefile. */'; \
+	  echo '#include <stddef.h>'; \
+	  echo 'const unsigned char kvk_fatbin[] __attribute__((aligned(64))) = {'; \
+	  od -An -v -tx1 $< | sed -e 's/ \([0-9a-f][0-9a-f]\)/0x\1,/g'; \
+	  echo '};'; \
+	  echo 'const size_t kvk_fatbin_len = sizeof(kvk_fatbin);'; } >$@.tmp && mv $@.tmp $@
+
+$(BUILD)/kernels/fatbin.o: $(BUILD)/kernels/fatbin.c
+	$(E) "  CC      $<"
+	$(Q)$(CC) $(filter-out -Werror -MMD -MP,$(CFLAGS)) -c -o $@ $<
 
 clean:
 	rm -rf build build-asan build-tsan $(FUZZ_BUILD)
