@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kernels.c - kvc_scatter and kvc_gather on a host pool through the real
+ * daemon: one process scatters a known KV pattern from its engine cache
+ * into granted pages and publishes; another process looks the prompt up
+ * and gathers the hits into its own engine cache, in the other layout,
+ * and every byte is checked (and every byte it must not touch). Then the
+ * errors each bad argument gets. tests/gpu/ runs the same on a cuda pool.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../lib/engine.h"
+#include "../lib/harness.h"
+
+#define BT 16
+
+static const char *const daemon_args[] = { "--page-size", "16K", NULL };
+
+/* 3 layers x 2 heads x 16 dims x 2 bytes: 6 KiB pages. */
+static struct kvc_model model_a(void)
+{
+	struct kvc_model m = kvt_model();
+
+	m.name = "kernels-a";
+	m.layers = 3;
+	m.kv_heads = 2;
+	m.head_dim = 16;
+	return m;
+}
+
+/* 2 layers x 1 head x 64 dims x 4 bytes: exactly 16 KiB pages. */
+static struct kvc_model model_b(void)
+{
+	struct kvc_model m = kvt_model();
+
+	m.name = "kernels-b";
+	m.layers = 2;
+	m.kv_heads = 1;
+	m.head_dim = 64;
+	m.dtype_bytes = 4;
+	return m;
+}
+
+struct job {
+	const char *sock;
+	struct kvc_model m;
+	const uint32_t *t;
+	size_t n;
+	uint32_t kind;
+};
+
+static int fetch_job(void *arg)
+{
+	struct job *j = arg;
+	int rc = kvt_engine_fetch(j->sock, &j->m, j->t, j->n, j->kind, NULL);
+
+	return rc ? 100 + (-rc - 1000) : 0;
+}
+
+static void roundtrip(const struct kvt_daemon *d, struct kvc_model m, uint32_t seed,
+		      uint32_t wkind, uint32_t rkind)
+{
+	uint32_t t[7 * BT + 5];
+	struct job j = { d->sock, m, t, 7 * BT + 5, rkind };
+
+	kvt_tokens(t, 7 * BT + 5, 0, seed);
+	assert_int_equal(kvt_engine_publish(d->sock, &m, t, 7 * BT + 5, wkind, NULL), 7);
+	/* Another process, the other layout: every byte checked there. */
+	assert_int_equal(kvt_wait(kvt_fork(fetch_job, &j)), 0);
+}
+
+static void test_scatter_publish_gather_elsewhere(void **state)
+{
+	const struct kvt_daemon *d = *state;
+
+	roundtrip(d, model_a(), 301, KVC_LAYOUT_KV, KVC_LAYOUT_FLASH);
+	roundtrip(d, model_a(), 302, KVC_LAYOUT_FLASH, KVC_LAYOUT_KV);
+	roundtrip(d, model_b(), 303, KVC_LAYOUT_KV, KVC_LAYOUT_KV);
+	roundtrip(d, model_b(), 304, KVC_LAYOUT_FLASH, KVC_LAYOUT_FLASH);
+}
+
+static void test_errors(void **state)
+{
+	const struct kvt_daemon *d = *state;
+	struct kvc_model m = model_a();
+	struct kvc_options o = { .size = sizeof(o), .socket_path = d->sock };
+	uint32_t t[4 * BT];
+	struct kvt_engine e;
+	struct kvc_layout l, bad;
+	struct kvc_req *r, *r2;
+	int64_t ids[4] = { 0, 1, 2, 3 }, far[1] = { 4 }, neg[1] = { -1 };
+	kvc_t *c;
+
+	assert_int_equal(kvc_open(&m, &o, &c), 0);
+	assert_int_equal(kvc_pool_kind(c), KVC_POOL_HOST);
+	assert_int_equal(kvc_pool_device(c), -ENODEV);
+	assert_int_equal(kvc_pool_kind(NULL), -EINVAL);
+	assert_int_equal(kvc_pool_device(NULL), -EINVAL);
+	assert_int_equal(kvt_engine_new(&e, &m, KVC_LAYOUT_KV, 4, 0), 0);
+	l = kvt_engine_layout(&e, (void *const *)e.k, (void *const *)e.v);
+	kvt_tokens(t, 4 * BT, 0, 310);
+	assert_int_equal(kvc_req_new(c, t, 4 * BT, NULL, 0, &r), 0);
+	assert_int_equal(kvc_lookup(r), 0);
+
+	/* No page yet. */
+	assert_int_equal(kvc_gather(r, 0, 1, &l, ids, NULL), -ENOENT);
+	assert_int_equal(kvc_scatter(r, 0, 1, &l, ids, NULL), -ENOENT);
+	assert_int_equal(kvc_alloc(r), 4);
+	/* Bad arguments, each alone. */
+	assert_int_equal(kvc_scatter(NULL, 0, 1, &l, ids, NULL), -EINVAL);
+	assert_int_equal(kvc_scatter(r, 0, 1, NULL, ids, NULL), -EINVAL);
+	assert_int_equal(kvc_scatter(r, 0, 1, &l, NULL, NULL), -EINVAL);
+	assert_int_equal(kvc_scatter(r, 3, 2, &l, ids, NULL), -EINVAL);	/* past the request */
+	assert_int_equal(kvc_scatter(r, 5, 0, &l, ids, NULL), -EINVAL);
+	assert_int_equal(kvc_scatter(r, 0, 1, &l, far, NULL), -EINVAL);	/* id >= num_blocks */
+	assert_int_equal(kvc_scatter(r, 0, 1, &l, neg, NULL), -EINVAL);
+	bad = l;
+	bad.size = 8;
+	assert_int_equal(kvc_scatter(r, 0, 1, &bad, ids, NULL), -EINVAL);
+	bad = l;
+	bad.kind = 7;
+	assert_int_equal(kvc_scatter(r, 0, 1, &bad, ids, NULL), -EINVAL);
+	bad = l;
+	bad.flags = 1;
+	assert_int_equal(kvc_scatter(r, 0, 1, &bad, ids, NULL), -EINVAL);
+	bad = l;
+	bad.resv[3] = 1;
+	assert_int_equal(kvc_scatter(r, 0, 1, &bad, ids, NULL), -EINVAL);
+	bad = l;
+	bad.layers = 2;	/* not the model's */
+	assert_int_equal(kvc_scatter(r, 0, 1, &bad, ids, NULL), -EINVAL);
+	bad = l;
+	bad.num_blocks = 0;
+	assert_int_equal(kvc_scatter(r, 0, 1, &bad, ids, NULL), -EINVAL);
+	bad = l;
+	bad.block_stride = e.half - 1;
+	assert_int_equal(kvc_scatter(r, 0, 1, &bad, ids, NULL), -EINVAL);
+	bad = l;
+	bad.v = NULL;
+	assert_int_equal(kvc_scatter(r, 0, 1, &bad, ids, NULL), -EINVAL);
+	/* Nothing to do is fine. */
+	assert_int_equal(kvc_scatter(r, 4, 0, &l, NULL, NULL), 0);
+	/* Granted pages may be read back too. */
+	assert_int_equal(kvc_scatter(r, 0, 4, &l, ids, NULL), 0);
+	assert_int_equal(kvc_gather(r, 0, 4, &l, ids, NULL), 0);
+	assert_int_equal(kvc_publish(r), 4);
+	/* Published pages are shared: read-only. */
+	assert_int_equal(kvc_scatter(r, 0, 1, &l, ids, NULL), -EPERM);
+	assert_int_equal(kvc_gather(r, 0, 4, &l, ids, NULL), 0);
+	/* A hit is read-only too. */
+	assert_int_equal(kvc_req_new(c, t, 4 * BT, NULL, 0, &r2), 0);
+	assert_int_equal(kvc_lookup(r2), 4);
+	assert_int_equal(kvc_scatter(r2, 1, 1, &l, ids, NULL), -EPERM);
+	assert_int_equal(kvc_gather(r2, 1, 3, &l, ids, NULL), 0);
+	kvc_req_free(r2);
+	kvc_req_free(r);
+	kvt_engine_free(&e);
+	kvc_close(c);
+}
+
+static int setup(void **state)
+{
+	return kvt_setup_args(state, daemon_args);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_scatter_publish_gather_elsewhere),
+		cmocka_unit_test(test_errors),
+	};
+
+	return cmocka_run_group_tests_name("integration/kernels", tests, setup, kvt_teardown);
+}
