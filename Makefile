@@ -59,6 +59,7 @@ CLIENT_SRC := $(sort $(wildcard libclient/*.c))
 KERNEL_SRC := $(sort $(wildcard kernels/*.c))
 UNIT_SRC   := $(sort $(wildcard tests/unit/*.c))
 INTEG_SRC  := $(sort $(wildcard tests/integration/*.c))
+GPU_SRC    := $(sort $(wildcard tests/gpu/*.c))
 TESTLIB_SRC:= $(sort $(wildcard tests/lib/*.c))
 
 SHM_OBJ    := $(SHM_SRC:%.c=$(BUILD)/%.o)
@@ -76,6 +77,7 @@ TOOL_SRC   := $(sort $(wildcard tools/*.c))
 TOOLS      := $(TOOL_SRC:tools/%.c=$(BUILD)/%)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%)
 INTEG_BIN  := $(INTEG_SRC:tests/integration/%.c=$(BUILD)/tests/integration/%)
+GPU_BIN    := $(GPU_SRC:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 
 # Fuzz targets (libFuzzer): tests/fuzz/<target>.c, linked with the shm and
 # daemon objects built again with clang, coverage and ASan+UBSan in their
@@ -97,7 +99,7 @@ FUZZ_CFLAGS  := -std=gnu11 -g -O1 -Wall -Wextra -Werror -MMD -MP -D_GNU_SOURCE \
 
 .SECONDARY:
 .PHONY: all deps run test test-asan test-tsan check bench clean fuzz fuzz-build
-all: $(KVCACHED) $(LIBA) $(LIBSO) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN)
+all: $(KVCACHED) $(LIBA) $(LIBSO) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN) $(GPU_BIN)
 
 deps:
 	$(Q)./tools/install-deps
@@ -119,6 +121,18 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) fuzz-build
 	$(Q)FUZZ_BUILD=$(FUZZ_BUILD) ./tests/fuzz/run -t $(FUZZ_SECONDS_TEST) $(FUZZ_TARGETS)
 	$(Q)BUILDS="$(BUILD) build-asan" ./tests/run-tests
+
+# The GPU suites (tests/gpu/): built by `all` (a compile check), run only
+# here; each test skips, saying why, where there is no driver or GPU.
+# Then the gather kernel against cuMemcpyDtoD (docs/BENCHMARKS.md).
+.PHONY: test-gpu bench-gpu
+test-gpu: deps
+	$(Q)$(MAKE) --no-print-directory -j$(NPROC) all
+	$(Q)KVT_DIRS=gpu BUILDS="$(BUILD)" ./tests/run-tests
+
+bench-gpu: deps
+	$(Q)$(MAKE) --no-print-directory -j$(NPROC) all
+	$(Q)$(BUILD)/kvbench-gpu $(ARGS)
 
 test-asan: deps
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) SAN=asan BUILD=build-asan all
@@ -190,6 +204,10 @@ $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(SHM_OBJ) $(DAEMON_LIB) $(KERNEL
 
 # Integration tests drive the real daemon through the real library.
 $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o $(TESTLIB_OBJ) $(LIBA)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -ldl
+
+$(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(TESTLIB_OBJ) $(LIBA)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -ldl
 
