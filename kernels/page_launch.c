@@ -58,6 +58,40 @@ static unsigned grid_for(uint64_t work)
 	return work < KVK_MAX_GRID ? (unsigned)work : KVK_MAX_GRID;
 }
 
+/*
+ * For a GPU without stream-ordered allocation (no memory pools: some
+ * vGPU set-ups): a plain buffer, and the call waits for the stream before
+ * freeing it. Correct, but the caller's thread blocks until the copy ends.
+ */
+static CUresult copy_launch_sync(const struct kvk_module *m, enum kvk_dir dir,
+				 const struct kvk_layout *l, CUdeviceptr pool,
+				 const uint64_t *host, size_t words, size_t n, CUstream stream)
+{
+	struct kvk_copy_params p;
+	void *args[] = { &p };
+	CUdeviceptr dev;
+	CUresult r;
+
+	r = kvk_cu.cuMemAlloc(&dev, words * sizeof(*host));
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = kvk_cu.cuMemcpyHtoD(dev, host, words * sizeof(*host));
+	if (r == CUDA_SUCCESS) {
+		p.pool = pool;
+		p.half = l->half;
+		p.segs = (uint64_t)n * 2 * l->layers;
+		p.args = dev;
+		p.layers = l->layers;
+		p.dir = dir;
+		r = kvk_cu.cuLaunchKernel(m->copy, grid_for(p.segs), 1, 1, KVK_THREADS, 1, 1, 0,
+					  stream, args, NULL);
+	}
+	if (r == CUDA_SUCCESS)
+		r = kvk_cu.cuStreamSynchronize(stream);
+	kvk_cu.cuMemFree(dev);
+	return r;
+}
+
 int kvk_copy_launch(const struct kvk_module *m, enum kvk_dir dir,
 		    const struct kvk_layout *l, CUdeviceptr pool, uint64_t slot_bytes,
 		    const uint32_t *pages, const int64_t *blocks, size_t n,
@@ -85,6 +119,10 @@ int kvk_copy_launch(const struct kvk_module *m, enum kvk_dir dir,
 		host[2 * l->layers + 2 * j + 1] = (uint64_t)blocks[j] * l->block_stride;
 	}
 	r = kvk_cu.cuMemAllocAsync(&dev, words * sizeof(*host), stream);
+	if (r == CUDA_ERROR_NOT_SUPPORTED) {
+		r = copy_launch_sync(m, dir, l, pool, host, words, n, stream);
+		goto out;
+	}
 	if (r != CUDA_SUCCESS)
 		goto out;
 	/*
