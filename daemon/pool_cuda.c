@@ -58,7 +58,13 @@ static uint64_t round_up(uint64_t v, uint64_t to)
 	return (v + to - 1) / to * to;
 }
 
-#define CU_LOG(r, call) ({ char _e[200]; kvk_cu_err((r), (call), _e, sizeof(_e)); })
+/* A driver error as text, for one log line (one use per line). */
+static const char *cu_log(CUresult r, const char *call)
+{
+	static __thread char e[200];
+
+	return kvk_cu_err(r, call, e, sizeof(e));
+}
 
 static void ctx_pop(void)
 {
@@ -114,7 +120,7 @@ int kvd_pool_cuda_open(struct kvd_pool *p, uint64_t bytes, uint32_t gpu)
 	}
 	if ((r = kvk_cu.cuDeviceGetCount(&count)) != CUDA_SUCCESS || (int)gpu >= count) {
 		kvd_err("pool cuda: gpu %u, but the CUDA driver sees %d GPU(s)%s", gpu, count,
-			r != CUDA_SUCCESS ? CU_LOG(r, "cuDeviceGetCount") : "");
+			r != CUDA_SUCCESS ? cu_log(r, "cuDeviceGetCount") : "");
 		return -ENODEV;
 	}
 	g = calloc(1, sizeof(*g));
@@ -125,7 +131,7 @@ int kvd_pool_cuda_open(struct kvd_pool *p, uint64_t bytes, uint32_t gpu)
 	g->ordinal = (int)gpu;
 	rc = -EIO;
 	if ((r = kvk_cu.cuDeviceGet(&g->dev, (int)gpu)) != CUDA_SUCCESS) {
-		kvd_err("pool cuda: %s", CU_LOG(r, "cuDeviceGet"));
+		kvd_err("pool cuda: %s", cu_log(r, "cuDeviceGet"));
 		goto out_free;
 	}
 	kvk_cu.cuDeviceGetName(name, sizeof(name), g->dev);
@@ -136,7 +142,7 @@ int kvd_pool_cuda_open(struct kvd_pool *p, uint64_t bytes, uint32_t gpu)
 	rc = -EIO;
 	if ((r = kvk_cu.cuDeviceGetUuid(&g->uuid, g->dev)) != CUDA_SUCCESS ||
 	    (r = kvk_cu.cuDevicePrimaryCtxRetain(&g->ctx, g->dev)) != CUDA_SUCCESS) {
-		kvd_err("pool cuda: GPU %u: %s", gpu, CU_LOG(r, "cuDevicePrimaryCtxRetain"));
+		kvd_err("pool cuda: GPU %u: %s", gpu, cu_log(r, "cuDeviceGetUuid or cuDevicePrimaryCtxRetain"));
 		g->ctx = NULL;
 		goto out_free;
 	}
@@ -144,7 +150,7 @@ int kvd_pool_cuda_open(struct kvd_pool *p, uint64_t bytes, uint32_t gpu)
 	kvk_cu_vmm_prop(&prop, g->dev);
 	r = kvk_cu.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
 	if (r != CUDA_SUCCESS || !gran) {
-		kvd_err("pool cuda: GPU %u: %s", gpu, CU_LOG(r, "cuMemGetAllocationGranularity"));
+		kvd_err("pool cuda: GPU %u: %s", gpu, cu_log(r, "cuMemGetAllocationGranularity"));
 		goto out_pop;
 	}
 	g->gran = gran;
@@ -157,7 +163,7 @@ int kvd_pool_cuda_open(struct kvd_pool *p, uint64_t bytes, uint32_t gpu)
 	g->reserved = (uint64_t)g->n_chunks * chunk;
 	if ((r = kvk_cu.cuMemAddressReserve(&g->va, g->reserved, gran, 0, 0)) != CUDA_SUCCESS) {
 		kvd_err("pool cuda: reserving %llu bytes of address space: %s",
-			(unsigned long long)g->reserved, CU_LOG(r, "cuMemAddressReserve"));
+			(unsigned long long)g->reserved, cu_log(r, "cuMemAddressReserve"));
 		g->va = 0;
 		goto out_pop;
 	}
@@ -167,7 +173,7 @@ int kvd_pool_cuda_open(struct kvd_pool *p, uint64_t bytes, uint32_t gpu)
 			kvd_err("pool cuda: GPU %u (%s): cannot allocate chunk %u of %u (%llu bytes; %llu of %llu pool bytes allocated): %s",
 				gpu, name, i + 1, g->n_chunks, (unsigned long long)chunk,
 				(unsigned long long)(i * chunk), (unsigned long long)g->reserved,
-				CU_LOG(r, "cuMemCreate"));
+				cu_log(r, "cuMemCreate"));
 			rc = r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
 			goto out_pop;
 		}
@@ -177,12 +183,12 @@ int kvd_pool_cuda_open(struct kvd_pool *p, uint64_t bytes, uint32_t gpu)
 		if (r != CUDA_SUCCESS) {
 			g->fds[i] = -1;
 			kvd_err("pool cuda: exporting chunk %u as a file descriptor: %s", i,
-				CU_LOG(r, "cuMemExportToShareableHandle"));
+				cu_log(r, "cuMemExportToShareableHandle"));
 			goto out_pop;
 		}
 		r = kvk_cu.cuMemMap(g->va + i * chunk, chunk, 0, g->h[i], 0);
 		if (r != CUDA_SUCCESS) {
-			kvd_err("pool cuda: mapping chunk %u: %s", i, CU_LOG(r, "cuMemMap"));
+			kvd_err("pool cuda: mapping chunk %u: %s", i, cu_log(r, "cuMemMap"));
 			goto out_pop;
 		}
 		g->mapped++;
@@ -195,7 +201,7 @@ int kvd_pool_cuda_open(struct kvd_pool *p, uint64_t bytes, uint32_t gpu)
 	    /* Fresh device memory may hold another process's old data. */
 	    (r = kvk_cu.cuMemsetD8(g->va, 0, g->reserved)) != CUDA_SUCCESS ||
 	    (r = kvk_cu.cuCtxSynchronize()) != CUDA_SUCCESS) {
-		kvd_err("pool cuda: %s", CU_LOG(r, "cuMemSetAccess/cuMemsetD8"));
+		kvd_err("pool cuda: %s", cu_log(r, "cuMemSetAccess/cuMemsetD8"));
 		goto out_pop;
 	}
 	if ((rc = kvk_module_load(&g->mod, &why))) {
@@ -245,7 +251,7 @@ int kvd_pool_cuda_copy(struct kvd_pool *p, uint64_t off, uint64_t len, void *hos
 		: kvk_cu.cuMemcpyHtoD(g->va + off, host, len);
 	ctx_pop();
 	if (r != CUDA_SUCCESS) {
-		kvd_err("pool cuda: %s", CU_LOG(r, out ? "cuMemcpyDtoH" : "cuMemcpyHtoD"));
+		kvd_err("pool cuda: %s", cu_log(r, out ? "cuMemcpyDtoH" : "cuMemcpyHtoD"));
 		return -EIO;
 	}
 	return 0;
@@ -282,7 +288,7 @@ int kvd_pool_cuda_pin(struct kvd_pool *p, void *buf, uint64_t len)
 	ctx_pop();
 	if (r != CUDA_SUCCESS) {
 		kvd_err("pool cuda: pinning %llu bytes of staging memory: %s (LimitMEMLOCK?)",
-			(unsigned long long)len, CU_LOG(r, "cuMemHostRegister"));
+			(unsigned long long)len, cu_log(r, "cuMemHostRegister"));
 		return r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
 	}
 	return 0;
