@@ -26,11 +26,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../kernels/cudadrv.h"
 #include "log.h"
 #include "pool.h"
 
 #ifdef KVC_HAVE_CUDA
-#include "../kernels/cudadrv.h"
 #include "../kernels/page_cuda.h"
 
 /* Pools up to this size are one chunk; larger ones are chunks of this
@@ -312,12 +312,15 @@ void kvd_pool_cuda_close(struct kvd_pool *p)
 
 int kvd_pool_cuda_open(struct kvd_pool *p, uint64_t bytes, uint32_t gpu)
 {
+	const char *why = "built without CUDA";
+
 	(void)gpu;
 	memset(p, 0, sizeof(*p));
 	p->kind = KVSHM_POOL_CUDA;
 	p->bytes = bytes;
 	p->mem.fd = -1;
-	kvd_err("pool cuda: this kvcached was built without CUDA (nvcc was not found at build time, or NO_CUDA=1); use --pool host");
+	kvk_cuda_load(&why);	/* says how this kvcached was built */
+	kvd_err("pool cuda: %s; use --pool host", why);
 	return -ENOTSUP;
 }
 

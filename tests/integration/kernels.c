@@ -18,6 +18,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <stdio.h>
+#include <sys/wait.h>
+
+#include "../../kernels/cudadrv.h"
 #include "../lib/engine.h"
 #include "../lib/harness.h"
 
@@ -167,6 +171,52 @@ static void test_errors(void **state)
 	kvc_close(c);
 }
 
+/*
+ * Where no cuda pool can be had (no driver here, or a build without CUDA),
+ * `kvcached --pool cuda` exits 1 at once, saying exactly why and what to
+ * use instead, and never listens.
+ */
+static void test_cuda_pool_refused_clearly(void **state)
+{
+	char sock[64], out[2048], want[400];
+	const char *argv[] = { kvt_bin("kvcached"), "--foreground", "--socket", sock,
+			       "--pool", "cuda", "--pool-size", "4M", "--page-size", "4K", NULL };
+	const char *why = NULL;
+	int pfd[2], st;
+	size_t got = 0;
+	ssize_t r;
+	pid_t p;
+
+	(void)state;
+	if (!kvk_cuda_load(&why)) {
+		print_message("[  SKIP    ] a CUDA driver is here: tests/gpu/pool.c runs the cuda pool\n");
+		skip();
+	}
+	snprintf(sock, sizeof(sock), "/tmp/kvt-cuda-%d.sock", (int)getpid());
+	snprintf(want, sizeof(want), "pool cuda: %s", why);
+	assert_int_equal(pipe(pfd), 0);
+	p = fork();
+	if (!p) {
+		dup2(pfd[1], 2);
+		dup2(pfd[1], 1);
+		close(pfd[0]);
+		alarm(20);	/* a daemon that unexpectedly starts must not hang us */
+		execv(argv[0], (char **)argv);
+		_exit(127);
+	}
+	close(pfd[1]);
+	while (got + 1 < sizeof(out) && (r = read(pfd[0], out + got, sizeof(out) - got - 1)) > 0)
+		got += (size_t)r;
+	out[got] = 0;
+	close(pfd[0]);
+	assert_int_equal(waitpid(p, &st, 0), p);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 1);
+	if (!strstr(out, want) || !strstr(out, "use --pool host"))
+		fail_msg("kvcached --pool cuda said \"%s\", want \"%s ...; use --pool host\"", out, want);
+	assert_false(kvt_can_connect(sock));
+}
+
 static int setup(void **state)
 {
 	return kvt_setup_args(state, daemon_args);
@@ -177,6 +227,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_scatter_publish_gather_elsewhere),
 		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_cuda_pool_refused_clearly),
 	};
 
 	return cmocka_run_group_tests_name("integration/kernels", tests, setup, kvt_teardown);
