@@ -38,7 +38,7 @@
 	X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)             \
 	X(cuEventSynchronize) X(cuEventElapsedTime)                     \
 	X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)    \
-	X(cuLaunchKernel)
+	X(cuLaunchKernel) X(cuPointerGetAttribute)
 
 struct kvk_cuda {
 #define KVK_CUDA_PTR(f) __typeof__(f) *f;

@@ -189,6 +189,39 @@ void kvc_gpu_detach(kvc_t *c)
 	gpu_free(g);
 }
 
+/* Is [p, p + span) memory CUDA knows (device, managed or mapped pinned
+ * host memory), at both ends? */
+static bool known_to_cuda(const void *p, uint64_t span)
+{
+	CUdeviceptr a = (CUdeviceptr)(uintptr_t)p;
+	unsigned int type;
+
+	return kvk_cu.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a) == CUDA_SUCCESS &&
+	       kvk_cu.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a + span - 1) == CUDA_SUCCESS;
+}
+
+/*
+ * A kernel that touches a plain host pointer (the usual mistake: the
+ * engine's host copy, or a layout meant for a host pool) does not fail
+ * alone: it poisons the whole context with an illegal-address error. So
+ * every tensor is checked first, both ends of the span the run may touch.
+ * That costs a driver lookup per tensor and end (microseconds for a whole
+ * model), against milliseconds of prefill.
+ */
+static int check_tensors(const struct kvk_layout *l)
+{
+	uint64_t span = (l->num_blocks - 1) * l->block_stride + l->half;
+	uint32_t i;
+
+	if (l->kind == KVK_LAYOUT_FLASH)
+		span += l->num_blocks * l->block_stride;
+	for (i = 0; i < l->layers; i++)
+		if (!known_to_cuda(l->k[i], span) ||
+		    (l->kind == KVK_LAYOUT_KV && !known_to_cuda(l->v[i], span)))
+			return -EFAULT;
+	return 0;
+}
+
 static int gpu_copy(kvc_t *c, enum kvk_dir dir, const struct kvk_layout *l,
 		    const uint32_t *pages, const int64_t *ids, size_t n, void *stream)
 {
@@ -198,8 +231,10 @@ static int gpu_copy(kvc_t *c, enum kvk_dir dir, const struct kvk_layout *l,
 	if (!g)
 		return -ENOTSUP;
 	kvk_cu.cuCtxPushCurrent(g->ctx);
-	rc = kvk_copy_launch(&g->mod, dir, l, g->va, c->slot_bytes, pages, ids, n,
-			     (CUstream)stream);
+	rc = check_tensors(l);
+	if (!rc)
+		rc = kvk_copy_launch(&g->mod, dir, l, g->va, c->slot_bytes, pages, ids, n,
+				     (CUstream)stream);
 	ctx_pop();
 	return rc == -EINVAL || rc == -EBADF ? -EIO : rc;
 }

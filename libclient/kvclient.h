@@ -296,8 +296,12 @@ struct kvc_layout {
  * than a block, a NULL tensor; the run past the request's blocks; an
  * engine block id outside 0..num_blocks-1), -ENOENT (a block of the run
  * has no page), -ECHILD (handle inherited across fork), -ENOMEM,
- * -ENOTSUP (cuda pool in a library without CUDA), -EIO (the CUDA launch
- * failed).
+ * -EFAULT (cuda pool: a tensor, at its start or at the end of the span
+ * num_blocks and block_stride give it, is not memory CUDA knows, e.g. a
+ * plain host pointer; checked so that the kernel never faults the
+ * context), -ENOTSUP (cuda pool in a library without CUDA), -EIO (the
+ * CUDA launch failed). On a host pool the tensors must be host memory
+ * of that size; that is not checked.
  */
 int kvc_gather(struct kvc_req *r, size_t first_block, size_t n_blocks,
 	       const struct kvc_layout *l, const int64_t *engine_block_ids,

@@ -128,6 +128,53 @@ static int die_job(void *arg)
 	return 96;
 }
 
+/* A layout of plain host pointers on a cuda pool is refused before any
+ * kernel runs (-EFAULT), and the context stays usable: the same gather
+ * with device tensors then works. */
+static int efault_job(void *arg)
+{
+	struct job *j = arg;
+	struct kvc_model m = model();
+	struct kvc_options o = { .size = sizeof(o), .socket_path = j->sock };
+	uint32_t t[6 * BT];
+	struct kvt_engine e;
+	struct kvc_layout l;
+	struct kvc_req *r;
+	struct kvt_mem mem;
+	void *tk[8], *tv[8];
+	int64_t ids[6] = { 0, 1, 2, 3, 4, 5 };
+	kvc_t *c;
+	int rc;
+
+	if (publish_job(arg) || with_gpu(&mem))
+		return 80;
+	if (kvc_open(&m, &o, &c))
+		return 81;
+	kvt_tokens(t, 6 * BT, 0, j->seed);
+	if (kvc_req_new(c, t, 6 * BT, NULL, 0, &r) || kvc_lookup(r) != 6 ||
+	    kvt_engine_new(&e, &m, KVC_LAYOUT_KV, 6, 0))
+		return 82;
+	l = kvt_engine_layout(&e, (void *const *)e.k, (void *const *)e.v);
+	if ((rc = kvc_gather(r, 0, 6, &l, ids, mem.stream)) != -EFAULT)
+		return 83;
+	if (mem.upload(&e, tk, tv))
+		return 84;
+	l = kvt_engine_layout(&e, tk, tv);
+	if (kvc_gather(r, 0, 6, &l, ids, mem.stream) || mem.sync(mem.stream) ||
+	    mem.download(&e, tk, tv))
+		return 85;
+	for (int i = 0; i < 6; i++) {
+		struct kvc_key k[6];
+
+		if (kvc_keys(c, t, 6 * BT, NULL, 0, k, 6) != 6 || !kvt_engine_has(&e, (uint64_t)i, k[i]))
+			return 86;
+	}
+	kvc_req_free(r);
+	kvt_engine_free(&e);
+	kvc_close(c);
+	return 0;
+}
+
 /* Publish `prompts` fresh prompts (6 pages each): the pool turns over. */
 static int flood_job(void *arg)
 {
@@ -164,6 +211,21 @@ static void test_two_processes_share_gpu_pages(void **state)
 		assert_int_equal(kvt_wait(kvt_fork(fetch_job, &r)), 0);
 		assert_int_equal(kvt_wait(kvt_fork(publish_job, &w2)), 0);
 		assert_int_equal(kvt_wait(kvt_fork(fetch_job, &r2)), 0);
+	}
+#endif
+}
+
+static void test_host_pointers_refused(void **state)
+{
+	struct kvt_daemon *d = *state;
+
+	SKIP_IF_NO_GPU();
+	assert_non_null(d);
+#ifdef KVC_HAVE_CUDA
+	{
+		struct job j = { d->sock, 503, KVC_LAYOUT_KV, 0 };
+
+		assert_int_equal(kvt_wait(kvt_fork(efault_job, &j)), 0);
 	}
 #endif
 }
@@ -206,6 +268,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_two_processes_share_gpu_pages),
+		cmocka_unit_test(test_host_pointers_refused),
 		cmocka_unit_test(test_killed_client_pages_reused),
 	};
 
