@@ -19,7 +19,11 @@
 #include <unistd.h>
 
 #include <stdio.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
+
+#include "../../shm/proto.h"
 
 #include "../../kernels/cudadrv.h"
 #include "../lib/engine.h"
@@ -217,6 +221,87 @@ static void test_cuda_pool_refused_clearly(void **state)
 	assert_false(kvt_can_connect(sock));
 }
 
+static int raw_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+
+	assert_true(fd >= 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+static void send_frame(int fd, uint16_t type, const void *p, uint32_t len)
+{
+	struct kvproto_hdr h = { KVPROTO_MAGIC, type, 0, len, 7 };
+
+	assert_int_equal(write(fd, &h, sizeof(h)), sizeof(h));
+	if (len)
+		assert_int_equal(write(fd, p, len), (ssize_t)len);
+}
+
+/* Read until the daemon closes; the ERROR's err (0 if none came). */
+static int32_t error_then_close(int fd)
+{
+	uint8_t buf[4096];
+	struct kvproto_hdr h;
+	struct kvproto_error e = { 0, 0 };
+	size_t got = 0;
+	ssize_t n;
+
+	while (got < sizeof(buf) && (n = read(fd, buf + got, sizeof(buf) - got)) > 0)
+		got += (size_t)n;
+	close(fd);
+	/* Skip a HELLO_R if one came first. */
+	memcpy(&h, buf, sizeof(h));
+	if (h.type == KVPROTO_HELLO_R && got >= sizeof(h) + h.len) {
+		memmove(buf, buf + sizeof(h) + h.len, got - sizeof(h) - h.len);
+		got -= sizeof(h) + h.len;
+		memcpy(&h, buf, sizeof(h));
+	}
+	if (got >= sizeof(h) + sizeof(e) && h.type == KVPROTO_ERROR)
+		memcpy(&e, buf + sizeof(h), sizeof(e));
+	return e.err;
+}
+
+/* POOL is for a cuda pool's clients only; anything else is refused and
+ * the connection closed, the daemon serving on. */
+static void test_pool_frame_on_a_host_pool(void **state)
+{
+	const struct kvt_daemon *d = *state;
+	struct kvproto_hello hi = { .version = KVPROTO_VERSION, .dtype_bytes = 2, .layers = 1,
+				    .kv_heads = 2, .head_dim = 32, .block_tokens = BT,
+				    .pos_kind = 1, .model = "kvt-tiny" };
+	struct kvproto_pool q = { KVPROTO_VERSION, 0 };
+	uint32_t t[2 * BT];
+	kvc_t *c;
+	int fd;
+
+	/* Before HELLO. */
+	fd = raw_connect(d->sock);
+	send_frame(fd, KVPROTO_POOL, &q, sizeof(q));
+	assert_int_equal(error_then_close(fd), -EPROTO);
+	/* After HELLO, to a host pool. */
+	fd = raw_connect(d->sock);
+	send_frame(fd, KVPROTO_HELLO, &hi, sizeof(hi));
+	send_frame(fd, KVPROTO_POOL, &q, sizeof(q));
+	assert_int_equal(error_then_close(fd), -EPROTO);
+	/* Malformed (flags set). */
+	fd = raw_connect(d->sock);
+	send_frame(fd, KVPROTO_HELLO, &hi, sizeof(hi));
+	q.flags = 1;
+	send_frame(fd, KVPROTO_POOL, &q, sizeof(q));
+	assert_int_equal(error_then_close(fd), -EBADMSG);
+	/* The daemon serves on. */
+	c = kvt_open(d, NULL);
+	assert_non_null(c);
+	kvt_tokens(t, 2 * BT, 0, 320);
+	assert_int_equal(kvt_put(c, t, 2 * BT, NULL), 0);
+	assert_int_equal(kvt_get(c, t, 2 * BT), 2);
+	kvc_close(c);
+}
+
 static int setup(void **state)
 {
 	return kvt_setup_args(state, daemon_args);
@@ -228,6 +313,7 @@ int main(void)
 		cmocka_unit_test(test_scatter_publish_gather_elsewhere),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_cuda_pool_refused_clearly),
+		cmocka_unit_test(test_pool_frame_on_a_host_pool),
 	};
 
 	return cmocka_run_group_tests_name("integration/kernels", tests, setup, kvt_teardown);
