@@ -558,6 +558,7 @@ const char *kvc_strerror(int err)
 	case -ENODEV: return "the GPU holding kvcached's pool is not visible to this process (CUDA_VISIBLE_DEVICES?)";
 	case -EPERM: return "block is a shared (hit or published) page: scatter only into pages kvc_alloc granted";
 	case -EFAULT: return "a tensor of the layout is not GPU memory CUDA knows (host pointer for a cuda pool?)";
+	case -EXDEV: return "a tensor of the layout is on another GPU than kvcached's pool";
 	default:
 		return err < 0 ? strerror(-err) : "not an error code";
 	}

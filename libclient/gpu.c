@@ -189,36 +189,64 @@ void kvc_gpu_detach(kvc_t *c)
 	gpu_free(g);
 }
 
-/* Is [p, p + span) memory CUDA knows (device, managed or mapped pinned
- * host memory), at both ends? */
-static bool known_to_cuda(const void *p, uint64_t span)
+/*
+ * Can a kernel on GPU `ordinal` touch [p, p + span)? Both ends must be
+ * memory CUDA knows: device memory of that GPU, managed memory, or mapped
+ * pinned host memory. 0, -EFAULT (unknown: a plain host pointer) or
+ * -EXDEV (another GPU's memory: the kernel runs on the pool's GPU).
+ */
+static int reachable(const void *p, uint64_t span, int ordinal)
 {
-	CUdeviceptr a = (CUdeviceptr)(uintptr_t)p;
-	unsigned int type;
+	CUdeviceptr a = (CUdeviceptr)(uintptr_t)p, ends[2] = { a, a + span - 1 };
+	int k;
 
-	return kvk_cu.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a) == CUDA_SUCCESS &&
-	       kvk_cu.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a + span - 1) == CUDA_SUCCESS;
+	for (k = 0; k < 2; k++) {
+		unsigned int type = 0, flag = 0;
+		int dev = -1;
+
+		if (kvk_cu.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ends[k]) != CUDA_SUCCESS) {
+			/* VMM memory (cuMemCreate: PyTorch's expandable
+			 * segments) may answer only "mapped". */
+			if (kvk_cu.cuPointerGetAttribute(&flag, CU_POINTER_ATTRIBUTE_MAPPED, ends[k]) == CUDA_SUCCESS &&
+			    flag)
+				continue;
+			return -EFAULT;
+		}
+		if (type != CU_MEMORYTYPE_DEVICE)
+			continue;
+		if (kvk_cu.cuPointerGetAttribute(&flag, CU_POINTER_ATTRIBUTE_IS_MANAGED, ends[k]) == CUDA_SUCCESS &&
+		    flag)
+			continue;
+		/* Refuse only what is known to be elsewhere. */
+		if (kvk_cu.cuPointerGetAttribute(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ends[k]) == CUDA_SUCCESS &&
+		    dev != ordinal)
+			return -EXDEV;
+	}
+	return 0;
 }
 
 /*
  * A kernel that touches a plain host pointer (the usual mistake: the
- * engine's host copy, or a layout meant for a host pool) does not fail
- * alone: it poisons the whole context with an illegal-address error. So
- * every tensor is checked first, both ends of the span the run may touch.
- * That costs a driver lookup per tensor and end (microseconds for a whole
- * model), against milliseconds of prefill.
+ * engine's host copy, or a layout meant for a host pool) or another GPU's
+ * memory does not fail alone: it poisons the whole context with an
+ * illegal-address error. So every tensor is checked first, both ends of
+ * the span the run may touch. That costs a few driver lookups per tensor
+ * (microseconds for a whole model), against milliseconds of prefill.
  */
-static int check_tensors(const struct kvk_layout *l)
+static int check_tensors(const struct kvk_layout *l, int ordinal)
 {
 	uint64_t span = (l->num_blocks - 1) * l->block_stride + l->half;
 	uint32_t i;
+	int rc;
 
 	if (l->kind == KVK_LAYOUT_FLASH)
 		span += l->num_blocks * l->block_stride;
-	for (i = 0; i < l->layers; i++)
-		if (!known_to_cuda(l->k[i], span) ||
-		    (l->kind == KVK_LAYOUT_KV && !known_to_cuda(l->v[i], span)))
-			return -EFAULT;
+	for (i = 0; i < l->layers; i++) {
+		if ((rc = reachable(l->k[i], span, ordinal)))
+			return rc;
+		if (l->kind == KVK_LAYOUT_KV && (rc = reachable(l->v[i], span, ordinal)))
+			return rc;
+	}
 	return 0;
 }
 
@@ -231,7 +259,7 @@ static int gpu_copy(kvc_t *c, enum kvk_dir dir, const struct kvk_layout *l,
 	if (!g)
 		return -ENOTSUP;
 	kvk_cu.cuCtxPushCurrent(g->ctx);
-	rc = check_tensors(l);
+	rc = check_tensors(l, g->ordinal);
 	if (!rc)
 		rc = kvk_copy_launch(&g->mod, dir, l, g->va, c->slot_bytes, pages, ids, n,
 				     (CUstream)stream);

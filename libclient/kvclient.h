@@ -298,8 +298,9 @@ struct kvc_layout {
  * has no page), -ECHILD (handle inherited across fork), -ENOMEM,
  * -EFAULT (cuda pool: a tensor, at its start or at the end of the span
  * num_blocks and block_stride give it, is not memory CUDA knows, e.g. a
- * plain host pointer; checked so that the kernel never faults the
- * context), -ENOTSUP (cuda pool in a library without CUDA), -EIO (the
+ * plain host pointer), -EXDEV (cuda pool: a tensor in another GPU's
+ * memory than kvc_pool_device's; both checked so that the kernel never
+ * faults the context), -ENOTSUP (cuda pool in a library without CUDA), -EIO (the
  * CUDA launch failed). On a host pool the tensors must be host memory
  * of that size; that is not checked.
  */
