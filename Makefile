@@ -29,6 +29,22 @@ endif
 JEMALLOC := $(if $(NOJEMALLOC),,-ljemalloc)
 DAEMON_LIBS := -lmicrohttpd -luring
 
+# CUDA (issue #6): built whenever nvcc is found, GPU or not; `make NVCC=`
+# or `make NO_CUDA=1` builds without. Nothing links libcudart or libcuda:
+# kernels/cudadrv.c dlopen()s the driver at run time, and the kernels are
+# compiled to a fatbin embedded in the library and the daemon as a C array.
+# Without CUDA the cuda pool and the kernels answer "built without CUDA".
+ifneq ($(NO_CUDA),1)
+NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+endif
+ifneq ($(strip $(NVCC)),)
+HAVE_CUDA := 1
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
+CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+	      -gencode arch=compute_90,code=compute_90
+override CFLAGS += -DKVC_HAVE_CUDA -isystem $(CUDA_HOME)/include
+endif
+
 ifneq ($(V),1)
 Q := @
 E := @echo
@@ -40,13 +56,16 @@ endif
 SHM_SRC    := $(sort $(wildcard shm/*.c))
 DAEMON_SRC := $(sort $(wildcard daemon/*.c))
 CLIENT_SRC := $(sort $(wildcard libclient/*.c))
+KERNEL_SRC := $(sort $(wildcard kernels/*.c))
 UNIT_SRC   := $(sort $(wildcard tests/unit/*.c))
 INTEG_SRC  := $(sort $(wildcard tests/integration/*.c))
+GPU_SRC    := $(sort $(wildcard tests/gpu/*.c))
 TESTLIB_SRC:= $(sort $(wildcard tests/lib/*.c))
 
 SHM_OBJ    := $(SHM_SRC:%.c=$(BUILD)/%.o)
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
 CLIENT_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/%.o)
+KERNEL_OBJ := $(KERNEL_SRC:%.c=$(BUILD)/%.o) $(if $(HAVE_CUDA),$(BUILD)/kernels/fatbin.o)
 TESTLIB_OBJ:= $(TESTLIB_SRC:%.c=$(BUILD)/%.o)
 DAEMON_LIB := $(filter-out $(BUILD)/daemon/main.o,$(DAEMON_OBJ))
 
@@ -58,6 +77,7 @@ TOOL_SRC   := $(sort $(wildcard tools/*.c))
 TOOLS      := $(TOOL_SRC:tools/%.c=$(BUILD)/%)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%)
 INTEG_BIN  := $(INTEG_SRC:tests/integration/%.c=$(BUILD)/tests/integration/%)
+GPU_BIN    := $(GPU_SRC:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 
 # Fuzz targets (libFuzzer): tests/fuzz/<target>.c, linked with the shm and
 # daemon objects built again with clang, coverage and ASan+UBSan in their
@@ -71,7 +91,7 @@ FUZZ_SECONDS_TEST ?= 15
 FUZZ_TARGETS ?=
 FUZZ_SRC     := $(sort $(wildcard tests/fuzz/*.c))
 FUZZ_BIN     := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_BUILD)/%)
-FUZZ_LIB_OBJ := $(SHM_SRC:%.c=$(FUZZ_BUILD)/%.o) \
+FUZZ_LIB_OBJ := $(SHM_SRC:%.c=$(FUZZ_BUILD)/%.o) $(KERNEL_SRC:%.c=$(FUZZ_BUILD)/%.o) \
 		$(filter-out $(FUZZ_BUILD)/daemon/main.o,$(DAEMON_SRC:%.c=$(FUZZ_BUILD)/%.o))
 FUZZ_CFLAGS  := -std=gnu11 -g -O1 -Wall -Wextra -Werror -MMD -MP -D_GNU_SOURCE \
 		-Wno-missing-field-initializers -pthread -fno-omit-frame-pointer \
@@ -79,7 +99,7 @@ FUZZ_CFLAGS  := -std=gnu11 -g -O1 -Wall -Wextra -Werror -MMD -MP -D_GNU_SOURCE \
 
 .SECONDARY:
 .PHONY: all deps run test test-asan test-tsan check bench clean fuzz fuzz-build
-all: $(KVCACHED) $(LIBA) $(LIBSO) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN)
+all: $(KVCACHED) $(LIBA) $(LIBSO) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN) $(GPU_BIN)
 
 deps:
 	$(Q)./tools/install-deps
@@ -101,6 +121,18 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) fuzz-build
 	$(Q)FUZZ_BUILD=$(FUZZ_BUILD) ./tests/fuzz/run -t $(FUZZ_SECONDS_TEST) $(FUZZ_TARGETS)
 	$(Q)BUILDS="$(BUILD) build-asan" ./tests/run-tests
+
+# The GPU suites (tests/gpu/): built by `all` (a compile check), run only
+# here; each test skips, saying why, where there is no driver or GPU.
+# Then the gather kernel against cuMemcpyDtoD (docs/BENCHMARKS.md).
+.PHONY: test-gpu bench-gpu
+test-gpu: deps
+	$(Q)$(MAKE) --no-print-directory -j$(NPROC) all
+	$(Q)KVT_DIRS=gpu BUILDS="$(BUILD)" ./tests/run-tests
+
+bench-gpu: deps
+	$(Q)$(MAKE) --no-print-directory -j$(NPROC) all
+	$(Q)$(BUILD)/kvbench-gpu $(ARGS)
 
 test-asan: deps
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) SAN=asan BUILD=build-asan all
@@ -139,40 +171,66 @@ $(FUZZ_BUILD)/%.o: %.c
 
 $(FUZZ_BIN): $(FUZZ_BUILD)/%: $(FUZZ_BUILD)/tests/fuzz/%.o $(FUZZ_LIB_OBJ)
 	$(E) "  LD      $@"
-	$(Q)$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -pthread -o $@ $^ $(DAEMON_LIBS)
+	$(Q)$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -pthread -o $@ $^ $(DAEMON_LIBS) -ldl
 
 $(BUILD)/%.o: %.c
 	$(E) "  CC      $<"
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
 
-$(KVCACHED): $(DAEMON_OBJ) $(SHM_OBJ)
+$(KVCACHED): $(DAEMON_OBJ) $(SHM_OBJ) $(KERNEL_OBJ)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS) $(JEMALLOC)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS) $(JEMALLOC) -ldl
 
-$(LIBA): $(CLIENT_OBJ) $(SHM_OBJ)
+$(LIBA): $(CLIENT_OBJ) $(SHM_OBJ) $(KERNEL_OBJ)
 	$(E) "  AR      $@"
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(LIBSO): $(CLIENT_OBJ) $(SHM_OBJ) libclient/kvclient.map
+$(LIBSO): $(CLIENT_OBJ) $(SHM_OBJ) $(KERNEL_OBJ) libclient/kvclient.map
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SONAME) \
-		-Wl,--version-script=libclient/kvclient.map -o $@ $(CLIENT_OBJ) $(SHM_OBJ)
+		-Wl,--version-script=libclient/kvclient.map -o $@ $(CLIENT_OBJ) $(SHM_OBJ) \
+		$(KERNEL_OBJ) -ldl
 	$(Q)ln -sf libkvclient.so $(BUILD)/$(SONAME)
 
 $(TOOLS): $(BUILD)/%: $(BUILD)/tools/%.o $(LIBA)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lm
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lm -ldl
 
 # Unit tests reach internals through the objects (jemalloc's JET idea).
-$(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(SHM_OBJ) $(DAEMON_LIB)
+$(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(SHM_OBJ) $(DAEMON_LIB) $(KERNEL_OBJ)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(DAEMON_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(DAEMON_LIBS) -ldl
 
 # Integration tests drive the real daemon through the real library.
 $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o $(TESTLIB_OBJ) $(LIBA)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -ldl
+
+$(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(TESTLIB_OBJ) $(LIBA)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -ldl
+
+# The kernels: nvcc -> fatbin (SASS for sm_80 and sm_90, PTX for
+# compute_90 so newer GPUs JIT it) -> a C array the library and the daemon
+# hand to cuModuleLoadData. No GPU is needed to build them.
+$(BUILD)/kernels/page_copy.fatbin: kernels/page_copy.cu kernels/page_ref.h
+	$(E) "  NVCC    $<"
+	$(Q)mkdir -p $(@D)
+	$(Q)$(NVCC) -fatbin -O3 -std=c++17 $(CUDA_ARCHS) -o $@ $<
+
+$(BUILD)/kernels/fatbin.c: $(BUILD)/kernels/page_copy.fatbin
+	$(E) "  GEN     $@"
+	$(Q){ echo '/* Generated from kernels/page_copy.cu by the Makefile. */'; \
+	  echo '#include <stddef.h>'; \
+	  echo 'const unsigned char kvk_fatbin[] __attribute__((aligned(64))) = {'; \
+	  od -An -v -tx1 $< | sed -e 's/ \([0-9a-f][0-9a-f]\)/0x\1,/g'; \
+	  echo '};'; \
+	  echo 'const size_t kvk_fatbin_len = sizeof(kvk_fatbin);'; } >$@.tmp && mv $@.tmp $@
+
+$(BUILD)/kernels/fatbin.o: $(BUILD)/kernels/fatbin.c
+	$(E) "  CC      $<"
+	$(Q)$(CC) $(filter-out -Werror -MMD -MP,$(CFLAGS)) -c -o $@ $<
 
 clean:
 	rm -rf build build-asan build-tsan $(FUZZ_BUILD)

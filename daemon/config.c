@@ -60,7 +60,9 @@ void kvd_config_usage(FILE *f)
 "  --socket PATH          Unix socket (default: $KVCACHED_SOCKET, else\n"
 "                         /run/kvcached/kvcached.sock as root,\n"
 "                         $XDG_RUNTIME_DIR/kvcached.sock otherwise)\n"
-"  --pool host|cuda       where pages live (default host; cuda: issue #6)\n"
+"  --pool host|cuda       where pages live (default host; cuda: GPU memory\n"
+"                         shared over CUDA VMM file descriptors)\n"
+"  --gpu N                CUDA device ordinal of a cuda pool (default 0)\n"
 "  --pool-size SIZE       pool bytes, suffix K M G T (default 1G)\n"
 "  --page-size SIZE       bytes per page slot, a multiple of 4K (default 2M)\n"
 "  --block-tokens N       tokens per cached block (default 16)\n"
@@ -237,6 +239,9 @@ int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 		if (strcmp(val, "host") && strcmp(val, "cuda"))
 			BAD("must be host or cuda");
 		strcpy(cfg->pool, val);
+	} else if (!strcmp(key, "gpu")) {
+		if (parse_u32(val, 0, 1023, &cfg->gpu, 10))
+			BAD("must be a CUDA device ordinal 0..1023");
 	} else if (!strcmp(key, "pool-size")) {
 		if (kvd_parse_size(val, &cfg->pool_size))
 			BAD("not a size (a number with an optional K, M, G or T suffix)");
@@ -345,7 +350,7 @@ int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 static bool known_key(const char *key)
 {
 	static const char *const keys[] = {
-		"allow-groups", "allow-users", "block-tokens", "foreground", "high-watermark",
+		"allow-groups", "allow-users", "block-tokens", "foreground", "gpu", "high-watermark",
 		"hugepages", "log-level", "low-watermark", "max-clients", "max-per-process", "max-pins",
 		"metrics-listen", "page-size", "pool", "pool-size", "socket", "socket-mode",
 		"spill-dir", "spill-io", "spill-size", "tick-ms",

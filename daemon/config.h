@@ -20,6 +20,7 @@ enum kvd_hugepages { KVD_HUGE_AUTO, KVD_HUGE_ON, KVD_HUGE_OFF };
 struct kvd_config {
 	char socket[108];
 	char pool[8];			/* "host" or "cuda" */
+	uint32_t gpu;			/* cuda pool: device ordinal */
 	uint64_t pool_size;
 	uint64_t page_size;
 	uint32_t block_tokens;

@@ -157,6 +157,8 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
  * the process exited: its threads may still be reading pinned pages.
  */
 void kvd_registry_drop(struct kvd *d, struct kvd_client *c, const char *why);
+/* POOL: a cuda pool's chunk fds for an attached client (-1: dropped). */
+int kvd_registry_pool(struct kvd *d, struct kvd_client *c, uint32_t seq, const void *p);
 void kvd_registry_bye(struct kvd *d, struct kvd_client *c);
 /* The lingering client's process exited: release everything. */
 void kvd_registry_exited(struct kvd *d, struct kvd_client *c);

@@ -49,7 +49,7 @@ static int segment_open(struct kvd *d)
 			(unsigned long long)h.segment_bytes, strerror(-rc));
 		return -1;
 	}
-	h.pool_kind = KVSHM_POOL_HOST;	/* the one backend built today */
+	h.pool_kind = strcmp(d->cfg.pool, "cuda") ? KVSHM_POOL_HOST : KVSHM_POOL_CUDA;
 	d->h = d->seg.base;
 	kvshm_init(d->h, &h);
 	/* From here on only our existing mapping can write it. */
@@ -83,15 +83,11 @@ int main(int argc, char **argv)
 	if (rc)
 		return rc > 0 ? 0 : 2;
 	kvd_log_level = d.cfg.log_level;
-	if (!strcmp(d.cfg.pool, "cuda")) {
-		kvd_err("pool cuda: this build has no CUDA pool backend yet; use --pool host");
-		return 1;
-	}
 	rc = 1;
 	if (segment_open(&d))
 		goto out;
-	if (kvd_pool_host_open(&d.pool, (uint64_t)d.h->geo.n_pages * d.cfg.page_size,
-			       d.cfg.hugepages))
+	if (kvd_pool_open(&d.pool, &d.cfg, (uint64_t)d.h->geo.n_pages * d.cfg.page_size,
+			  d.cfg.page_size))
 		goto out;
 	if (kvd_spill_open(&d))
 		goto out;

@@ -90,7 +90,7 @@ static void *prefault(void *arg)
 
 void kvd_pool_prefault(struct kvd_pool *p)
 {
-	if (p->mem.huge)
+	if (p->mem.huge || p->kind != KVSHM_POOL_HOST)
 		return;	/* hugetlb fallocate already allocated every page */
 	p->prefaulting = !pthread_create(&p->prefault_thread, NULL, prefault, p);
 }
@@ -108,4 +108,5 @@ void kvd_pool_close(struct kvd_pool *p)
 		p->prefaulting = false;
 	}
 	kvd_memfd_close(&p->mem);
+	kvd_pool_cuda_close(p);
 }

@@ -105,7 +105,7 @@ static int send_with_fds(struct kvd_client *c, uint16_t type, uint32_t seq,
 			 const void *p, uint32_t len, const int *fds, int nfds)
 {
 	struct kvproto_hdr h = { KVPROTO_MAGIC, type, 0, len, seq };
-	char cbuf[CMSG_SPACE(4 * sizeof(int))];
+	char cbuf[CMSG_SPACE(KVPROTO_MAX_CHUNKS * sizeof(int))];
 	struct iovec iov[2] = { { &h, sizeof(h) }, { (void *)p, len } };
 	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2, .msg_control = cbuf,
 			     .msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int)) };
@@ -156,7 +156,7 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	char msg[400];
 	uint64_t pb;
 	uint32_t nslots;
-	int nsid, fds[3], rc;
+	int nsid, fds[3], nfds, rc;
 
 	if (hi->version != KVPROTO_VERSION) {
 		snprintf(msg, sizeof(msg), "protocol version %u, this kvcached speaks %u",
@@ -217,10 +217,13 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	hr.pool_kind = d->pool.kind;
 	hr.nslots = nslots;
 
-	fds[0] = d->seg.fd;
-	fds[1] = kvd_pool_fd(&d->pool);
-	fds[2] = c->ledger.fd;
-	if (send_with_fds(c, KVPROTO_HELLO_R, seq, &hr, sizeof(hr), fds, 3)) {
+	/* A cuda pool's chunks follow on request (POOL), not here. */
+	nfds = 0;
+	fds[nfds++] = d->seg.fd;
+	if (d->pool.kind == KVSHM_POOL_HOST)
+		fds[nfds++] = kvd_pool_fd(&d->pool);
+	fds[nfds++] = c->ledger.fd;
+	if (send_with_fds(c, KVPROTO_HELLO_R, seq, &hr, sizeof(hr), fds, nfds)) {
 		kvd_registry_drop(d, c, "HELLO reply not delivered");
 		return -1;
 	}
@@ -238,6 +241,32 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	kvd_stat_add(&kvshm_stats(d->h)->clients_total, 1);
 	kvd_info("client %u attached: pid %d (%s) uid %u, namespace %u, %u pin slots",
 		 c->id, (int)c->pid, c->comm, c->uid, c->ns_id, nslots);
+	return 0;
+}
+
+/* POOL: hand a cuda pool's chunk fds to an attached client. */
+int kvd_registry_pool(struct kvd *d, struct kvd_client *c, uint32_t seq, const void *p)
+{
+	struct kvproto_pool q;
+	struct kvproto_pool_r r;
+	const int *fds;
+
+	memcpy(&q, p, sizeof(q));
+	if (q.version != KVPROTO_VERSION) {
+		kvd_reply_error(d, c, seq, -EPROTO, true, "POOL: protocol version %u, this kvcached speaks %u",
+				q.version, KVPROTO_VERSION);
+		return -1;
+	}
+	if (kvd_pool_cuda_share(&d->pool, &r, &fds)) {
+		kvd_reply_error(d, c, seq, -EPROTO, true,
+				"POOL: this pool is host memory, its fd came with HELLO");
+		return -1;
+	}
+	if (send_with_fds(c, KVPROTO_POOL_R, seq, &r, sizeof(r), fds, (int)r.n_chunks)) {
+		kvd_registry_drop(d, c, "POOL reply not delivered");
+		return -1;
+	}
+	kvd_debug("client %u: %u cuda pool chunk fds sent", c->id, r.n_chunks);
 	return 0;
 }
 

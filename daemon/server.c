@@ -380,6 +380,8 @@ int kvd_server_frame(struct kvd *d, struct kvd_client *c, const uint8_t *in)
 		return kvd_cache_free(d, c, h.seq, p, h.len);
 	case KVPROTO_RESTORE:
 		return kvd_spill_restore(d, c, h.seq, p, h.len);
+	case KVPROTO_POOL:
+		return kvd_registry_pool(d, c, h.seq, p);
 	default:
 		kvd_reply_error(d, c, h.seq, -EPROTO, true, "message type %u is not a request",
 				h.type);

@@ -86,6 +86,9 @@ struct kvd_spill {
 	uint64_t seq;
 	uint32_t pages_per_area;
 	unsigned nareas;	/* pool areas; staging is area nareas */
+	/* cuda pool: payloads go through this pinned host ring (OPS pages),
+	 * registered area 0; NULL on a host pool (the pool is registered). */
+	uint8_t *stage;
 	uint32_t writes, reads;	/* ops in flight by kind */
 	char dir[PATH_MAX];
 };
@@ -230,6 +233,15 @@ static uint8_t *page_at(struct kvd *d, uint32_t page)
 	return (uint8_t *)d->pool.mem.base + (uint64_t)page * d->spill->page_bytes;
 }
 
+/* Where op idx's payload is read or written: the pool page itself, or its
+ * staging slot (cuda pool). */
+static uint8_t *payload_of(struct kvd *d, uint32_t idx, uint32_t page)
+{
+	struct kvd_spill *sp = d->spill;
+
+	return sp->stage ? sp->stage + (uint64_t)idx * sp->page_bytes : page_at(d, page);
+}
+
 static uint64_t aligned(uint64_t n)
 {
 	return (n + KVD_SPILL_ALIGN - 1) / KVD_SPILL_ALIGN * KVD_SPILL_ALIGN;
@@ -271,8 +283,9 @@ static int op_queue(struct kvd *d, uint32_t idx, bool write)
 	rc = kvd_sio_queue(sp->io, fd, write, sp->staging + (uint64_t)idx * sp->hdr_bytes,
 			   sp->hdr_bytes, off, sp->nareas, (uint64_t)idx << 1);
 	if (!rc)
-		rc = kvd_sio_queue(sp->io, fd, write, page_at(d, o->page), o->len,
-				   off + (off_t)sp->hdr_bytes, o->page / sp->pages_per_area,
+		rc = kvd_sio_queue(sp->io, fd, write, payload_of(d, idx, o->page), o->len,
+				   off + (off_t)sp->hdr_bytes,
+				   sp->stage ? 0 : o->page / sp->pages_per_area,
 				   (uint64_t)idx << 1 | 1);
 	o->parts = 2;
 	return rc;
@@ -341,8 +354,13 @@ static void read_done(struct kvd *d, uint32_t idx)
 		if (!rc && (!kvshm_key_eq(h.key, key) || !kvshm_key_eq(h.parent, parent) ||
 			    !kvshm_key_eq(h.ns.id, ns->id)))
 			rc = -EBADMSG, why = "slot holds another block than the index says";
-		if (!rc && kvd_payload_check(page_at(d, o->page), h.payload_bytes) != h.payload_check)
+		if (!rc && kvd_payload_check(payload_of(d, idx, o->page), h.payload_bytes) !=
+			   h.payload_check)
 			rc = -EBADMSG, why = "payload checksum mismatch";
+		/* cuda pool: checked in staging, then into the GPU page. */
+		if (!rc && sp->stage &&
+		    kvd_pool_copy_in(&d->pool, o->page, 1, payload_of(d, idx, o->page)))
+			rc = -EIO;
 		if (rc > 0)
 			rc = -EBADMSG, why = "slot is empty";
 	}
@@ -438,13 +456,18 @@ bool kvd_spill_page(struct kvd *d, uint32_t page)
 		return false;
 	}
 	ns = &kvshm_ns(d->h)[p->ns_id];
+	if (sp->stage && kvd_pool_copy_out(&d->pool, page, 1, payload_of(d, idx, page))) {
+		slot_free(d, slot);
+		op_put(sp, idx);
+		return false;
+	}
 	o->kind = OP_WRITE;
 	o->page = page;
 	o->slot = slot;
 	o->len = aligned(ns->page_bytes);
 	kvd_slot_hdr_fill(sp->staging + (uint64_t)idx * sp->hdr_bytes, sp->hdr_bytes, ++sp->seq,
 			  ns, p->key, p->parent, kvshm_tokens(d->h, page), d->h->geo.block_tokens,
-			  ns->page_bytes, kvd_payload_check(page_at(d, page), ns->page_bytes));
+			  ns->page_bytes, kvd_payload_check(payload_of(d, idx, page), ns->page_bytes));
 	sp->s[slot].seq = sp->seq;
 	sp->s[slot].page = page;
 	shared_set(d, slot, KVSHM_SLOT_BUSY, NULL, NULL, 0);
@@ -787,10 +810,6 @@ int kvd_spill_open(struct kvd *d)
 
 	if (!d->h->geo.n_slots)
 		return 0;
-	if (d->h->pool_kind != KVSHM_POOL_HOST) {
-		kvd_err("spill: only the host pool can spill in this build");
-		return -1;
-	}
 	/* A file-size limit must become EFBIG, not a dead daemon. */
 	signal(SIGXFSZ, SIG_IGN);
 	sp = calloc(1, sizeof(*sp));
@@ -847,15 +866,29 @@ int kvd_spill_open(struct kvd *d)
 	atomic_store_explicit(&st_of(d)->spill_warm, good, memory_order_relaxed);
 
 	/* The I/O engine, with the pool (in areas of at most 1 GiB) and the
-	 * header staging registered. */
+	 * header staging registered; a cuda pool's pages cannot be the target
+	 * of O_DIRECT, so a pinned host staging ring of OPS pages stands in
+	 * for it (ARCHITECTURE.md §12). */
 	sp->pages_per_area = (uint32_t)(POOL_AREA / sp->page_bytes);
 	if (!sp->pages_per_area)
 		sp->pages_per_area = 1;
-	sp->nareas = (pages + sp->pages_per_area - 1) / sp->pages_per_area;
+	sp->nareas = d->h->pool_kind == KVSHM_POOL_HOST ?
+		     (pages + sp->pages_per_area - 1) / sp->pages_per_area : 1;
 	iov = calloc(sp->nareas + 1, sizeof(*iov));
 	if (!iov)
 		goto nomem;
-	for (i = 0; i < sp->nareas; i++) {
+	if (d->h->pool_kind != KVSHM_POOL_HOST) {
+		if (posix_memalign((void **)&sp->stage, KVD_SPILL_ALIGN, OPS * sp->page_bytes)) {
+			free(iov);
+			goto nomem;
+		}
+		if (kvd_pool_pin_host(&d->pool, sp->stage, OPS * sp->page_bytes))
+			kvd_warn("spill: cannot page-lock the %llu-byte staging ring (LimitMEMLOCK?); copies to and from the GPU go slower",
+				 (unsigned long long)(OPS * sp->page_bytes));
+		iov[0].iov_base = sp->stage;
+		iov[0].iov_len = OPS * sp->page_bytes;
+	}
+	for (i = 0; !sp->stage && i < sp->nareas; i++) {
 		uint32_t first = i * sp->pages_per_area;
 		uint32_t k = pages - first < sp->pages_per_area ? pages - first : sp->pages_per_area;
 
@@ -908,6 +941,10 @@ void kvd_spill_close(struct kvd *d)
 	free(sp->page_op);
 	free(sp->backing);
 	free(sp->staging);
+	if (sp->stage) {
+		kvd_pool_unpin_host(&d->pool, sp->stage);
+		free(sp->stage);
+	}
 	free(sp);
 	d->spill = NULL;
 }

@@ -70,7 +70,7 @@ static int recv_all(int fd, void *buf, size_t len, int *fds, int *nfds)
 	char *p = buf;
 
 	while (len) {
-		char cbuf[CMSG_SPACE(sizeof(int) * 4)];
+		char cbuf[CMSG_SPACE(sizeof(int) * KVC_MAX_FDS)];
 		struct iovec iov = { p, len };
 		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
 				     .msg_control = cbuf, .msg_controllen = sizeof(cbuf) };
@@ -91,7 +91,7 @@ static int recv_all(int fd, void *buf, size_t len, int *fds, int *nfds)
 				int f;
 
 				memcpy(&f, CMSG_DATA(cm) + k * sizeof(int), sizeof(int));
-				if (fds && nfds && *nfds < 4)
+				if (fds && nfds && *nfds < KVC_MAX_FDS)
 					fds[(*nfds)++] = f;
 				else
 					close(f);
@@ -284,17 +284,50 @@ static int map_fd(int fd, uint64_t want, int prot, void **out)
 	return 0;
 }
 
+/* A cuda pool: ask for its chunk fds (POOL), import and map them. */
+static int attach_cuda(kvc_t *c, const struct kvproto_hello_r *hr, const struct kvc_options *o)
+{
+	struct kvproto_pool q = { KVPROTO_VERSION, 0 };
+	struct kvproto_pool_r pr;
+	char *errbuf = o ? o->errbuf : NULL;
+	size_t errlen = o ? o->errbuf_len : 0;
+	int fds[KVC_MAX_FDS], nfds = 0, rc, i;
+	void *reply = NULL;
+	uint32_t rlen;
+
+	for (i = 0; i < KVC_MAX_FDS; i++)
+		fds[i] = -1;
+	rc = rpc_fds(c, KVPROTO_POOL, &q, sizeof(q), KVPROTO_POOL_R, &reply, &rlen, fds, &nfds,
+		     errbuf, errlen);
+	if (rc)
+		goto out;
+	memcpy(&pr, reply, sizeof(pr));
+	rc = -EPROTO;
+	if (pr.version != KVPROTO_VERSION || (uint32_t)nfds != pr.n_chunks ||
+	    pr.pool_bytes != hr->pool_bytes)
+		goto out;
+	rc = kvc_gpu_attach(c, &pr, fds, errbuf, errlen);
+out:
+	for (i = 0; i < KVC_MAX_FDS; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	free(reply);
+	return rc;
+}
+
 static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options *o)
 {
 	struct kvproto_hello hi;
 	struct kvproto_hello_r hr;
 	struct kvshm_ns ns;
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fds[4] = { -1, -1, -1, -1 }, nfds = 0, rc, i;
+	int fds[KVC_MAX_FDS], nfds = 0, rc, i;
 	void *reply = NULL, *p;
 	uint32_t rlen;
 	const char *why;
 
+	for (i = 0; i < KVC_MAX_FDS; i++)
+		fds[i] = -1;
 	/* Geometry first: a bad model is -EINVAL whether a daemon runs or not. */
 	hello_of(m, o ? o->max_pins : 0, &hi);
 	if (kvproto_hello_ns(&hi, &ns))
@@ -317,7 +350,10 @@ static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options 
 		goto out;
 	memcpy(&hr, reply, sizeof(hr));
 	rc = -EPROTO;
-	if (hr.version != KVPROTO_VERSION || nfds != 3 || hr.block_tokens != m->block_tokens ||
+	/* A cuda pool's HELLO_R has no pool fd: [segment, ledger]. */
+	if (hr.version != KVPROTO_VERSION ||
+	    (hr.pool_kind != KVSHM_POOL_HOST && hr.pool_kind != KVSHM_POOL_CUDA) ||
+	    nfds != (hr.pool_kind == KVSHM_POOL_HOST ? 3 : 2) || hr.block_tokens != m->block_tokens ||
 	    !hr.n_pages || hr.ns_page_bytes > hr.page_bytes ||
 	    hr.pool_bytes / hr.n_pages != hr.page_bytes)
 		goto out;
@@ -327,6 +363,9 @@ static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options 
 	c->bt = hr.block_tokens;
 	c->slot_bytes = hr.page_bytes;
 	c->page_bytes = hr.ns_page_bytes;
+	c->pool_kind = hr.pool_kind;
+	c->layers = ns.layers;
+	c->half = (uint64_t)ns.block_tokens * ns.kv_heads * ns.head_dim * ns.dtype_bytes;
 
 	if ((rc = map_fd(fds[0], hr.segment_bytes, PROT_READ, &p)))
 		goto out;
@@ -338,11 +377,13 @@ static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options 
 		rc = -EPROTO;
 		goto out;
 	}
-	if ((rc = map_fd(fds[1], hr.pool_bytes, PROT_READ | PROT_WRITE, &p)))
-		goto out;
-	c->pool = p;
-	c->pool_bytes = hr.pool_bytes;
-	if ((rc = map_fd(fds[2], hr.ledger_bytes, PROT_READ | PROT_WRITE, &p)))
+	if (c->pool_kind == KVSHM_POOL_HOST) {
+		if ((rc = map_fd(fds[1], hr.pool_bytes, PROT_READ | PROT_WRITE, &p)))
+			goto out;
+		c->pool = p;
+		c->pool_bytes = hr.pool_bytes;
+	}
+	if ((rc = map_fd(fds[nfds - 1], hr.ledger_bytes, PROT_READ | PROT_WRITE, &p)))
 		goto out;
 	c->ledger = p;
 	c->ledger_bytes = hr.ledger_bytes;
@@ -368,8 +409,10 @@ static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options 
 	}
 	c->root = kvshm_key_root(ns.id, o ? o->salt : NULL, o ? o->salt_len : 0);
 	rc = 0;
+	if (c->pool_kind == KVSHM_POOL_CUDA)
+		rc = attach_cuda(c, &hr, o);
 out:
-	for (i = 0; i < 4; i++)
+	for (i = 0; i < KVC_MAX_FDS; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
 	free(reply);
@@ -444,7 +487,9 @@ void kvc_close(kvc_t *c)
 	}
 	if (c->seg)
 		munmap((void *)c->seg, c->seg_bytes);
-	if (c->pool)
+	if (c->gpu)
+		kvc_gpu_detach(c);
+	else if (c->pool)
 		munmap(c->pool, c->pool_bytes);
 	if (c->ledger)
 		munmap(c->ledger, c->ledger_bytes);
@@ -509,6 +554,11 @@ const char *kvc_strerror(int err)
 	case -EEXIST: return "key collision: block refused";
 	case -ECHILD: return "handle inherited across fork(): open a new one in the child";
 	case -ETOOMANYREFS: return "kvcached serves too many models at once (64 namespaces)";
+	case -ENOTSUP: return "not supported here: a cuda pool needs libkvclient built with CUDA, a CUDA driver and a GPU with VMM fd export";
+	case -ENODEV: return "the GPU holding kvcached's pool is not visible to this process (CUDA_VISIBLE_DEVICES?)";
+	case -EPERM: return "block is a shared (hit or published) page: scatter only into pages kvc_alloc granted";
+	case -EFAULT: return "a tensor of the layout is not GPU memory CUDA knows (host pointer for a cuda pool?)";
+	case -EXDEV: return "a tensor of the layout is on another GPU than kvcached's pool";
 	default:
 		return err < 0 ? strerror(-err) : "not an error code";
 	}

@@ -43,6 +43,14 @@ struct kvc {
 	uint32_t *free_slots;
 	uint32_t n_free_slots;
 	uint32_t nslots;
+
+	/* Page kernels (gpu.c): the model's layers and the bytes of one
+	 * block of one layer's K or V; the pool's kind and, for a cuda pool,
+	 * its import (pool above is then a device address). */
+	uint32_t layers;
+	uint32_t pool_kind;		/* enum kvshm_pool_kind */
+	uint64_t half;
+	struct kvc_gpu *gpu;
 };
 
 enum kvc_block_state {
@@ -93,6 +101,18 @@ void kvc_slots_put(kvc_t *c, const uint32_t *s, uint32_t n);
 
 /* Count a spilled run the caller did not restore as misses. */
 void kvci_settle_spilled(struct kvc_req *r);
+/* Most fds one reply carries (a cuda pool's chunks). */
+#define KVC_MAX_FDS ((int)KVPROTO_MAX_CHUNKS)
+
+/*
+ * gpu.c: import and map a cuda pool's chunk fds (ownership stays with the
+ * caller) and load the kernels; on failure a message goes to errbuf.
+ * Returns 0, -ENOTSUP, -ENODEV, -EIO or -ENOMEM. kvc_gpu_detach undoes it
+ * (nothing but free in a child after fork).
+ */
+int kvc_gpu_attach(kvc_t *c, const struct kvproto_pool_r *pr, const int *fds,
+		   char *errbuf, size_t errlen);
+void kvc_gpu_detach(kvc_t *c);
 
 /* Drop block i's page reference (unpin or forget). */
 void kvc_block_release(struct kvc_req *r, size_t i);

@@ -113,7 +113,11 @@ struct kvc_options {
  * segment version differs), -EMEDIUMTYPE (geometry does not fit the pool;
  * errbuf says why), -EUSERS (too many clients), -ETOOMANYREFS (64 models
  * with clients attached already), -ENOMEM, or the errno of a failed
- * socket, connect or mmap.
+ * socket, connect or mmap. A daemon with a cuda pool adds: -ENOTSUP (this
+ * library was built without CUDA, or there is no usable CUDA driver or
+ * VMM support here), -ENODEV (the pool's GPU is not visible to this
+ * process, e.g. CUDA_VISIBLE_DEVICES), -EIO (importing or mapping the
+ * pool failed); errbuf says which.
  *
  * A handle belongs to the process that opened it: after fork() the child
  * gets -ECHILD from every call on an inherited handle (and its kvc_close
@@ -234,7 +238,8 @@ int kvc_alloc(struct kvc_req *r);
  * (write the block's KV there before kvc_publish). NULL for a block with
  * no page or i out of range. Valid until kvc_req_free(). The pointer is
  * writable because granted pages must be; a hit page is shared with every
- * other client and must only be read.
+ * other client and must only be read. On a cuda pool (kvc_pool_kind) it is
+ * a device address on kvc_pool_device()'s GPU, not a host pointer.
  */
 void *kvc_block(struct kvc_req *r, size_t i);
 
@@ -255,6 +260,101 @@ int kvc_publish(struct kvc_req *r);
 /* Release the request: unpin its pages (no system call) and give back
  * granted pages that were never published (one round trip). */
 void kvc_req_free(struct kvc_req *r);
+
+/* ------------------------------------------------------------------
+ * Moving KV between the pool and an engine's paged cache (issue #6), so
+ * that an engine needs no kernel of its own.
+ */
+
+/* Where the pool lives. */
+enum kvc_pool_kind {
+	KVC_POOL_HOST = 1,	/* host memory: kvc_block gives host pointers */
+	KVC_POOL_CUDA = 2,	/* GPU memory (CUDA VMM, mapped at attach) */
+};
+
+/* KVC_POOL_HOST or KVC_POOL_CUDA; -EINVAL for NULL. */
+int kvc_pool_kind(const kvc_t *c);
+
+/* The CUDA device ordinal, as this process numbers its devices, of the
+ * GPU holding a cuda pool (its primary context is where kvc_gather and
+ * kvc_scatter launch). -ENODEV for a host pool, -EINVAL for NULL. */
+int kvc_pool_device(const kvc_t *c);
+
+enum kvc_layout_kind {
+	/* Per layer l, a K tensor k[l] and a V tensor v[l], each
+	 * [num_blocks, block_tokens, kv_heads, head_dim] of the model's
+	 * dtype. */
+	KVC_LAYOUT_KV = 1,
+	/* Per layer l, one tensor k[l] of [2, num_blocks, block_tokens,
+	 * kv_heads, head_dim] (K then V: vLLM's FlashAttention layout);
+	 * v is unused (NULL). */
+	KVC_LAYOUT_FLASH = 2,
+};
+
+/*
+ * An engine's paged KV cache. The tensors are host pointers for a host
+ * pool and device pointers (on kvc_pool_device's GPU) for a cuda pool.
+ * Within one block the engine's layout must be dense, [block_tokens,
+ * kv_heads, head_dim]; between blocks it may be padded (block_stride).
+ */
+struct kvc_layout {
+	uint32_t size;		/* sizeof(struct kvc_layout) */
+	uint32_t kind;		/* enum kvc_layout_kind */
+	uint32_t flags;		/* none defined: 0 */
+	uint32_t layers;	/* must equal the model's layers */
+	uint64_t num_blocks;	/* blocks in each engine tensor, >= 1 */
+	/* Bytes from one block to the next in a tensor; 0 means dense
+	 * (block_tokens x kv_heads x head_dim x dtype_bytes). */
+	uint64_t block_stride;
+	void *const *k;		/* [layers]: K (or the FLASH tensor) per layer */
+	void *const *v;		/* [layers]: V per layer (KVC_LAYOUT_KV) */
+	uint64_t resv[4];	/* must be zero */
+};
+
+/*
+ * Gather: copy the KV of request blocks [first_block, first_block +
+ * n_blocks) from their pool pages into the engine's cache, block
+ * first_block + j into engine block engine_block_ids[j] (any order, need
+ * not be contiguous; for a gather they must be distinct), all layers, K
+ * and V, in one pass: for hits after kvc_lookup (or any block with a
+ * page).
+ *
+ * Host pool: runs on the calling thread and is done on return; `stream`
+ * is ignored. Cuda pool: queued as one kernel launch on `stream` (a
+ * CUstream or cudaStream_t of the primary context of kvc_pool_device's
+ * GPU; NULL is the legacy default stream) and returns without waiting.
+ * engine_block_ids and the layout's arrays are read before the call
+ * returns and may be reused at once; the pages must stay pinned until the
+ * copy is done, so synchronize the stream before kvc_req_free.
+ *
+ * Returns 0. Errors: -EINVAL (NULL request or layout while n_blocks > 0,
+ * NULL ids, a layout with a wrong size, unknown kind, flags or resv not
+ * zero, layers other than the model's, num_blocks 0, block_stride smaller
+ * than a block, a NULL tensor; the run past the request's blocks; an
+ * engine block id outside 0..num_blocks-1), -ENOENT (a block of the run
+ * has no page), -ECHILD (handle inherited across fork), -ENOMEM,
+ * -EFAULT (cuda pool: a tensor, at its start or at the end of the span
+ * num_blocks and block_stride give it, is not memory CUDA knows, e.g. a
+ * plain host pointer), -EXDEV (cuda pool: a tensor in another GPU's
+ * memory than kvc_pool_device's; both checked so that the kernel never
+ * faults the context), -ENOTSUP (cuda pool in a library without CUDA), -EIO (the
+ * CUDA launch failed). On a host pool the tensors must be host memory
+ * of that size; that is not checked.
+ */
+int kvc_gather(struct kvc_req *r, size_t first_block, size_t n_blocks,
+	       const struct kvc_layout *l, const int64_t *engine_block_ids,
+	       void *stream);
+
+/*
+ * Scatter: the other way, engine blocks into the pool pages kvc_alloc
+ * granted, before kvc_publish. On a cuda pool, synchronize the stream
+ * before kvc_publish: the page is visible to every client once published.
+ * Errors: those of kvc_gather, and -EPERM for a block that is a hit or
+ * already published (its page is shared and read-only).
+ */
+int kvc_scatter(struct kvc_req *r, size_t first_block, size_t n_blocks,
+		const struct kvc_layout *l, const int64_t *engine_block_ids,
+		void *stream);
 
 /* Bytes of one page of this handle's namespace, and of a pool slot. */
 size_t kvc_page_bytes(const kvc_t *c);

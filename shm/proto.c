@@ -110,6 +110,30 @@ int kvproto_decode(const struct kvproto_hdr *h, const void *payload,
 		if (h->len)
 			return bad(why, "BYE carries no payload");
 		return 0;
+	case KVPROTO_POOL: {
+		struct kvproto_pool q;
+
+		if (h->len != sizeof(q))
+			return bad(why, "POOL has the wrong size");
+		memcpy(&q, payload, sizeof(q));
+		if (q.flags)
+			return bad(why, "POOL flags not zero");
+		return 0;
+	}
+	case KVPROTO_POOL_R: {
+		struct kvproto_pool_r q;
+		uint64_t all;
+
+		if (h->len != sizeof(q))
+			return bad(why, "POOL reply has the wrong size");
+		memcpy(&q, payload, sizeof(q));
+		if (!q.n_chunks || q.n_chunks > KVPROTO_MAX_CHUNKS || !q.chunk_bytes ||
+		    !q.granularity || q.chunk_bytes % q.granularity ||
+		    __builtin_mul_overflow(q.chunk_bytes, (uint64_t)q.n_chunks, &all) ||
+		    !q.pool_bytes || q.pool_bytes > all)
+			return bad(why, "POOL reply: chunk count, chunk size or pool size out of range");
+		return 0;
+	}
 	case KVPROTO_ERROR:
 		if (h->len < sizeof(struct kvproto_error))
 			return bad(why, "ERROR shorter than its header");

@@ -31,6 +31,11 @@
  *   BYE     c->d  no payload, no reply: the client has released everything
  *                 and unmaps the pool; without it, a hang-up from a process
  *                 that is still alive leaves its pins in force until it exits
+ *   POOL    c->d  struct kvproto_pool, after HELLO_R said pool_kind cuda
+ *                 (whose HELLO_R carries fds [segment, ledger] only)
+ *   POOL_R  d->c  struct kvproto_pool_r + n_chunks fds: the CUDA VMM chunks
+ *                 of the pool (cuMemExportToShareableHandle POSIX fds), in
+ *                 pool order
  *
  * kvproto_decode() checks every length against the declared counts before
  * anything reads a record; it is the one function that ever parses bytes
@@ -64,6 +69,10 @@ enum kvproto_type {
 	KVPROTO_BYE = 12,
 	KVPROTO_RESTORE = 13,
 	KVPROTO_RESTORE_R = 14,
+	/* cuda pool (issue #6); numbered apart so other frames can be added
+	 * after BYE without a clash. */
+	KVPROTO_POOL = 32,
+	KVPROTO_POOL_R = 33,
 };
 
 struct kvproto_hdr {
@@ -147,6 +156,25 @@ struct kvproto_stat_r {
 	uint64_t segment_bytes;
 };
 
+/* Most chunks a cuda pool has (fds in one POOL_R, under SCM_MAX_FD). */
+#define KVPROTO_MAX_CHUNKS 64u
+
+struct kvproto_pool {
+	uint32_t version;
+	uint32_t flags;		/* none defined: must be 0 */
+};
+
+struct kvproto_pool_r {
+	uint32_t version;
+	uint32_t n_chunks;	/* fds that come with it: 1..KVPROTO_MAX_CHUNKS */
+	uint64_t chunk_bytes;	/* each chunk; a multiple of granularity */
+	uint64_t granularity;	/* cuMemGetAllocationGranularity (recommended) */
+	uint64_t pool_bytes;	/* n_pages x page_bytes <= n_chunks x chunk_bytes */
+	uint8_t uuid[16];	/* the GPU's CUuuid: ordinals differ per process */
+	int32_t ordinal;	/* the daemon's ordinal of it, for messages */
+	uint32_t pad;
+};
+
 struct kvproto_error {
 	int32_t err;		/* negative errno */
 	uint32_t fatal;		/* 1: the daemon closes the connection */
@@ -171,6 +199,7 @@ static inline uint64_t kvproto_pub_bytes(uint32_t n, uint32_t bt)
 _Static_assert(sizeof(struct kvproto_hdr) == 16, "hdr");
 _Static_assert(sizeof(struct kvproto_hello) == 120, "hello");
 _Static_assert(sizeof(struct kvproto_pub) == 40, "pub");
+_Static_assert(sizeof(struct kvproto_pool_r) == 56, "pool_r");
 
 
 /*

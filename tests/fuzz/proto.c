@@ -181,6 +181,25 @@ static void check_accepted(const struct kvproto_hdr *h, const uint8_t *p, uint32
 		CHECK(len >= sizeof(struct kvproto_error));
 		read_records(p, 0, 1, len);	/* header and message text */
 		break;
+	case KVPROTO_POOL: {
+		struct kvproto_pool q;
+
+		CHECK(len == sizeof(q));
+		memcpy(&q, p, sizeof(q));
+		CHECK(q.flags == 0);
+		break;
+	}
+	case KVPROTO_POOL_R: {
+		struct kvproto_pool_r q;
+
+		CHECK(len == sizeof(q));
+		memcpy(&q, p, sizeof(q));
+		CHECK(q.n_chunks >= 1 && q.n_chunks <= KVPROTO_MAX_CHUNKS);
+		CHECK(q.granularity && q.chunk_bytes && q.chunk_bytes % q.granularity == 0);
+		CHECK(q.pool_bytes && q.chunk_bytes <= UINT64_MAX / q.n_chunks &&
+		      q.pool_bytes <= q.chunk_bytes * q.n_chunks);
+		break;
+	}
 	default:
 		CHECK(0);	/* an unknown type was accepted */
 	}

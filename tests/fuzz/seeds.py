@@ -17,6 +17,7 @@ MAGIC = 0x4B564331
 HELLO, HELLO_R, ALLOC, ALLOC_R, PUBLISH, PUBLISH_R = 1, 2, 3, 4, 5, 6
 FREE, FREE_R, ERROR, STAT, STAT_R, BYE = 7, 8, 9, 10, 11, 12
 RESTORE, RESTORE_R = 13, 14
+POOL, POOL_R = 32, 33
 
 
 def frame(typ, payload=b"", seq=1, magic=MAGIC, length=None):
@@ -105,6 +106,11 @@ def proto_seeds():
     write("proto", "too-long", bt16 + frame(ALLOC, alloc(1), length=(16 << 20) + 1))
     write("proto", "count-mismatch", bt16 + frame(FREE, struct.pack("<II", 3, 0) + bytes(16)))
     write("proto", "hello-bad-geometry", bt16 + frame(HELLO, hello(dtype=3, layers=0)))
+    # cuda pool hand-over: POOL, and POOL_R with 3 chunks of 4 MiB at 2 MiB
+    # granularity holding a 10 MiB pool.
+    write("proto", "pool", bt16 + frame(POOL, struct.pack("<II", 1, 0)) +
+          frame(POOL_R, struct.pack("<IIQQQ16siI", 1, 3, 4 << 20, 2 << 20, 10 << 20,
+                                    bytes(range(16)), 0, 0)))
 
 
 # ---------------------------------------------------------- daemon_frames
@@ -133,6 +139,8 @@ def daemon_seeds():
     write("daemon_frames", "restore", bt16 + h + f(ALLOC, alloc(2), seq=2) +
           f(PUBLISH, pub(chain(2)), seq=3, fix=True) +
           f(RESTORE, keys([0x1000, 0x1001, 0x2000]), seq=4) + f(BYE))
+    # POOL to a host pool: refused (its fd came with HELLO).
+    write("daemon_frames", "hello-pool", bt16 + h + f(POOL, struct.pack("<II", 1, 0), seq=2))
     write("daemon_frames", "stat-bad-version", bt16 + f(STAT, stat(version=9)))
     write("daemon_frames", "linger-exit", bt16 + f(HELLO, hello(), linger=True) +
           f(ALLOC, alloc(2), seq=2) + op(OP_HANGUP) + op(OP_TICK) + op(OP_EXIT))

@@ -220,6 +220,10 @@ static void test_set_good(void **state)
 	assert_string_equal(cfg.pool, "cuda");
 	GOOD("pool", "host");
 	assert_string_equal(cfg.pool, "host");
+	GOOD("gpu", "3");
+	assert_int_equal(cfg.gpu, 3);
+	GOOD("gpu", "0");
+	assert_int_equal(cfg.gpu, 0);
 	GOOD("pool-size", "4G");
 	assert_int_equal(cfg.pool_size, 4ull << 30);
 	GOOD("spill-dir", "/var/lib/kvcached/spill");
@@ -302,6 +306,10 @@ static void test_set_bad(void **state)
 		{ "spill-size", "lots" },
 		{ "spill-io", "sync" },
 		{ "pool", "Host" },
+		{ "gpu", "x" },
+		{ "gpu", "1024" },
+		{ "gpu", "-1" },
+		{ "gpu", "" },
 		{ "pool-size", "10X" },
 		{ "pool-size", "" },
 		{ "page-size", "-1" },

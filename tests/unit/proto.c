@@ -442,6 +442,45 @@ static void test_stat(void **state)
 	bad(KVPROTO_STAT_R, sizeof(struct kvproto_stat_r) + 8, 0);
 }
 
+/* The cuda pool's chunk hand-over (issue #6). */
+static void test_pool(void **state)
+{
+	struct kvproto_pool q = { KVPROTO_VERSION, 0 };
+	struct kvproto_pool_r r = { KVPROTO_VERSION, 3, 4u << 20, 2u << 20, 10u << 20,
+				    { 1 }, 0, 0 };
+	struct kvproto_hdr h = hdr(KVPROTO_POOL, sizeof(q));
+	const char *why = NULL;
+
+	(void)state;
+	assert_int_equal(kvproto_decode(&h, &q, 0, &why), 0);
+	q.flags = 2;
+	assert_int_equal(kvproto_decode(&h, &q, 0, &why), -EBADMSG);
+	assert_string_equal(why, "POOL flags not zero");
+	h.len = sizeof(q) + 1;
+	assert_int_equal(kvproto_decode(&h, buf, 0, NULL), -EBADMSG);
+
+	h = hdr(KVPROTO_POOL_R, sizeof(r));
+	assert_int_equal(kvproto_decode(&h, &r, 0, &why), 0);
+	r.pool_bytes = 12u << 20;	/* exactly n_chunks x chunk_bytes */
+	assert_int_equal(kvproto_decode(&h, &r, 0, &why), 0);
+	r.pool_bytes = (12u << 20) + 1;	/* more than the chunks hold */
+	assert_int_equal(kvproto_decode(&h, &r, 0, &why), -EBADMSG);
+	r.pool_bytes = 10u << 20;
+	r.chunk_bytes = 3u << 20;	/* not a multiple of the granularity */
+	assert_int_equal(kvproto_decode(&h, &r, 0, &why), -EBADMSG);
+	r.chunk_bytes = 4u << 20;
+	r.n_chunks = 0;
+	assert_int_equal(kvproto_decode(&h, &r, 0, &why), -EBADMSG);
+	r.n_chunks = KVPROTO_MAX_CHUNKS + 1;
+	assert_int_equal(kvproto_decode(&h, &r, 0, &why), -EBADMSG);
+	r.n_chunks = 3;
+	r.granularity = 0;
+	assert_int_equal(kvproto_decode(&h, &r, 0, &why), -EBADMSG);
+	r.granularity = 2u << 20;
+	r.chunk_bytes = UINT64_MAX / 2 + 1 - (UINT64_MAX / 2 + 1) % (2u << 20);
+	assert_int_equal(kvproto_decode(&h, &r, 0, &why), -EBADMSG);	/* overflow */
+	assert_non_null(why);
+}
 
 /*
  * A non-root client without KVCACHED_SOCKET and without a per-user socket
@@ -516,6 +555,7 @@ int main(void)
 		cmocka_unit_test(test_alloc_r_short_form_only_for_zero),
 		cmocka_unit_test(test_hello_ns),
 		cmocka_unit_test(test_stat),
+		cmocka_unit_test(test_pool),
 		cmocka_unit_test(test_client_socket_fallback),
 		cmocka_unit_test(test_publish),
 		cmocka_unit_test(test_replies),

@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: MIT
+/*
+ * page_launch.c - the host side of the page kernels: load the embedded
+ * fatbin, marshal a call's arguments into a stream-ordered device buffer,
+ * launch on the caller's stream. See page_cuda.h.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "page_cuda.h"
+
+#ifdef KVC_HAVE_CUDA
+#include "cudadrv.h"
+
+/* Enough thread blocks to fill any current GPU several times over; the
+ * kernels loop over the rest. */
+#define KVK_MAX_GRID 65535u
+
+int kvk_module_load(struct kvk_module *m, const char **why)
+{
+	memset(m, 0, sizeof(*m));
+	if (kvk_cu.cuModuleLoadData(&m->mod, kvk_fatbin) != CUDA_SUCCESS) {
+		*why = "cuModuleLoadData: the embedded kernels do not load on this GPU (built for sm_80, sm_90 and compute_90 PTX)";
+		return -ENOEXEC;
+	}
+	if (kvk_cu.cuModuleGetFunction(&m->copy, m->mod, "kvk_copy") != CUDA_SUCCESS ||
+	    kvk_cu.cuModuleGetFunction(&m->csum, m->mod, "kvk_csum") != CUDA_SUCCESS) {
+		kvk_cu.cuModuleUnload(m->mod);
+		m->mod = NULL;
+		*why = "cuModuleGetFunction: kvk_copy or kvk_csum missing from the embedded kernels";
+		return -ENOEXEC;
+	}
+	return 0;
+}
+
+void kvk_module_unload(struct kvk_module *m)
+{
+	if (m->mod)
+		kvk_cu.cuModuleUnload(m->mod);
+	m->mod = NULL;
+}
+
+static int cu_errno(CUresult r)
+{
+	switch (r) {
+	case CUDA_SUCCESS: return 0;
+	case CUDA_ERROR_OUT_OF_MEMORY: return -ENOMEM;
+	case CUDA_ERROR_INVALID_VALUE:
+	case CUDA_ERROR_INVALID_HANDLE: return -EINVAL;
+	case CUDA_ERROR_INVALID_CONTEXT: return -EBADF;
+	default: return -EIO;
+	}
+}
+
+static unsigned grid_for(uint64_t work)
+{
+	return work < KVK_MAX_GRID ? (unsigned)work : KVK_MAX_GRID;
+}
+
+/*
+ * For a GPU without stream-ordered allocation (no memory pools: some
+ * vGPU set-ups): a plain buffer, and the call waits for the stream before
+ * freeing it. Correct, but the caller's thread blocks until the copy ends.
+ */
+static CUresult copy_launch_sync(const struct kvk_module *m, enum kvk_dir dir,
+				 const struct kvk_layout *l, CUdeviceptr pool,
+				 const uint64_t *host, size_t words, size_t n, CUstream stream)
+{
+	struct kvk_copy_params p;
+	void *args[] = { &p };
+	CUdeviceptr dev;
+	CUresult r;
+
+	r = kvk_cu.cuMemAlloc(&dev, words * sizeof(*host));
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = kvk_cu.cuMemcpyHtoD(dev, host, words * sizeof(*host));
+	if (r == CUDA_SUCCESS) {
+		p.pool = pool;
+		p.half = l->half;
+		p.segs = (uint64_t)n * 2 * l->layers;
+		p.args = dev;
+		p.layers = l->layers;
+		p.dir = dir;
+		r = kvk_cu.cuLaunchKernel(m->copy, grid_for(p.segs), 1, 1, KVK_THREADS, 1, 1, 0,
+					  stream, args, NULL);
+	}
+	if (r == CUDA_SUCCESS)
+		r = kvk_cu.cuStreamSynchronize(stream);
+	kvk_cu.cuMemFree(dev);
+	return r;
+}
+
+int kvk_copy_launch(const struct kvk_module *m, enum kvk_dir dir,
+		    const struct kvk_layout *l, CUdeviceptr pool, uint64_t slot_bytes,
+		    const uint32_t *pages, const int64_t *blocks, size_t n,
+		    CUstream stream)
+{
+	struct kvk_copy_params p;
+	size_t words = 2 * (size_t)l->layers + 2 * n, j;
+	uint64_t *host;
+	CUdeviceptr dev;
+	CUresult r;
+	uint32_t i;
+	void *args[] = { &p };
+
+	if (!n)
+		return 0;
+	host = malloc(words * sizeof(*host));
+	if (!host)
+		return -ENOMEM;
+	for (i = 0; i < l->layers; i++) {
+		host[2 * i] = kvk_tensor(l, i, 0);
+		host[2 * i + 1] = kvk_tensor(l, i, 1);
+	}
+	for (j = 0; j < n; j++) {
+		host[2 * l->layers + 2 * j] = (uint64_t)pages[j] * slot_bytes;
+		host[2 * l->layers + 2 * j + 1] = (uint64_t)blocks[j] * l->block_stride;
+	}
+	r = kvk_cu.cuMemAllocAsync(&dev, words * sizeof(*host), stream);
+	if (r == CUDA_ERROR_NOT_SUPPORTED) {
+		r = copy_launch_sync(m, dir, l, pool, host, words, n, stream);
+		goto out;
+	}
+	if (r != CUDA_SUCCESS)
+		goto out;
+	/*
+	 * From pageable memory the driver stages the bytes before it returns,
+	 * so `host` may be freed at once; the copy and the kernel are ordered
+	 * on the stream, and so is the free after them.
+	 */
+	r = kvk_cu.cuMemcpyHtoDAsync(dev, host, words * sizeof(*host), stream);
+	if (r == CUDA_SUCCESS) {
+		p.pool = pool;
+		p.half = l->half;
+		p.segs = (uint64_t)n * 2 * l->layers;
+		p.args = dev;
+		p.layers = l->layers;
+		p.dir = dir;
+		r = kvk_cu.cuLaunchKernel(m->copy, grid_for(p.segs), 1, 1, KVK_THREADS, 1, 1, 0,
+					  stream, args, NULL);
+	}
+	kvk_cu.cuMemFreeAsync(dev, stream);
+out:
+	free(host);
+	return cu_errno(r);
+}
+
+int kvk_csum_run(const struct kvk_module *m, const CUdeviceptr *pages, size_t n,
+		 uint64_t bytes, uint64_t *out, CUstream stream)
+{
+	struct kvk_csum_params p;
+	CUdeviceptr dev;
+	CUresult r;
+	void *args[] = { &p };
+
+	if (!n)
+		return 0;
+	r = kvk_cu.cuMemAllocAsync(&dev, 2 * n * sizeof(uint64_t), stream);
+	if (r != CUDA_SUCCESS)
+		return cu_errno(r);
+	r = kvk_cu.cuMemcpyHtoDAsync(dev, pages, n * sizeof(uint64_t), stream);
+	if (r == CUDA_SUCCESS) {
+		p.addrs = dev;
+		p.out = dev + n * sizeof(uint64_t);
+		p.bytes = bytes;
+		p.n = n;
+		r = kvk_cu.cuLaunchKernel(m->csum, grid_for(n), 1, 1, KVK_THREADS, 1, 1, 0,
+					  stream, args, NULL);
+	}
+	if (r == CUDA_SUCCESS)
+		r = kvk_cu.cuMemcpyDtoHAsync(out, dev + n * sizeof(uint64_t), n * sizeof(uint64_t),
+					     stream);
+	kvk_cu.cuMemFreeAsync(dev, stream);
+	if (r == CUDA_SUCCESS)
+		r = kvk_cu.cuStreamSynchronize(stream);
+	return cu_errno(r);
+}
+
+_Static_assert(sizeof(CUdeviceptr) == sizeof(uint64_t), "device addresses are 64-bit");
+#endif

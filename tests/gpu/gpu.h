@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gpu.h - helpers for the GPU tests (`make test-gpu`): is a usable GPU
+ * here (asked in a forked child, so that the test process itself never
+ * initialises CUDA and can still fork clients that do), and the device
+ * memory hooks that let tests/lib/engine.c's engine live on the GPU.
+ * Everything goes through kernels/cudadrv.h: no libcudart.
+ */
+#ifndef KVT_GPU_H
+#define KVT_GPU_H
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../../kernels/cudadrv.h"
+#include "../lib/engine.h"
+
+/*
+ * NULL when this process can use GPU 0 with VMM fd export, else why not.
+ * Runs the check in a child: CUDA state does not survive fork().
+ */
+static inline const char *kvt_gpu_missing(void)
+{
+	static char why[320];
+	int p[2];
+	pid_t pid;
+	ssize_t n;
+
+	if (pipe(p))
+		return "pipe failed";
+	pid = fork();
+	if (pid == 0) {
+		const char *w = NULL;
+		char msg[300] = "";
+
+		close(p[0]);
+		if (kvk_cuda_load(&w))
+			snprintf(msg, sizeof(msg), "%s", w);
+#ifdef KVC_HAVE_CUDA
+		else {
+			int count = 0;
+			CUdevice dev;
+
+			if (kvk_cu.cuDeviceGetCount(&count) != CUDA_SUCCESS || count < 1)
+				snprintf(msg, sizeof(msg), "the CUDA driver sees no GPU");
+			else if (kvk_cu.cuDeviceGet(&dev, 0) == CUDA_SUCCESS)
+				kvk_cu_check_vmm(dev, 0, msg, sizeof(msg));
+		}
+#endif
+		(void)!write(p[1], msg, strlen(msg));
+		_exit(0);
+	}
+	close(p[1]);
+	n = read(p[0], why, sizeof(why) - 1);
+	close(p[0]);
+	waitpid(pid, NULL, 0);
+	if (n < 0)
+		return "cannot ask a child about the GPU";
+	why[n] = 0;
+	return n ? why : NULL;
+}
+
+#ifdef KVC_HAVE_CUDA
+/* Make GPU `ordinal`'s primary context current on this thread (the one
+ * libkvclient launches in) and create a stream in it. 0 or -1. */
+static inline int kvt_gpu_enter(int ordinal, CUstream *stream)
+{
+	CUdevice dev;
+	CUcontext ctx;
+
+	if (kvk_cuda_load(NULL) || kvk_cu.cuDeviceGet(&dev, ordinal) != CUDA_SUCCESS ||
+	    kvk_cu.cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS ||
+	    kvk_cu.cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
+		return -1;
+	return stream && kvk_cu.cuStreamCreate(stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ? -1 : 0;
+}
+
+static inline int kvt_gpu_upload(const struct kvt_engine *e, void **t_k, void **t_v)
+{
+	uint32_t l;
+
+	for (l = 0; l < e->layers; l++) {
+		CUdeviceptr k = 0, v = 0;
+
+		if (kvk_cu.cuMemAlloc(&k, e->tensor_bytes) != CUDA_SUCCESS ||
+		    kvk_cu.cuMemcpyHtoD(k, e->k[l], e->tensor_bytes) != CUDA_SUCCESS)
+			return -1;
+		if (e->kind == KVC_LAYOUT_KV &&
+		    (kvk_cu.cuMemAlloc(&v, e->tensor_bytes) != CUDA_SUCCESS ||
+		     kvk_cu.cuMemcpyHtoD(v, e->v[l], e->tensor_bytes) != CUDA_SUCCESS))
+			return -1;
+		t_k[l] = (void *)(uintptr_t)k;
+		t_v[l] = (void *)(uintptr_t)v;
+	}
+	return 0;
+}
+
+static inline int kvt_gpu_download(struct kvt_engine *e, void **t_k, void **t_v)
+{
+	uint32_t l;
+	int rc = 0;
+
+	for (l = 0; l < e->layers; l++) {
+		if (kvk_cu.cuMemcpyDtoH(e->k[l], (CUdeviceptr)(uintptr_t)t_k[l], e->tensor_bytes) != CUDA_SUCCESS)
+			rc = -1;
+		kvk_cu.cuMemFree((CUdeviceptr)(uintptr_t)t_k[l]);
+		if (e->kind == KVC_LAYOUT_KV) {
+			if (kvk_cu.cuMemcpyDtoH(e->v[l], (CUdeviceptr)(uintptr_t)t_v[l], e->tensor_bytes) != CUDA_SUCCESS)
+				rc = -1;
+			kvk_cu.cuMemFree((CUdeviceptr)(uintptr_t)t_v[l]);
+		}
+	}
+	return rc;
+}
+
+static inline int kvt_gpu_sync(void *stream)
+{
+	return kvk_cu.cuStreamSynchronize((CUstream)stream) == CUDA_SUCCESS ? 0 : -1;
+}
+#endif
+
+#endif

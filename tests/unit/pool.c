@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: MIT
+/*
+ * pool.c - unit tests for daemon/pool.c on a host pool: the copies and
+ * checksums the spill tier uses (kvd_pool_copy_out / copy_in /
+ * checksum / pin_host), their range checks, and opening a cuda pool
+ * where it cannot be had (no driver here, or a build without CUDA)
+ * failing cleanly with -ENOTSUP and nothing left open. On a GPU machine
+ * with a driver the cuda case is covered by tests/gpu/pool.c instead.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../daemon/pool.h"
+#include "../../kernels/cudadrv.h"
+#include "../../kernels/page_ref.h"
+
+#define PAGE 8192u
+#define PAGES 16u
+
+static void test_host_copy_and_checksum(void **state)
+{
+	struct kvd_config cfg;
+	struct kvd_pool p;
+	uint8_t *buf = malloc(3 * PAGE), *back = malloc(3 * PAGE);
+	uint32_t pages[3] = { 15, 0, 7 }, i;
+	uint64_t sum[3];
+
+	(void)state;
+	assert_non_null(buf);
+	assert_non_null(back);
+	kvd_config_defaults(&cfg);
+	cfg.hugepages = KVD_HUGE_OFF;
+	assert_int_equal(kvd_pool_open(&p, &cfg, PAGES * PAGE, PAGE), 0);
+	assert_int_equal(p.kind, KVSHM_POOL_HOST);
+	for (i = 0; i < 3 * PAGE; i++)
+		buf[i] = (uint8_t)(i * 37 + 11);
+	/* In at pages 5..7, out again, byte for byte; the rest stays zero. */
+	assert_int_equal(kvd_pool_copy_in(&p, 5, 3, buf), 0);
+	assert_memory_equal((uint8_t *)p.mem.base + 5 * PAGE, buf, 3 * PAGE);
+	assert_int_equal(kvd_pool_copy_out(&p, 5, 3, back), 0);
+	assert_memory_equal(back, buf, 3 * PAGE);
+	assert_int_equal(kvd_pool_copy_out(&p, 4, 1, back), 0);
+	for (i = 0; i < PAGE; i++)
+		assert_int_equal(back[i], 0);
+	/* Checksums of any pages equal the reference over their bytes. */
+	assert_int_equal(kvd_pool_checksum(&p, pages, 3, PAGE, sum), 0);
+	assert_true(sum[0] == kvk_ref_checksum((uint8_t *)p.mem.base + 15 * PAGE, PAGE));
+	assert_true(sum[2] == kvk_ref_checksum(buf + 2 * PAGE, PAGE));
+	pages[1] = 6;
+	assert_int_equal(kvd_pool_checksum(&p, pages, 3, 100, sum), 0);
+	assert_true(sum[1] == kvk_ref_checksum(buf + PAGE, 100));
+	/* Out of range, each alone. */
+	assert_int_equal(kvd_pool_copy_out(&p, PAGES - 1, 2, back), -EINVAL);
+	assert_int_equal(kvd_pool_copy_out(&p, PAGES, 1, back), -EINVAL);
+	assert_int_equal(kvd_pool_copy_out(&p, 0, 0, back), -EINVAL);
+	assert_int_equal(kvd_pool_copy_out(&p, UINT32_MAX, 2, back), -EINVAL);
+	assert_int_equal(kvd_pool_copy_in(&p, 0, 1, NULL), -EINVAL);
+	pages[1] = PAGES;
+	assert_int_equal(kvd_pool_checksum(&p, pages, 3, PAGE, sum), -EINVAL);
+	pages[1] = 1;
+	assert_int_equal(kvd_pool_checksum(&p, pages, 3, PAGE + 1, sum), -EINVAL);
+	/* Pinning staging memory is only needed for a cuda pool. */
+	assert_int_equal(kvd_pool_pin_host(&p, buf, PAGE), 0);
+	kvd_pool_unpin_host(&p, buf);
+	kvd_pool_close(&p);
+	free(buf);
+	free(back);
+}
+
+static void test_cuda_pool_unavailable(void **state)
+{
+	struct kvd_config cfg;
+	struct kvd_pool p;
+	const char *why = NULL;
+
+	(void)state;
+	if (!kvk_cuda_load(&why)) {
+		print_message("[  SKIP    ] a CUDA driver is present: tests/gpu/pool.c covers the cuda pool\n");
+		skip();
+	}
+	kvd_config_defaults(&cfg);
+	strcpy(cfg.pool, "cuda");
+	assert_int_equal(kvd_pool_open(&p, &cfg, PAGES * PAGE, PAGE), -ENOTSUP);
+	assert_null(p.cuda);
+	assert_int_equal(kvd_pool_fd(&p), -1);
+	kvd_pool_close(&p);	/* harmless after a failed open */
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_host_copy_and_checksum),
+		cmocka_unit_test(test_cuda_pool_unavailable),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
