@@ -174,6 +174,33 @@ $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o $(TESTLIB_OBJ) $(LI
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka
 
+# tinylm (issue #7): the reference engine (tools/tinylm/*.c, a static
+# library) and kvdemo, its driver. -ffp-contract=off: the cold and warm
+# paths must round alike (see tools/tinylm/tinylm.h). Its tests link it
+# with libkvclient; tests/unit/group tests libclient/group.c.
+TINYLM_SRC := $(filter-out tools/tinylm/kvdemo.c,$(sort $(wildcard tools/tinylm/*.c)))
+TINYLM_OBJ := $(TINYLM_SRC:%.c=$(BUILD)/%.o)
+TINYLM_LIB := $(BUILD)/libtinylm.a
+KVDEMO     := $(BUILD)/kvdemo
+all: $(TINYLM_LIB) $(KVDEMO)
+$(TINYLM_OBJ) $(BUILD)/tools/tinylm/kvdemo.o: override CFLAGS += -ffp-contract=off
+
+$(TINYLM_LIB): $(TINYLM_OBJ)
+	$(E) "  AR      $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(KVDEMO): $(BUILD)/tools/tinylm/kvdemo.o $(TINYLM_LIB) $(LIBA)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lm
+
+$(BUILD)/tests/integration/tinylm: $(BUILD)/tests/integration/tinylm.o $(TESTLIB_OBJ) $(TINYLM_LIB) $(LIBA)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm
+
+$(BUILD)/tests/unit/tinylm $(BUILD)/tests/unit/group: $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(TINYLM_LIB) $(LIBA)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm
+
 clean:
 	rm -rf build build-asan build-tsan $(FUZZ_BUILD)
 

@@ -1,0 +1,666 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvdemo - the reference inference process: tinylm (tools/tinylm/) serving
+ * seed workloads through kvcached, with time to first token cold and warm,
+ * tokens reused and hit ratios; the same requests show in kvstat under
+ * their labels. Workloads:
+ *
+ *   qa      one long table document (--doc-tokens) and different questions
+ *   chat    multi-turn chat: each turn's prompt extends the last
+ *   multi   --procs processes at once (fork) sharing one document
+ *   modules prompt modules from a schema file (--schema), Prompt Cache style
+ *   group   a batch run by --procs workers in arrival order, then in the
+ *           order kvc_group() gives (each group's first goes first)
+ *
+ * Every warm result is checked against a cold one: kvdemo exits 1 if a
+ * cached prefix ever changed a logit.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tinylm.h"
+
+static struct {
+	const char *socket, *daemon, *checkpoint, *schema, *pool_size;
+	bool spawn;
+	uint64_t seed;
+	struct tlm_config cfg;
+	int doc_tokens, question_tokens, gen, procs, questions, turns;
+	int group_docs, group_doc_tokens;
+	uint32_t block_tokens;
+	char workloads[64];
+} opt = {
+	.seed = 42,
+	.cfg = { .dim = 256, .hidden_dim = 768, .n_layers = 4, .n_heads = 8, .n_kv_heads = 4,
+		 .seq_len = 8192 },
+	.doc_tokens = 2000, .question_tokens = 32, .gen = 16, .procs = 3, .questions = 4,
+	.turns = 4, .group_docs = 4, .group_doc_tokens = 512, .block_tokens = 16,
+	.pool_size = "256M", .workloads = "qa,chat,multi,modules,group",
+};
+
+static struct tlm_model model;
+static int failures;
+
+static struct {
+	pid_t pid;
+	char dir[64], sock[108], log[128];
+} dmn;
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "kvdemo: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	if (dmn.pid > 0) {
+		kill(dmn.pid, SIGTERM);
+		waitpid(dmn.pid, NULL, 0);
+		unlink(dmn.sock);
+		unlink(dmn.log);
+		rmdir(dmn.dir);
+	}
+	exit(2);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: kvdemo [--socket PATH | --spawn] [options]\n"
+"\n"
+"Runs tinylm, a small transformer, against kvcached and shows what the\n"
+"cache saves: time to first token cold and warm, tokens reused, hit ratio.\n"
+"Every warm result is checked bit for bit against a cold one.\n"
+"\n"
+"  --socket PATH        kvcached's socket (default $KVCACHED_SOCKET, else the\n"
+"                       default path)\n"
+"  --spawn              start a private kvcached for the run (the one next to\n"
+"                       kvdemo, or --daemon PATH), page size fitted to the model\n"
+"  --pool-size SIZE     with --spawn (default 256M)\n"
+"  --workload LIST      comma-separated: qa,chat,multi,modules,group (default all)\n"
+"  --seed N             weights seed (default 42)\n"
+"  --layers N --dim N --hidden N --heads N --kv-heads N\n"
+"                       model size (default 4, 256, 768, 8, 4)\n"
+"  --checkpoint FILE    a llama2.c checkpoint instead of generated weights\n"
+"  --block-tokens N     must equal the daemon's (default 16)\n"
+"  --doc-tokens N       document length (default 2000)\n"
+"  --question-tokens N  question length (default 32)\n"
+"  --questions N        questions per document (default 4)\n"
+"  --turns N            chat turns (default 4)\n"
+"  --procs N            processes for multi and group (default 3)\n"
+"  --gen N              tokens generated per answer (default 16)\n"
+"  --schema FILE        prompt-module schema (default: a built-in one)\n"
+"  --help\n");
+}
+
+static long parse_num(const char *name, const char *v, long min, long max)
+{
+	char *end;
+	long x;
+
+	errno = 0;
+	x = strtol(v, &end, 10);
+	if (errno || end == v || *end || x < min || x > max)
+		die("--%s %s: expected a whole number from %ld to %ld", name, v, min, max);
+	return x;
+}
+
+static void parse_args(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "socket", 1, 0, 'S' }, { "spawn", 0, 0, 's' }, { "daemon", 1, 0, 'D' },
+		{ "pool-size", 1, 0, 'P' }, { "workload", 1, 0, 'w' }, { "seed", 1, 0, 'e' },
+		{ "layers", 1, 0, 'L' }, { "dim", 1, 0, 'd' }, { "hidden", 1, 0, 'H' },
+		{ "heads", 1, 0, 'n' }, { "kv-heads", 1, 0, 'k' }, { "checkpoint", 1, 0, 'c' },
+		{ "block-tokens", 1, 0, 'b' }, { "doc-tokens", 1, 0, 't' },
+		{ "question-tokens", 1, 0, 'q' }, { "questions", 1, 0, 'Q' },
+		{ "turns", 1, 0, 'T' }, { "procs", 1, 0, 'p' }, { "gen", 1, 0, 'g' },
+		{ "schema", 1, 0, 'x' }, { "help", 0, 0, 'h' }, { 0 },
+	};
+	int c;
+
+	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		switch (c) {
+		case 'S': opt.socket = optarg; break;
+		case 's': opt.spawn = true; break;
+		case 'D': opt.daemon = optarg; break;
+		case 'P': opt.pool_size = optarg; break;
+		case 'w':
+			if (strlen(optarg) >= sizeof(opt.workloads))
+				die("--workload %s: too long", optarg);
+			strcpy(opt.workloads, optarg);
+			break;
+		case 'e': opt.seed = parse_num("seed", optarg, 0, 0x7fffffffl); break;
+		case 'L': opt.cfg.n_layers = parse_num("layers", optarg, 1, 64); break;
+		case 'd': opt.cfg.dim = parse_num("dim", optarg, 8, 4096); break;
+		case 'H': opt.cfg.hidden_dim = parse_num("hidden", optarg, 8, 16384); break;
+		case 'n': opt.cfg.n_heads = parse_num("heads", optarg, 1, 256); break;
+		case 'k': opt.cfg.n_kv_heads = parse_num("kv-heads", optarg, 1, 256); break;
+		case 'c': opt.checkpoint = optarg; break;
+		case 'b': opt.block_tokens = parse_num("block-tokens", optarg, 1, 4096); break;
+		case 't': opt.doc_tokens = parse_num("doc-tokens", optarg, 2, 1 << 20); break;
+		case 'q': opt.question_tokens = parse_num("question-tokens", optarg, 1, 4096); break;
+		case 'Q': opt.questions = parse_num("questions", optarg, 1, 1000); break;
+		case 'T': opt.turns = parse_num("turns", optarg, 1, 100); break;
+		case 'p': opt.procs = parse_num("procs", optarg, 1, 64); break;
+		case 'g': opt.gen = parse_num("gen", optarg, 0, 4096); break;
+		case 'x': opt.schema = optarg; break;
+		case 'h': usage(stdout); exit(0);
+		default: usage(stderr); exit(2);
+		}
+	}
+	if (optind < argc)
+		die("unexpected argument '%s' (see --help)", argv[optind]);
+	if (opt.spawn && opt.socket)
+		die("--spawn and --socket exclude each other");
+	if (opt.daemon && !opt.spawn)
+		die("--daemon PATH needs --spawn");
+}
+
+static bool want(const char *w)
+{
+	char buf[sizeof(opt.workloads)], *save, *t;
+
+	strcpy(buf, opt.workloads);
+	for (t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+		if (!strcmp(t, w))
+			return true;
+	return false;
+}
+
+/* ---- the daemon (--spawn), as kvbench starts its own ---- */
+
+static bool can_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool ok;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	ok = fd >= 0 && !connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+static void exe_dir(char *out, size_t len)
+{
+	char exe[4096], *slash;
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	if (n <= 0)
+		die("cannot read /proc/self/exe: %s", strerror(errno));
+	exe[n] = 0;
+	slash = strrchr(exe, '/');
+	if (slash)
+		*slash = 0;
+	snprintf(out, len, "%s", exe);
+}
+
+static void spawn_daemon(size_t page_bytes)
+{
+	char path[4200], dir[4096], page[32], bt[16];
+	pid_t parent = getpid();
+	int i, st, fd;
+
+	if (opt.daemon) {
+		snprintf(path, sizeof(path), "%s", opt.daemon);
+	} else {
+		exe_dir(dir, sizeof(dir));
+		snprintf(path, sizeof(path), "%s/kvcached", dir);
+	}
+	if (access(path, X_OK))
+		die("no kvcached executable at %s (%s); build it (make) or pass --daemon PATH",
+		    path, strerror(errno));
+	snprintf(page, sizeof(page), "%zuK", (page_bytes + 4095) / 4096 * 4);
+	snprintf(bt, sizeof(bt), "%u", opt.block_tokens);
+	snprintf(dmn.dir, sizeof(dmn.dir), "/tmp/kvdemo.XXXXXX");
+	if (!mkdtemp(dmn.dir))
+		die("mkdtemp /tmp/kvdemo.XXXXXX: %s", strerror(errno));
+	snprintf(dmn.sock, sizeof(dmn.sock), "%s/kvcached.sock", dmn.dir);
+	snprintf(dmn.log, sizeof(dmn.log), "%s/kvcached.log", dmn.dir);
+	fflush(stdout);
+	dmn.pid = fork();
+	if (dmn.pid < 0)
+		die("fork: %s", strerror(errno));
+	if (!dmn.pid) {
+		const char *argv[] = { path, "--socket", dmn.sock, "--page-size", page,
+				       "--pool-size", opt.pool_size, "--block-tokens", bt,
+				       "--hugepages", "off", NULL };
+
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		if (getppid() != parent)
+			_exit(127);
+		fd = open(dmn.log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execv(path, (char **)argv);
+		_exit(127);
+	}
+	for (i = 0; i < 1000; i++) {
+		if (can_connect(dmn.sock)) {
+			opt.socket = dmn.sock;
+			printf("spawned kvcached: %s --page-size %s --pool-size %s --block-tokens %s\n",
+			       path, page, opt.pool_size, bt);
+			return;
+		}
+		if (waitpid(dmn.pid, &st, WNOHANG) == dmn.pid) {
+			dmn.pid = 0;
+			die("kvcached exited at start with status %d (log: %s)",
+			    WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), dmn.log);
+		}
+		usleep(10000);
+	}
+	die("kvcached did not accept connections on %s within 10 s", dmn.sock);
+}
+
+static void stop_daemon(void)
+{
+	if (dmn.pid <= 0)
+		return;
+	kill(dmn.pid, SIGTERM);
+	waitpid(dmn.pid, NULL, 0);
+	dmn.pid = 0;
+	unlink(dmn.sock);
+	unlink(dmn.log);
+	rmdir(dmn.dir);
+}
+
+static kvc_t *open_cache(void)
+{
+	struct kvc_model km = tlm_kvc_model(&model, opt.block_tokens);
+	char err[256] = "";
+	struct kvc_options o = { .size = sizeof(o), .socket_path = opt.socket, .errbuf = err,
+				 .errbuf_len = sizeof(err) };
+	kvc_t *c;
+	int rc = kvc_open(&km, &o, &c);
+
+	if (rc)
+		die("kvc_open (%s): %s%s%s", opt.socket ? opt.socket : "default socket",
+		    kvc_strerror(rc), err[0] ? ": " : "", err);
+	return c;
+}
+
+/* ---- text ---- */
+
+static uint64_t rng(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* A table document of exactly n tokens (BOS + n-1 bytes), from `seed`. */
+static size_t make_doc(uint32_t *out, size_t n, uint64_t seed)
+{
+	static const char *city[] = { "Oslo", "Lima", "Pune", "Kyiv", "Graz", "Hue", "Tver", "Cork" };
+	static const char *item[] = { "bolts", "gears", "pumps", "valves", "wires", "tiles" };
+	char *buf = malloc(n + 128);
+	size_t len, row = 0;
+	uint64_t s = seed;
+
+	if (!buf)
+		die("out of memory");
+	len = snprintf(buf, n + 128, "Table %llu: shipments\n| id | city | item | qty | price |\n",
+		       (unsigned long long)seed);
+	while (len < n) {
+		uint64_t r = rng(&s);
+
+		len += snprintf(buf + len, n + 128 - len, "| %04zu | %s | %s | %llu | %llu.%02llu |\n",
+				row++, city[r % 8], item[(r >> 8) % 6],
+				(unsigned long long)((r >> 16) % 500),
+				(unsigned long long)((r >> 32) % 900 + 10),
+				(unsigned long long)((r >> 48) % 100));
+		if (len > n)
+			len = n;
+	}
+	n = tlm_tokenize(buf, n - 1, 1, out, n);
+	free(buf);
+	return n;
+}
+
+/* A question of exactly n tokens. */
+static size_t make_question(uint32_t *out, size_t n, int i)
+{
+	char buf[4200];
+	int len = snprintf(buf, sizeof(buf), "\nQ%d: What is the price of row %04d? A:", i,
+			   (i * 37) % 60);
+
+	while (len < (int)n && len < (int)sizeof(buf) - 1)
+		buf[len++] = ' ';
+	return tlm_tokenize(buf, n < (size_t)len ? n : (size_t)len, 0, out, n);
+}
+
+/* ---- running one prompt ---- */
+
+struct result {
+	double ttft;		/* seconds: prefill + first token */
+	size_t tokens, hit;
+	uint32_t first;
+	int cache_err;
+};
+
+/* Prefill (timed, with the first token) then greedy decode into gen. */
+static struct result answer(struct tlm_state *s, kvc_t *c, const uint32_t *tok, size_t n,
+			    const char *label, unsigned flags, uint32_t *gen, int ngen)
+{
+	struct result res = { 0 };
+	struct tlm_run run;
+	double t0 = tlm_now();
+	uint32_t t;
+	int rc, i;
+
+	tlm_state_reset(s);
+	rc = tlm_prefill(s, c, tok, n, NULL, 0, label, flags, &run);
+	if (rc)
+		die("prefill of %zu tokens: %s", n, strerror(-rc));
+	t = tlm_argmax(s->logits, model.cfg.vocab_size);
+	res.ttft = tlm_now() - t0;
+	res.tokens = n;
+	res.hit = run.hit_tokens;
+	res.first = t;
+	res.cache_err = run.cache_err;
+	for (i = 0; i < ngen; i++) {
+		if (gen)
+			gen[i] = t;
+		if (i + 1 == ngen || s->n >= s->cap || s->n >= (size_t)model.cfg.seq_len)
+			break;
+		if (tlm_forward(s, &t, NULL, NULL, 1, 1))
+			break;
+		t = tlm_argmax(s->logits, model.cfg.vocab_size);
+	}
+	return res;
+}
+
+static void print_text(const uint32_t *t, int n)
+{
+	char buf[16];
+
+	for (int i = 0; i < n; i++)
+		fputs(tlm_token_str(t[i], buf), stdout);
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* ---- (1) long-document QA ---- */
+
+static void run_qa(kvc_t *c)
+{
+	size_t dn = opt.doc_tokens, qn = opt.question_tokens, n = dn + qn;
+	uint32_t *tok = malloc(n * sizeof(uint32_t)), gen[64];
+	float *cold_logits = malloc(model.cfg.vocab_size * sizeof(float));
+	double *warm = calloc(opt.questions, sizeof(double)), cold;
+	size_t reused = 0, total = 0;
+	struct tlm_state s;
+	struct result r;
+	int q, same = 1;
+
+	if (!tok || !cold_logits || !warm || tlm_state_init(&s, &model, n + opt.gen + 1))
+		die("out of memory");
+	printf("\n== qa: %zu-token table document + %zu-token questions, %d questions\n", dn, qn,
+	       opt.questions);
+	make_doc(tok, dn, opt.seed * 1000 + 1);
+	make_question(tok + dn, qn, 0);
+	/* Cold: what a first request costs (lookup skipped, blocks published). */
+	r = answer(&s, c, tok, n, "doc:tables", TLM_NO_LOOKUP, NULL, 0);
+	cold = r.ttft;
+	memcpy(cold_logits, s.logits, model.cfg.vocab_size * sizeof(float));
+	printf("  cold   q0: TTFT %8.1f ms  (%zu tokens computed)\n", cold * 1e3, r.tokens);
+	for (q = 0; q < opt.questions; q++) {
+		int ng = opt.gen < 64 ? opt.gen : 64;
+
+		make_question(tok + dn, qn, q);
+		r = answer(&s, c, tok, n, "doc:tables", 0, gen, ng);
+		if (r.cache_err)
+			printf("  (cache error: %s)\n", kvc_strerror(r.cache_err));
+		warm[q] = r.ttft;
+		reused += r.hit;
+		total += r.tokens;
+		if (!q) {
+			/* Decoding moved s->logits on: prefill q0 warm again
+			 * (untimed) and compare with the cold run. */
+			struct tlm_run run;
+
+			tlm_state_reset(&s);
+			tlm_prefill(&s, c, tok, n, NULL, 0, "doc:tables", TLM_NO_PUBLISH, &run);
+			if (!run.hit_tokens ||
+			    memcmp(cold_logits, s.logits, model.cfg.vocab_size * sizeof(float)))
+				same = 0;
+		}
+		printf("  warm   q%d: TTFT %8.1f ms  reused %zu of %zu tokens; answer \"", q,
+		       r.ttft * 1e3, r.hit, r.tokens);
+		print_text(gen, ng);
+		printf("\"\n");
+	}
+	qsort(warm, opt.questions, sizeof(double), cmp_dbl);
+	printf("  TTFT cold %.1f ms, warm %.1f ms (median of %d): warm/cold = %.3f (%.1fx faster)\n",
+	       cold * 1e3, warm[opt.questions / 2] * 1e3, opt.questions,
+	       warm[opt.questions / 2] / cold, cold / warm[opt.questions / 2]);
+	printf("  tokens reused %zu of %zu (hit ratio %.3f); warm logits %s the cold run's\n",
+	       reused, total, total ? (double)reused / total : 0.0,
+	       same ? "bitwise equal to" : "DIFFER FROM");
+	if (!same)
+		failures++;
+	tlm_state_free(&s);
+	free(tok);
+	free(cold_logits);
+	free(warm);
+}
+
+/* ---- (2) multi-turn chat ---- */
+
+static void run_chat(kvc_t *c)
+{
+	size_t cap = 64 + (size_t)opt.turns * (200 + opt.gen), n;
+	uint32_t *tok = malloc(cap * sizeof(uint32_t)), gen[4096];
+	struct tlm_state s;
+	size_t reused = 0, total = 0;
+	char line[256];
+	int t, len;
+
+	if (!tok || tlm_state_init(&s, &model, cap + opt.gen + 1))
+		die("out of memory");
+	printf("\n== chat: %d turns, each prompt extends the last\n", opt.turns);
+	len = snprintf(line, sizeof(line),
+		       "System: You are a terse assistant for a parts warehouse (seed %llu).\n",
+		       (unsigned long long)opt.seed);
+	n = tlm_tokenize(line, len, 1, tok, cap);
+	for (t = 0; t < opt.turns; t++) {
+		struct result r;
+
+		len = snprintf(line, sizeof(line),
+			       "User: turn %d - how many valves are left in bin %d, and where?\nAssistant:",
+			       t, 7 * t + 3);
+		n += tlm_tokenize(line, len, 0, tok + n, cap - n);
+		r = answer(&s, c, tok, n, "chat", 0, gen, opt.gen);
+		printf("  turn %d: %4zu tokens, reused %4zu, TTFT %7.1f ms\n", t, n, r.hit,
+		       r.ttft * 1e3);
+		reused += r.hit;
+		total += n;
+		for (int i = 0; i < opt.gen && n < cap; i++)
+			tok[n++] = gen[i];
+		if (n < cap)
+			tok[n++] = TLM_BYTE0 + '\n';
+	}
+	printf("  tokens reused %zu of %zu (hit ratio %.3f)\n", reused, total,
+	       total ? (double)reused / total : 0.0);
+	tlm_state_free(&s);
+	free(tok);
+}
+
+/* ---- worker processes (multi, group) ---- */
+
+struct slot {
+	double ttft;
+	uint64_t tokens, hit;
+	int done;		/* 0, 1 finished */
+	int proc;
+	int bad;		/* warm result differed from the cold reference */
+};
+
+/* fork n workers running fn(i) with a fresh handle each; wait for all. */
+static void run_workers(int n, void (*fn)(int))
+{
+	pid_t *pids = calloc(n, sizeof(pid_t));
+	int i, st;
+
+	if (!pids)
+		die("out of memory");
+	fflush(stdout);
+	for (i = 0; i < n; i++) {
+		pids[i] = fork();
+		if (pids[i] < 0)
+			die("fork: %s", strerror(errno));
+		if (!pids[i]) {
+			fn(i);
+			fflush(stdout);
+			_exit(0);
+		}
+	}
+	for (i = 0; i < n; i++) {
+		if (waitpid(pids[i], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
+			printf("  worker %d failed (status %d)\n", i, st);
+			failures++;
+		}
+	}
+	free(pids);
+}
+
+static struct slot *slots;
+static uint32_t *shared_doc;
+static size_t shared_doc_n;
+
+static void multi_worker(int p)
+{
+	kvc_t *c = open_cache();
+	size_t n = shared_doc_n + opt.question_tokens;
+	uint32_t *tok = malloc(n * sizeof(uint32_t));
+	struct tlm_state s;
+
+	if (!tok || tlm_state_init(&s, &model, n + 1))
+		die("out of memory");
+	memcpy(tok, shared_doc, shared_doc_n * sizeof(uint32_t));
+	for (int q = 0; q < 2; q++) {
+		struct slot *sl = &slots[p * 2 + q];
+		struct result r;
+
+		make_question(tok + shared_doc_n, opt.question_tokens, 100 + p * 2 + q);
+		r = answer(&s, c, tok, n, "doc:multi", 0, NULL, 0);
+		sl->ttft = r.ttft;
+		sl->tokens = r.tokens;
+		sl->hit = r.hit;
+		sl->proc = p;
+		sl->done = 1;
+	}
+	tlm_state_free(&s);
+	free(tok);
+	kvc_close(c);
+}
+
+static void run_multi(void)
+{
+	uint64_t hit = 0, tokens = 0;
+
+	printf("\n== multi: %d processes at once, one %d-token document, 2 questions each\n",
+	       opt.procs, opt.doc_tokens);
+	shared_doc = malloc(opt.doc_tokens * sizeof(uint32_t));
+	slots = mmap(NULL, opt.procs * 2 * sizeof(*slots), PROT_READ | PROT_WRITE,
+		     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (!shared_doc || slots == MAP_FAILED)
+		die("out of memory");
+	shared_doc_n = make_doc(shared_doc, opt.doc_tokens, opt.seed * 1000 + 2);
+	run_workers(opt.procs, multi_worker);
+	for (int i = 0; i < opt.procs * 2; i++) {
+		printf("  process %d question %d: TTFT %8.1f ms, reused %4llu of %llu tokens\n",
+		       slots[i].proc, i % 2, slots[i].ttft * 1e3, (unsigned long long)slots[i].hit,
+		       (unsigned long long)slots[i].tokens);
+		hit += slots[i].hit;
+		tokens += slots[i].tokens;
+	}
+	printf("  tokens reused %llu of %llu (hit ratio %.3f)\n", (unsigned long long)hit,
+	       (unsigned long long)tokens, tokens ? (double)hit / tokens : 0.0);
+	munmap(slots, opt.procs * 2 * sizeof(*slots));
+	free(shared_doc);
+}
+
+static void show_kvstat(void)
+{
+	char dir[4096], cmd[8400];
+
+	if (!dmn.pid)
+		return;
+	exe_dir(dir, sizeof(dir));
+	snprintf(cmd, sizeof(cmd), "%s/kvstat", dir);
+	if (access(cmd, X_OK))
+		return;
+	usleep(200000);	/* a few daemon ticks: hit rings folded into the top table */
+	printf("\n== kvstat --socket %s\n", dmn.sock);
+	fflush(stdout);
+	snprintf(cmd, sizeof(cmd), "'%s/kvstat' --socket '%s'", dir, dmn.sock);
+	if (system(cmd))
+		printf("  (kvstat failed)\n");
+}
+
+int main(int argc, char **argv)
+{
+	char err[512];
+	int rc;
+	kvc_t *c;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	parse_args(argc, argv);
+	if (opt.checkpoint)
+		rc = tlm_model_load(&model, opt.checkpoint, err, sizeof(err));
+	else
+		rc = tlm_model_generate(&model, &opt.cfg, opt.seed, err, sizeof(err));
+	if (rc)
+		die("model: %s", err);
+	if ((size_t)opt.doc_tokens + opt.question_tokens + opt.gen + 1 > (size_t)model.cfg.seq_len)
+		die("--doc-tokens %d + --question-tokens %d + --gen %d exceed the model's seq_len %d",
+		    opt.doc_tokens, opt.question_tokens, opt.gen, model.cfg.seq_len);
+	printf("model %s: %d layers, dim %d, MLP %d, %d heads (%d KV), vocab %d; %zu-byte pages\n",
+	       model.name, model.cfg.n_layers, model.cfg.dim, model.cfg.hidden_dim,
+	       model.cfg.n_heads, model.cfg.n_kv_heads, model.cfg.vocab_size,
+	       (size_t)opt.block_tokens * model.cfg.n_layers * 2 * model.kv_dim * 4);
+	if (opt.spawn)
+		spawn_daemon((size_t)opt.block_tokens * model.cfg.n_layers * 2 * model.kv_dim * 4);
+	c = open_cache();
+	if (want("qa"))
+		run_qa(c);
+	if (want("chat"))
+		run_chat(c);
+	if (want("multi"))
+		run_multi();
+	kvc_close(c);
+	show_kvstat();
+	stop_daemon();
+	if (failures)
+		printf("\nkvdemo: %d check(s) FAILED\n", failures);
+	return failures ? 1 : 0;
+}
