@@ -131,7 +131,7 @@ struct src {
 	float (*next)(struct src *);
 	uint64_t state;			/* generator */
 	const float *p;			/* file buffer */
-	float scale;
+	float scale, bias;		/* generator only */
 };
 
 static float gen_next(struct src *s)
@@ -141,7 +141,7 @@ static float gen_next(struct src *s)
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
 	z ^= z >> 31;
-	return ((float)(z >> 40) * (1.0f / 8388608.0f) - 1.0f) * s->scale;	/* [-1,1) */
+	return s->bias + ((float)(z >> 40) * (1.0f / 8388608.0f) - 1.0f) * s->scale; /* [-1,1) */
 }
 
 static float file_next(struct src *s)
@@ -152,14 +152,16 @@ static float file_next(struct src *s)
 static void read_vec(struct src *s, float *dst, size_t n, float scale, float bias)
 {
 	s->scale = scale;
+	s->bias = bias;
 	for (size_t i = 0; i < n; i++)
-		dst[i] = bias + s->next(s);
+		dst[i] = s->next(s);
 }
 
 /* `layers` matrices of [out][in] in file order, stored as [in][out]. */
 static void read_mat(struct src *s, float *dst, size_t layers, size_t out, size_t in)
 {
 	s->scale = 1.0f / sqrtf((float)in);
+	s->bias = 0.0f;
 	for (size_t l = 0; l < layers; l++, dst += out * in)
 		for (size_t o = 0; o < out; o++)
 			for (size_t i = 0; i < in; i++)
