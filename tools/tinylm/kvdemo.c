@@ -33,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "compose.h"
+#include "schema.h"
 #include "tinylm.h"
 
 static struct {
@@ -105,6 +107,9 @@ static void usage(FILE *f)
 "  --questions N        questions per document (default 4)\n"
 "  --turns N            chat turns (default 4)\n"
 "  --procs N            processes for multi and group (default 3)\n"
+"  --group-docs N       documents in the group batch (default 4; questions:\n"
+"                       --questions)\n"
+"  --group-doc-tokens N their length (default 512)\n"
 "  --gen N              tokens generated per answer (default 16)\n"
 "  --schema FILE        prompt-module schema (default: a built-in one)\n"
 "  --help\n");
@@ -132,7 +137,8 @@ static void parse_args(int argc, char **argv)
 		{ "block-tokens", 1, 0, 'b' }, { "doc-tokens", 1, 0, 't' },
 		{ "question-tokens", 1, 0, 'q' }, { "questions", 1, 0, 'Q' },
 		{ "turns", 1, 0, 'T' }, { "procs", 1, 0, 'p' }, { "gen", 1, 0, 'g' },
-		{ "schema", 1, 0, 'x' }, { "help", 0, 0, 'h' }, { 0 },
+		{ "schema", 1, 0, 'x' }, { "group-docs", 1, 0, 'G' },
+		{ "group-doc-tokens", 1, 0, 'j' }, { "help", 0, 0, 'h' }, { 0 },
 	};
 	int c;
 
@@ -162,12 +168,24 @@ static void parse_args(int argc, char **argv)
 		case 'p': opt.procs = parse_num("procs", optarg, 1, 64); break;
 		case 'g': opt.gen = parse_num("gen", optarg, 0, 4096); break;
 		case 'x': opt.schema = optarg; break;
+		case 'G': opt.group_docs = parse_num("group-docs", optarg, 1, 256); break;
+		case 'j': opt.group_doc_tokens = parse_num("group-doc-tokens", optarg, 2, 1 << 20); break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); exit(2);
 		}
 	}
 	if (optind < argc)
 		die("unexpected argument '%s' (see --help)", argv[optind]);
+	{
+		char buf[sizeof(opt.workloads)], *save, *t;
+
+		strcpy(buf, opt.workloads);
+		for (t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+			if (strcmp(t, "qa") && strcmp(t, "chat") && strcmp(t, "multi") &&
+			    strcmp(t, "modules") && strcmp(t, "group"))
+				die("--workload %s: unknown workload '%s' (qa, chat, multi, modules, group)",
+				    opt.workloads, t);
+	}
 	if (opt.spawn && opt.socket)
 		die("--spawn and --socket exclude each other");
 	if (opt.daemon && !opt.spawn)
@@ -609,6 +627,263 @@ static void run_multi(void)
 	free(shared_doc);
 }
 
+/* ---- (4) prompt modules ---- */
+
+/* The built-in schema: a system prompt, a policy table, a union of three
+ * city tables and a closing module with a param. */
+static char *builtin_schema(void)
+{
+	static const char *cities[] = { "oslo", "lima", "pune" };
+	size_t cap = 64 * 1024, len = 0;
+	char *b = malloc(cap);
+	uint32_t *t = malloc(2048 * sizeof(uint32_t));
+	char tb[16];
+
+	if (!b || !t)
+		die("out of memory");
+#define ADD(...) (len += snprintf(b + len, cap - len, __VA_ARGS__))
+	ADD("<schema name=\"warehouse-s%llu\">\n", (unsigned long long)opt.seed);
+	ADD("<module name=\"system\">You are the assistant of a parts warehouse. Answer from the tables below, briefly, with row ids.</module>\n");
+	for (int m = 0; m < 4; m++) {
+		size_t n = make_doc(t, m ? 400 : 600, opt.seed * 1000 + 10 + m);
+
+		if (m == 1)
+			ADD("<union>\n");
+		ADD("<module name=\"%s\">", m ? cities[m - 1] : "policy");
+		for (size_t i = 1; i < n; i++)	/* skip BOS */
+			ADD("%s", tlm_token_str(t[i], tb)[0] == '\\' ? "\n" : tlm_token_str(t[i], tb));
+		ADD("</module>\n");
+	}
+	ADD("</union>\n<module name=\"format\">Reply to <param name=\"user\" len=\"16\"/> in one line.</module>\n</schema>\n");
+#undef ADD
+	free(t);
+	return b;
+}
+
+static void run_modules(kvc_t *c)
+{
+	static const char *const p1[] = { "system", "policy", "oslo", "format" };
+	static const char *const p2[] = { "system", "lima", "format" };
+	static const char *const p3[] = { "policy", "pune" };
+	static const char *const p4[] = { "system", "policy", "lima", "format" };
+	static const struct {
+		const char *const *mods;
+		size_t n;
+		const char *user, *arg;
+	} prompts[] = {
+		{ p1, 4, "Which rows ship bolts from Oslo?", "Ana" },
+		{ p1, 4, "What is the total qty of gears?", "Bo" },
+		{ p2, 3, "Cheapest item in Lima?", "Cy" },
+		{ p3, 2, "Does policy row 0007 apply to Pune?", NULL },
+		{ p4, 4, "Compare Lima with the policy table.", "Ana" },
+	};
+	struct tlm_schema sc;
+	struct tlm_state s;
+	char err[512], *text = NULL;
+	float *cold = malloc(model.cfg.vocab_size * sizeof(float));
+	size_t reused = 0, total = 0;
+	int rc, bad = 0;
+
+	if (opt.schema) {
+		rc = tlm_schema_load(&sc, opt.schema, err, sizeof(err));
+	} else {
+		text = builtin_schema();
+		rc = tlm_schema_parse(&sc, text, strlen(text), "built-in schema", err, sizeof(err));
+	}
+	free(text);
+	if (rc)
+		die("schema: %s", err);
+	printf("\n== modules: schema %s, %zu modules over %u positions%s\n", sc.name, sc.nmods,
+	       sc.end, opt.schema ? "" : " (built in; --schema FILE for yours)");
+	if (tlm_state_init(&s, &model, sc.end + 4096) || !cold)
+		die("out of memory");
+	for (size_t k = 0; k < (opt.schema ? 1 : sizeof(prompts) / sizeof(prompts[0])); k++) {
+		const char *all[TLM_SCHEMA_MAX_MODULES];
+		const char *const *mods = prompts[k].mods;
+		size_t nm = prompts[k].n, nargs = 0;
+		struct tlm_arg arg = { "user", prompts[k].arg };
+		const char *user = prompts[k].user;
+		struct tlm_plan plan;
+		struct tlm_run run;
+		double t0, tc, tw;
+
+		if (opt.schema) {	/* one module per union, every module else */
+			nm = 0;
+			for (size_t j = 0; j < sc.nmods; j++)
+				if (sc.mods[j].union_id < 0 || !j ||
+				    sc.mods[j - 1].union_id != sc.mods[j].union_id)
+					all[nm++] = sc.mods[j].name;
+			mods = all;
+			user = "Summarise.";
+		} else if (arg.value) {
+			nargs = 1;
+		}
+		if (tlm_plan_build(&plan, &sc, mods, nm, &arg, nargs, user, strlen(user), err,
+				   sizeof(err)))
+			die("prompt %zu: %s", k, err);
+		if (plan.n > s.cap)
+			die("prompt %zu: %zu tokens, over the state's %zu", k, plan.n, s.cap);
+		tlm_state_reset(&s);
+		t0 = tlm_now();
+		rc = tlm_forward(&s, plan.tok, plan.pos, plan.lo, plan.n, 1);
+		tlm_argmax(s.logits, model.cfg.vocab_size);
+		tc = tlm_now() - t0;
+		if (rc)
+			die("prompt %zu: %s (positions up to %u; the model's seq_len is %d)", k,
+			    strerror(-rc), sc.end + (unsigned)strlen(user), model.cfg.seq_len);
+		memcpy(cold, s.logits, model.cfg.vocab_size * sizeof(float));
+		tlm_state_reset(&s);
+		t0 = tlm_now();
+		rc = tlm_compose(&s, c, &sc, &plan, &run);
+		tlm_argmax(s.logits, model.cfg.vocab_size);
+		tw = tlm_now() - t0;
+		if (rc)
+			die("compose: %s", strerror(-rc));
+		if (memcmp(cold, s.logits, model.cfg.vocab_size * sizeof(float)))
+			bad++;
+		printf("  prompt %zu [", k);
+		for (size_t j = 0; j < nm; j++)
+			printf("%s%s", j ? " " : "", mods[j]);
+		printf("] + %zu user tokens: %4zu tokens, reused %4zu, TTFT cached %6.1f ms vs %6.1f ms uncached%s\n",
+		       strlen(user), plan.n, run.hit_tokens, tw * 1e3, tc * 1e3,
+		       run.cache_err ? " (cache error)" : "");
+		reused += run.hit_tokens;
+		total += plan.n;
+		tlm_plan_free(&plan);
+	}
+	printf("  tokens reused %zu of %zu (hit ratio %.3f); cached compositions %s uncached prefills at the same positions\n",
+	       reused, total, total ? (double)reused / total : 0.0,
+	       bad ? "DIFFER FROM" : "bitwise equal to");
+	failures += bad;
+	tlm_state_free(&s);
+	tlm_schema_free(&sc);
+	free(cold);
+}
+
+/* ---- (5) request grouping ---- */
+
+struct gshared {
+	int next;
+	int done[4096];
+};
+
+static struct gshared *gsh;
+static uint32_t **gprompt;
+static size_t *glen, *gorder, *gleader;
+static size_t gn;
+static bool gwait;
+
+static void group_worker(int p)
+{
+	kvc_t *c = open_cache();
+	struct tlm_state s;
+
+	(void)p;
+	if (tlm_state_init(&s, &model, opt.group_doc_tokens + opt.question_tokens + 1))
+		die("out of memory");
+	for (;;) {
+		int k = __atomic_fetch_add(&gsh->next, 1, __ATOMIC_SEQ_CST);
+		size_t i;
+		struct result r;
+
+		if (k >= (int)gn)
+			break;
+		i = gorder[k];
+		/* Grouped: the rest of a group starts once its leader is done. */
+		while (gwait && gleader[i] != i &&
+		       !__atomic_load_n(&gsh->done[gleader[i]], __ATOMIC_ACQUIRE))
+			usleep(500);
+		r = answer(&s, c, gprompt[i], glen[i], "grp", 0, NULL, 0);
+		slots[i].ttft = r.ttft;
+		slots[i].tokens = r.tokens;
+		slots[i].hit = r.hit;
+		__atomic_store_n(&gsh->done[i], 1, __ATOMIC_RELEASE);
+	}
+	tlm_state_free(&s);
+	kvc_close(c);
+}
+
+static void run_group(void)
+{
+	size_t D = opt.group_docs, Q = opt.questions, dn = opt.group_doc_tokens;
+	size_t *group_of;
+
+	gn = D * Q;
+	if (gn > 4096)
+		die("--group: %zu prompts, at most 4096", gn);
+	printf("\n== group: %zu documents x %zu questions (%zu + %d tokens), %d worker processes\n",
+	       D, Q, dn, opt.question_tokens, opt.procs);
+	gprompt = calloc(gn, sizeof(*gprompt));
+	glen = calloc(gn, sizeof(size_t));
+	gorder = calloc(gn, sizeof(size_t));
+	gleader = calloc(gn, sizeof(size_t));
+	group_of = calloc(gn, sizeof(size_t));
+	gsh = mmap(NULL, sizeof(*gsh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	slots = mmap(NULL, gn * sizeof(*slots), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+		     -1, 0);
+	if (!gprompt || !glen || !gorder || !gleader || !group_of || gsh == MAP_FAILED ||
+	    slots == MAP_FAILED)
+		die("out of memory");
+	for (int pass = 0; pass < 2; pass++) {
+		uint64_t hit = 0, tok = 0;
+		double t0;
+		int groups = 0;
+
+		/* Fresh documents per pass: neither pass warms the other.
+		 * Arrival order: document by document, so one document's
+		 * questions are in flight together. */
+		for (size_t i = 0; i < gn; i++) {
+			size_t d = i / Q, q = i % Q;
+
+			free(gprompt[i]);
+			gprompt[i] = malloc((dn + opt.question_tokens) * sizeof(uint32_t));
+			if (!gprompt[i])
+				die("out of memory");
+			make_doc(gprompt[i], dn, opt.seed * 1000 + 100 + pass * 64 + d);
+			make_question(gprompt[i] + dn, opt.question_tokens, (int)q);
+			glen[i] = dn + opt.question_tokens;
+			gorder[i] = i;
+			gleader[i] = i;
+		}
+		gwait = pass == 1;
+		if (gwait) {
+			groups = kvc_group((const uint32_t *const *)gprompt, glen, gn,
+					   opt.block_tokens, gorder, group_of);
+			if (groups < 0)
+				die("kvc_group: %s", kvc_strerror(groups));
+			for (size_t i = 0; i < gn; i++)
+				gleader[i] = gorder[group_of[i]];
+		}
+		memset(gsh, 0, sizeof(*gsh));
+		memset(slots, 0, gn * sizeof(*slots));
+		t0 = tlm_now();
+		run_workers(opt.procs, group_worker);
+		for (size_t i = 0; i < gn; i++) {
+			hit += slots[i].hit;
+			tok += slots[i].tokens;
+		}
+		printf("  %-28s hit ratio %.3f (%llu of %llu tokens reused), batch wall time %.2f s\n",
+		       pass ? "kvc_group order (leaders 1st):" : "arrival order:",
+		       tok ? (double)hit / tok : 0.0, (unsigned long long)hit,
+		       (unsigned long long)tok, tlm_now() - t0);
+		if (pass)
+			printf("  (%d groups; order:", groups);
+		for (size_t i = 0; pass && i < gn && i < 16; i++)
+			printf(" %zu", gorder[i]);
+		if (pass)
+			printf("%s)\n", gn > 16 ? " ..." : "");
+	}
+	for (size_t i = 0; i < gn; i++)
+		free(gprompt[i]);
+	free(gprompt);
+	free(glen);
+	free(gorder);
+	free(gleader);
+	free(group_of);
+	munmap(gsh, sizeof(*gsh));
+	munmap(slots, gn * sizeof(*slots));
+}
+
 static void show_kvstat(void)
 {
 	char dir[4096], cmd[8400];
@@ -657,6 +932,10 @@ int main(int argc, char **argv)
 		run_chat(c);
 	if (want("multi"))
 		run_multi();
+	if (want("modules"))
+		run_modules(c);
+	if (want("group"))
+		run_group();
 	kvc_close(c);
 	show_kvstat();
 	stop_daemon();
