@@ -132,6 +132,9 @@ fuzz: deps
 
 fuzz-build: $(FUZZ_BIN)
 
+# The schema target links tinylm's parser and plans (tools/tinylm/).
+$(FUZZ_BUILD)/schema: $(FUZZ_BUILD)/tools/tinylm/schema.o $(FUZZ_BUILD)/tools/tinylm/plan.o
+
 $(FUZZ_BUILD)/%.o: %.c
 	$(E) "  CC      $@"
 	$(Q)mkdir -p $(@D)
