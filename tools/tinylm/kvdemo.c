@@ -828,6 +828,7 @@ static void group_worker(int p)
 		die("out of memory");
 	for (;;) {
 		int k = __atomic_fetch_add(&gsh->next, 1, __ATOMIC_SEQ_CST);
+		char label[KVC_MAX_LABEL + 1];
 		size_t i;
 		struct result r;
 
@@ -838,7 +839,9 @@ static void group_worker(int p)
 		while (gwait && gleader[i] != i &&
 		       !__atomic_load_n(&gsh->done[gleader[i]], __ATOMIC_ACQUIRE))
 			usleep(500);
-		r = answer(&s, c, gprompt[i], glen[i], "grp", 0, NULL, 0);
+		snprintf(label, sizeof(label), "grp:%s:d%zu", gwait ? "grouped" : "arrival",
+			 i / opt.questions);
+		r = answer(&s, c, gprompt[i], glen[i], label, 0, NULL, 0);
 		slots[i].ttft = r.ttft;
 		slots[i].tokens = r.tokens;
 		slots[i].hit = r.hit;
