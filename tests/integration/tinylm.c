@@ -328,6 +328,53 @@ static void test_modules_compose_equal_cold(void **state)
 	kvc_close(c);
 }
 
+/*
+ * kvdemo end to end, every workload, on a tiny model and its own daemon
+ * (--spawn, the kvcached of this build): it exits 0 only if every warm
+ * result was bitwise its cold reference and every worker succeeded.
+ */
+static void test_kvdemo_all_workloads(void **state)
+{
+	const char *demo = kvt_bin("kvdemo");
+	static char out[65536];
+	int fds[2], st;
+	ssize_t n, got = 0;
+	pid_t p;
+
+	(void)state;
+	assert_int_equal(pipe(fds), 0);
+	p = fork();
+	if (!p) {
+		dup2(fds[1], 1);
+		dup2(fds[1], 2);
+		close(fds[0]);
+		execl(demo, demo, "--spawn", "--pool-size", "16M", "--layers", "2", "--dim", "64",
+		      "--hidden", "128", "--heads", "4", "--kv-heads", "2", "--doc-tokens", "200",
+		      "--questions", "3", "--cold-runs", "2", "--turns", "3", "--gen", "4",
+		      "--group-docs", "3", "--group-doc-tokens", "48", (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	for (;;) {	/* keep draining when full, or kvdemo would block */
+		char sink[4096];
+		size_t room = sizeof(out) - 1 - got;
+
+		n = room ? read(fds[0], out + got, room) : read(fds[0], sink, sizeof(sink));
+		if (n <= 0)
+			break;
+		if (room)
+			got += n;
+	}
+	out[got] = 0;
+	close(fds[0]);
+	st = kvt_wait(p);
+	if (st)
+		fail_msg("kvdemo exited %d:\n%s", st, out);
+	assert_non_null(strstr(out, "warm logits bitwise equal to the cold run's: 2 of 2"));
+	assert_non_null(strstr(out, "cached compositions bitwise equal"));
+	assert_non_null(strstr(out, "kvc_group order"));
+}
+
 static int setup(void **state)
 {
 	return kvt_setup_args(state, daemon_args);
@@ -341,6 +388,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_cold_flag_and_short_prompt),
 		cmocka_unit_test(test_other_process_hits_and_agrees),
 		cmocka_unit_test(test_modules_compose_equal_cold),
+		cmocka_unit_test(test_kvdemo_all_workloads),
 	};
 	static char exe[4096];
 	ssize_t n;
