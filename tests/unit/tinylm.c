@@ -466,6 +466,13 @@ static void test_plan(void **state)
 	assert_non_null(strstr(err, "param holds 3"));
 	assert_int_equal(tlm_plan_build(&p, &s, mods, 2, &none, 1, "!", 1, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "argument zz"));
+	{
+		struct tlm_arg two[2] = { arg, arg };
+
+		assert_int_equal(tlm_plan_build(&p, &s, mods, 2, two, 2, "!", 1, err, sizeof(err)),
+				 -EINVAL);
+		assert_non_null(strstr(err, "argument p given twice"));
+	}
 	assert_int_equal(tlm_plan_build(&p, &s, mods, 2, NULL, 0, "", 0, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "user text"));
 	tlm_schema_free(&s);

@@ -742,7 +742,7 @@ static void run_modules(kvc_t *c)
 	       sc.end, opt.schema ? "" : " (built in; --schema FILE for yours)");
 	if (tlm_state_init(&s, &model, sc.end + 4096) || !cold)
 		die("out of memory");
-	for (size_t k = 0; k < (opt.schema ? 1 : sizeof(prompts) / sizeof(prompts[0])); k++) {
+	for (size_t k = 0; k < (opt.schema ? 2 : sizeof(prompts) / sizeof(prompts[0])); k++) {
 		const char *all[TLM_SCHEMA_MAX_MODULES];
 		const char *const *mods = prompts[k].mods;
 		size_t nm = prompts[k].n, nargs = 0;
@@ -752,14 +752,14 @@ static void run_modules(kvc_t *c)
 		struct tlm_run run;
 		double t0, tc, tw;
 
-		if (opt.schema) {	/* one module per union, every module else */
+		if (opt.schema) {	/* twice: the first of each union, all others */
 			nm = 0;
 			for (size_t j = 0; j < sc.nmods; j++)
 				if (sc.mods[j].union_id < 0 || !j ||
 				    sc.mods[j - 1].union_id != sc.mods[j].union_id)
 					all[nm++] = sc.mods[j].name;
 			mods = all;
-			user = "Summarise.";
+			user = k ? "List the key facts." : "Summarise.";
 		} else if (arg.value) {
 			nargs = 1;
 		}

@@ -91,6 +91,12 @@ int tlm_plan_build(struct tlm_plan *p, const struct tlm_schema *sc, const char *
 			free(named);
 			return perr(err, errlen, -EINVAL, "argument %zu: NULL name or value", a);
 		}
+		for (j = 0; j < a; j++)
+			if (!strcmp(args[j].name, args[a].name)) {
+				free(named);
+				return perr(err, errlen, -EINVAL, "argument %s given twice",
+					    args[a].name);
+			}
 		for (k = 0; k < sc->nmods && !found; k++)
 			for (j = 0; named[k] && j < sc->mods[k].nsegs; j++) {
 				const struct tlm_seg *g = &sc->mods[k].segs[j];
