@@ -199,10 +199,16 @@ static int child_main(char **argv)
 	return 0;
 }
 
+/*
+ * For k = 0 .. 5 cached blocks: this process publishes exactly k blocks
+ * of a prompt, another process (this binary exec'd, attaching on its own)
+ * runs the whole prompt: it hits the k blocks, runs only the rest and gets
+ * the cold logits of this process, bit for bit.
+ */
 static void test_other_process_hits_and_agrees(void **state)
 {
 	struct kvt_daemon *d = *state;
-	size_t n = 5 * BT + 9;
+	size_t n = 5 * BT + 9, k;
 	uint32_t t[5 * BT + 9];
 	float cold[512], got[512];
 	char seed[16], len[16];
@@ -212,29 +218,34 @@ static void test_other_process_hits_and_agrees(void **state)
 	kvc_t *c = open_tiny(d->sock);
 
 	assert_non_null(c);
-	prompt(t, n, 4242);
-	r = run_prompt(c, t, n, 0, cold, NULL);	/* publishes 5 blocks */
-	assert_int_equal(r.published, 5);
-	run_prompt(NULL, t, n, 0, cold, NULL);
-	snprintf(seed, sizeof(seed), "%d", 4242);
-	snprintf(len, sizeof(len), "%zu", n);
-	assert_int_equal(pipe(fds), 0);
-	p = fork();
-	if (!p) {
-		dup2(fds[1], 1);
+	for (k = 0; k <= 5; k++) {
+		prompt(t, n, 4242 + k);
+		run_prompt(NULL, t, n, 0, cold, NULL);
+		if (k) {
+			r = run_prompt(c, t, k * BT, 0, got, NULL);
+			assert_int_equal(r.published, k);
+		}
+		snprintf(seed, sizeof(seed), "%zu", 4242 + k);
+		snprintf(len, sizeof(len), "%zu", n);
+		assert_int_equal(pipe(fds), 0);
+		p = fork();
+		if (!p) {
+			dup2(fds[1], 1);
+			close(fds[0]);
+			execl(self_exe, self_exe, "--child", d->sock, seed, len, (char *)NULL);
+			_exit(127);
+		}
+		close(fds[1]);
+		assert_int_equal(read(fds[0], &r, sizeof(r)), sizeof(r));
+		assert_int_equal(read(fds[0], got, model.cfg.vocab_size * sizeof(float)),
+				 model.cfg.vocab_size * sizeof(float));
 		close(fds[0]);
-		execl(self_exe, self_exe, "--child", d->sock, seed, len, (char *)NULL);
-		_exit(127);
+		assert_int_equal(kvt_wait(p), 0);
+		assert_int_equal(r.hit_tokens, k * BT);
+		assert_int_equal(r.computed, n - k * BT);
+		assert_int_equal(r.cache_err, 0);
+		assert_memory_equal(cold, got, model.cfg.vocab_size * sizeof(float));
 	}
-	close(fds[1]);
-	assert_int_equal(read(fds[0], &r, sizeof(r)), sizeof(r));
-	assert_int_equal(read(fds[0], got, model.cfg.vocab_size * sizeof(float)),
-			 model.cfg.vocab_size * sizeof(float));
-	close(fds[0]);
-	assert_int_equal(kvt_wait(p), 0);
-	assert_int_equal(r.hit_tokens, 5 * BT);
-	assert_int_equal(r.computed, 9);
-	assert_memory_equal(cold, got, model.cfg.vocab_size * sizeof(float));
 	kvc_close(c);
 }
 

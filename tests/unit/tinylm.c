@@ -318,6 +318,50 @@ static void test_forward_refuses_bad_input(void **state)
 	tlm_model_free(&m);
 }
 
+/* The page layout kvclient.h fixes: [layer][k|v][token][kv_head][head_dim]. */
+static void test_page_layout(void **state)
+{
+	struct tlm_model m;
+	struct tlm_state s, back;
+	uint32_t t[20];
+	size_t bt = 8, kv, hd, L, page_floats;
+	float *page;
+
+	(void)state;
+	gen(&m, &tiny, 2);
+	kv = m.kv_dim, hd = m.head_dim, L = m.cfg.n_layers;
+	page_floats = bt * L * 2 * kv;
+	page = malloc(page_floats * sizeof(float));
+	toks(t, 20, 4);
+	assert_int_equal(tlm_state_init(&s, &m, 20), 0);
+	assert_int_equal(tlm_forward(&s, t, NULL, NULL, 20, 0), 0);
+	tlm_kv_scatter(&s, 8, page, bt);	/* slots 8..15 */
+	for (size_t l = 0; l < L; l++)
+		for (size_t tok = 0; tok < bt; tok++)
+			for (size_t h = 0; h < (size_t)m.cfg.n_kv_heads; h++)
+				for (size_t i = 0; i < hd; i++) {
+					size_t off = (((l * 2 + 0) * bt + tok) * m.cfg.n_kv_heads + h) * hd + i;
+					size_t st = (l * s.cap + 8 + tok) * kv + h * hd + i;
+
+					assert_true(page[off] == s.kc[st]);
+					off = (((l * 2 + 1) * bt + tok) * m.cfg.n_kv_heads + h) * hd + i;
+					assert_true(page[off] == s.vc[st]);
+				}
+	/* And back, into another slot. */
+	assert_int_equal(tlm_state_init(&back, &m, 20), 0);
+	tlm_kv_gather(&back, 0, page, bt);
+	for (size_t l = 0; l < L; l++) {
+		assert_memory_equal(back.kc + l * back.cap * kv, s.kc + (l * s.cap + 8) * kv,
+				    bt * kv * sizeof(float));
+		assert_memory_equal(back.vc + l * back.cap * kv, s.vc + (l * s.cap + 8) * kv,
+				    bt * kv * sizeof(float));
+	}
+	tlm_state_free(&back);
+	tlm_state_free(&s);
+	free(page);
+	tlm_model_free(&m);
+}
+
 static void test_tokenizer(void **state)
 {
 	uint32_t t[8];
@@ -486,6 +530,7 @@ int main(void)
 		cmocka_unit_test(test_checkpoint_round_trip),
 		cmocka_unit_test(test_checkpoint_errors),
 		cmocka_unit_test(test_forward_refuses_bad_input),
+		cmocka_unit_test(test_page_layout),
 		cmocka_unit_test(test_tokenizer),
 		cmocka_unit_test(test_schema_layout),
 		cmocka_unit_test(test_schema_errors),
