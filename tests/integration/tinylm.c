@@ -69,6 +69,17 @@ static void prompt(uint32_t *t, size_t n, uint32_t seed)
 	}
 }
 
+/* A fresh state whose KV is all NaN, so that reading a slot nobody wrote
+ * (a short gather, say) cannot go unnoticed. */
+static void state_init(struct tlm_state *s, size_t cap)
+{
+	size_t bytes = (size_t)model.cfg.n_layers * cap * model.kv_dim * sizeof(float);
+
+	assert_int_equal(tlm_state_init(s, &model, cap), 0);
+	memset(s->kc, 0xff, bytes);
+	memset(s->vc, 0xff, bytes);
+}
+
 /* Prefill (with c or without a cache), then NGEN greedy tokens. */
 static struct tlm_run run_prompt(kvc_t *c, const uint32_t *t, size_t n, unsigned flags,
 				 float *logits, uint32_t *gen)
@@ -77,7 +88,7 @@ static struct tlm_run run_prompt(kvc_t *c, const uint32_t *t, size_t n, unsigned
 	struct tlm_run run;
 	uint32_t tok;
 
-	assert_int_equal(tlm_state_init(&s, &model, n + NGEN), 0);
+	state_init(&s, n + NGEN);
 	assert_int_equal(tlm_prefill(&s, c, t, n, NULL, 0, "test", flags, &run), 0);
 	memcpy(logits, s.logits, model.cfg.vocab_size * sizeof(float));
 	for (int i = 0; gen && i < NGEN; i++) {
@@ -183,6 +194,8 @@ static int child_main(char **argv)
 	c = open_tiny(argv[2]);
 	if (!c || !t || !l || tlm_state_init(&s, &model, n))
 		return 3;
+	memset(s.kc, 0xff, (size_t)model.cfg.n_layers * n * model.kv_dim * sizeof(float));
+	memset(s.vc, 0xff, (size_t)model.cfg.n_layers * n * model.kv_dim * sizeof(float));
 	prompt(t, n, strtoul(argv[3], NULL, 10));
 	if (tlm_prefill(&s, c, t, n, NULL, 0, "child", 0, &r))
 		return 4;
@@ -286,10 +299,11 @@ static void compose_check(kvc_t *c, const struct tlm_schema *sc, const char *con
 	for (k = 0; k < plan.nparts; k++)
 		if (seen[plan.parts[k].mod - sc->mods])
 			want += plan.parts[k].ntok / BT * BT;
-	assert_int_equal(tlm_state_init(&s, &model, plan.n), 0);
+	state_init(&s, plan.n);
 	assert_int_equal(tlm_forward(&s, plan.tok, plan.pos, plan.lo, plan.n, 1), 0);
 	memcpy(cold, s.logits, model.cfg.vocab_size * sizeof(float));
-	tlm_state_reset(&s);
+	tlm_state_free(&s);
+	state_init(&s, plan.n);
 	assert_int_equal(tlm_compose(&s, c, sc, &plan, &r), 0);
 	assert_int_equal(r.cache_err, 0);
 	assert_int_equal(r.hit_tokens, want);
