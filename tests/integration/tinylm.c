@@ -273,6 +273,7 @@ static const char schema_text[] =
 	"    <module name=\"rome\">Rome: the Vatican museums need tickets booked ahead, buses 1.50 euro a ride.</module>\n"
 	"  </union>\n"
 	"  <module name=\"tail\">Answer in one short sentence.</module>\n"
+	"  <module name=\"sig\"><param name=\"sig\" len=\"8\"/></module>\n"
 	"</schema>\n";
 
 /* Modules published so far by this test (their full blocks hit later). */
@@ -327,6 +328,8 @@ static void test_modules_compose_equal_cold(void **state)
 	const char *a[] = { "system", "plan", "paris", "tail" };
 	const char *b[] = { "system", "rome", "tail" };	/* no "plan": a gap in positions */
 	const char *e[] = { "rome", "plan" };		/* any order in the prompt */
+	const char *f[] = { "sig", "plan", "system" };
+	const struct tlm_arg args2[] = { { "sig", "-- Ana" }, { "who", "Bo" } };
 	const struct tlm_module *m;
 
 	assert_non_null(c);
@@ -334,7 +337,7 @@ static void test_modules_compose_equal_cold(void **state)
 		fail_msg("%s", err);
 	/* The layout: union members share a start, the tail follows the
 	 * longer of them. */
-	assert_int_equal(sc.nmods, 5);
+	assert_int_equal(sc.nmods, 6);
 	m = tlm_schema_find(&sc, "paris");
 	assert_int_equal(m->start, tlm_schema_find(&sc, "rome")->start);
 	assert_int_equal(tlm_schema_find(&sc, "tail")->start,
@@ -349,6 +352,8 @@ static void test_modules_compose_equal_cold(void **state)
 	compose_check(c, &sc, b, 3, NULL, 0, "How much is the bus?");
 	compose_check(c, &sc, b, 3, NULL, 0, "Is the Vatican open?");
 	compose_check(c, &sc, e, 2, &ana, 1, "And Ana?");
+	/* A module of params only: nothing of it cached, its argument run. */
+	compose_check(c, &sc, f, 3, args2, 2, "Sign it.");
 	tlm_schema_free(&sc);
 	kvc_close(c);
 }

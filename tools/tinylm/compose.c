@@ -88,6 +88,8 @@ int tlm_compose(struct tlm_state *s, kvc_t *c, const struct tlm_schema *sc,
 		return -ENOSPC;
 	run->tokens = p->n;
 	for (size_t k = 0; k < p->nparts; k++) {
+		if (!p->parts[k].ntok)	/* params only: nothing to cache */
+			continue;
 		rc = module_run(s, c, sc, p, &p->parts[k], run);
 		if (rc) {
 			s->n = 0;
