@@ -38,7 +38,10 @@
 #include "tinylm.h"
 
 static struct {
-	const char *socket, *daemon, *checkpoint, *schema, *pool_size;
+	const char *socket, *daemon, *checkpoint, *schema, *pool_size, *user;
+	char *modules;
+	struct tlm_arg args[16];
+	int nargs;
 	bool spawn;
 	uint64_t seed;
 	struct tlm_config cfg;
@@ -112,7 +115,11 @@ static void usage(FILE *f)
 "                       --questions)\n"
 "  --group-doc-tokens N their length (default 512)\n"
 "  --gen N              tokens generated per answer (default 16)\n"
-"  --schema FILE        prompt-module schema (default: a built-in one)\n"
+"  --schema FILE        prompt-module schema (default: a built-in one); then:\n"
+"  --modules A,B,...    the modules a prompt names (default: the first of\n"
+"                       each union and every other module)\n"
+"  --arg NAME=VALUE     a param's value (repeat for more)\n"
+"  --user TEXT          the user text after the modules\n"
 "  --help\n");
 }
 
@@ -139,7 +146,8 @@ static void parse_args(int argc, char **argv)
 		{ "question-tokens", 1, 0, 'q' }, { "questions", 1, 0, 'Q' },
 		{ "turns", 1, 0, 'T' }, { "procs", 1, 0, 'p' }, { "gen", 1, 0, 'g' },
 		{ "schema", 1, 0, 'x' }, { "group-docs", 1, 0, 'G' },
-		{ "group-doc-tokens", 1, 0, 'j' }, { "cold-runs", 1, 0, 'C' }, { "help", 0, 0, 'h' }, { 0 },
+		{ "group-doc-tokens", 1, 0, 'j' }, { "cold-runs", 1, 0, 'C' },
+		{ "modules", 1, 0, 'M' }, { "arg", 1, 0, 'A' }, { "user", 1, 0, 'U' }, { "help", 0, 0, 'h' }, { 0 },
 	};
 	int c;
 
@@ -169,6 +177,20 @@ static void parse_args(int argc, char **argv)
 		case 'p': opt.procs = parse_num("procs", optarg, 1, 64); break;
 		case 'g': opt.gen = parse_num("gen", optarg, 0, 4096); break;
 		case 'x': opt.schema = optarg; break;
+		case 'M': opt.modules = optarg; break;
+		case 'U': opt.user = optarg; break;
+		case 'A': {
+			char *eq = strchr(optarg, '=');
+
+			if (!eq || eq == optarg)
+				die("--arg %s: expected NAME=VALUE", optarg);
+			if (opt.nargs == 16)
+				die("--arg %s: at most 16 arguments", optarg);
+			*eq = 0;
+			opt.args[opt.nargs].name = optarg;
+			opt.args[opt.nargs++].value = eq + 1;
+			break;
+		}
 		case 'C': opt.cold_runs = parse_num("cold-runs", optarg, 1, 1000); break;
 		case 'G': opt.group_docs = parse_num("group-docs", optarg, 1, 256); break;
 		case 'j': opt.group_doc_tokens = parse_num("group-doc-tokens", optarg, 2, 1 << 20); break;
@@ -190,6 +212,8 @@ static void parse_args(int argc, char **argv)
 	}
 	if (opt.spawn && opt.socket)
 		die("--spawn and --socket exclude each other");
+	if ((opt.modules || opt.nargs || opt.user) && !opt.schema)
+		die("--modules, --arg and --user go with --schema FILE");
 	if (opt.daemon && !opt.spawn)
 		die("--daemon PATH needs --spawn");
 }
@@ -742,8 +766,11 @@ static void run_modules(kvc_t *c)
 	       sc.end, opt.schema ? "" : " (built in; --schema FILE for yours)");
 	if (tlm_state_init(&s, &model, sc.end + 4096) || !cold)
 		die("out of memory");
+	char *modlist = opt.modules ? strdup(opt.modules) : NULL;
+	static const char *all[TLM_SCHEMA_MAX_MODULES];
+	size_t nmods_given = 0;
+
 	for (size_t k = 0; k < (opt.schema ? 2 : sizeof(prompts) / sizeof(prompts[0])); k++) {
-		const char *all[TLM_SCHEMA_MAX_MODULES];
 		const char *const *mods = prompts[k].mods;
 		size_t nm = prompts[k].n, nargs = 0;
 		struct tlm_arg arg = { "user", prompts[k].arg };
@@ -752,18 +779,30 @@ static void run_modules(kvc_t *c)
 		struct tlm_run run;
 		double t0, tc, tw;
 
-		if (opt.schema) {	/* twice: the first of each union, all others */
+		if (opt.schema) {	/* twice: the second reuses the first's modules */
 			nm = 0;
-			for (size_t j = 0; j < sc.nmods; j++)
-				if (sc.mods[j].union_id < 0 || !j ||
-				    sc.mods[j - 1].union_id != sc.mods[j].union_id)
-					all[nm++] = sc.mods[j].name;
+			if (opt.modules) {
+				char *save, *t;
+
+				for (t = strtok_r(modlist, ",", &save); t && nm < TLM_SCHEMA_MAX_MODULES;
+				     t = strtok_r(NULL, ",", &save))
+					all[nm++] = t;
+				if (!k)
+					nmods_given = nm;
+				nm = nmods_given;
+			} else {
+				for (size_t j = 0; j < sc.nmods; j++)
+					if (sc.mods[j].union_id < 0 || !j ||
+					    sc.mods[j - 1].union_id != sc.mods[j].union_id)
+						all[nm++] = sc.mods[j].name;
+			}
 			mods = all;
-			user = k ? "List the key facts." : "Summarise.";
+			user = opt.user ? opt.user : k ? "List the key facts." : "Summarise.";
 		} else if (arg.value) {
 			nargs = 1;
 		}
-		if (tlm_plan_build(&plan, &sc, mods, nm, &arg, nargs, user, strlen(user), err,
+		if (tlm_plan_build(&plan, &sc, mods, nm, opt.schema ? opt.args : &arg,
+				   opt.schema ? (size_t)opt.nargs : nargs, user, strlen(user), err,
 				   sizeof(err)))
 			die("prompt %zu: %s", k, err);
 		if (plan.n > s.cap)
@@ -803,6 +842,7 @@ static void run_modules(kvc_t *c)
 	tlm_state_free(&s);
 	tlm_schema_free(&sc);
 	free(cold);
+	free(modlist);
 }
 
 /* ---- (5) request grouping ---- */
