@@ -425,6 +425,9 @@ static struct result answer(struct tlm_state *s, kvc_t *c, const uint32_t *tok, 
 	uint32_t t;
 	int rc, i;
 
+	if (n + (ngen > 0 ? ngen - 1 : 0) > (size_t)model.cfg.seq_len)
+		die("a %s prompt of %zu tokens (+%d generated) is longer than the model's seq_len %d",
+		    label, n, ngen, model.cfg.seq_len);
 	tlm_state_reset(s);
 	rc = tlm_prefill(s, c, tok, n, NULL, 0, label, flags, &run);
 	if (rc)
@@ -976,8 +979,11 @@ static void show_kvstat(void)
 {
 	char dir[4096], cmd[8400];
 
-	if (!dmn.pid)
+	if (!dmn.pid) {
+		printf("\nkvstat%s%s shows these requests under their labels\n",
+		       opt.socket ? " --socket " : "", opt.socket ? opt.socket : "");
 		return;
+	}
 	exe_dir(dir, sizeof(dir));
 	snprintf(cmd, sizeof(cmd), "%s/kvstat", dir);
 	if (access(cmd, X_OK))
@@ -1004,7 +1010,8 @@ int main(int argc, char **argv)
 		rc = tlm_model_generate(&model, &opt.cfg, opt.seed, err, sizeof(err));
 	if (rc)
 		die("model: %s", err);
-	if ((size_t)opt.doc_tokens + opt.question_tokens + opt.gen + 1 > (size_t)model.cfg.seq_len)
+	if ((want("qa") || want("multi")) &&
+	    (size_t)opt.doc_tokens + opt.question_tokens + opt.gen + 1 > (size_t)model.cfg.seq_len)
 		die("--doc-tokens %d + --question-tokens %d + --gen %d exceed the model's seq_len %d",
 		    opt.doc_tokens, opt.question_tokens, opt.gen, model.cfg.seq_len);
 	printf("model %s: %d layers, dim %d, MLP %d, %d heads (%d KV), vocab %d; %zu-byte pages\n",
