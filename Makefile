@@ -164,6 +164,9 @@ fuzz: deps
 
 fuzz-build: $(FUZZ_BIN)
 
+# The schema target links tinylm's parser and plans (tools/tinylm/).
+$(FUZZ_BUILD)/schema: $(FUZZ_BUILD)/tools/tinylm/schema.o $(FUZZ_BUILD)/tools/tinylm/plan.o
+
 $(FUZZ_BUILD)/%.o: %.c
 	$(E) "  CC      $@"
 	$(Q)mkdir -p $(@D)
@@ -231,6 +234,33 @@ $(BUILD)/kernels/fatbin.c: $(BUILD)/kernels/page_copy.fatbin
 $(BUILD)/kernels/fatbin.o: $(BUILD)/kernels/fatbin.c
 	$(E) "  CC      $<"
 	$(Q)$(CC) $(filter-out -Werror -MMD -MP,$(CFLAGS)) -c -o $@ $<
+
+# tinylm (issue #7): the reference engine (tools/tinylm/*.c, a static
+# library) and kvdemo, its driver. -ffp-contract=off: the cold and warm
+# paths must round alike (see tools/tinylm/tinylm.h). Its tests link it
+# with libkvclient; tests/unit/group tests libclient/group.c.
+TINYLM_SRC := $(filter-out tools/tinylm/kvdemo.c,$(sort $(wildcard tools/tinylm/*.c)))
+TINYLM_OBJ := $(TINYLM_SRC:%.c=$(BUILD)/%.o)
+TINYLM_LIB := $(BUILD)/libtinylm.a
+KVDEMO     := $(BUILD)/kvdemo
+all: $(TINYLM_LIB) $(KVDEMO)
+$(TINYLM_OBJ) $(BUILD)/tools/tinylm/kvdemo.o: override CFLAGS += -ffp-contract=off
+
+$(TINYLM_LIB): $(TINYLM_OBJ)
+	$(E) "  AR      $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(KVDEMO): $(BUILD)/tools/tinylm/kvdemo.o $(TINYLM_LIB) $(LIBA)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lm
+
+$(BUILD)/tests/integration/tinylm: $(BUILD)/tests/integration/tinylm.o $(TESTLIB_OBJ) $(TINYLM_LIB) $(LIBA)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm
+
+$(BUILD)/tests/unit/tinylm $(BUILD)/tests/unit/group: $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(TINYLM_LIB) $(LIBA)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm
 
 clean:
 	rm -rf build build-asan build-tsan $(FUZZ_BUILD)

@@ -868,7 +868,7 @@ int kvd_spill_open(struct kvd *d)
 	/* The I/O engine, with the pool (in areas of at most 1 GiB) and the
 	 * header staging registered; a cuda pool's pages cannot be the target
 	 * of O_DIRECT, so a pinned host staging ring of OPS pages stands in
-	 * for it (ARCHITECTURE.md §12). */
+	 * for it (ARCHITECTURE.md §13). */
 	sp->pages_per_area = (uint32_t)(POOL_AREA / sp->page_bytes);
 	if (!sp->pages_per_area)
 		sp->pages_per_area = 1;

@@ -356,6 +356,27 @@ int kvc_scatter(struct kvc_req *r, size_t first_block, size_t n_blocks,
 		const struct kvc_layout *l, const int64_t *engine_block_ids,
 		void *stream);
 
+/*
+ * Order a batch of n prompts (prompts[i], lens[i] tokens) so that prompts
+ * sharing a prefix run after the one that publishes it. Only full blocks
+ * of block_tokens count. Prompts whose first full block is equal form a
+ * group; a prompt with no full block is a group of its own. Groups are
+ * numbered 0.. by their earliest prompt. Fills order[0..n) with a
+ * permutation of 0..n-1: first the leader of each group (the member
+ * sharing the most blocks with another; earliest on ties), group 0 first,
+ * then the other members group by group, neighbours sharing the longest
+ * prefixes next to each other. Run order[0..groups) first (they share no
+ * block) and start each group's others after its leader has published.
+ * group_of (may be NULL) gets each prompt's group. Pure computation: no
+ * handle, no system call; the same keys (namespace, salt, extra) are the
+ * caller's assumption. Returns the number of groups (0 for n = 0).
+ * Errors: -EINVAL (NULL prompts, lens or order with n > 0, a NULL prompt
+ * with tokens, block_tokens 0), -E2BIG (a prompt over KVC_MAX_TOKENS, n
+ * over 2^24), -ENOMEM.
+ */
+int kvc_group(const uint32_t *const *prompts, const size_t *lens, size_t n,
+	      size_t block_tokens, size_t *order, size_t *group_of);
+
 /* Bytes of one page of this handle's namespace, and of a pool slot. */
 size_t kvc_page_bytes(const kvc_t *c);
 /* Tokens per block. */

@@ -1,0 +1,1040 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvdemo - the reference inference process: tinylm (tools/tinylm/) serving
+ * seed workloads through kvcached, with time to first token cold and warm,
+ * tokens reused and hit ratios; the same requests show in kvstat under
+ * their labels. Workloads:
+ *
+ *   qa      one long table document (--doc-tokens) and different questions
+ *   chat    multi-turn chat: each turn's prompt extends the last
+ *   multi   --procs processes at once (fork) sharing one document
+ *   modules prompt modules from a schema file (--schema), Prompt Cache style
+ *   group   a batch run by --procs workers in arrival order, then in the
+ *           order kvc_group() gives (each group's first goes first)
+ *
+ * Every warm result is checked against a cold one: kvdemo exits 1 if a
+ * cached prefix ever changed a logit.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "compose.h"
+#include "schema.h"
+#include "tinylm.h"
+
+static struct {
+	const char *socket, *daemon, *checkpoint, *schema, *pool_size, *user;
+	char *modules;
+	struct tlm_arg args[16];
+	int nargs;
+	bool spawn;
+	uint64_t seed;
+	struct tlm_config cfg;
+	int doc_tokens, question_tokens, gen, procs, questions, turns, cold_runs;
+	int group_docs, group_doc_tokens;
+	uint32_t block_tokens;
+	char workloads[64];
+} opt = {
+	.seed = 42,
+	.cfg = { .dim = 256, .hidden_dim = 768, .n_layers = 4, .n_heads = 8, .n_kv_heads = 4,
+		 .seq_len = 8192 },
+	.doc_tokens = 2000, .question_tokens = 32, .gen = 16, .procs = 3, .questions = 4,
+	.turns = 4, .cold_runs = 1, .group_docs = 4, .group_doc_tokens = 512, .block_tokens = 16,
+	.pool_size = "256M", .workloads = "qa,chat,multi,modules,group",
+};
+
+static struct tlm_model model;
+static int failures;
+
+static struct {
+	pid_t pid;
+	char dir[64], sock[108], log[128];
+} dmn;
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "kvdemo: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	if (dmn.pid > 0) {
+		kill(dmn.pid, SIGTERM);
+		waitpid(dmn.pid, NULL, 0);
+		unlink(dmn.sock);
+		unlink(dmn.log);
+		rmdir(dmn.dir);
+	}
+	exit(2);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: kvdemo [--socket PATH | --spawn] [options]\n"
+"\n"
+"Runs tinylm, a small transformer, against kvcached and shows what the\n"
+"cache saves: time to first token cold and warm, tokens reused, hit ratio.\n"
+"Every warm result is checked bit for bit against a cold one.\n"
+"\n"
+"  --socket PATH        kvcached's socket (default $KVCACHED_SOCKET, else the\n"
+"                       default path)\n"
+"  --spawn              start a private kvcached for the run (the one next to\n"
+"                       kvdemo, or --daemon PATH), page size fitted to the model\n"
+"  --pool-size SIZE     with --spawn (default 256M)\n"
+"  --workload LIST      comma-separated: qa,chat,multi,modules,group (default all)\n"
+"  --seed N             weights seed (default 42)\n"
+"  --layers N --dim N --hidden N --heads N --kv-heads N\n"
+"                       model size (default 4, 256, 768, 8, 4)\n"
+"  --checkpoint FILE    a llama2.c checkpoint instead of generated weights\n"
+"  --block-tokens N     must equal the daemon's (default 16)\n"
+"  --doc-tokens N       document length (default 2000)\n"
+"  --question-tokens N  question length (default 32)\n"
+"  --questions N        questions per document (default 4)\n"
+"  --cold-runs N        qa: cold runs, interleaved with the warm ones (default 1)\n"
+"  --turns N            chat turns (default 4)\n"
+"  --procs N            processes for multi and group (default 3)\n"
+"  --group-docs N       documents in the group batch (default 4; questions:\n"
+"                       --questions)\n"
+"  --group-doc-tokens N their length (default 512)\n"
+"  --gen N              tokens generated per answer (default 16)\n"
+"  --schema FILE        prompt-module schema (default: a built-in one); then:\n"
+"  --modules A,B,...    the modules a prompt names (default: the first of\n"
+"                       each union and every other module)\n"
+"  --arg NAME=VALUE     a param's value (repeat for more)\n"
+"  --user TEXT          the user text after the modules\n"
+"  --help\n");
+}
+
+static long parse_num(const char *name, const char *v, long min, long max)
+{
+	char *end;
+	long x;
+
+	errno = 0;
+	x = strtol(v, &end, 10);
+	if (errno || end == v || *end || x < min || x > max)
+		die("--%s %s: expected a whole number from %ld to %ld", name, v, min, max);
+	return x;
+}
+
+static void parse_args(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "socket", 1, 0, 'S' }, { "spawn", 0, 0, 's' }, { "daemon", 1, 0, 'D' },
+		{ "pool-size", 1, 0, 'P' }, { "workload", 1, 0, 'w' }, { "seed", 1, 0, 'e' },
+		{ "layers", 1, 0, 'L' }, { "dim", 1, 0, 'd' }, { "hidden", 1, 0, 'H' },
+		{ "heads", 1, 0, 'n' }, { "kv-heads", 1, 0, 'k' }, { "checkpoint", 1, 0, 'c' },
+		{ "block-tokens", 1, 0, 'b' }, { "doc-tokens", 1, 0, 't' },
+		{ "question-tokens", 1, 0, 'q' }, { "questions", 1, 0, 'Q' },
+		{ "turns", 1, 0, 'T' }, { "procs", 1, 0, 'p' }, { "gen", 1, 0, 'g' },
+		{ "schema", 1, 0, 'x' }, { "group-docs", 1, 0, 'G' },
+		{ "group-doc-tokens", 1, 0, 'j' }, { "cold-runs", 1, 0, 'C' },
+		{ "modules", 1, 0, 'M' }, { "arg", 1, 0, 'A' }, { "user", 1, 0, 'U' }, { "help", 0, 0, 'h' }, { 0 },
+	};
+	int c;
+
+	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		switch (c) {
+		case 'S': opt.socket = optarg; break;
+		case 's': opt.spawn = true; break;
+		case 'D': opt.daemon = optarg; break;
+		case 'P': opt.pool_size = optarg; break;
+		case 'w':
+			if (strlen(optarg) >= sizeof(opt.workloads))
+				die("--workload %s: too long", optarg);
+			strcpy(opt.workloads, optarg);
+			break;
+		case 'e': opt.seed = parse_num("seed", optarg, 0, 0x7fffffffl); break;
+		case 'L': opt.cfg.n_layers = parse_num("layers", optarg, 1, 64); break;
+		case 'd': opt.cfg.dim = parse_num("dim", optarg, 8, 4096); break;
+		case 'H': opt.cfg.hidden_dim = parse_num("hidden", optarg, 8, 16384); break;
+		case 'n': opt.cfg.n_heads = parse_num("heads", optarg, 1, 256); break;
+		case 'k': opt.cfg.n_kv_heads = parse_num("kv-heads", optarg, 1, 256); break;
+		case 'c': opt.checkpoint = optarg; break;
+		case 'b': opt.block_tokens = parse_num("block-tokens", optarg, 1, 4096); break;
+		case 't': opt.doc_tokens = parse_num("doc-tokens", optarg, 2, 1 << 20); break;
+		case 'q': opt.question_tokens = parse_num("question-tokens", optarg, 1, 4096); break;
+		case 'Q': opt.questions = parse_num("questions", optarg, 1, 1000); break;
+		case 'T': opt.turns = parse_num("turns", optarg, 1, 100); break;
+		case 'p': opt.procs = parse_num("procs", optarg, 1, 64); break;
+		case 'g': opt.gen = parse_num("gen", optarg, 0, 4096); break;
+		case 'x': opt.schema = optarg; break;
+		case 'M': opt.modules = optarg; break;
+		case 'U': opt.user = optarg; break;
+		case 'A': {
+			char *eq = strchr(optarg, '=');
+
+			if (!eq || eq == optarg)
+				die("--arg %s: expected NAME=VALUE", optarg);
+			if (opt.nargs == 16)
+				die("--arg %s: at most 16 arguments", optarg);
+			*eq = 0;
+			opt.args[opt.nargs].name = optarg;
+			opt.args[opt.nargs++].value = eq + 1;
+			break;
+		}
+		case 'C': opt.cold_runs = parse_num("cold-runs", optarg, 1, 1000); break;
+		case 'G': opt.group_docs = parse_num("group-docs", optarg, 1, 256); break;
+		case 'j': opt.group_doc_tokens = parse_num("group-doc-tokens", optarg, 2, 1 << 20); break;
+		case 'h': usage(stdout); exit(0);
+		default: usage(stderr); exit(2);
+		}
+	}
+	if (optind < argc)
+		die("unexpected argument '%s' (see --help)", argv[optind]);
+	{
+		char buf[sizeof(opt.workloads)], *save, *t;
+
+		strcpy(buf, opt.workloads);
+		for (t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+			if (strcmp(t, "qa") && strcmp(t, "chat") && strcmp(t, "multi") &&
+			    strcmp(t, "modules") && strcmp(t, "group"))
+				die("--workload %s: unknown workload '%s' (qa, chat, multi, modules, group)",
+				    opt.workloads, t);
+	}
+	if (opt.spawn && opt.socket)
+		die("--spawn and --socket exclude each other");
+	if ((opt.modules || opt.nargs || opt.user) && !opt.schema)
+		die("--modules, --arg and --user go with --schema FILE");
+	if (opt.daemon && !opt.spawn)
+		die("--daemon PATH needs --spawn");
+}
+
+static bool want(const char *w)
+{
+	char buf[sizeof(opt.workloads)], *save, *t;
+
+	strcpy(buf, opt.workloads);
+	for (t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+		if (!strcmp(t, w))
+			return true;
+	return false;
+}
+
+/* ---- the daemon (--spawn), as kvbench starts its own ---- */
+
+static bool can_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool ok;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	ok = fd >= 0 && !connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+static void exe_dir(char *out, size_t len)
+{
+	char exe[4096], *slash;
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	if (n <= 0)
+		die("cannot read /proc/self/exe: %s", strerror(errno));
+	exe[n] = 0;
+	slash = strrchr(exe, '/');
+	if (slash)
+		*slash = 0;
+	snprintf(out, len, "%s", exe);
+}
+
+static void spawn_daemon(size_t page_bytes)
+{
+	char path[4200], dir[4096], page[32], bt[16];
+	pid_t parent = getpid();
+	int i, st, fd;
+
+	if (opt.daemon) {
+		snprintf(path, sizeof(path), "%s", opt.daemon);
+	} else {
+		exe_dir(dir, sizeof(dir));
+		snprintf(path, sizeof(path), "%s/kvcached", dir);
+	}
+	if (access(path, X_OK))
+		die("no kvcached executable at %s (%s); build it (make) or pass --daemon PATH",
+		    path, strerror(errno));
+	snprintf(page, sizeof(page), "%zuK", (page_bytes + 4095) / 4096 * 4);
+	snprintf(bt, sizeof(bt), "%u", opt.block_tokens);
+	snprintf(dmn.dir, sizeof(dmn.dir), "/tmp/kvdemo.XXXXXX");
+	if (!mkdtemp(dmn.dir))
+		die("mkdtemp /tmp/kvdemo.XXXXXX: %s", strerror(errno));
+	snprintf(dmn.sock, sizeof(dmn.sock), "%s/kvcached.sock", dmn.dir);
+	snprintf(dmn.log, sizeof(dmn.log), "%s/kvcached.log", dmn.dir);
+	fflush(stdout);
+	dmn.pid = fork();
+	if (dmn.pid < 0)
+		die("fork: %s", strerror(errno));
+	if (!dmn.pid) {
+		const char *argv[] = { path, "--socket", dmn.sock, "--page-size", page,
+				       "--pool-size", opt.pool_size, "--block-tokens", bt,
+				       "--hugepages", "off", NULL };
+
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		if (getppid() != parent)
+			_exit(127);
+		fd = open(dmn.log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execv(path, (char **)argv);
+		_exit(127);
+	}
+	for (i = 0; i < 1000; i++) {
+		if (can_connect(dmn.sock)) {
+			opt.socket = dmn.sock;
+			printf("spawned kvcached: %s --page-size %s --pool-size %s --block-tokens %s\n",
+			       path, page, opt.pool_size, bt);
+			return;
+		}
+		if (waitpid(dmn.pid, &st, WNOHANG) == dmn.pid) {
+			dmn.pid = 0;
+			die("kvcached exited at start with status %d (log: %s)",
+			    WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), dmn.log);
+		}
+		usleep(10000);
+	}
+	die("kvcached did not accept connections on %s within 10 s", dmn.sock);
+}
+
+static void stop_daemon(void)
+{
+	if (dmn.pid <= 0)
+		return;
+	kill(dmn.pid, SIGTERM);
+	waitpid(dmn.pid, NULL, 0);
+	dmn.pid = 0;
+	unlink(dmn.sock);
+	unlink(dmn.log);
+	rmdir(dmn.dir);
+}
+
+static kvc_t *open_cache(void)
+{
+	struct kvc_model km = tlm_kvc_model(&model, opt.block_tokens);
+	char err[256] = "";
+	struct kvc_options o = { .size = sizeof(o), .socket_path = opt.socket, .errbuf = err,
+				 .errbuf_len = sizeof(err) };
+	kvc_t *c;
+	int rc = kvc_open(&km, &o, &c);
+
+	if (rc)
+		die("kvc_open (%s): %s%s%s", opt.socket ? opt.socket : "default socket",
+		    kvc_strerror(rc), err[0] ? ": " : "", err);
+	return c;
+}
+
+/* ---- text ---- */
+
+static uint64_t rng(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* A table document of exactly n tokens (BOS + n-1 bytes), from `seed`. */
+static size_t make_doc(uint32_t *out, size_t n, uint64_t seed)
+{
+	static const char *city[] = { "Oslo", "Lima", "Pune", "Kyiv", "Graz", "Hue", "Tver", "Cork" };
+	static const char *item[] = { "bolts", "gears", "pumps", "valves", "wires", "tiles" };
+	char *buf = malloc(n + 128);
+	size_t len, row = 0;
+	uint64_t s = seed;
+
+	if (!buf)
+		die("out of memory");
+	len = snprintf(buf, n + 128, "Table %llu: shipments\n| id | city | item | qty | price |\n",
+		       (unsigned long long)seed);
+	while (len < n) {
+		uint64_t r = rng(&s);
+
+		len += snprintf(buf + len, n + 128 - len, "| %04zu | %s | %s | %llu | %llu.%02llu |\n",
+				row++, city[r % 8], item[(r >> 8) % 6],
+				(unsigned long long)((r >> 16) % 500),
+				(unsigned long long)((r >> 32) % 900 + 10),
+				(unsigned long long)((r >> 48) % 100));
+		if (len > n)
+			len = n;
+	}
+	n = tlm_tokenize(buf, n - 1, 1, out, n);
+	free(buf);
+	return n;
+}
+
+/* A question of exactly n tokens. */
+static size_t make_question(uint32_t *out, size_t n, int i)
+{
+	char buf[4200];
+	int len = snprintf(buf, sizeof(buf), "\nQ%d: What is the price of row %04d? A:", i,
+			   (i * 37) % 60);
+
+	while (len < (int)n && len < (int)sizeof(buf) - 1)
+		buf[len++] = ' ';
+	return tlm_tokenize(buf, n < (size_t)len ? n : (size_t)len, 0, out, n);
+}
+
+/* ---- running one prompt ---- */
+
+struct result {
+	double ttft;		/* seconds: prefill + first token */
+	double cpu;		/* of it, this thread's CPU time */
+	size_t tokens, hit;
+	uint32_t first;
+	int cache_err;
+};
+
+/* This thread's CPU seconds: less moved by other load than wall time. */
+static double cpu_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Prefill (timed, with the first token) then greedy decode into gen. */
+static struct result answer(struct tlm_state *s, kvc_t *c, const uint32_t *tok, size_t n,
+			    const char *label, unsigned flags, uint32_t *gen, int ngen)
+{
+	struct result res = { 0 };
+	struct tlm_run run;
+	double c0 = cpu_now(), t0 = tlm_now();
+	uint32_t t;
+	int rc, i;
+
+	if (n + (ngen > 0 ? ngen - 1 : 0) > (size_t)model.cfg.seq_len)
+		die("a %s prompt of %zu tokens (+%d generated) is longer than the model's seq_len %d",
+		    label, n, ngen, model.cfg.seq_len);
+	tlm_state_reset(s);
+	rc = tlm_prefill(s, c, tok, n, NULL, 0, label, flags, &run);
+	if (rc)
+		die("prefill of %zu tokens: %s", n, strerror(-rc));
+	t = tlm_argmax(s->logits, model.cfg.vocab_size);
+	res.ttft = tlm_now() - t0;
+	res.cpu = cpu_now() - c0;
+	res.tokens = n;
+	res.hit = run.hit_tokens;
+	res.first = t;
+	res.cache_err = run.cache_err;
+	for (i = 0; i < ngen; i++) {
+		if (gen)
+			gen[i] = t;
+		if (i + 1 == ngen || s->n >= s->cap || s->n >= (size_t)model.cfg.seq_len)
+			break;
+		if (tlm_forward(s, &t, NULL, NULL, 1, 1))
+			break;
+		t = tlm_argmax(s->logits, model.cfg.vocab_size);
+	}
+	return res;
+}
+
+static void print_text(const uint32_t *t, int n)
+{
+	char buf[16];
+
+	for (int i = 0; i < n; i++)
+		fputs(tlm_token_str(t[i], buf), stdout);
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, n, sizeof(double), cmp_dbl);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* ---- (1) long-document QA ---- */
+
+/*
+ * For q < --cold-runs a question run cold (lookup skipped: what a first
+ * request costs; its blocks are published), interleaved with new
+ * questions run warm (the document cached), so that both medians see the
+ * same machine load. Each cold prompt is then run warm again, untimed,
+ * and its logits checked bit for bit against the cold ones.
+ */
+static void run_qa(kvc_t *c)
+{
+	size_t dn = opt.doc_tokens, qn = opt.question_tokens, n = dn + qn;
+	int nq = opt.questions > opt.cold_runs ? opt.questions : opt.cold_runs;
+	uint32_t *tok = malloc(n * sizeof(uint32_t)), gen[64];
+	float *cold_logits = malloc(model.cfg.vocab_size * sizeof(float));
+	double *warm = calloc(nq, sizeof(double)), *cold = calloc(nq, sizeof(double)), cm, wm;
+	double *wcpu = calloc(nq, sizeof(double)), *ccpu = calloc(nq, sizeof(double)), ccm, wcm;
+	size_t reused = 0, total = 0;
+	int q, same = 0, checked = 0, ng = opt.gen < 64 ? opt.gen : 64;
+	struct tlm_state s;
+	struct result r;
+
+	if (!tok || !cold_logits || !warm || !cold || !wcpu || !ccpu ||
+	    tlm_state_init(&s, &model, n + opt.gen + 1))
+		die("out of memory");
+	printf("\n== qa: %zu-token table document + %zu-token questions, %d warm, %d cold\n", dn,
+	       qn, opt.questions, opt.cold_runs);
+	make_doc(tok, dn, opt.seed * 1000 + 1);
+	for (q = 0; q < nq; q++) {
+		if (q < opt.cold_runs) {
+			/* Its own question, so the warm question after it is
+			 * new too: a warm run reuses the document only. */
+			make_question(tok + dn, qn, 1000 + q);
+			r = answer(&s, c, tok, n, "doc:tables", TLM_NO_LOOKUP, NULL, 0);
+			cold[q] = r.ttft;
+			ccpu[q] = r.cpu;
+			memcpy(cold_logits, s.logits, model.cfg.vocab_size * sizeof(float));
+			printf("  cold   q%d: TTFT %8.1f ms  (%zu tokens computed)\n", q,
+			       r.ttft * 1e3, r.tokens);
+		}
+		if (q >= opt.questions)
+			continue;
+		make_question(tok + dn, qn, q);
+		r = answer(&s, c, tok, n, "doc:tables", 0, gen, ng);
+		if (r.cache_err)
+			printf("  (cache error: %s)\n", kvc_strerror(r.cache_err));
+		warm[q] = r.ttft;
+		wcpu[q] = r.cpu;
+		reused += r.hit;
+		total += r.tokens;
+		printf("  warm   q%d: TTFT %8.1f ms  reused %zu of %zu tokens; answer \"", q,
+		       r.ttft * 1e3, r.hit, r.tokens);
+		print_text(gen, ng);
+		printf("\"\n");
+		if (q < opt.cold_runs) {
+			/* The cold run's prompt again, warm (untimed): it hits
+			 * the document and the question blocks the cold run
+			 * published; compare with the cold logits. */
+			struct tlm_run run;
+
+			make_question(tok + dn, qn, 1000 + q);
+			tlm_state_reset(&s);
+			tlm_prefill(&s, c, tok, n, NULL, 0, "doc:tables", TLM_NO_PUBLISH, &run);
+			checked++;
+			if (run.hit_tokens &&
+			    !memcmp(cold_logits, s.logits, model.cfg.vocab_size * sizeof(float)))
+				same++;
+		}
+	}
+	wm = median(warm, opt.questions);
+	cm = median(cold, opt.cold_runs);
+	wcm = median(wcpu, opt.questions);
+	ccm = median(ccpu, opt.cold_runs);
+	printf("  TTFT median cold %.1f ms (%d runs), warm %.1f ms (%d runs): warm/cold = %.4f (%.1fx faster)\n",
+	       cm * 1e3, opt.cold_runs, wm * 1e3, opt.questions, wm / cm, cm / wm);
+	printf("  CPU time of the same: cold %.1f ms, warm %.1f ms: warm/cold = %.4f\n", ccm * 1e3,
+	       wcm * 1e3, wcm / ccm);
+	printf("  tokens reused %zu of %zu (hit ratio %.3f); warm logits bitwise equal to the cold run's: %d of %d%s\n",
+	       reused, total, total ? (double)reused / total : 0.0, same, checked,
+	       same == checked ? "" : "  <-- MISMATCH");
+	if (same != checked)
+		failures++;
+	tlm_state_free(&s);
+	free(tok);
+	free(cold_logits);
+	free(warm);
+	free(cold);
+	free(wcpu);
+	free(ccpu);
+}
+
+/* ---- (2) multi-turn chat ---- */
+
+static void run_chat(kvc_t *c)
+{
+	size_t cap = 64 + (size_t)opt.turns * (200 + opt.gen), n;
+	uint32_t *tok = malloc(cap * sizeof(uint32_t)), gen[4096];
+	struct tlm_state s;
+	size_t reused = 0, total = 0;
+	char line[256];
+	int t, len;
+
+	if (!tok || tlm_state_init(&s, &model, cap + opt.gen + 1))
+		die("out of memory");
+	printf("\n== chat: %d turns, each prompt extends the last\n", opt.turns);
+	len = snprintf(line, sizeof(line),
+		       "System: You are a terse assistant for a parts warehouse (seed %llu).\n",
+		       (unsigned long long)opt.seed);
+	n = tlm_tokenize(line, len, 1, tok, cap);
+	for (t = 0; t < opt.turns; t++) {
+		struct result r;
+
+		len = snprintf(line, sizeof(line),
+			       "User: turn %d - how many valves are left in bin %d, and where?\nAssistant:",
+			       t, 7 * t + 3);
+		n += tlm_tokenize(line, len, 0, tok + n, cap - n);
+		r = answer(&s, c, tok, n, "chat", 0, gen, opt.gen);
+		printf("  turn %d: %4zu tokens, reused %4zu, TTFT %7.1f ms\n", t, n, r.hit,
+		       r.ttft * 1e3);
+		reused += r.hit;
+		total += n;
+		for (int i = 0; i < opt.gen && n < cap; i++)
+			tok[n++] = gen[i];
+		if (n < cap)
+			tok[n++] = TLM_BYTE0 + '\n';
+	}
+	printf("  tokens reused %zu of %zu (hit ratio %.3f)\n", reused, total,
+	       total ? (double)reused / total : 0.0);
+	tlm_state_free(&s);
+	free(tok);
+}
+
+/* ---- worker processes (multi, group) ---- */
+
+struct slot {
+	double ttft;
+	uint64_t tokens, hit;
+	int done;		/* 0, 1 finished */
+	int proc;
+	int bad;		/* warm result differed from the cold reference */
+};
+
+/* fork n workers running fn(i) with a fresh handle each; wait for all. */
+static void run_workers(int n, void (*fn)(int))
+{
+	pid_t *pids = calloc(n, sizeof(pid_t));
+	int i, st;
+
+	if (!pids)
+		die("out of memory");
+	fflush(stdout);
+	for (i = 0; i < n; i++) {
+		pids[i] = fork();
+		if (pids[i] < 0)
+			die("fork: %s", strerror(errno));
+		if (!pids[i]) {
+			fn(i);
+			fflush(stdout);
+			_exit(0);
+		}
+	}
+	for (i = 0; i < n; i++) {
+		if (waitpid(pids[i], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
+			printf("  worker %d failed (status %d)\n", i, st);
+			failures++;
+		}
+	}
+	free(pids);
+}
+
+static struct slot *slots;
+static uint32_t *shared_doc;
+static size_t shared_doc_n;
+
+static void multi_worker(int p)
+{
+	kvc_t *c = open_cache();
+	size_t n = shared_doc_n + opt.question_tokens;
+	uint32_t *tok = malloc(n * sizeof(uint32_t));
+	struct tlm_state s;
+
+	if (!tok || tlm_state_init(&s, &model, n + 1))
+		die("out of memory");
+	memcpy(tok, shared_doc, shared_doc_n * sizeof(uint32_t));
+	for (int q = 0; q < 2; q++) {
+		struct slot *sl = &slots[p * 2 + q];
+		struct result r;
+
+		make_question(tok + shared_doc_n, opt.question_tokens, 100 + p * 2 + q);
+		r = answer(&s, c, tok, n, "doc:multi", 0, NULL, 0);
+		sl->ttft = r.ttft;
+		sl->tokens = r.tokens;
+		sl->hit = r.hit;
+		sl->proc = p;
+		sl->done = 1;
+	}
+	tlm_state_free(&s);
+	free(tok);
+	kvc_close(c);
+}
+
+static void run_multi(void)
+{
+	uint64_t hit = 0, tokens = 0;
+
+	printf("\n== multi: %d processes at once, one %d-token document, 2 questions each\n",
+	       opt.procs, opt.doc_tokens);
+	shared_doc = malloc(opt.doc_tokens * sizeof(uint32_t));
+	slots = mmap(NULL, opt.procs * 2 * sizeof(*slots), PROT_READ | PROT_WRITE,
+		     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (!shared_doc || slots == MAP_FAILED)
+		die("out of memory");
+	shared_doc_n = make_doc(shared_doc, opt.doc_tokens, opt.seed * 1000 + 2);
+	run_workers(opt.procs, multi_worker);
+	for (int i = 0; i < opt.procs * 2; i++) {
+		printf("  process %d question %d: TTFT %8.1f ms, reused %4llu of %llu tokens\n",
+		       slots[i].proc, i % 2, slots[i].ttft * 1e3, (unsigned long long)slots[i].hit,
+		       (unsigned long long)slots[i].tokens);
+		hit += slots[i].hit;
+		tokens += slots[i].tokens;
+	}
+	printf("  tokens reused %llu of %llu (hit ratio %.3f)\n", (unsigned long long)hit,
+	       (unsigned long long)tokens, tokens ? (double)hit / tokens : 0.0);
+	munmap(slots, opt.procs * 2 * sizeof(*slots));
+	free(shared_doc);
+}
+
+/* ---- (4) prompt modules ---- */
+
+/* The built-in schema: a system prompt, a policy table, a union of three
+ * city tables and a closing module with a param. */
+static char *builtin_schema(void)
+{
+	static const char *cities[] = { "oslo", "lima", "pune" };
+	size_t cap = 64 * 1024, len = 0;
+	char *b = malloc(cap);
+	uint32_t *t = malloc(2048 * sizeof(uint32_t));
+	char tb[16];
+
+	if (!b || !t)
+		die("out of memory");
+#define ADD(...) (len += snprintf(b + len, cap - len, __VA_ARGS__))
+	ADD("<schema name=\"warehouse-s%llu\">\n", (unsigned long long)opt.seed);
+	ADD("<module name=\"system\">You are the assistant of a parts warehouse. Answer from the tables below, briefly, with row ids.</module>\n");
+	for (int m = 0; m < 4; m++) {
+		size_t n = make_doc(t, m ? 400 : 600, opt.seed * 1000 + 10 + m);
+
+		if (m == 1)
+			ADD("<union>\n");
+		ADD("<module name=\"%s\">", m ? cities[m - 1] : "policy");
+		for (size_t i = 1; i < n; i++)	/* skip BOS */
+			ADD("%s", tlm_token_str(t[i], tb)[0] == '\\' ? "\n" : tlm_token_str(t[i], tb));
+		ADD("</module>\n");
+	}
+	ADD("</union>\n<module name=\"format\">Reply to <param name=\"user\" len=\"16\"/> in one line.</module>\n</schema>\n");
+#undef ADD
+	free(t);
+	return b;
+}
+
+static void run_modules(kvc_t *c)
+{
+	static const char *const p1[] = { "system", "policy", "oslo", "format" };
+	static const char *const p2[] = { "system", "lima", "format" };
+	static const char *const p3[] = { "policy", "pune" };
+	static const char *const p4[] = { "system", "policy", "lima", "format" };
+	static const struct {
+		const char *const *mods;
+		size_t n;
+		const char *user, *arg;
+	} prompts[] = {
+		{ p1, 4, "Which rows ship bolts from Oslo?", "Ana" },
+		{ p1, 4, "What is the total qty of gears?", "Bo" },
+		{ p2, 3, "Cheapest item in Lima?", "Cy" },
+		{ p3, 2, "Does policy row 0007 apply to Pune?", NULL },
+		{ p4, 4, "Compare Lima with the policy table.", "Ana" },
+	};
+	struct tlm_schema sc;
+	struct tlm_state s;
+	char err[512], *text = NULL;
+	float *cold = malloc(model.cfg.vocab_size * sizeof(float));
+	size_t reused = 0, total = 0;
+	int rc, bad = 0;
+
+	if (opt.schema) {
+		rc = tlm_schema_load(&sc, opt.schema, err, sizeof(err));
+	} else {
+		text = builtin_schema();
+		rc = tlm_schema_parse(&sc, text, strlen(text), "built-in schema", err, sizeof(err));
+	}
+	free(text);
+	if (rc)
+		die("schema: %s", err);
+	printf("\n== modules: schema %s, %zu modules over %u positions%s\n", sc.name, sc.nmods,
+	       sc.end, opt.schema ? "" : " (built in; --schema FILE for yours)");
+	if (tlm_state_init(&s, &model, sc.end + 4096) || !cold)
+		die("out of memory");
+	char *modlist = opt.modules ? strdup(opt.modules) : NULL;
+	static const char *all[TLM_SCHEMA_MAX_MODULES];
+	size_t nmods_given = 0;
+
+	for (size_t k = 0; k < (opt.schema ? 2 : sizeof(prompts) / sizeof(prompts[0])); k++) {
+		const char *const *mods = prompts[k].mods;
+		size_t nm = prompts[k].n, nargs = 0;
+		struct tlm_arg arg = { "user", prompts[k].arg };
+		const char *user = prompts[k].user;
+		struct tlm_plan plan;
+		struct tlm_run run;
+		double t0, tc, tw;
+
+		if (opt.schema) {	/* twice: the second reuses the first's modules */
+			nm = 0;
+			if (opt.modules) {
+				char *save, *t;
+
+				for (t = strtok_r(modlist, ",", &save); t && nm < TLM_SCHEMA_MAX_MODULES;
+				     t = strtok_r(NULL, ",", &save))
+					all[nm++] = t;
+				if (!k)
+					nmods_given = nm;
+				nm = nmods_given;
+			} else {
+				for (size_t j = 0; j < sc.nmods; j++)
+					if (sc.mods[j].union_id < 0 || !j ||
+					    sc.mods[j - 1].union_id != sc.mods[j].union_id)
+						all[nm++] = sc.mods[j].name;
+			}
+			mods = all;
+			user = opt.user ? opt.user : k ? "List the key facts." : "Summarise.";
+		} else if (arg.value) {
+			nargs = 1;
+		}
+		if (tlm_plan_build(&plan, &sc, mods, nm, opt.schema ? opt.args : &arg,
+				   opt.schema ? (size_t)opt.nargs : nargs, user, strlen(user), err,
+				   sizeof(err)))
+			die("prompt %zu: %s", k, err);
+		if (plan.n > s.cap)
+			die("prompt %zu: %zu tokens, over the state's %zu", k, plan.n, s.cap);
+		tlm_state_reset(&s);
+		t0 = tlm_now();
+		rc = tlm_forward(&s, plan.tok, plan.pos, plan.lo, plan.n, 1);
+		tlm_argmax(s.logits, model.cfg.vocab_size);
+		tc = tlm_now() - t0;
+		if (rc)
+			die("prompt %zu: %s (positions up to %u; the model's seq_len is %d)", k,
+			    strerror(-rc), sc.end + (unsigned)strlen(user), model.cfg.seq_len);
+		memcpy(cold, s.logits, model.cfg.vocab_size * sizeof(float));
+		tlm_state_reset(&s);
+		t0 = tlm_now();
+		rc = tlm_compose(&s, c, &sc, &plan, &run);
+		tlm_argmax(s.logits, model.cfg.vocab_size);
+		tw = tlm_now() - t0;
+		if (rc)
+			die("compose: %s", strerror(-rc));
+		if (memcmp(cold, s.logits, model.cfg.vocab_size * sizeof(float)))
+			bad++;
+		printf("  prompt %zu [", k);
+		for (size_t j = 0; j < nm; j++)
+			printf("%s%s", j ? " " : "", mods[j]);
+		printf("] + %zu user tokens: %4zu tokens, reused %4zu, TTFT cached %6.1f ms vs %6.1f ms uncached%s\n",
+		       strlen(user), plan.n, run.hit_tokens, tw * 1e3, tc * 1e3,
+		       run.cache_err ? " (cache error)" : "");
+		reused += run.hit_tokens;
+		total += plan.n;
+		tlm_plan_free(&plan);
+	}
+	printf("  tokens reused %zu of %zu (hit ratio %.3f); cached compositions %s uncached prefills at the same positions\n",
+	       reused, total, total ? (double)reused / total : 0.0,
+	       bad ? "DIFFER FROM" : "bitwise equal to");
+	failures += bad;
+	tlm_state_free(&s);
+	tlm_schema_free(&sc);
+	free(cold);
+	free(modlist);
+}
+
+/* ---- (5) request grouping ---- */
+
+struct gshared {
+	int next;
+	int done[4096];
+};
+
+static struct gshared *gsh;
+static uint32_t **gprompt;
+static size_t *glen, *gorder, *gleader;
+static size_t gn;
+static bool gwait;
+
+static void group_worker(int p)
+{
+	kvc_t *c = open_cache();
+	struct tlm_state s;
+
+	(void)p;
+	if (tlm_state_init(&s, &model, opt.group_doc_tokens + opt.question_tokens + 1))
+		die("out of memory");
+	for (;;) {
+		int k = __atomic_fetch_add(&gsh->next, 1, __ATOMIC_SEQ_CST);
+		char label[KVC_MAX_LABEL + 1];
+		size_t i;
+		struct result r;
+
+		if (k >= (int)gn)
+			break;
+		i = gorder[k];
+		/* Grouped: the rest of a group starts once its leader is done. */
+		while (gwait && gleader[i] != i &&
+		       !__atomic_load_n(&gsh->done[gleader[i]], __ATOMIC_ACQUIRE))
+			usleep(500);
+		snprintf(label, sizeof(label), "grp:%s:d%zu", gwait ? "grouped" : "arrival",
+			 i / opt.questions);
+		r = answer(&s, c, gprompt[i], glen[i], label, 0, NULL, 0);
+		slots[i].ttft = r.ttft;
+		slots[i].tokens = r.tokens;
+		slots[i].hit = r.hit;
+		__atomic_store_n(&gsh->done[i], 1, __ATOMIC_RELEASE);
+	}
+	tlm_state_free(&s);
+	kvc_close(c);
+}
+
+static void run_group(void)
+{
+	size_t D = opt.group_docs, Q = opt.questions, dn = opt.group_doc_tokens;
+	size_t *group_of;
+
+	gn = D * Q;
+	if (gn > 4096)
+		die("--group: %zu prompts, at most 4096", gn);
+	printf("\n== group: %zu documents x %zu questions (%zu + %d tokens), %d worker processes\n",
+	       D, Q, dn, opt.question_tokens, opt.procs);
+	gprompt = calloc(gn, sizeof(*gprompt));
+	glen = calloc(gn, sizeof(size_t));
+	gorder = calloc(gn, sizeof(size_t));
+	gleader = calloc(gn, sizeof(size_t));
+	group_of = calloc(gn, sizeof(size_t));
+	gsh = mmap(NULL, sizeof(*gsh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	slots = mmap(NULL, gn * sizeof(*slots), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+		     -1, 0);
+	if (!gprompt || !glen || !gorder || !gleader || !group_of || gsh == MAP_FAILED ||
+	    slots == MAP_FAILED)
+		die("out of memory");
+	for (int pass = 0; pass < 2; pass++) {
+		uint64_t hit = 0, tok = 0;
+		double t0;
+		int groups = 0;
+
+		/* Fresh documents per pass: neither pass warms the other.
+		 * Arrival order: document by document, so one document's
+		 * questions are in flight together. */
+		for (size_t i = 0; i < gn; i++) {
+			size_t d = i / Q, q = i % Q;
+
+			free(gprompt[i]);
+			gprompt[i] = malloc((dn + opt.question_tokens) * sizeof(uint32_t));
+			if (!gprompt[i])
+				die("out of memory");
+			make_doc(gprompt[i], dn, opt.seed * 1000 + 100 + pass * 64 + d);
+			make_question(gprompt[i] + dn, opt.question_tokens, (int)q);
+			glen[i] = dn + opt.question_tokens;
+			gorder[i] = i;
+			gleader[i] = i;
+		}
+		gwait = pass == 1;
+		if (gwait) {
+			groups = kvc_group((const uint32_t *const *)gprompt, glen, gn,
+					   opt.block_tokens, gorder, group_of);
+			if (groups < 0)
+				die("kvc_group: %s", kvc_strerror(groups));
+			for (size_t i = 0; i < gn; i++)
+				gleader[i] = gorder[group_of[i]];
+		}
+		memset(gsh, 0, sizeof(*gsh));
+		memset(slots, 0, gn * sizeof(*slots));
+		t0 = tlm_now();
+		run_workers(opt.procs, group_worker);
+		for (size_t i = 0; i < gn; i++) {
+			hit += slots[i].hit;
+			tok += slots[i].tokens;
+		}
+		printf("  %-28s hit ratio %.3f (%llu of %llu tokens reused), batch wall time %.2f s\n",
+		       pass ? "kvc_group order (leaders 1st):" : "arrival order:",
+		       tok ? (double)hit / tok : 0.0, (unsigned long long)hit,
+		       (unsigned long long)tok, tlm_now() - t0);
+		if (pass)
+			printf("  (%d groups; order:", groups);
+		for (size_t i = 0; pass && i < gn && i < 16; i++)
+			printf(" %zu", gorder[i]);
+		if (pass)
+			printf("%s)\n", gn > 16 ? " ..." : "");
+	}
+	for (size_t i = 0; i < gn; i++)
+		free(gprompt[i]);
+	free(gprompt);
+	free(glen);
+	free(gorder);
+	free(gleader);
+	free(group_of);
+	munmap(gsh, sizeof(*gsh));
+	munmap(slots, gn * sizeof(*slots));
+}
+
+static void show_kvstat(void)
+{
+	char dir[4096], cmd[8400];
+
+	if (!dmn.pid) {
+		printf("\nkvstat%s%s shows these requests under their labels\n",
+		       opt.socket ? " --socket " : "", opt.socket ? opt.socket : "");
+		return;
+	}
+	exe_dir(dir, sizeof(dir));
+	snprintf(cmd, sizeof(cmd), "%s/kvstat", dir);
+	if (access(cmd, X_OK))
+		return;
+	usleep(200000);	/* a few daemon ticks: hit rings folded into the top table */
+	printf("\n== kvstat --socket %s\n", dmn.sock);
+	fflush(stdout);
+	snprintf(cmd, sizeof(cmd), "'%s/kvstat' --socket '%s'", dir, dmn.sock);
+	if (system(cmd))
+		printf("  (kvstat failed)\n");
+}
+
+int main(int argc, char **argv)
+{
+	char err[512];
+	int rc;
+	kvc_t *c;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	parse_args(argc, argv);
+	if (opt.checkpoint)
+		rc = tlm_model_load(&model, opt.checkpoint, err, sizeof(err));
+	else
+		rc = tlm_model_generate(&model, &opt.cfg, opt.seed, err, sizeof(err));
+	if (rc)
+		die("model: %s", err);
+	if ((want("qa") || want("multi")) &&
+	    (size_t)opt.doc_tokens + opt.question_tokens + opt.gen + 1 > (size_t)model.cfg.seq_len)
+		die("--doc-tokens %d + --question-tokens %d + --gen %d exceed the model's seq_len %d",
+		    opt.doc_tokens, opt.question_tokens, opt.gen, model.cfg.seq_len);
+	printf("model %s: %d layers, dim %d, MLP %d, %d heads (%d KV), vocab %d; %zu-byte pages\n",
+	       model.name, model.cfg.n_layers, model.cfg.dim, model.cfg.hidden_dim,
+	       model.cfg.n_heads, model.cfg.n_kv_heads, model.cfg.vocab_size,
+	       (size_t)opt.block_tokens * model.cfg.n_layers * 2 * model.kv_dim * 4);
+	if (opt.spawn)
+		spawn_daemon((size_t)opt.block_tokens * model.cfg.n_layers * 2 * model.kv_dim * 4);
+	c = open_cache();
+	if (want("qa"))
+		run_qa(c);
+	if (want("chat"))
+		run_chat(c);
+	if (want("multi"))
+		run_multi();
+	if (want("modules"))
+		run_modules(c);
+	if (want("group"))
+		run_group();
+	kvc_close(c);
+	show_kvstat();
+	stop_daemon();
+	if (failures)
+		printf("\nkvdemo: %d check(s) FAILED\n", failures);
+	return failures ? 1 : 0;
+}
