@@ -1,0 +1,2 @@
+#include "bench.h"
+void mode_pages(void) {}
