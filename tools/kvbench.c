@@ -529,8 +529,8 @@ static uint32_t timer_overhead(void)
 
 static void fmt_val(char *buf, size_t len, double v, const char *unit)
 {
-	if (!strcmp(unit, "ns"))
-		snprintf(buf, len, "%.0f ns", v);
+	if (!strcmp(unit, "ns") || !strcmp(unit, "ns/page"))
+		snprintf(buf, len, "%.0f %s", v, unit);
 	else if (!strcmp(unit, "GB/s"))
 		snprintf(buf, len, v >= 100 ? "%.0f GB/s" : "%.2f GB/s", v);
 	else if (v >= 1e6)
