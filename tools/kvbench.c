@@ -296,13 +296,21 @@ bool read_full(int fd, void *buf, size_t len)
 	return true;
 }
 
+/* $TMPDIR (else /tmp)/kvbench.XXXXXX, short enough for the socket paths. */
 const char *run_dir(void)
 {
+	const char *tmp = getenv("TMPDIR");
+
 	if (!rundir[0]) {
-		snprintf(rundir, sizeof(rundir), "/tmp/kvbench.XXXXXX");
+		if (!tmp || !*tmp)
+			tmp = "/tmp";
+		if (strlen(tmp) > 48)
+			die("TMPDIR %s: longer than 48 bytes, too long for the sockets kvbench makes there",
+			    tmp);
+		snprintf(rundir, sizeof(rundir), "%s/kvbench.XXXXXX", tmp);
 		if (!mkdtemp(rundir)) {
 			rundir[0] = 0;
-			die("mkdtemp /tmp/kvbench.XXXXXX: %s", strerror(errno));
+			die("mkdtemp %s/kvbench.XXXXXX: %s", tmp, strerror(errno));
 		}
 	}
 	return rundir;
