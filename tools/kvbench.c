@@ -91,6 +91,10 @@ static char rundir[64];
 
 static struct row rows[MAX_ROWS];
 static int nrows;
+/* 1-minute load average at start and end: other work on the machine. */
+static double load_start, load_end;
+static const char *json_file;
+static FILE *json_fp;
 
 /* ---------------------------------------------------------------- util */
 
@@ -560,20 +564,20 @@ static void fmt_size(char *buf, size_t len, const struct row *r)
 		snprintf(buf, len, "%zu blk, %d proc", r->blocks, r->procs);
 }
 
-static void json_str(const char *s)
+static void json_str(FILE *f, const char *s)
 {
-	putchar('"');
+	fputc('"', f);
 	for (; *s; s++) {
 		unsigned char ch = (unsigned char)*s;
 
 		if (ch == '"' || ch == '\\')
-			printf("\\%c", ch);
+			fprintf(f, "\\%c", ch);
 		else if (ch < 0x20)
-			printf("\\u%04x", ch);
+			fprintf(f, "\\u%04x", ch);
 		else
-			putchar(ch);
+			fputc(ch, f);
 	}
-	putchar('"');
+	fputc('"', f);
 }
 
 static double ratio(const struct row *r)
@@ -581,60 +585,60 @@ static double ratio(const struct row *r)
 	return r->peer > 0 && !r->skipped ? r->kv / r->peer : 0.0;
 }
 
-static void print_json(const char *cpu, long ncpu, const char *kernel, uint32_t tmr,
+static void print_json(FILE *f, const char *cpu, long ncpu, const char *kernel, uint32_t tmr,
 		       double wall)
 {
 	size_t m;
 	int i, k;
 
-	printf("{\"tool\":\"kvbench\",\"schema\":2,\"kvclient_version\":");
-	json_str(kvc_version_string());
-	printf(",\"machine\":{\"cpus\":%ld,\"cpu_model\":", ncpu);
-	json_str(cpu);
-	printf(",\"kernel\":");
-	json_str(kernel);
-	printf("},\"config\":{\"seconds_per_row\":%g,\"quick\":%s,\"daemon\":\"%s\","
+	fprintf(f, "{\"tool\":\"kvbench\",\"schema\":2,\"kvclient_version\":");
+	json_str(f, kvc_version_string());
+	fprintf(f, ",\"machine\":{\"cpus\":%ld,\"cpu_model\":", ncpu);
+	json_str(f, cpu);
+	fprintf(f, ",\"kernel\":");
+	json_str(f, kernel);
+	fprintf(f, "},\"config\":{\"seconds_per_row\":%g,\"quick\":%s,\"daemon\":\"%s\","
 	       "\"block_tokens\":%d,\"rounds\":%d,\"lookup_page_bytes\":4096,"
 	       "\"publish_page_bytes\":%zu,\"timer_overhead_ns\":%u,\"wall_seconds\":%.1f,"
-	       "\"modes\":[",
+	       "\"loadavg_start\":%.2f,\"loadavg_end\":%.2f,\"modes\":[",
 	       opt.seconds, opt.quick ? "true" : "false", opt.socket ? "external" : "spawned",
-	       BT, ROUNDS, publish_page_bytes, tmr, wall);
+	       BT, ROUNDS, publish_page_bytes, tmr, wall, load_start, load_end);
 	for (m = 0, k = 0; m < NELEM(modes); m++)
 		if (mode_on[m])
-			printf("%s\"%s\"", k++ ? "," : "", modes[m].name);
-	printf("],\"peers\":{");
+			fprintf(f, "%s\"%s\"", k++ ? "," : "", modes[m].name);
+	fprintf(f, "],\"peers\":{");
 	for (k = 0; k < SRV_N; k++) {
-		printf("%s\"%s\":", k ? "," : "", k == SRV_REDIS ? "redis" : "memcached");
+		fprintf(f, "%s\"%s\":", k ? "," : "", k == SRV_REDIS ? "redis" : "memcached");
 		if (srv_skip(k)) {
-			printf("{\"skipped\":");
-			json_str(srv_skip(k));
-			printf("}");
+			fprintf(f, "{\"skipped\":");
+			json_str(f, srv_skip(k));
+			fprintf(f, "}");
 		} else {
-			printf("{\"skipped\":null}");
+			fprintf(f, "{\"skipped\":null}");
 		}
 	}
-	printf("}},\"results\":[");
+	fprintf(f, "}},\"results\":[");
 	for (i = 0; i < nrows; i++) {
 		const struct row *r = &rows[i];
 
-		printf("%s\n{\"mode\":\"%s\",\"op\":\"%s\",\"procs\":%d,\"blocks\":%zu,"
+		fprintf(f, "%s\n{\"mode\":\"%s\",\"op\":\"%s\",\"procs\":%d,\"blocks\":%zu,"
 		       "\"page_bytes\":%zu,\"percentile\":", i ? "," : "", r->mode, r->op,
 		       r->procs, r->blocks, r->page_bytes);
 		if (r->pct)
-			printf("\"%s\"", r->pct);
+			fprintf(f, "\"%s\"", r->pct);
 		else
-			printf("null");
-		printf(",\"unit\":\"%s\",\"kvcached\":%.6g,\"peer_kind\":\"%s\",", r->unit, r->kv,
+			fprintf(f, "null");
+		fprintf(f, ",\"unit\":\"%s\",\"kvcached\":%.6g,\"peer_kind\":\"%s\",", r->unit, r->kv,
 		       r->peer_kind);
 		if (r->skipped) {
-			printf("\"peer\":null,\"ratio\":null,\"skipped\":");
-			json_str(r->skipped);
-			printf("}");
+			fprintf(f, "\"peer\":null,\"ratio\":null,\"skipped\":");
+			json_str(f, r->skipped);
+			fprintf(f, "}");
 		} else {
-			printf("\"peer\":%.6g,\"ratio\":%.6g,\"skipped\":null}", r->peer, ratio(r));
+			fprintf(f, "\"peer\":%.6g,\"ratio\":%.6g,\"skipped\":null}", r->peer, ratio(r));
 		}
 	}
-	printf("\n]}\n");
+	fprintf(f, "\n]}\n");
 }
 
 static void print_table(const char *cpu, long ncpu, const char *kernel, uint32_t tmr,
@@ -645,9 +649,10 @@ static void print_table(const char *cpu, long ncpu, const char *kernel, uint32_t
 
 	printf("kvbench: libkvclient %s, %ld CPUs (%s), %s\n", kvc_version_string(), ncpu, cpu,
 	       kernel);
-	printf("daemon: %s; %g s per row (%d alternating rounds, median); clock read %u ns\n\n",
+	printf("daemon: %s; %g s per row (%d alternating rounds, median); clock read %u ns\n",
 	       opt.socket ? opt.socket : "spawned (host pool, hugepages off)", opt.seconds,
 	       ROUNDS, tmr);
+	printf("load average (1 min): %.2f at start, %.2f at end\n\n", load_start, load_end);
 	printf("%-12s %-24s %16s  %-14s %16s %9s\n", "op", "size", "kvcached", "peer", "peer figure",
 	       "ratio");
 	for (i = 0; i < nrows; i++) {
@@ -678,6 +683,19 @@ static void print_table(const char *cpu, long ncpu, const char *kernel, uint32_t
 
 /* ------------------------------------------------------------- main */
 
+static double loadavg(void)
+{
+	double l = -1;
+	FILE *f = fopen("/proc/loadavg", "r");
+
+	if (f) {
+		if (fscanf(f, "%lf", &l) != 1)
+			l = -1;
+		fclose(f);
+	}
+	return l;
+}
+
 static void usage(FILE *f)
 {
 	size_t m;
@@ -694,6 +712,7 @@ static void usage(FILE *f)
 "  --seconds N      seconds per result row, kvcached and peers together\n"
 "                   (default 1; --quick: 0.04)\n"
 "  --json           one JSON object on stdout instead of the table\n"
+"  --json-file PATH also write that JSON object to PATH\n"
 "  --daemon PATH    kvcached binary to start (default: the kvcached next to\n"
 "                   kvbench)\n"
 "  --socket PATH    bench the kvcached already running there instead of\n"
@@ -752,6 +771,7 @@ static void parse_args(int argc, char **argv)
 		{ "quick", no_argument, NULL, 'q' },
 		{ "seconds", required_argument, NULL, 's' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "json-file", required_argument, NULL, 'J' },
 		{ "daemon", required_argument, NULL, 'd' },
 		{ "socket", required_argument, NULL, 'S' },
 		{ "mode", required_argument, NULL, 'm' },
@@ -780,6 +800,11 @@ static void parse_args(int argc, char **argv)
 			break;
 		case 'j':
 			opt.json = true;
+			break;
+		case 'J':
+			if (!*optarg)
+				bad_usage("--json-file: empty path");
+			json_file = optarg;
 			break;
 		case 'd':
 			if (!*optarg)
@@ -828,6 +853,11 @@ int main(int argc, char **argv)
 	size_t m;
 
 	parse_args(argc, argv);
+	/* Opened now, so a path that cannot be written fails before the run. */
+	if (json_file && !(json_fp = fopen(json_file, "w"))) {
+		fprintf(stderr, "kvbench: --json-file %s: %s\n", json_file, strerror(errno));
+		return 2;
+	}
 	main_pid = getpid();
 	start = now_ns();
 	memset(&sa, 0, sizeof(sa));
@@ -838,14 +868,21 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);	/* a dead peer server is an error, not a kill */
 	machine(&ncpu, cpu, sizeof(cpu), kernel, sizeof(kernel));
 	tmr = timer_overhead();
+	load_start = loadavg();
 
 	for (m = 0; m < NELEM(modes); m++)
 		if (mode_on[m])
 			modes[m].fn();
 	cleanup();
 	wall = (double)(now_ns() - start) / 1e9;
+	load_end = loadavg();
+	if (json_fp) {
+		print_json(json_fp, cpu, ncpu, kernel, tmr, wall);
+		if (fclose(json_fp))
+			die("--json-file %s: %s", json_file, strerror(errno));
+	}
 	if (opt.json)
-		print_json(cpu, ncpu, kernel, tmr, wall);
+		print_json(stdout, cpu, ncpu, kernel, tmr, wall);
 	else
 		print_table(cpu, ncpu, kernel, tmr, wall);
 	return 0;

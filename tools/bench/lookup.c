@@ -43,6 +43,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -166,6 +168,8 @@ struct session {
 	int nkinds;
 	int kinds[K_N];		/* in slice order */
 	uint64_t slice_ns;
+	int nproc;		/* set by run_session */
+	uint32_t *bar;		/* slices ended, over all workers (shared) */
 };
 
 struct wres {
@@ -411,6 +415,22 @@ static uint64_t run_batch(struct wstate *w, const struct session *s, int k, uint
 	return acc;
 }
 
+/*
+ * Wait until every worker has ended slice idx. A slice ends at the first
+ * call that finishes after its deadline, and one call of a server kind
+ * can take milliseconds (256 GETs in a row): without this, that call
+ * would run on into the other worker's next slice, another kind's, and
+ * take CPU from it on a 2-CPU machine.
+ */
+static void slice_barrier(const struct session *s, uint32_t idx)
+{
+	if (s->nproc < 2)
+		return;
+	__atomic_add_fetch(s->bar, 1, __ATOMIC_ACQ_REL);
+	while (__atomic_load_n(s->bar, __ATOMIC_ACQUIRE) < (idx + 1) * (uint32_t)s->nproc)
+		sched_yield();
+}
+
 static int lookup_worker(const struct session *s, int up, int down)
 {
 	struct kvc_model m = tiny_model(lookup_name);
@@ -491,6 +511,7 @@ static int lookup_worker(const struct session *s, int up, int down)
 			do {
 				res.ns[r][k] += run_batch(&w, s, k, &res.ops[r][k]);
 			} while (now_ns() < end);
+			slice_barrier(s, (uint32_t)(r * s->nkinds + ki));
 		}
 	}
 	if (s->latency) {
@@ -532,12 +553,19 @@ static void reap(pid_t *pids, int n, const char *what)
 }
 
 /* Run session s in nproc forked workers; their results in res[]. */
-static void run_session(const struct session *s, int nproc, struct wres *res)
+static void run_session(const struct session *s0, int nproc, struct wres *res)
 {
+	struct session sess = *s0, *s = &sess;
 	int up[2][2], down[2][2], i;
 	pid_t pids[2] = { 0, 0 };
 	uint64_t t0;
 	char c;
+
+	sess.nproc = nproc;
+	sess.bar = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (sess.bar == MAP_FAILED)
+		die("mmap (slice barrier): %s", strerror(errno));
+	*sess.bar = 0;
 
 	for (i = 0; i < nproc; i++)
 		if (pipe2(up[i], O_CLOEXEC) || pipe2(down[i], O_CLOEXEC))
@@ -580,6 +608,7 @@ static void run_session(const struct session *s, int nproc, struct wres *res)
 		}
 	}
 	reap(pids, nproc, "lookup");
+	munmap(sess.bar, 4096);
 }
 
 /* Median over rounds of the summed per-slice rate (per second). */
