@@ -671,8 +671,10 @@ static void print_table(const char *cpu, long ncpu, const char *kernel, uint32_t
 			printf("\n");
 		else if (x >= 100)
 			printf(" %9.0f\n", x);
-		else
+		else if (x >= 0.01)
 			printf(" %9.3f\n", x);
+		else
+			printf(" %9.2e\n", x);
 	}
 	printf("\npeers: hashtable: in-process open-addressing table, same keys and checks;\n"
 	       "  memcpy: single-core memcpy of the same bytes; redis-*: redis-server over a\n"
