@@ -30,6 +30,7 @@
  * killed on every way out (normal end, error, SIGINT/SIGTERM/SIGHUP). One
  * that is not installed leaves its rows "skipped: redis-server not found".
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -125,12 +126,19 @@ static void cleanup(void)
 		daemon_stop(true);
 	servers_stop();
 	if (rundir[0]) {
-		char cmd[128];
+		/* A flat folder of what kvbench and its servers wrote. */
+		DIR *d = opendir(rundir);
+		struct dirent *e;
 
-		/* The folder holds only what kvbench and its servers wrote. */
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", rundir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "kvbench: could not remove %s\n", rundir);
+		if (d) {
+			while ((e = readdir(d)))
+				if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+					unlinkat(dirfd(d), e->d_name, 0);
+			closedir(d);
+		}
+		if (rmdir(rundir))
+			fprintf(stderr, "kvbench: could not remove %s: %s\n", rundir,
+				strerror(errno));
 		rundir[0] = 0;
 	}
 }

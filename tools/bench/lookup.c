@@ -424,11 +424,18 @@ static uint64_t run_batch(struct wstate *w, const struct session *s, int k, uint
  */
 static void slice_barrier(const struct session *s, uint32_t idx)
 {
+	uint64_t t0;
+
 	if (s->nproc < 2)
 		return;
 	__atomic_add_fetch(s->bar, 1, __ATOMIC_ACQ_REL);
-	while (__atomic_load_n(s->bar, __ATOMIC_ACQUIRE) < (idx + 1) * (uint32_t)s->nproc)
+	t0 = now_ns();
+	while (__atomic_load_n(s->bar, __ATOMIC_ACQUIRE) < (idx + 1) * (uint32_t)s->nproc) {
+		/* A worker that died never arrives; no slice takes this long. */
+		if (now_ns() - t0 > 60ull * 1000000000ull)
+			die("lookup worker: the other worker stopped (slice %u)", idx);
 		sched_yield();
+	}
 }
 
 static int lookup_worker(const struct session *s, int up, int down)
