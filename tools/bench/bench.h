@@ -87,7 +87,6 @@ const char *run_dir(void);
  * given page and pool size and hugepages off; returns the socket path. */
 const char *daemon_start(const char *name, const char *page_size, const char *pool_size);
 void daemon_stop(bool quiet);
-/* The socket a mode benches: --socket, or a daemon it starts. */
 
 /* ---- clients */
 int try_open(const char *sock, const struct kvc_model *m, kvc_t **c, char *err,
@@ -143,5 +142,9 @@ void key_hex(char *out, struct kvc_key k);
 void mode_lookup(void);
 void mode_publish(void);
 void mode_pages(void);
+/* Named in kvbench.c's table already (weak until their file exists). */
+void mode_spill(void);
+void mode_ttft(void);
+void mode_gpu(void);
 
 #endif
