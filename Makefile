@@ -75,6 +75,9 @@ LIBSO      := $(BUILD)/libkvclient.so
 SONAME     := libkvclient.so.0
 TOOL_SRC   := $(sort $(wildcard tools/*.c))
 TOOLS      := $(TOOL_SRC:tools/%.c=$(BUILD)/%)
+# kvbench's modes, one file each (tools/bench/<mode>.c), linked into it.
+BENCH_SRC  := $(sort $(wildcard tools/bench/*.c))
+BENCH_OBJ  := $(BENCH_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%)
 INTEG_BIN  := $(INTEG_SRC:tests/integration/%.c=$(BUILD)/tests/integration/%)
 GPU_BIN    := $(GPU_SRC:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
@@ -198,7 +201,12 @@ $(LIBSO): $(CLIENT_OBJ) $(SHM_OBJ) $(KERNEL_OBJ) libclient/kvclient.map
 
 $(TOOLS): $(BUILD)/%: $(BUILD)/tools/%.o $(LIBA)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lm -ldl
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter-out $(LIBA),$^) $(LIBA) -lm -ldl $(TOOL_LIBS)
+
+# kvbench also links its modes and the peers' client libraries (Redis:
+# hiredis, memcached: libmemcached).
+$(BUILD)/kvbench: $(BENCH_OBJ)
+$(BUILD)/kvbench: TOOL_LIBS := -lhiredis -lmemcached
 
 # Unit tests reach internals through the objects (jemalloc's JET idea).
 $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(SHM_OBJ) $(DAEMON_LIB) $(KERNEL_OBJ)

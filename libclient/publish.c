@@ -213,11 +213,5 @@ void kvc_req_free(struct kvc_req *r)
 						  memory_order_relaxed);
 		}
 	}
-	free(r->keys);
-	free(r->tokens);
-	free(r->page);
-	free(r->gen);
-	free(r->slot);
-	free(r->state);
-	free(r);
+	free(r);	/* the per-block arrays live in the same allocation */
 }

@@ -1,0 +1,311 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvbench.c - the benchmark (issue #9) as a smoke test: `kvbench --quick
+ * --json` runs every built mode and prints one JSON object whose every row
+ * has a kvcached figure and either a peer figure and ratio or the reason
+ * its peer was skipped; bad options exit 2 naming the problem; SIGINT in
+ * the middle of a run leaves no server running and no folder behind.
+ *
+ * Nothing here asserts a speed: the figures depend on the machine.
+ * A peer server that is not installed is a printed note, not a failure
+ * (its rows must then say "skipped: <server> not found").
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../lib/harness.h"
+
+/* Run kvbench with args (NULL-terminated) and TMPDIR=tmpdir (if not NULL);
+ * stdout into *out (malloc'd, NUL-terminated). Returns the exit status. */
+static int run_kvbench(const char *const *args, const char *tmpdir, char **out,
+		       char **err)
+{
+	const char *argv[16];
+	int po[2], pe[2], n = 0, st;
+	size_t cap[2] = { 1 << 16, 1 << 16 }, len[2] = { 0, 0 };
+	char *buf[2];
+	pid_t pid;
+
+	argv[n++] = kvt_bin("kvbench");
+	while (*args && n < 15)
+		argv[n++] = *args++;
+	argv[n] = NULL;
+	assert_int_equal(pipe(po), 0);
+	assert_int_equal(pipe(pe), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		dup2(po[1], 1);
+		dup2(pe[1], 2);
+		close(po[0]);
+		close(pe[0]);
+		if (tmpdir)
+			setenv("TMPDIR", tmpdir, 1);
+		execv(argv[0], (char **)argv);
+		_exit(127);
+	}
+	close(po[1]);
+	close(pe[1]);
+	buf[0] = malloc(cap[0]);
+	buf[1] = malloc(cap[1]);
+	assert_non_null(buf[0]);
+	assert_non_null(buf[1]);
+	/* stderr is small (notes); read stdout to the end, then stderr. */
+	for (int i = 0; i < 2; i++) {
+		int fd = i ? pe[0] : po[0];
+		ssize_t r;
+
+		for (;;) {
+			if (len[i] + 1 >= cap[i]) {
+				cap[i] *= 2;
+				buf[i] = realloc(buf[i], cap[i]);
+				assert_non_null(buf[i]);
+			}
+			r = read(fd, buf[i] + len[i], cap[i] - len[i] - 1);
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0)
+				break;
+			len[i] += (size_t)r;
+		}
+		buf[i][len[i]] = 0;
+		close(fd);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	*out = buf[0];
+	if (err)
+		*err = buf[1];
+	else
+		free(buf[1]);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static bool installed(const char *name)
+{
+	char path[512];
+	const char *dirs[] = { "/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin",
+			       "/usr/local/sbin" };
+
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dirs[i], name);
+		if (!access(path, X_OK))
+			return true;
+	}
+	return false;
+}
+
+/* The number after "name": in line; -1 and *is_null when null or absent. */
+static double num_field(const char *line, const char *name, bool *is_null)
+{
+	char key[64];
+	const char *p;
+
+	snprintf(key, sizeof(key), "\"%s\":", name);
+	p = strstr(line, key);
+	*is_null = true;
+	if (!p)
+		return -1;
+	p += strlen(key);
+	if (!strncmp(p, "null", 4))
+		return -1;
+	*is_null = false;
+	return strtod(p, NULL);
+}
+
+static void quick_json(void **state)
+{
+	const char *args[] = { "--quick", "--json", NULL };
+	bool have_redis = installed("redis-server"), have_mc = installed("memcached");
+	int rows = 0, by_mode[3] = { 0, 0, 0 }, redis_rows = 0, mc_rows = 0;
+	char *out, *err, *line, *save = NULL;
+	int rc;
+
+	(void)state;
+	if (!have_redis)
+		printf("note: redis-server not installed; its rows must say skipped\n");
+	if (!have_mc)
+		printf("note: memcached not installed; its rows must say skipped\n");
+	rc = run_kvbench(args, NULL, &out, &err);
+	if (rc != 0)
+		printf("kvbench exited %d; stderr:\n%s\n", rc, err);
+	assert_int_equal(rc, 0);
+	assert_true(!strncmp(out, "{\"tool\":\"kvbench\",\"schema\":2,", 29));
+	assert_non_null(strstr(out, "\"results\":["));
+	assert_non_null(strstr(out, "\n]}\n"));
+	for (line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		bool kv_null, peer_null, ratio_null;
+		double kv, peer, ratio;
+
+		if (strncmp(line, "{\"mode\":", 8) && strncmp(line, ",{\"mode\":", 9))
+			continue;
+		rows++;
+		kv = num_field(line, "kvcached", &kv_null);
+		peer = num_field(line, "peer", &peer_null);
+		ratio = num_field(line, "ratio", &ratio_null);
+		assert_false(kv_null);
+		assert_true(kv > 0);
+		if (strstr(line, "\"skipped\":null")) {
+			assert_false(peer_null);
+			assert_false(ratio_null);
+			assert_true(peer > 0);
+			assert_true(ratio > 0);
+		} else {
+			/* Only a server peer may be skipped, and only when absent. */
+			assert_true(peer_null && ratio_null);
+			if (strstr(line, "\"peer_kind\":\"redis-")) {
+				assert_false(have_redis);
+				assert_non_null(strstr(line, "\"skipped\":\"redis-server not found\""));
+			} else {
+				assert_non_null(strstr(line, "\"peer_kind\":\"memcached-"));
+				assert_false(have_mc);
+				assert_non_null(strstr(line, "\"skipped\":\"memcached not found\""));
+			}
+		}
+		if (strstr(line, "\"mode\":\"lookup\""))
+			by_mode[0]++;
+		else if (strstr(line, "\"mode\":\"publish\""))
+			by_mode[1]++;
+		else if (strstr(line, "\"mode\":\"pages\""))
+			by_mode[2]++;
+		redis_rows += !!strstr(line, "\"peer_kind\":\"redis-");
+		mc_rows += !!strstr(line, "\"peer_kind\":\"memcached-");
+	}
+	printf("kvbench --quick --json: %d rows (lookup %d, publish %d, pages %d; redis %d, memcached %d)\n",
+	       rows, by_mode[0], by_mode[1], by_mode[2], redis_rows, mc_rows);
+	assert_true(by_mode[0] > 0 && by_mode[1] > 0 && by_mode[2] > 0);
+	assert_true(redis_rows > 0 && mc_rows > 0);
+	free(out);
+	free(err);
+}
+
+static void bad_options(void **state)
+{
+	static const struct {
+		const char *args[4];
+		const char *msg;
+	} cases[] = {
+		{ { "--mode", "nosuch", NULL }, "--mode nosuch: unknown mode" },
+		{ { "--seconds", "0", NULL }, "--seconds 0: must be" },
+		{ { "--frobnicate", NULL }, "unknown option '--frobnicate'" },
+		{ { "extra", NULL }, "unexpected argument 'extra'" },
+	};
+	char *out, *err;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int rc = run_kvbench(cases[i].args, NULL, &out, &err);
+
+		if (!strstr(err, cases[i].msg))
+			printf("case %zu: stderr was: %s\n", i, err);
+		assert_int_equal(rc, 2);
+		assert_non_null(strstr(err, cases[i].msg));
+		free(out);
+		free(err);
+	}
+}
+
+/* Does any live process's command line mention s? */
+static bool process_mentions(const char *s)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	bool found = false;
+
+	assert_non_null(d);
+	while (!found && (e = readdir(d))) {
+		char path[300], cmd[4096];
+		ssize_t n;
+		int fd;
+
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
+		fd = open(path, O_RDONLY);
+		if (fd < 0)
+			continue;
+		n = read(fd, cmd, sizeof(cmd) - 1);
+		close(fd);
+		if (n <= 0)
+			continue;
+		for (ssize_t i = 0; i < n; i++)
+			if (!cmd[i])
+				cmd[i] = ' ';
+		cmd[n] = 0;
+		found = strstr(cmd, s) != NULL;
+	}
+	closedir(d);
+	return found;
+}
+
+/* SIGINT while the servers run: they die, the private folder goes. */
+static void sigint_cleans_up(void **state)
+{
+	char tmp[] = "/tmp/kvt-bench.XXXXXX", found[512] = "";
+	struct timespec ts = { 0, 50 * 1000 * 1000 };
+	int st, i;
+	struct dirent *e;
+	pid_t pid;
+	DIR *d;
+
+	(void)state;
+	assert_non_null(mkdtemp(tmp));
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		int fd = open("/dev/null", O_WRONLY);
+
+		dup2(fd, 1);
+		dup2(fd, 2);
+		setenv("TMPDIR", tmp, 1);
+		execl(kvt_bin("kvbench"), "kvbench", "--mode", "lookup", "--seconds", "5",
+		      (char *)NULL);
+		_exit(127);
+	}
+	/* Wait until a server or the daemon is up in kvbench's folder. */
+	for (i = 0; i < 200 && !process_mentions(tmp); i++)
+		nanosleep(&ts, NULL);
+	nanosleep(&ts, NULL);
+	kill(pid, SIGINT);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGINT);
+	/* Servers are SIGKILLed: gone within a moment; the daemon SIGTERMed. */
+	for (i = 0; i < 100 && process_mentions(tmp); i++)
+		nanosleep(&ts, NULL);
+	assert_false(process_mentions(tmp));
+	d = opendir(tmp);
+	assert_non_null(d);
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			snprintf(found, sizeof(found), "%s", e->d_name);
+	closedir(d);
+	if (found[0])
+		printf("left behind in %s: %s\n", tmp, found);
+	assert_string_equal(found, "");
+	assert_int_equal(rmdir(tmp), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(quick_json),
+		cmocka_unit_test(bad_options),
+		cmocka_unit_test(sigint_cleans_up),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
