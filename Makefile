@@ -206,7 +206,7 @@ $(TOOLS): $(BUILD)/%: $(BUILD)/tools/%.o $(LIBA)
 # kvbench also links its modes and the peers' client libraries (Redis:
 # hiredis, memcached: libmemcached).
 $(BUILD)/kvbench: $(BENCH_OBJ)
-$(BUILD)/kvbench: TOOL_LIBS := -lhiredis -lmemcached
+$(BUILD)/kvbench: TOOL_LIBS := -lhiredis -lmemcached -luring
 
 # Unit tests reach internals through the objects (jemalloc's JET idea).
 $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(SHM_OBJ) $(DAEMON_LIB) $(KERNEL_OBJ)

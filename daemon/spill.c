@@ -722,6 +722,22 @@ static int open_file(struct kvd *d, uint32_t f, uint32_t slots, bool *direct, bo
 		kvd_err("spill: cannot write %s: %s", path, strerror(errno ? errno : EIO));
 		return -1;
 	}
+	/*
+	 * Reserve the file's blocks now: an O_DIRECT write that extends a
+	 * file (or allocates its blocks) cannot complete asynchronously on
+	 * ext4 or XFS, io_uring punts it to a worker and the spill rate
+	 * halves. Where that fails (no room, a file-size limit, no
+	 * fallocate), slots get their blocks as they are written and a full
+	 * disk shows up as a failed write.
+	 */
+	{
+		off_t want = (off_t)(KVD_SPILL_ALIGN + (uint64_t)slots * sp->slot_bytes);
+		int e = posix_fallocate(fd, 0, want);
+
+		if (e)
+			kvd_warn("spill: cannot reserve %lld bytes for %s (%s); its blocks are taken as slots are written",
+				 (long long)want, path, strerror(e));
+	}
 	return rc < 0 ? 0 : 1;
 }
 
@@ -745,6 +761,8 @@ static void warm_file(struct kvd *d, uint32_t f, uint32_t *good, uint32_t *bad,
 		got = pread(sp->fds[f], sp->staging, sp->hdr_bytes, slot_off(sp, slot));
 		if (got <= 0)
 			break;	/* past the end: the rest was never written */
+		if (!((const uint64_t *)sp->staging)[0])
+			continue;	/* never written (reserved, reads as zeros) */
 		if ((uint64_t)got < sp->hdr_bytes)
 			memset(sp->staging + got, 0, sp->hdr_bytes - (uint64_t)got);
 		rc = kvd_slot_hdr_check(sp->staging, sp->hdr_bytes, bt, sp->page_bytes, &why);

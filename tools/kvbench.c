@@ -76,8 +76,8 @@ static const struct mode modes[] = {
 	{ "publish", mode_publish, "kvc_alloc + write + kvc_publish vs memcpy" },
 	{ "pages", mode_pages, "page put/get/pin GB/s vs memcpy, Redis, memcached" },
 	{ "spill", mode_spill, "spill tier (tools/bench/spill.c)" },
-	{ "ttft", mode_ttft, "time to first token, reference engine (tools/bench/ttft.c)" },
-	{ "gpu", mode_gpu, "GPU pool (tools/bench/gpu.c)" },
+	{ "ttft", mode_ttft, "tinylm time to first token, warm vs cold prefill" },
+	{ "gpu", mode_gpu, "gather/scatter kernels GB/s vs cuMemcpyDtoD (skipped: no GPU)" },
 };
 static bool mode_on[NELEM(modes)];
 
@@ -360,9 +360,19 @@ static void find_daemon(void)
 
 const char *daemon_start(const char *name, const char *page_size, const char *pool_size)
 {
-	const char *argv[] = { dmn.path, "--socket", dmn.sock, "--page-size", page_size,
-			       "--pool-size", pool_size, "--hugepages", "off", NULL };
-	int i, st, fd;
+	return daemon_start_args(name, page_size, pool_size, NULL);
+}
+
+const char *daemon_start_args(const char *name, const char *page_size, const char *pool_size,
+			      const char *const *extra)
+{
+	const char *argv[32] = { dmn.path, "--socket", dmn.sock, "--page-size", page_size,
+				 "--pool-size", pool_size, "--hugepages", "off", NULL };
+	int i, st, fd, n = 9;
+
+	for (i = 0; extra && extra[i] && n < 31; i++)
+		argv[n++] = extra[i];
+	argv[n] = NULL;
 
 	if (dmn.pid > 0)
 		daemon_stop(false);
@@ -551,6 +561,8 @@ static void fmt_val(char *buf, size_t len, double v, const char *unit)
 {
 	if (!strcmp(unit, "ns") || !strcmp(unit, "ns/page"))
 		snprintf(buf, len, "%.0f %s", v, unit);
+	else if (!strcmp(unit, "ms"))
+		snprintf(buf, len, "%.1f ms", v);
 	else if (!strcmp(unit, "GB/s"))
 		snprintf(buf, len, v >= 100 ? "%.0f GB/s" : "%.2f GB/s", v);
 	else if (v >= 1e6)
@@ -566,7 +578,10 @@ static void fmt_size(char *buf, size_t len, const struct row *r)
 	if (r->pct)
 		snprintf(buf, len, "%zu blk, %s%s", r->blocks, r->pct,
 			 strcmp(r->op, "hash_lookup") ? "" : ", hashed");
-	else if (!strcmp(r->mode, "publish") || !strcmp(r->mode, "pages"))
+	else if (!strcmp(r->mode, "ttft"))
+		snprintf(buf, len, "%zu-tok doc + question", r->blocks * BT);
+	else if (!strcmp(r->mode, "publish") || !strcmp(r->mode, "pages") ||
+		 !strcmp(r->mode, "gpu"))
 		snprintf(buf, len, "%zu blk x %zu KiB", r->blocks, r->page_bytes >> 10);
 	else
 		snprintf(buf, len, "%zu blk, %d proc", r->blocks, r->procs);
@@ -636,8 +651,13 @@ static void print_json(FILE *f, const char *cpu, long ncpu, const char *kernel, 
 			fprintf(f, "\"%s\"", r->pct);
 		else
 			fprintf(f, "null");
-		fprintf(f, ",\"unit\":\"%s\",\"kvcached\":%.6g,\"peer_kind\":\"%s\",", r->unit, r->kv,
-		       r->peer_kind);
+		/* No figure at all (gpu without a GPU): kvcached null too. */
+		if (r->skipped && r->kv == 0)
+			fprintf(f, ",\"unit\":\"%s\",\"kvcached\":null,\"peer_kind\":\"%s\",",
+				r->unit, r->peer_kind);
+		else
+			fprintf(f, ",\"unit\":\"%s\",\"kvcached\":%.6g,\"peer_kind\":\"%s\",",
+				r->unit, r->kv, r->peer_kind);
 		if (r->skipped) {
 			fprintf(f, "\"peer\":null,\"ratio\":null,\"skipped\":");
 			json_str(f, r->skipped);
@@ -667,7 +687,10 @@ static void print_table(const char *cpu, long ncpu, const char *kernel, uint32_t
 		const struct row *r = &rows[i];
 		double x = ratio(r);
 
-		fmt_val(a, sizeof(a), r->kv, r->unit);
+		if (r->skipped && r->kv == 0)
+			snprintf(a, sizeof(a), "-");
+		else
+			fmt_val(a, sizeof(a), r->kv, r->unit);
 		if (r->skipped)
 			snprintf(b, sizeof(b), "skipped: %s", r->skipped);
 		else

@@ -86,6 +86,9 @@ const char *run_dir(void);
 /* Start kvcached on a private socket (name.sock in run_dir()), with the
  * given page and pool size and hugepages off; returns the socket path. */
 const char *daemon_start(const char *name, const char *page_size, const char *pool_size);
+/* The same with more kvcached flags (NULL-terminated). */
+const char *daemon_start_args(const char *name, const char *page_size, const char *pool_size,
+			      const char *const *extra);
 void daemon_stop(bool quiet);
 
 /* ---- clients */
