@@ -60,8 +60,20 @@ int kvd_area_hdr_check(const void *buf, size_t len, uint32_t bt, uint64_t hdr_by
 	return 0;
 }
 
+uint64_t kvd_payload_check_avx2(const void *p, size_t len);	/* spill_avx2.c */
+
 uint64_t kvd_payload_check(const void *p, size_t len)
 {
+#if defined(__x86_64__)
+	static int avx2 = -1;
+
+	if (avx2 < 0) {
+		__builtin_cpu_init();
+		avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+	}
+	if (avx2)
+		return kvd_payload_check_avx2(p, len);
+#endif
 	return XXH3_64bits(p, len);
 }
 
