@@ -243,6 +243,9 @@ $(BUILD)/kernels/fatbin.o: $(BUILD)/kernels/fatbin.c
 	$(E) "  CC      $<"
 	$(Q)$(CC) $(filter-out -Werror -MMD -MP,$(CFLAGS)) -c -o $@ $<
 
+# kvbench-gpu and kvbench's gpu mode share the measurement (gpucopy.c).
+$(BUILD)/kvbench-gpu: $(BUILD)/tools/bench/gpucopy.o
+
 # tinylm (issue #7): the reference engine (tools/tinylm/*.c, a static
 # library) and kvdemo, its driver. -ffp-contract=off: the cold and warm
 # paths must round alike (see tools/tinylm/tinylm.h). Its tests link it
@@ -261,6 +264,9 @@ $(TINYLM_LIB): $(TINYLM_OBJ)
 $(KVDEMO): $(BUILD)/tools/tinylm/kvdemo.o $(TINYLM_LIB) $(LIBA)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lm
+
+# kvbench's ttft mode (tools/bench/ttft.c) runs tinylm.
+$(BUILD)/kvbench: $(TINYLM_LIB)
 
 $(BUILD)/tests/integration/tinylm: $(BUILD)/tests/integration/tinylm.o $(TESTLIB_OBJ) $(TINYLM_LIB) $(LIBA)
 	$(E) "  LD      $@"

@@ -19,6 +19,12 @@
  *   pages    (bench/pages.c)   page put, get into a caller buffer and
  *            zero-copy pin, 64 KiB..2 MiB pages, in GB/s against memcpy,
  *            Redis SET/GET and memcached set/get of the same bytes.
+ *   ttft     (bench/ttft.c)    tinylm's time to first token of a 2,000-token
+ *            document + 32-token question, warm through kvcached (and a
+ *            first request's miss) against a prefill with no cache.
+ *   gpu      (bench/gpu.c)     gather/scatter kernels in GB/s against
+ *            cuMemcpyDtoD of the same bytes; rows skipped, saying why,
+ *            without a CUDA build, driver or GPU.
  *
  * Modes that other parts bring (the spill tier, the reference engine, a
  * GPU pool) are named in the table already with weak symbols: adding one
@@ -710,8 +716,10 @@ static void print_table(const char *cpu, long ncpu, const char *kernel, uint32_t
 	printf("\npeers: hashtable: in-process open-addressing table, same keys and checks;\n"
 	       "  memcpy: single-core memcpy of the same bytes; redis-*: redis-server over a\n"
 	       "  Unix socket through hiredis; memcached-*: memcached over a Unix socket\n"
-	       "  through libmemcached. ratio = kvcached / peer (throughput: higher is\n"
-	       "  better; latency: lower is better). Wall time %.1f s.\n", wall);
+	       "  through libmemcached; cold-prefill: tinylm's prefill with no cache;\n"
+	       "  cuMemcpyDtoD: one contiguous device copy of the same bytes.\n"
+	       "  ratio = kvcached / peer (throughput: higher is better; latency and\n"
+	       "  ms: lower is better). Wall time %.1f s.\n", wall);
 }
 
 /* ------------------------------------------------------------- main */

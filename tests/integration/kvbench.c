@@ -3,7 +3,7 @@
  * kvbench.c - the benchmark (issue #9) as a smoke test: `kvbench --quick
  * --json` runs every built mode and prints one JSON object whose every row
  * has a kvcached figure and either a peer figure and ratio or the reason
- * its peer was skipped; bad options exit 2 naming the problem; SIGINT in
+ * its peer was skipped (gpu rows without a GPU: no figures, the reason); bad options exit 2 naming the problem; SIGINT in
  * the middle of a run leaves no server running and no folder behind.
  *
  * Nothing here asserts a speed: the figures depend on the machine.
@@ -131,7 +131,7 @@ static void quick_json(void **state)
 {
 	const char *args[] = { "--quick", "--json", NULL };
 	bool have_redis = installed("redis-server"), have_mc = installed("memcached");
-	int rows = 0, by_mode[3] = { 0, 0, 0 }, redis_rows = 0, mc_rows = 0;
+	int rows = 0, by_mode[5] = { 0, 0, 0, 0, 0 }, redis_rows = 0, mc_rows = 0;
 	char *out, *err, *line, *save = NULL;
 	int rc;
 
@@ -157,6 +157,16 @@ static void quick_json(void **state)
 		kv = num_field(line, "kvcached", &kv_null);
 		peer = num_field(line, "peer", &peer_null);
 		ratio = num_field(line, "ratio", &ratio_null);
+		if (strstr(line, "\"mode\":\"gpu\"")) {
+			by_mode[4]++;
+			/* Without a CUDA build, driver or GPU: no figures and
+			 * the reason; with one, figures as any row. */
+			if (!strstr(line, "\"skipped\":null")) {
+				assert_true(kv_null && peer_null && ratio_null);
+				assert_null(strstr(line, "\"skipped\":\"\""));
+				continue;
+			}
+		}
 		assert_false(kv_null);
 		assert_true(kv > 0);
 		if (strstr(line, "\"skipped\":null")) {
@@ -182,13 +192,45 @@ static void quick_json(void **state)
 			by_mode[1]++;
 		else if (strstr(line, "\"mode\":\"pages\""))
 			by_mode[2]++;
+		else if (strstr(line, "\"mode\":\"ttft\""))
+			by_mode[3]++;
 		redis_rows += !!strstr(line, "\"peer_kind\":\"redis-");
 		mc_rows += !!strstr(line, "\"peer_kind\":\"memcached-");
 	}
-	printf("kvbench --quick --json: %d rows (lookup %d, publish %d, pages %d; redis %d, memcached %d)\n",
-	       rows, by_mode[0], by_mode[1], by_mode[2], redis_rows, mc_rows);
+	printf("kvbench --quick --json: %d rows (lookup %d, publish %d, pages %d, ttft %d, gpu %d; redis %d, memcached %d)\n",
+	       rows, by_mode[0], by_mode[1], by_mode[2], by_mode[3], by_mode[4], redis_rows,
+	       mc_rows);
 	assert_true(by_mode[0] > 0 && by_mode[1] > 0 && by_mode[2] > 0);
+	/* ttft: warm and miss rows against the cold prefill; gpu: gather and
+	 * scatter, measured or skipped. */
+	assert_int_equal(by_mode[3], 2);
+	assert_int_equal(by_mode[4], 2);
 	assert_true(redis_rows > 0 && mc_rows > 0);
+	free(out);
+	free(err);
+}
+
+/* The gpu mode alone, as a table: exit 0 whether or not there is a GPU;
+ * rows skipped saying why, or figures in GB/s. */
+static void gpu_mode(void **state)
+{
+	const char *args[] = { "--mode", "gpu", "--quick", NULL };
+	char *out, *err;
+	int rc;
+
+	(void)state;
+	rc = run_kvbench(args, NULL, &out, &err);
+	if (rc != 0)
+		printf("kvbench --mode gpu exited %d; stderr:\n%s\n", rc, err);
+	assert_int_equal(rc, 0);
+	assert_non_null(strstr(out, "cuMemcpyDtoD"));
+	if (strstr(out, "skipped: ")) {
+		const char *sk = strstr(out, "skipped: ");
+
+		printf("gpu mode: %.*s\n", (int)strcspn(sk, "\n"), sk);
+	}
+	else
+		assert_non_null(strstr(out, "GB/s"));
 	free(out);
 	free(err);
 }
@@ -303,6 +345,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(quick_json),
+		cmocka_unit_test(gpu_mode),
 		cmocka_unit_test(bad_options),
 		cmocka_unit_test(sigint_cleans_up),
 	};

@@ -50,9 +50,8 @@ static struct {
 	uint32_t block_tokens;
 	char workloads[64];
 } opt = {
-	.seed = 42,
-	.cfg = { .dim = 256, .hidden_dim = 768, .n_layers = 4, .n_heads = 8, .n_kv_heads = 4,
-		 .seq_len = 8192 },
+	.seed = TLM_DEMO_SEED,
+	.cfg = TLM_DEMO_CONFIG,
 	.doc_tokens = 2000, .question_tokens = 32, .gen = 16, .procs = 3, .questions = 4,
 	.turns = 4, .cold_runs = 1, .group_docs = 4, .group_doc_tokens = 512, .block_tokens = 16,
 	.pool_size = "256M", .workloads = "qa,chat,multi,modules,group",
@@ -344,57 +343,18 @@ static kvc_t *open_cache(void)
 	return c;
 }
 
-/* ---- text ---- */
+/* ---- text (the prompts are tinylm's: tools/tinylm/prompts.c) ---- */
 
-static uint64_t rng(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* A table document of exactly n tokens (BOS + n-1 bytes), from `seed`. */
 static size_t make_doc(uint32_t *out, size_t n, uint64_t seed)
 {
-	static const char *city[] = { "Oslo", "Lima", "Pune", "Kyiv", "Graz", "Hue", "Tver", "Cork" };
-	static const char *item[] = { "bolts", "gears", "pumps", "valves", "wires", "tiles" };
-	char *buf = malloc(n + 128);
-	size_t len, row = 0;
-	uint64_t s = seed;
+	size_t got = tlm_make_doc(out, n, seed);
 
-	if (!buf)
+	if (!got)
 		die("out of memory");
-	len = snprintf(buf, n + 128, "Table %llu: shipments\n| id | city | item | qty | price |\n",
-		       (unsigned long long)seed);
-	while (len < n) {
-		uint64_t r = rng(&s);
-
-		len += snprintf(buf + len, n + 128 - len, "| %04zu | %s | %s | %llu | %llu.%02llu |\n",
-				row++, city[r % 8], item[(r >> 8) % 6],
-				(unsigned long long)((r >> 16) % 500),
-				(unsigned long long)((r >> 32) % 900 + 10),
-				(unsigned long long)((r >> 48) % 100));
-		if (len > n)
-			len = n;
-	}
-	n = tlm_tokenize(buf, n - 1, 1, out, n);
-	free(buf);
-	return n;
+	return got;
 }
 
-/* A question of exactly n tokens. */
-static size_t make_question(uint32_t *out, size_t n, int i)
-{
-	char buf[4200];
-	int len = snprintf(buf, sizeof(buf), "\nQ%d: What is the price of row %04d? A:", i,
-			   (i * 37) % 60);
-
-	while (len < (int)n && len < (int)sizeof(buf) - 1)
-		buf[len++] = ' ';
-	return tlm_tokenize(buf, n < (size_t)len ? n : (size_t)len, 0, out, n);
-}
+#define make_question tlm_make_question
 
 /* ---- running one prompt ---- */
 

@@ -159,4 +159,22 @@ int tlm_prefill(struct tlm_state *s, kvc_t *c, const uint32_t *tok, size_t n,
 /* Monotonic seconds. */
 double tlm_now(void);
 
+/* The model kvdemo and kvbench's ttft mode use by default: generated
+ * weights from TLM_DEMO_SEED, 4 layers, width 256, MLP 768, 8 heads, 4 KV
+ * heads, the byte vocabulary, 8192 positions (64 KiB pages at 16 tokens
+ * per block). */
+#define TLM_DEMO_SEED 42
+#define TLM_DEMO_CONFIG                                                        \
+	{ .dim = 256, .hidden_dim = 768, .n_layers = 4, .n_heads = 8, .n_kv_heads = 4, \
+	  .seq_len = 8192 }
+
+/*
+ * The long-document QA prompts (prompts.c): a table document of exactly n
+ * tokens (BOS + n-1 bytes) drawn from seed, and question i of exactly n
+ * tokens (no BOS; n up to 4,096). Return the token count, 0 when n < 2 or
+ * out of memory (the document).
+ */
+size_t tlm_make_doc(uint32_t *out, size_t n, uint64_t seed);
+size_t tlm_make_question(uint32_t *out, size_t n, int i);
+
 #endif
