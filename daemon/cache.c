@@ -68,7 +68,7 @@ int kvd_cache_alloc(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		uint32_t coming = fr->count + kvd_spill_pending(d);
 
 		if (coming < n + d->low_pages)
-			kvd_evict(d, n + d->low_pages - coming);
+			kvd_evict(d, n + d->low_pages - coming, true);
 		/* Evicted pages being spilled are free once written. */
 		if (fr->count < n)
 			kvd_spill_drain(d);
@@ -121,7 +121,7 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		memcpy(&pub, rec + i * stride, sizeof(pub));
 		memcpy(tokens, rec + i * stride + sizeof(pub), (size_t)c->bt * 4);
 		/* A tier-1 copy of the block gives way to the new page. */
-		kvd_spill_unindex(d, pub.key);
+		kvd_spill_unindex(d, pub.key, pub.parent, c->ns_id);
 		st = kvshm_page_publish(d->h, pub.page, pub.gen, kvd_owner(c), pub.key,
 					pub.parent, tokens, &res[i].page, &res[i].gen);
 		res[i].status = st;

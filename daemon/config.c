@@ -466,6 +466,11 @@ int kvd_config_check(const struct kvd_config *cfg)
 			(unsigned long long)cfg->page_size);
 		return -1;
 	}
+	if (cfg->page_size > (1ull << 30)) {
+		fprintf(stderr, "kvcached: page-size %llu: more than 1G (one I/O of the spill tier)\n",
+			(unsigned long long)cfg->page_size);
+		return -1;
+	}
 	pages = cfg->pool_size / cfg->page_size;
 	if (pages < 2) {
 		fprintf(stderr, "kvcached: pool-size %llu: holds fewer than 2 pages of page-size %llu\n",

@@ -25,6 +25,10 @@ static void back_off(uint32_t page, void *arg)
 {
 	struct kvd *d = arg;
 
+	/* A page whose spill write is in flight stays EVICTING until it is
+	 * done: a pin that names it now saw EVICTING (or will) and fails. */
+	if (kvd_spill_busy(d, page))
+		return;
 	kvshm_page_evict_back_off(d->h, page);
 	kvshm_pages(d->h)[page].ref = 1;
 }
@@ -39,18 +43,29 @@ static void scan_ledgers(struct kvd *d)
 					  back_off, d);
 }
 
-uint32_t kvd_evict(struct kvd *d, uint32_t want)
+uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 {
 	struct kvshm_page *pages = kvshm_pages(d->h);
 	uint32_t n = d->h->geo.n_pages, freed = 0, scanned = 0, batch[BATCH], nb, i;
-	uint32_t backed = 0;
+	uint32_t backed = 0, limit;
+	bool no_room = false;
 
 	if (!want || d->ticks < d->evict_quiet_until)
 		return 0;
 
 	while (freed < want && scanned < 2 * n) {
+		/* Without may_wait (the tick), take no more candidates than the
+		 * spill tier has writes free: the loop never waits on the disk,
+		 * and the next tick or completion goes on. */
+		limit = may_wait ? BATCH : kvd_spill_room(d);
+		if (limit > BATCH)
+			limit = BATCH;
+		if (!limit) {
+			no_room = true;
+			break;
+		}
 		nb = 0;
-		while (nb < BATCH && nb < want - freed && scanned < 2 * n) {
+		while (nb < limit && nb < want - freed && scanned < 2 * n) {
 			uint32_t p = d->hand;
 
 			d->hand = (d->hand + 1) % n;
@@ -88,6 +103,8 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want)
 		kvd_debug("eviction: %u pinned candidates backed off", backed);
 	if (freed) {
 		d->evict_backoff = 0;
+	} else if (no_room) {
+		/* Spill writes are all busy: the next tick goes on. */
 	} else {
 		/* Everything is pinned or being written: two full sweeps found
 		 * nothing. Do not sweep again every tick and every ALLOC; wait
@@ -157,5 +174,5 @@ void kvd_evict_tick(struct kvd *d)
 
 	drain_rings(d);
 	if (free_now < d->low_pages)
-		kvd_evict(d, d->high_pages - free_now);
+		kvd_evict(d, d->high_pages - free_now, false);
 }

@@ -185,7 +185,10 @@ void kvd_pin_census(struct kvd *d);
 
 /* evict.c */
 /* Free up to `want` READY pages nobody pins; returns how many. */
-uint32_t kvd_evict(struct kvd *d, uint32_t want);
+/* may_wait: the caller needs the pages now and waits for spill writes;
+ * without it (the tick), eviction takes only what the spill tier can
+ * start writing at once. */
+uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait);
 /* Evict every READY page of namespace ns_id that nobody pins; returns how
  * many are left (pinned or writing). */
 uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id);

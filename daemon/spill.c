@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -90,6 +91,8 @@ struct kvd_spill {
 	 * registered area 0; NULL on a host pool (the pool is registered). */
 	uint8_t *stage;
 	uint32_t writes, reads;	/* ops in flight by kind */
+	bool io_dead;		/* io_uring stopped taking submissions: the
+				 * ops in flight are abandoned, never reaped */
 	char dir[PATH_MAX];
 };
 
@@ -248,16 +251,40 @@ static uint64_t aligned(uint64_t n)
 }
 
 static void reap_done(void *arg, uint64_t tag, int res);
+static void degrade(struct kvd *d, int err);
+
+/*
+ * Wait for at least one completion and handle what finished. False when
+ * nothing can finish: nothing in flight, or the kernel keeps refusing the
+ * submission (then the tier stops: the ops in flight are abandoned, their
+ * pages stay out of use, and nothing is reaped again, so no completion
+ * can touch state that was given up).
+ */
+static bool reap_wait(struct kvd *d)
+{
+	struct kvd_spill *sp = d->spill;
+
+	if (sp->io_dead)
+		return false;
+	if (kvd_sio_reap(sp->io, true, reap_done, d))
+		return true;
+	if (kvd_sio_inflight(sp->io)) {
+		sp->io_dead = true;
+		kvd_err("spill: io_uring keeps refusing submissions; the spill tier stops");
+		degrade(d, -EIO);
+	}
+	return false;
+}
 
 /* An op, waiting for a running one to finish when all are busy. */
 static struct sop *op_get(struct kvd *d, uint32_t *idx)
 {
 	struct kvd_spill *sp = d->spill;
 
-	while (!sp->nopfree || kvd_sio_room(sp->io) < 2)
-		if (!kvd_sio_reap(sp->io, true, reap_done, d))
+	while (!sp->io_dead && (!sp->nopfree || kvd_sio_room(sp->io) < 2))
+		if (!reap_wait(d))
 			break;
-	if (!sp->nopfree || kvd_sio_room(sp->io) < 2)
+	if (sp->io_dead || !sp->nopfree || kvd_sio_room(sp->io) < 2)
 		return NULL;
 	*idx = sp->opfree[--sp->nopfree];
 	memset(&sp->ops[*idx], 0, sizeof(sp->ops[*idx]));
@@ -280,15 +307,19 @@ static int op_queue(struct kvd *d, uint32_t idx, bool write)
 	int rc;
 
 	/* tag: op index and part (0 header, 1 payload) */
+	o->parts = 0;
 	rc = kvd_sio_queue(sp->io, fd, write, sp->staging + (uint64_t)idx * sp->hdr_bytes,
 			   sp->hdr_bytes, off, sp->nareas, (uint64_t)idx << 1);
-	if (!rc)
-		rc = kvd_sio_queue(sp->io, fd, write, payload_of(d, idx, o->page), o->len,
-				   off + (off_t)sp->hdr_bytes,
-				   sp->stage ? 0 : o->page / sp->pages_per_area,
-				   (uint64_t)idx << 1 | 1);
-	o->parts = 2;
-	return rc;
+	if (rc)
+		return rc;	/* nothing queued: the caller gives the op back */
+	o->parts = 1;
+	if (kvd_sio_queue(sp->io, fd, write, payload_of(d, idx, o->page), o->len,
+			  off + (off_t)sp->hdr_bytes, sp->stage ? 0 : o->page / sp->pages_per_area,
+			  (uint64_t)idx << 1 | 1))
+		o->err = -EIO;	/* the header part completes it, as failed */
+	else
+		o->parts = 2;
+	return 0;
 }
 
 static void degrade(struct kvd *d, int err)
@@ -311,7 +342,8 @@ static void write_done(struct kvd *d, uint32_t idx)
 	struct sop *o = &sp->ops[idx];
 	struct kvshm_page *p = &kvshm_pages(d->h)[o->page];
 
-	sp->page_op[o->page] = 0;
+	if (sp->page_op[o->page] == idx + 1)
+		sp->page_op[o->page] = 0;
 	sp->writes--;
 	if (o->err && !o->cancel)
 		degrade(d, o->err);
@@ -368,18 +400,20 @@ static void read_done(struct kvd *d, uint32_t idx)
 		rc = kvshm_page_restore(d->h, o->page, o->gen, OWNER_SPILL, o->slot, key, parent,
 					(const uint32_t *)(hb + sizeof(h)));
 	if (rc) {
+		kvd_stat_add(&st_of(d)->restore_misses, 1);
+		kvshm_page_free(d->h, o->page, o->gen, OWNER_SPILL);
 		if (rc == -EBADMSG) {
 			kvd_warn("spill: slot %u dropped on restore: %s; served as a miss", o->slot,
 				 why);
 			kvd_stat_add(&st_of(d)->spill_dropped, 1);
+			slot_forget(d, o->slot);
 		} else {
+			/* The copy on disk may be whole: keep it for later. */
 			kvd_warn("spill: slot %u: read failed: %s; served as a miss", o->slot,
 				 strerror(-rc));
 			kvd_stat_add(&st_of(d)->spill_errors, 1);
+			shared_set(d, o->slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0);
 		}
-		kvd_stat_add(&st_of(d)->restore_misses, 1);
-		kvshm_page_free(d->h, o->page, o->gen, OWNER_SPILL);
-		slot_forget(d, o->slot);
 		*o->status = rc == -EBADMSG ? -EBADMSG : -EIO;
 	} else {
 		struct sslot *s = &sp->s[o->slot];
@@ -427,8 +461,8 @@ bool kvd_spill_page(struct kvd *d, uint32_t page)
 	uint32_t slot, idx;
 	struct sop *o;
 
-	if (!sp)
-		return false;
+	if (!sp || sp->page_op[page])
+		return false;	/* (a write in flight: never a second one) */
 	slot = sp->backing[page];
 	if (slot--) {
 		sp->backing[page] = 0;
@@ -445,7 +479,7 @@ bool kvd_spill_page(struct kvd *d, uint32_t page)
 			return false;
 		}
 	}
-	if (!sp->writes_on)
+	if (!sp->writes_on || sp->io_dead)
 		return false;
 	o = op_get(d, &idx);
 	if (!o)
@@ -473,6 +507,7 @@ bool kvd_spill_page(struct kvd *d, uint32_t page)
 	shared_set(d, slot, KVSHM_SLOT_BUSY, NULL, NULL, 0);
 	if (op_queue(d, idx, true)) {
 		/* Cannot happen: op_get saw room for both parts. */
+		shared_set(d, slot, KVSHM_SLOT_FREE, NULL, NULL, 0);
 		slot_free(d, slot);
 		op_put(sp, idx);
 		return false;
@@ -484,8 +519,23 @@ bool kvd_spill_page(struct kvd *d, uint32_t page)
 
 void kvd_spill_flush(struct kvd *d)
 {
-	if (d->spill && kvd_sio_flush(d->spill->io))
-		degrade(d, -EIO);
+	/* A refused submit stays queued and is retried by the next reap. */
+	if (d->spill && !d->spill->io_dead)
+		kvd_sio_flush(d->spill->io);
+}
+
+bool kvd_spill_busy(const struct kvd *d, uint32_t page)
+{
+	return d->spill && d->spill->page_op[page];
+}
+
+uint32_t kvd_spill_room(const struct kvd *d)
+{
+	const struct kvd_spill *sp = d->spill;
+
+	if (!sp || !sp->writes_on || sp->io_dead)
+		return UINT32_MAX;	/* eviction does not wait for the tier */
+	return sp->nopfree;
 }
 
 uint32_t kvd_spill_pending(const struct kvd *d)
@@ -495,7 +545,7 @@ uint32_t kvd_spill_pending(const struct kvd *d)
 
 void kvd_spill_reap(struct kvd *d)
 {
-	if (d->spill)
+	if (d->spill && !d->spill->io_dead)
 		kvd_sio_reap(d->spill->io, false, reap_done, d);
 }
 
@@ -504,7 +554,8 @@ void kvd_spill_drain(struct kvd *d)
 	if (!d->spill)
 		return;
 	while (kvd_sio_inflight(d->spill->io))
-		kvd_sio_reap(d->spill->io, true, reap_done, d);
+		if (!reap_wait(d))
+			break;
 }
 
 int kvd_spill_fd(const struct kvd *d)
@@ -512,20 +563,30 @@ int kvd_spill_fd(const struct kvd *d)
 	return d->spill ? kvd_sio_eventfd(d->spill->io) : -1;
 }
 
-void kvd_spill_unindex(struct kvd *d, struct kvshm_key key)
+void kvd_spill_unindex(struct kvd *d, struct kvshm_key key, struct kvshm_key parent,
+		       uint32_t ns_id)
 {
 	struct kvd_spill *sp = d->spill;
 	uint32_t loc;
 
 	if (!sp)
 		return;
+	/* Only the same block (namespace, key, parent) gives way; anything
+	 * else is a collision, which the publish refuses as in tier 0. The
+	 * tokens are checked when the spilled copy is restored. */
 	loc = kvshm_index_find(d->h, key);
 	if (kvshm_loc_is_slot(loc)) {
 		uint32_t slot = loc & ~KVSHM_LOC_SLOT;
+		const struct kvshm_slot *e = &kvshm_slots(d->h)[slot];
 
-		if (slot < sp->n && sp->s[slot].state == KVSHM_SLOT_SPILLED)
+		if (slot < sp->n && sp->s[slot].state == KVSHM_SLOT_SPILLED &&
+		    e->ns_id == ns_id && kvshm_key_eq(e->parent, parent))
 			slot_forget(d, slot);
 	} else if (loc < d->h->geo.n_pages && sp->page_op[loc]) {
+		const struct kvshm_page *pg = &kvshm_pages(d->h)[loc];
+
+		if (pg->ns_id != ns_id || !kvshm_key_eq(pg->parent, parent))
+			return;
 		sp->ops[sp->page_op[loc] - 1].cancel = true;
 		if (!kvshm_index_remove(d->h, key, loc))
 			kvd_stat_add(&st_of(d)->index_entries, -1);
@@ -566,13 +627,18 @@ int kvd_spill_restore(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	struct kvd_spill *sp = d->spill;
 	const uint8_t *rec = (const uint8_t *)p + sizeof(struct kvproto_count);
 	struct kvproto_count cnt;
-	uint32_t i, want = 0, *slots;
+	uint32_t i, want = 0, cap, *slots;
 	uint64_t t0, bytes = 0;
 	int32_t *status;
 	int rc;
 
 	(void)len;
 	memcpy(&cnt, p, sizeof(cnt));
+	/* No more than the client could pin, nor half the pool: one request
+	 * must not flush everyone else's pages out (or hold the loop long). */
+	cap = c->nslots > c->writing ? c->nslots - c->writing : 0;
+	if (cap > d->h->geo.n_pages / 2)
+		cap = d->h->geo.n_pages / 2;
 	status = malloc(cnt.n * sizeof(*status));
 	slots = malloc(cnt.n * sizeof(*slots));
 	if (!status || !slots) {
@@ -594,8 +660,11 @@ int kvd_spill_restore(struct kvd *d, struct kvd_client *c, uint32_t seq,
 			const struct kvshm_page *pg = &kvshm_pages(d->h)[loc];
 
 			if (atomic_load(&pg->state) == KVSHM_PAGE_READY && pg->ns_id == c->ns_id &&
-			    kvshm_key_eq(pg->key, key))
+			    kvshm_key_eq(pg->key, key)) {
 				status[i] = 0;
+				/* In the run: spare it from the eviction below. */
+				kvshm_pages(d->h)[loc].ref = 1;
+			}
 			continue;
 		}
 		slot = loc & ~KVSHM_LOC_SLOT;
@@ -603,6 +672,11 @@ int kvd_spill_restore(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		    sp->s[slot].state != KVSHM_SLOT_SPILLED ||
 		    kvshm_slots(d->h)[slot].ns_id != c->ns_id)
 			continue;
+		if (want == cap || sp->io_dead) {
+			status[i] = -ENOSPC;
+			kvd_stat_add(&st_of(d)->restore_misses, 1);
+			continue;
+		}
 		shared_set(d, slot, KVSHM_SLOT_BUSY, NULL, NULL, 0);
 		slots[i] = slot;
 		want++;
@@ -612,7 +686,7 @@ int kvd_spill_restore(struct kvd *d, struct kvd_client *c, uint32_t seq,
 
 		/* Pages for them: evict (and spill) first if need be. */
 		if (fr->count < want) {
-			kvd_evict(d, want - fr->count);
+			kvd_evict(d, want - fr->count, true);
 			kvd_spill_flush(d);
 			kvd_spill_drain(d);
 		}
@@ -627,6 +701,7 @@ int kvd_spill_restore(struct kvd *d, struct kvd_client *c, uint32_t seq,
 			if (!o) {
 				shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0);
 				status[i] = -EIO;
+				kvd_stat_add(&st_of(d)->restore_misses, 1);
 				continue;
 			}
 			if (kvshm_page_alloc(d->h, OWNER_SPILL, kvshm_slots(d->h)[slot].ns_id,
@@ -641,13 +716,22 @@ int kvd_spill_restore(struct kvd *d, struct kvd_client *c, uint32_t seq,
 			o->slot = slot;
 			o->len = aligned(kvshm_ns(d->h)[kvshm_slots(d->h)[slot].ns_id].page_bytes);
 			o->status = &status[i];
+			if (op_queue(d, idx, false)) {
+				/* Cannot happen: op_get saw room for both parts. */
+				kvshm_page_free(d->h, o->page, o->gen, OWNER_SPILL);
+				op_put(sp, idx);
+				shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0);
+				status[i] = -EIO;
+				kvd_stat_add(&st_of(d)->restore_misses, 1);
+				continue;
+			}
 			bytes += o->len;
-			op_queue(d, idx, false);
 			sp->reads++;
 			kvd_spill_flush(d);
 		}
 		while (sp->reads)
-			kvd_sio_reap(sp->io, true, reap_done, d);
+			if (!reap_wait(d))
+				break;	/* the tier stopped; statuses say -EIO */
 		if (bytes) {
 			uint64_t dt = now_ns() - t0, bps, old;
 
@@ -701,6 +785,13 @@ static int open_file(struct kvd *d, uint32_t f, uint32_t slots, bool *direct, bo
 		return -1;
 	}
 	sp->fds[f] = fd;
+	/* Two daemons on one spill area would overwrite each other's slots. */
+	if (flock(fd, LOCK_EX | LOCK_NB)) {
+		kvd_err("spill: %s: %s", path, errno == EWOULDBLOCK ?
+			"in use by another kvcached (each daemon needs its own spill-dir)" :
+			strerror(errno));
+		return -1;
+	}
 	memset(sp->staging, 0, KVD_SPILL_ALIGN);
 	if (fstat(fd, &stt) == 0 && stt.st_size >= (off_t)KVD_SPILL_ALIGN &&
 	    pread(fd, sp->staging, KVD_SPILL_ALIGN, 0) == (ssize_t)KVD_SPILL_ALIGN) {

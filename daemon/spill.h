@@ -46,6 +46,14 @@ bool kvd_spill_page(struct kvd *d, uint32_t page);
 /* Submit what kvd_spill_page queued. */
 void kvd_spill_flush(struct kvd *d);
 
+/* Is a spill write of page in flight? (The evictor's ledger scan leaves
+ * such a page EVICTING.) */
+bool kvd_spill_busy(const struct kvd *d, uint32_t page);
+
+/* Spill writes that can start now without waiting; UINT32_MAX when the
+ * tier takes no writes (none, or degraded): eviction need not wait. */
+uint32_t kvd_spill_room(const struct kvd *d);
+
 /* Pages whose spill write is in flight (they will be free soon). */
 uint32_t kvd_spill_pending(const struct kvd *d);
 
@@ -60,7 +68,8 @@ void kvd_spill_drain(struct kvd *d);
  * for it, or a page whose spill write is in flight, take that entry out
  * (the new page holds the same block).
  */
-void kvd_spill_unindex(struct kvd *d, struct kvshm_key key);
+void kvd_spill_unindex(struct kvd *d, struct kvshm_key key, struct kvshm_key parent,
+		       uint32_t ns_id);
 
 /* Drop every slot of namespace ns_id (its row is being reused). */
 void kvd_spill_forget_ns(struct kvd *d, uint32_t ns_id);

@@ -41,6 +41,7 @@ struct kvd_sio {
 	pthread_cond_t cv;	/* a request was queued */
 	pthread_cond_t fin_cv;	/* a request finished */
 	bool stop;
+	bool sync_up;		/* mu and the condition variables exist */
 	struct sio_req *q, *fin;
 	unsigned q_head, q_len, fin_len;
 };
@@ -125,13 +126,14 @@ static int threads_open(struct kvd_sio *s)
 	unsigned i;
 	int rc = 0;
 
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	pthread_cond_init(&s->fin_cv, NULL);
+	s->sync_up = true;
 	s->q = calloc(s->depth, sizeof(*s->q));
 	s->fin = calloc(s->depth, sizeof(*s->fin));
 	if (!s->q || !s->fin)
 		return -ENOMEM;
-	pthread_mutex_init(&s->mu, NULL);
-	pthread_cond_init(&s->cv, NULL);
-	pthread_cond_init(&s->fin_cv, NULL);
 	/* Signals are the main loop's (signalfd): workers take none, or a
 	 * SIGTERM could land on one and kill the daemon uncleanly. */
 	sigfillset(&all);
@@ -224,7 +226,7 @@ void kvd_sio_close(struct kvd_sio *s)
 		for (i = 0; i < s->nth; i++)
 			pthread_join(s->th[i], NULL);
 	}
-	if (s->q) {
+	if (s->sync_up) {
 		pthread_mutex_destroy(&s->mu);
 		pthread_cond_destroy(&s->cv);
 		pthread_cond_destroy(&s->fin_cv);
@@ -267,19 +269,31 @@ int kvd_sio_queue(struct kvd_sio *s, int fd, bool write, void *buf, size_t len,
 	return 0;
 }
 
+/*
+ * Submit what was queued. io_uring may take fewer SQEs than offered, or
+ * none (-EAGAIN, -EBUSY, -EINTR): what it did not take stays in the
+ * submission ring and goes with the next submit, so only what it took
+ * counts as in flight.
+ */
 int kvd_sio_flush(struct kvd_sio *s)
 {
-	int rc = 0;
+	int rc;
 
-	if (s->kind == KVD_SIO_URING && s->queued) {
-		rc = io_uring_submit(&s->ring);
-		if (rc < 0)
-			return rc;
-		rc = 0;
+	if (s->kind != KVD_SIO_URING) {
+		s->inflight += s->queued;
+		s->queued = 0;
+		return 0;
 	}
-	s->inflight += s->queued;
-	s->queued = 0;
-	return rc;
+	if (!s->queued)
+		return 0;
+	rc = io_uring_submit(&s->ring);
+	if (rc < 0)
+		return rc;
+	if ((unsigned)rc > s->queued)
+		rc = (int)s->queued;
+	s->inflight += (unsigned)rc;
+	s->queued -= (unsigned)rc;
+	return 0;
 }
 
 static void drain_efd(struct kvd_sio *s)
@@ -295,8 +309,12 @@ unsigned kvd_sio_reap(struct kvd_sio *s, bool wait,
 		      void (*done)(void *arg, uint64_t tag, int res), void *arg)
 {
 	unsigned n = 0;
+	int tries;
 
-	kvd_sio_flush(s);
+	/* Submitted work only can complete: retry a refused submit a while
+	 * (it is transient: the ring is never deeper than depth). */
+	for (tries = 0; kvd_sio_flush(s) && wait && !s->inflight && tries < 1000; tries++)
+		usleep(1000);
 	drain_efd(s);
 	if (!s->inflight)
 		return 0;

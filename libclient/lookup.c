@@ -270,7 +270,17 @@ int kvc_restore(struct kvc_req *r)
 	if (!r->t1)
 		return (int)r->hits;
 	from = r->hits;
-	n = (uint32_t)r->t1;
+	/* No more than one frame carries, nor than we could pin: the rest
+	 * of the run stays on disk (counted as missed). */
+	n = (uint32_t)(r->t1 < KVPROTO_MAX_COUNT ? r->t1 : KVPROTO_MAX_COUNT);
+	pthread_mutex_lock(&r->c->slot_lock);
+	if (n > r->c->n_free_slots)
+		n = r->c->n_free_slots;
+	pthread_mutex_unlock(&r->c->slot_lock);
+	if (!n) {
+		settle_spilled(r, 0);
+		return (int)r->hits;
+	}
 	msg = malloc(sizeof(cnt) + (size_t)n * sizeof(struct kvshm_key));
 	if (!msg)
 		return -ENOMEM;

@@ -190,9 +190,12 @@ void kvshm_page_evict_finish(struct kvshm_header *h, uint32_t page)
 
 int kvshm_page_evict_to_slot(struct kvshm_header *h, uint32_t page, uint32_t slot)
 {
-	struct kvshm_page *p = &kvshm_pages(h)[page];
+	struct kvshm_page *p;
 
-	if (page >= h->geo.n_pages || state_of(p) != KVSHM_PAGE_EVICTING ||
+	if (page >= h->geo.n_pages)
+		return -EINVAL;
+	p = &kvshm_pages(h)[page];
+	if (state_of(p) != KVSHM_PAGE_EVICTING ||
 	    kvshm_index_move(h, p->key, page, KVSHM_LOC_SLOT | slot))
 		return -EINVAL;
 	to_free(h, page);

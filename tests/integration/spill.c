@@ -434,6 +434,63 @@ static void test_disk_full_degrades(void **state)
 	assert_int_equal(kvt_daemon_stop(&f->d), 0);
 }
 
+/*
+ * A restore asks for no more blocks than the handle can pin: a client
+ * with 4 pin slots restores 4 blocks of an 8-block spilled run (the rest
+ * stays on disk), and keeps its connection.
+ */
+static void test_restore_within_pin_quota(void **state)
+{
+	struct fx *f = *state;
+	struct kvc_model m = kvt_model();
+	struct kvc_options o = { .size = sizeof(o), .socket_path = f->d.sock, .max_pins = 4 };
+	uint32_t t[NB * BT];
+	struct kvc_req *r = NULL;
+	kvc_t *c, *small;
+	int p;
+
+	assert_int_equal(start(f, "4M"), 0);
+	c = kvt_open(&f->d, NULL);
+	assert_non_null(c);
+	fill(c, 0, PROMPTS);
+	settle(f);
+	assert_int_equal(kvc_open(&m, &o, &small), 0);
+	for (p = 0; p < PROMPTS; p++) {
+		prompt(t, p);
+		assert_int_equal(kvc_req_new(small, t, NB * BT, NULL, 0, &r), 0);
+		if (kvc_lookup(r) == 0 && kvc_req_spilled(r) == NB)
+			break;
+		kvc_req_free(r);
+	}
+	if (p == PROMPTS)
+		fail_msg("no prompt is wholly spilled");
+	assert_int_equal(kvc_restore(r), 4);
+	kvc_req_free(r);
+	/* Still connected: another request works. */
+	prompt(t, 0);
+	assert_int_equal(kvc_req_new(small, t, NB * BT, NULL, 0, &r), 0);
+	assert_true(kvc_lookup(r) >= 0);
+	kvc_req_free(r);
+	kvc_close(small);
+	kvc_close(c);
+	assert_int_equal(kvt_daemon_stop(&f->d), 0);
+}
+
+/* Two daemons on one spill directory would overwrite each other's
+ * slots: the second refuses to start and says why. */
+static void test_spill_dir_in_use(void **state)
+{
+	struct fx *f = *state;
+	struct kvt_daemon other;
+	const char *args[] = { "--spill-dir", f->dir, "--spill-size", "4M", NULL };
+
+	assert_int_equal(start(f, "4M"), 0);
+	assert_int_not_equal(kvt_daemon_start(&other, args), 0);
+	assert_true(kvt_log_has(&other, "in use by another kvcached"));
+	kvt_daemon_stop(&other);
+	assert_int_equal(kvt_daemon_stop(&f->d), 0);
+}
+
 /* Bad settings are refused with a message naming them. */
 static void test_bad_settings(void **state)
 {
@@ -466,6 +523,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_publish_over_spilled, setup_uring, teardown),
 		cmocka_unit_test_setup_teardown(test_disk_full_degrades, setup_uring, teardown),
+		cmocka_unit_test_setup_teardown(test_restore_within_pin_quota, setup_uring, teardown),
+		cmocka_unit_test_setup_teardown(test_spill_dir_in_use, setup_threads, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_settings, setup_threads, teardown),
 	};
 

@@ -547,6 +547,11 @@ static void test_check(void **state)
 	check_is(&cfg, -1, "page-size");
 	cfg.page_size = 4096 * 3;
 	check_is(&cfg, 0, NULL);
+	cfg.pool_size = 8ull << 30;
+	cfg.page_size = (1ull << 30) + 4096;	/* over one spill I/O */
+	check_is(&cfg, -1, "page-size");
+	cfg.page_size = 1ull << 30;
+	check_is(&cfg, 0, NULL);
 
 	kvd_config_defaults(&cfg);
 	cfg.pool_size = 2 * cfg.page_size - 1;
