@@ -351,6 +351,44 @@ static void test_warm_restart_and_corruption(void **state)
 	assert_int_equal(kvt_daemon_stop(&f->d), 0);
 }
 
+/*
+ * A spill area too small for what is evicted: the coldest slots make room
+ * (CLOCK over the slots), so the latest spilled prompts come back and the
+ * first ones are gone, and nothing is served wrong either way.
+ */
+static void test_full_area_recycles_coldest(void **state)
+{
+	struct fx *f = *state;
+	struct kvshm_stats s;
+	size_t spilled;
+	int p, first_back = -1, hits;
+	kvc_t *c;
+
+	assert_int_equal(start(f, "512K"), 0);	/* 64 slots */
+	c = kvt_open(&f->d, NULL);
+	assert_non_null(c);
+	fill(c, 0, PROMPTS);	/* about 280 evictions */
+	s = settle(f);
+	assert_int_equal(ST(s, spill_slots), 64);
+	assert_true(ST(s, spills) > 64);
+	assert_true(ST(s, spill_recycled) >= ST(s, spills) - 64);
+	assert_true(ST(s, pages_spilled) <= 64);
+	/* The oldest prompts' first blocks were recycled: not in tier 1. */
+	assert_int_equal(get_restored(c, 0, &spilled), 0);
+	assert_int_equal(spilled, 0);
+	/* Some later prompt, evicted more recently, is whole again. */
+	for (p = PROMPTS - 1; p >= 0; p--) {
+		hits = get_restored(c, p, &spilled);
+		if (hits == NB && spilled) {
+			first_back = p;
+			break;
+		}
+	}
+	assert_true(first_back > 0);
+	kvc_close(c);
+	assert_int_equal(kvt_daemon_stop(&f->d), 0);
+}
+
 /* A block on NVMe that a client prefills and publishes again instead of
  * restoring: the new page takes over its index entry. */
 static void test_publish_over_spilled(void **state)
@@ -522,6 +560,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_restart_and_corruption, setup_uring,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_publish_over_spilled, setup_uring, teardown),
+		cmocka_unit_test_setup_teardown(test_full_area_recycles_coldest, setup_uring,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_disk_full_degrades, setup_uring, teardown),
 		cmocka_unit_test_setup_teardown(test_restore_within_pin_quota, setup_uring, teardown),
 		cmocka_unit_test_setup_teardown(test_spill_dir_in_use, setup_threads, teardown),
