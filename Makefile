@@ -305,7 +305,7 @@ install: all
 	$(Q)$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
 		$(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
 		$(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/kvcached
-	$(Q)$(INSTALL) -m 0755 $(KVCACHED) $(wildcard $(TOOLS)) $(DESTDIR)$(BINDIR)/
+	$(Q)$(INSTALL) -m 0755 $(KVCACHED) $(wildcard $(TOOLS)) $(KVDEMO) $(DESTDIR)$(BINDIR)/
 	$(Q)$(INSTALL) -m 0755 $(LIBSO) $(DESTDIR)$(LIBDIR)/$(LIBREAL)
 	$(Q)ln -sf $(LIBREAL) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	$(Q)ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libkvclient.so
@@ -329,7 +329,7 @@ install: all
 
 # Leaves $(SYSCONFDIR)/kvcached/kvcached.conf: it is the admin's.
 uninstall:
-	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,kvcached $(notdir $(TOOLS))) \
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,kvcached kvdemo $(notdir $(TOOLS))) \
 		$(addprefix $(DESTDIR)$(LIBDIR)/,$(LIBREAL) $(SONAME) libkvclient.so libkvclient.a) \
 		$(DESTDIR)$(INCLUDEDIR)/kvclient.h $(DESTDIR)$(PKGCONFIGDIR)/kvclient.pc \
 		$(DESTDIR)$(UNITDIR)/kvcached.service $(DESTDIR)$(SYSUSERSDIR)/kvcached.conf \
