@@ -885,6 +885,7 @@ static void check_tree(const char *root, const char *make_out)
 	want("/usr/share/doc/kvcached/kvcached.conf.example", 0644, NULL);
 	want("/usr/share/doc/kvcached/INSTALL.md", 0644, NULL);
 	want("/usr/bin/kvcached", 0755, NULL);
+	want("/usr/bin/kvdemo", 0755, NULL);	/* tinylm's driver */
 	/* Every tools/NAME.c is a program that `all` builds and install
 	 * installs. */
 	dir = opendir("tools");
