@@ -183,13 +183,9 @@ static void test_errors(void **state)
 static void test_cuda_pool_refused_clearly(void **state)
 {
 	char sock[64], out[2048], want[400];
-	const char *argv[] = { kvt_bin("kvcached"), "--foreground", "--socket", sock,
-			       "--pool", "cuda", "--pool-size", "4M", "--page-size", "4K", NULL };
+	const char *args[] = { "--foreground", "--socket", sock, "--pool", "cuda",
+			       "--pool-size", "4M", "--page-size", "4K", NULL };
 	const char *why = NULL;
-	int pfd[2], st;
-	size_t got = 0;
-	ssize_t r;
-	pid_t p;
 
 	(void)state;
 	if (!kvk_cuda_load(&why)) {
@@ -198,24 +194,7 @@ static void test_cuda_pool_refused_clearly(void **state)
 	}
 	snprintf(sock, sizeof(sock), "/tmp/kvt-cuda-%d.sock", (int)getpid());
 	snprintf(want, sizeof(want), "pool cuda: %s", why);
-	assert_int_equal(pipe(pfd), 0);
-	p = fork();
-	if (!p) {
-		dup2(pfd[1], 2);
-		dup2(pfd[1], 1);
-		close(pfd[0]);
-		alarm(20);	/* a daemon that unexpectedly starts must not hang us */
-		execv(argv[0], (char **)argv);
-		_exit(127);
-	}
-	close(pfd[1]);
-	while (got + 1 < sizeof(out) && (r = read(pfd[0], out + got, sizeof(out) - got - 1)) > 0)
-		got += (size_t)r;
-	out[got] = 0;
-	close(pfd[0]);
-	assert_int_equal(waitpid(p, &st, 0), p);
-	assert_true(WIFEXITED(st));
-	assert_int_equal(WEXITSTATUS(st), 1);
+	assert_int_equal(kvt_run(NULL, args, out, sizeof(out)), 1);
 	if (!strstr(out, want) || !strstr(out, "use --pool host"))
 		fail_msg("kvcached --pool cuda said \"%s\", want \"%s ...; use --pool host\"", out, want);
 	assert_false(kvt_can_connect(sock));
@@ -223,12 +202,9 @@ static void test_cuda_pool_refused_clearly(void **state)
 
 static int raw_connect(const char *path)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	int fd = kvt_raw_connect(path);
 
 	assert_true(fd >= 0);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	return fd;
 }
 

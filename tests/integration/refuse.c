@@ -122,12 +122,9 @@ static void test_untrusted_peer(void **state)
 
 static int raw_connect(const char *path)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	int fd = kvt_raw_connect(path);
 
 	assert_true(fd >= 0);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	return fd;
 }
 
@@ -798,33 +795,10 @@ static void test_wrong_generation_is_refused(void **state)
 /* Run kvcached with args; return its exit status, stderr in out. */
 static int run_daemon(const char *const *args, char *out, size_t outlen)
 {
-	const char *argv[16];
-	int pfd[2], n = 0, st;
-	size_t got = 0;
-	ssize_t r;
-	pid_t p;
+	int st = kvt_run(NULL, args, out, outlen);
 
-	argv[n++] = kvt_bin("kvcached");
-	while (*args && n < 15)
-		argv[n++] = *args++;
-	argv[n] = NULL;
-	assert_int_equal(pipe(pfd), 0);
-	p = fork();
-	if (!p) {
-		dup2(pfd[1], 2);
-		dup2(pfd[1], 1);
-		close(pfd[0]);
-		alarm(20);	/* a daemon that unexpectedly starts must not hang us */
-		execv(argv[0], (char **)argv);
-		_exit(127);
-	}
-	close(pfd[1]);
-	while (got + 1 < outlen && (r = read(pfd[0], out + got, outlen - got - 1)) > 0)
-		got += (size_t)r;
-	out[got] = 0;
-	close(pfd[0]);
-	waitpid(p, &st, 0);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	assert_true(st >= 0);
+	return st;
 }
 
 static void test_bad_config_and_flags(void **state)

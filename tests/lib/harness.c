@@ -35,6 +35,57 @@ static void sleep_ms(int ms)
 	nanosleep(&ts, NULL);
 }
 
+int kvt_raw_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+int kvt_run(const char *prog, const char *const *args, char *out, size_t outlen)
+{
+	const char *argv[16];
+	int pfd[2], n = 0, st;
+	size_t got = 0;
+	ssize_t r;
+	pid_t p;
+
+	argv[n++] = prog ? prog : kvt_bin("kvcached");
+	while (*args && n < 15)
+		argv[n++] = *args++;
+	argv[n] = NULL;
+	if (pipe(pfd))
+		return -1;
+	p = fork();
+	if (p < 0)
+		return -1;
+	if (!p) {
+		dup2(pfd[1], 2);
+		dup2(pfd[1], 1);
+		close(pfd[0]);
+		alarm(20);	/* a daemon that unexpectedly starts must not hang us */
+		execv(argv[0], (char **)argv);
+		_exit(127);
+	}
+	close(pfd[1]);
+	while (got + 1 < outlen && (r = read(pfd[0], out + got, outlen - got - 1)) > 0)
+		got += (size_t)r;
+	if (outlen)
+		out[got] = 0;
+	close(pfd[0]);
+	if (waitpid(p, &st, 0) != p)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 bool kvt_can_connect(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };

@@ -51,6 +51,15 @@ int kvt_daemon_argv(const char *sock, const char *const *args, const char **argv
 /* SIGTERM and wait: the exit status, or -1 if it died by a signal. Then
  * its folder (log, socket) is removed, unless $KVT_KEEP is set. */
 int kvt_daemon_stop(struct kvt_daemon *d);
+/* A plain connected socket to path (for tests that speak the protocol
+ * themselves), or -1. */
+int kvt_raw_connect(const char *path);
+/*
+ * Run `prog` (NULL: $BUILD/kvcached) with the NULL-terminated args (at most
+ * 14), stdout and stderr into out (NUL-terminated, outlen bytes at most),
+ * under a 20 s alarm. Returns its exit status, 128 + signal, or -1.
+ */
+int kvt_run(const char *prog, const char *const *args, char *out, size_t outlen);
 /* Does a Unix stream socket at path accept a connection right now? */
 bool kvt_can_connect(const char *path);
 /* True once the daemon's log contains `s`. */
