@@ -75,6 +75,24 @@ struct kvc_req {
 	uint8_t *state;
 };
 
+/*
+ * ThreadSanitizer cannot see that a page written by one thread and
+ * published reaches a reader thread of the same process through another
+ * process (the daemon makes it READY in shared memory). In TSan builds the
+ * publisher releases and the pinning reader acquires on the page's
+ * address, which is the happens-before the daemon provides; elsewhere
+ * these are nothing.
+ */
+#if defined(__SANITIZE_THREAD__)
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define KVC_TSAN_RELEASE(p) __tsan_release(p)
+#define KVC_TSAN_ACQUIRE(p) __tsan_acquire(p)
+#else
+#define KVC_TSAN_RELEASE(p) ((void)0)
+#define KVC_TSAN_ACQUIRE(p) ((void)0)
+#endif
+
 /* Bumped in every child after fork(): a handle opened before the fork is
  * the parent's (its ledger slots, its socket) and refuses to work. */
 extern atomic_uint kvc_fork_gen;

@@ -162,6 +162,7 @@ static size_t pin_run(struct kvc_req *r, size_t from, bool *missed)
 		r->page[i] = page;
 		r->gen[i] = gen;
 		r->state[i] = KVC_B_PINNED;
+		KVC_TSAN_ACQUIRE(c->pool + (uint64_t)page * c->slot_bytes);
 		parent = r->keys[i];
 	}
 	/* Slots past the hit prefix go back (when got < n, the pin quota

@@ -120,6 +120,7 @@ int kvc_publish(struct kvc_req *r)
 			continue;
 		p.page = r->page[i];
 		p.gen = r->gen[i];
+		KVC_TSAN_RELEASE(c->pool + (uint64_t)p.page * c->slot_bytes);
 		p.key = r->keys[i];
 		p.parent = i ? r->keys[i - 1] : c->root;
 		memcpy(msg + sizeof(cnt) + k * rec, &p, sizeof(p));
