@@ -103,20 +103,27 @@ static int recv_all(int fd, void *buf, size_t len, int *fds, int *nfds)
 	return 0;
 }
 
-static int rpc_fds(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
-		   uint16_t want, void **reply, uint32_t *reply_len, int *fds,
-		   int *nfds, char *errbuf, size_t errlen)
+/* The stream is out of step: nothing more can be trusted on it. */
+static void mark_dead(kvc_t *c)
 {
-	struct kvproto_hdr h = { KVPROTO_MAGIC, type, 0, len, ++c->seq }, r;
+	close(c->fd);
+	c->fd = -1;
+	atomic_store_explicit(&c->dead, true, memory_order_release);
+}
+
+/*
+ * Receive the reply to request `seq` (send_rc: how sending it went). A
+ * reply that does not parse, or any failure when the send failed and no
+ * ERROR explains it, kills the handle.
+ */
+static int recv_reply(kvc_t *c, uint32_t seq, int send_rc, uint16_t want, void **reply,
+		      uint32_t *reply_len, int *fds, int *nfds, char *errbuf, size_t errlen)
+{
+	struct kvproto_hdr r;
 	const char *why;
 	void *buf = NULL;
-	int rc;
+	int rc = send_rc;
 
-	*reply = NULL;
-	*reply_len = 0;
-	if (c->fd < 0)
-		return -ENOTCONN;
-	rc = send_frame(c->fd, &h, payload, len);
 	/*
 	 * Read even when the send failed: a daemon that refuses us writes its
 	 * ERROR and closes, possibly before our request arrived.
@@ -127,7 +134,7 @@ static int rpc_fds(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
 	}
 	if (rc && r.type != KVPROTO_ERROR)
 		goto out_dead;
-	if (r.magic != KVPROTO_MAGIC || r.seq != h.seq || r.len > KVPROTO_MAX_LEN) {
+	if (r.magic != KVPROTO_MAGIC || r.seq != seq || r.len > KVPROTO_MAX_LEN) {
 		rc = -EPROTO;
 		goto out_dead;
 	}
@@ -158,11 +165,8 @@ static int rpc_fds(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
 			errbuf[m] = 0;
 		}
 		free(buf);
-		if (e.fatal) {
-			close(c->fd);
-			c->fd = -1;
-			atomic_store_explicit(&c->dead, true, memory_order_release);
-		}
+		if (e.fatal)
+			mark_dead(c);
 		return e.err < 0 && e.err > -4096 ? e.err : -EPROTO;
 	}
 	if (r.type != want) {
@@ -174,12 +178,116 @@ static int rpc_fds(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
 	return 0;
 
 out_dead:
-	/* The stream is out of step: nothing more can be trusted on it. */
 	free(buf);
-	close(c->fd);
-	c->fd = -1;
-	atomic_store_explicit(&c->dead, true, memory_order_release);
+	mark_dead(c);
 	return rc;
+}
+
+/*
+ * Alloc-ahead (KVC_OPEN_ALLOC_AHEAD): take in the reply to the ALLOC sent
+ * after the last publish, keeping its pages (held in our ledger) for the
+ * next kvc_alloc. Called with io_lock held, before anything else is read
+ * from the socket. Returns 0, or -errno when the handle died.
+ */
+static int ahead_collect(kvc_t *c)
+{
+	struct kvproto_count cnt;
+	struct kvproto_pg pg;
+	uint32_t seq = c->ahead_seq, rlen, got, k;
+	void *reply = NULL;
+	int rc;
+
+	c->ahead_seq = 0;
+	rc = recv_reply(c, seq, 0, KVPROTO_ALLOC_R, &reply, &rlen, NULL, NULL, NULL, 0);
+	if (rc)
+		return c->fd < 0 ? rc : 0;	/* a refusal: simply none ahead */
+	memcpy(&cnt, reply, sizeof(cnt));
+	got = rlen == sizeof(cnt) ? 0 : cnt.n;
+	for (k = 0; k < got; k++) {
+		uint32_t s;
+
+		memcpy(&pg, (char *)reply + sizeof(cnt) + k * sizeof(pg), sizeof(pg));
+		if (pg.page >= c->n_pages || c->n_ahead == c->ahead_cap) {
+			free(reply);
+			mark_dead(c);
+			return -EPROTO;
+		}
+		if (!kvc_slots_get(c, &s, 1))
+			s = UINT32_MAX;
+		if (s != UINT32_MAX) {
+			kvshm_ledger_hold(c->ledger, s, pg.page, pg.gen);
+			atomic_fetch_add_explicit(&c->ledger->pins_held, 1, memory_order_relaxed);
+		}
+		c->ahead[c->n_ahead] = pg;
+		c->ahead_slot[c->n_ahead++] = s;
+	}
+	free(reply);
+	return 0;
+}
+
+int kvci_ahead_take(kvc_t *c, uint32_t want, struct kvproto_pg *pg, uint32_t *slot)
+{
+	uint32_t k = 0;
+	int rc = 0;
+
+	if (!c->ahead_cap)
+		return 0;
+	pthread_mutex_lock(&c->io_lock);
+	if (c->ahead_seq && c->fd >= 0)
+		rc = ahead_collect(c);
+	while (!rc && k < want && c->n_ahead) {
+		c->n_ahead--;
+		pg[k] = c->ahead[c->n_ahead];
+		slot[k++] = c->ahead_slot[c->n_ahead];
+	}
+	pthread_mutex_unlock(&c->io_lock);
+	return rc ? rc : (int)k;
+}
+
+void kvci_ahead_ask(kvc_t *c, uint32_t n)
+{
+	struct kvproto_alloc a = { 0, 0 };
+
+	if (!c->ahead_cap || kvc_usable(c))
+		return;
+	pthread_mutex_lock(&c->slot_lock);
+	/* Never more than half the pin slots left: the next lookup needs some. */
+	if (n > c->n_free_slots / 2)
+		n = c->n_free_slots / 2;
+	pthread_mutex_unlock(&c->slot_lock);
+	pthread_mutex_lock(&c->io_lock);
+	if (n > c->ahead_cap - c->n_ahead)
+		n = c->ahead_cap - c->n_ahead;
+	if (n && c->fd >= 0 && !c->ahead_seq && !c->n_ahead) {
+		struct kvproto_hdr h = { KVPROTO_MAGIC, KVPROTO_ALLOC, 0, sizeof(a), ++c->seq };
+
+		a.n = n;
+		/* Not waited for: the daemon answers while we go on. */
+		if (send_frame(c->fd, &h, &a, sizeof(a)))
+			mark_dead(c);
+		else
+			c->ahead_seq = h.seq;
+	}
+	pthread_mutex_unlock(&c->io_lock);
+}
+
+static int rpc_fds(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
+		   uint16_t want, void **reply, uint32_t *reply_len, int *fds,
+		   int *nfds, char *errbuf, size_t errlen)
+{
+	struct kvproto_hdr h = { KVPROTO_MAGIC, type, 0, len, 0 };
+	int rc;
+
+	*reply = NULL;
+	*reply_len = 0;
+	if (c->fd < 0)
+		return -ENOTCONN;
+	/* A reply to an alloc-ahead comes first on the stream. */
+	if (c->ahead_seq && (rc = ahead_collect(c)))
+		return rc;
+	h.seq = ++c->seq;
+	rc = send_frame(c->fd, &h, payload, len);
+	return recv_reply(c, h.seq, rc, want, reply, reply_len, fds, nfds, errbuf, errlen);
 }
 
 int kvc_rpc(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
@@ -444,7 +552,7 @@ int kvc_open(const struct kvc_model *model, const struct kvc_options *opts,
 	*out = NULL;
 	if ((rc = check_model(model)))
 		return rc;
-	if (opts && (opts->size != sizeof(*opts) || opts->flags ||
+	if (opts && (opts->size != sizeof(*opts) || (opts->flags & ~KVC_OPEN_ALLOC_AHEAD) ||
 		     !zero_resv(opts->resv, 4) || (opts->salt_len && !opts->salt) ||
 		     opts->salt_len > KVC_MAX_SALT || (opts->errbuf_len && !opts->errbuf)))
 		return -EINVAL;
@@ -459,6 +567,18 @@ int kvc_open(const struct kvc_model *model, const struct kvc_options *opts,
 	pthread_mutex_init(&c->io_lock, NULL);
 	pthread_mutex_init(&c->slot_lock, NULL);
 	rc = attach(c, model, opts);
+	if (!rc && opts && (opts->flags & KVC_OPEN_ALLOC_AHEAD)) {
+		/* At most 1/16 of the pool and a quarter of our pin slots. */
+		c->ahead_cap = c->n_pages / 16 < c->nslots / 4 ? c->n_pages / 16 : c->nslots / 4;
+		if (c->ahead_cap > KVPROTO_MAX_COUNT)
+			c->ahead_cap = KVPROTO_MAX_COUNT;
+		if (!c->ahead_cap)
+			c->ahead_cap = 1;
+		c->ahead = calloc(c->ahead_cap, sizeof(*c->ahead));
+		c->ahead_slot = calloc(c->ahead_cap, sizeof(*c->ahead_slot));
+		if (!c->ahead || !c->ahead_slot)
+			rc = -ENOMEM;
+	}
 	if (rc) {
 		kvc_close(c);
 		return rc;
@@ -494,6 +614,8 @@ void kvc_close(kvc_t *c)
 	if (c->ledger)
 		munmap(c->ledger, c->ledger_bytes);
 	free(c->free_slots);
+	free(c->ahead);
+	free(c->ahead_slot);
 	pthread_mutex_destroy(&c->io_lock);
 	pthread_mutex_destroy(&c->slot_lock);
 	free(c);

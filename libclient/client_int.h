@@ -51,6 +51,15 @@ struct kvc {
 	uint32_t pool_kind;		/* enum kvshm_pool_kind */
 	uint64_t half;
 	struct kvc_gpu *gpu;
+
+	/* Alloc-ahead (KVC_OPEN_ALLOC_AHEAD; ahead_cap 0 when off): after a
+	 * publish an ALLOC is sent and not waited for (ahead_seq); its reply
+	 * is read by the next round trip, and its pages wait in ahead[]
+	 * (held in ahead_slot[] of our ledger) for the next kvc_alloc. All
+	 * under io_lock. */
+	uint32_t ahead_cap, n_ahead, ahead_seq;
+	struct kvproto_pg *ahead;
+	uint32_t *ahead_slot;
 };
 
 enum kvc_block_state {
@@ -116,6 +125,12 @@ int kvc_rpc(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
  * give n back, one lock round each. */
 uint32_t kvc_slots_get(kvc_t *c, uint32_t *out, uint32_t n);
 void kvc_slots_put(kvc_t *c, const uint32_t *s, uint32_t n);
+
+/* Alloc-ahead: take up to `want` pages granted ahead into pg[] and their
+ * ledger slots into slot[]; returns how many, or -errno (handle died). */
+int kvci_ahead_take(kvc_t *c, uint32_t want, struct kvproto_pg *pg, uint32_t *slot);
+/* Alloc-ahead: after a publish of n pages, ask for n more, not waiting. */
+void kvci_ahead_ask(kvc_t *c, uint32_t n);
 
 /* Count a spilled run the caller did not restore as misses. */
 void kvci_settle_spilled(struct kvc_req *r);

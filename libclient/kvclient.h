@@ -83,10 +83,21 @@ struct kvc_model {
 	uint64_t resv[4];
 };
 
+/*
+ * kvc_options.flags: KVC_OPEN_ALLOC_AHEAD. After each kvc_publish the
+ * library asks the daemon for as many pages again (at most 1/16 of the
+ * pool and a quarter of the handle's pin slots) and does not wait for the
+ * answer; the next kvc_alloc takes its pages from there, so a steady
+ * stream of prefills pays one round trip per request instead of two. The
+ * pages are this handle's, unusable by others, until it uses them or
+ * closes: meant for an engine that publishes continuously.
+ */
+#define KVC_OPEN_ALLOC_AHEAD 0x1u
+
 /* Connection options; pass NULL for all defaults. */
 struct kvc_options {
 	uint32_t size;		/* sizeof(struct kvc_options) */
-	uint32_t flags;		/* none defined: 0 */
+	uint32_t flags;		/* KVC_OPEN_ALLOC_AHEAD or 0 */
 	/* Socket path; NULL: $KVCACHED_SOCKET, else the default path
 	 * (/run/kvcached/kvcached.sock for root, $XDG_RUNTIME_DIR/
 	 * kvcached.sock otherwise, falling back to the system service's

@@ -28,7 +28,7 @@ int kvc_alloc(struct kvc_req *r)
 	struct kvproto_alloc a = { 0, 0 };
 	struct kvproto_count cnt;
 	struct kvproto_pg pg;
-	uint32_t rlen, got, k;
+	uint32_t rlen, got, k, k0 = 0, fcap;
 	void *reply;
 	kvc_t *c;
 	int rc;
@@ -40,7 +40,46 @@ int kvc_alloc(struct kvc_req *r)
 	r->stage = 2;
 	if (r->hits >= r->n)
 		return 0;
-	a.n = (uint32_t)(r->n - r->hits);
+	/* No more than one PUBLISH frame can carry. */
+	fcap = (uint32_t)((KVPROTO_MAX_LEN - sizeof(struct kvproto_count)) /
+			  (sizeof(struct kvproto_pub) + (uint64_t)c->bt * 4));
+	if (c->ahead_cap) {
+		/* Pages asked for ahead, after the last publish: no round trip. */
+		uint32_t want = (uint32_t)(r->n - r->hits);
+		struct kvproto_pg *pgs;
+		uint32_t *slots;
+
+		if ((rc = kvc_usable(c)))
+			return rc;
+		if (want > c->ahead_cap)
+			want = c->ahead_cap;
+		if (want > fcap)
+			want = fcap;
+		pgs = malloc(want * sizeof(*pgs));
+		slots = malloc(want * sizeof(*slots));
+		if (!pgs || !slots) {
+			free(pgs);
+			free(slots);
+			return -ENOMEM;
+		}
+		rc = kvci_ahead_take(c, want, pgs, slots);
+		for (k = 0; rc > 0 && k < (uint32_t)rc; k++) {
+			size_t i = r->hits + k;
+
+			r->page[i] = pgs[k].page;
+			r->gen[i] = pgs[k].gen;
+			r->state[i] = KVC_B_WRITING;
+			r->slot[i] = slots[k];
+		}
+		free(pgs);
+		free(slots);
+		if (rc < 0)
+			return rc;
+		k0 = (uint32_t)rc;
+		if (r->hits + k0 >= r->n)
+			return (int)k0;
+	}
+	a.n = (uint32_t)(r->n - r->hits - k0);
 	/* Every granted page needs a pin slot; ask for no more than we have. */
 	pthread_mutex_lock(&c->slot_lock);
 	if (a.n > c->n_free_slots)
@@ -48,15 +87,14 @@ int kvc_alloc(struct kvc_req *r)
 	pthread_mutex_unlock(&c->slot_lock);
 	if (a.n > KVPROTO_MAX_COUNT)
 		a.n = KVPROTO_MAX_COUNT;
-	/* ...and no more than one PUBLISH frame can carry. */
-	if (kvproto_pub_bytes(a.n, c->bt) > KVPROTO_MAX_LEN)
-		a.n = (uint32_t)((KVPROTO_MAX_LEN - sizeof(struct kvproto_count)) /
-				 (sizeof(struct kvproto_pub) + (uint64_t)c->bt * 4));
+	/* ...and, with those taken ahead, no more than one frame carries. */
+	if (k0 + a.n > fcap)
+		a.n = fcap > k0 ? fcap - k0 : 0;
 	if (!a.n)
-		return 0;
+		return (int)k0;
 	rc = kvc_rpc(c, KVPROTO_ALLOC, &a, sizeof(a), KVPROTO_ALLOC_R, &reply, &rlen);
 	if (rc)
-		return rc;
+		return k0 ? (int)k0 : rc;
 	memcpy(&cnt, reply, sizeof(cnt));
 	got = rlen == sizeof(cnt) ? 0 : cnt.n;
 	if (got > a.n) {
@@ -64,7 +102,7 @@ int kvc_alloc(struct kvc_req *r)
 		return -EPROTO;
 	}
 	for (k = 0; k < got; k++) {
-		size_t i = r->hits + k;
+		size_t i = r->hits + k0 + k;
 		uint32_t s;
 
 		memcpy(&pg, (char *)reply + sizeof(cnt) + k * sizeof(pg), sizeof(pg));
@@ -86,7 +124,7 @@ int kvc_alloc(struct kvc_req *r)
 		}
 	}
 	free(reply);
-	return (int)got;
+	return (int)(k0 + got);
 }
 
 int kvc_publish(struct kvc_req *r)
@@ -160,6 +198,8 @@ int kvc_publish(struct kvc_req *r)
 		}
 	}
 	free(reply);
+	/* Alloc-ahead: the next request's pages, while the engine goes on. */
+	kvci_ahead_ask(c, (uint32_t)n);
 	for (i = 0; i < r->n; i++)
 		done += r->state[i] == KVC_B_PINNED;
 	return (int)done;

@@ -497,8 +497,14 @@ struct kvc_model big_model(const char *name, uint32_t layers)
 int try_open(const char *sock, const struct kvc_model *m, kvc_t **c, char *err,
 	     size_t errlen)
 {
-	struct kvc_options o = { .size = sizeof(o), .socket_path = sock, .errbuf = err,
-				 .errbuf_len = errlen };
+	return try_open_flags(sock, m, 0, c, err, errlen);
+}
+
+int try_open_flags(const char *sock, const struct kvc_model *m, uint32_t flags, kvc_t **c,
+		   char *err, size_t errlen)
+{
+	struct kvc_options o = { .size = sizeof(o), .flags = flags, .socket_path = sock,
+				 .errbuf = err, .errbuf_len = errlen };
 
 	return kvc_open(m, &o, c);
 }

@@ -327,6 +327,74 @@ static void test_limits_bound_only_the_greedy_client(void **state)
 }
 
 
+/* The daemon's pool-wide WRITING count, once it holds still at `want`
+ * (an alloc-ahead is answered after the publish returns). */
+static uint64_t writing_settles_at(kvc_t *c, uint64_t want)
+{
+	struct kvc_stats s;
+	int i;
+
+	for (i = 0; i < 500; i++) {
+		assert_int_equal(kvc_stats(c, &s), 0);
+		if (s.pages_writing == want)
+			return want;
+		usleep(10000);
+	}
+	return s.pages_writing;
+}
+
+/*
+ * KVC_OPEN_ALLOC_AHEAD: after a publish the handle holds as many pages
+ * again, granted while it went on; the next request uses them (and asks
+ * the daemon only for what they do not cover), publishes exactly what a
+ * plain handle would, and closing gives them back.
+ */
+static void test_alloc_ahead(void **state)
+{
+	struct kvt_daemon own, *d = &own;
+	struct kvc_model m = kvt_model();
+	struct kvc_options o = { .size = sizeof(o), .socket_path = own.sock,
+				 .flags = KVC_OPEN_ALLOC_AHEAD };
+	uint32_t t[12 * BT];
+	kvc_t *c, *plain;
+	int cached, i;
+
+	(void)state;
+	assert_int_equal(kvt_daemon_start(&own, NULL), 0);	/* a pool of its own */
+	plain = kvt_open(d, NULL);
+	assert_non_null(plain);
+	assert_int_equal(writing_settles_at(plain, 0), 0);
+	assert_int_equal(kvc_open(&m, &o, &c), 0);
+	kvt_tokens(t, 8 * BT, 0, 4101);
+	assert_true(kvt_put(c, t, 8 * BT, &cached) >= 0);
+	assert_int_equal(cached, 8);
+	/* 8 pages asked for ahead, held by c (256-page pool: at most 16). */
+	assert_int_equal(writing_settles_at(plain, 8), 8);
+	for (i = 0; i < 3; i++) {
+		/* The next 8-block prompts take those and ask again. */
+		kvt_tokens(t, 8 * BT, 0, 4102 + (uint32_t)i);
+		assert_true(kvt_put(c, t, 8 * BT, &cached) >= 0);
+		assert_int_equal(cached, 8);
+		assert_int_equal(writing_settles_at(plain, 8), 8);
+		/* Another process's view: every block there, every byte right. */
+		assert_int_equal(kvt_get(plain, t, 8 * BT), 8);
+	}
+	/* A longer prompt: 8 from ahead, 4 more in a round trip. */
+	kvt_tokens(t, 12 * BT, 0, 4200);
+	assert_true(kvt_put(c, t, 12 * BT, &cached) >= 0);
+	assert_int_equal(cached, 12);
+	assert_int_equal(kvt_get(plain, t, 12 * BT), 12);
+	/* 12 asked ahead, capped at 1/16 of the pool. */
+	assert_int_equal(writing_settles_at(plain, 12), 12);
+	/* A lookup-only request on the handle reads the pending reply first
+	 * and stays in step. */
+	assert_int_equal(kvt_get(c, t, 12 * BT), 12);
+	kvc_close(c);
+	assert_int_equal(writing_settles_at(plain, 0), 0);
+	kvc_close(plain);
+	assert_int_equal(kvt_daemon_stop(&own), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -336,6 +404,7 @@ int main(void)
 		cmocka_unit_test(test_fork_does_not_share_a_handle),
 		cmocka_unit_test(test_largest_publish_fits_one_frame),
 		cmocka_unit_test(test_limits_bound_only_the_greedy_client),
+		cmocka_unit_test(test_alloc_ahead),
 	};
 
 	return cmocka_run_group_tests_name("integration/api", tests, kvt_setup, kvt_teardown);

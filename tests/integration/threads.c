@@ -43,19 +43,19 @@ static void *run(void *arg)
 	return NULL;
 }
 
-static void test_threads_share_one_handle(void **state)
+static void share_one_handle(uint32_t flags)
 {
 	struct kvt_daemon d;
 	struct job jobs[THREADS];
 	pthread_t th[THREADS];
+	struct kvc_model m = kvt_model();
+	struct kvc_options o = { .size = sizeof(o), .socket_path = d.sock, .flags = flags };
 	struct kvc_stats s;
 	kvc_t *c;
 	int i;
 
-	(void)state;
 	assert_int_equal(kvt_daemon_start(&d, NULL), 0);
-	c = kvt_open(&d, NULL);
-	assert_non_null(c);
+	assert_int_equal(kvc_open(&m, &o, &c), 0);
 	for (i = 0; i < THREADS; i++) {
 		jobs[i] = (struct job){ c, i, 0 };
 		assert_int_equal(pthread_create(&th[i], NULL, run, &jobs[i]), 0);
@@ -65,17 +65,37 @@ static void test_threads_share_one_handle(void **state)
 		assert_int_equal(jobs[i].bad, 0);
 	}
 	assert_int_equal(kvc_stats(c, &s), 0);
-	assert_int_equal(s.pins_held, 0);	/* every request released its pins */
 	assert_int_equal(s.lookups, THREADS * ROUNDS);
-	assert_int_equal(s.pages_writing, 0);
+	if (!flags) {
+		assert_int_equal(s.pins_held, 0);	/* every request released its pins */
+		assert_int_equal(s.pages_writing, 0);
+	} else {
+		/* Only the pages held ahead, one slot each. */
+		assert_true(s.pins_held <= 16);
+	}
 	kvc_close(c);
 	assert_int_equal(kvt_daemon_stop(&d), 0);
+}
+
+static void test_threads_share_one_handle(void **state)
+{
+	(void)state;
+	share_one_handle(0);
+}
+
+/* The same with alloc-ahead: the pending ALLOC reply and the pages taken
+ * ahead are shared by the threads too. */
+static void test_threads_share_alloc_ahead(void **state)
+{
+	(void)state;
+	share_one_handle(KVC_OPEN_ALLOC_AHEAD);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_threads_share_one_handle),
+		cmocka_unit_test(test_threads_share_alloc_ahead),
 	};
 
 	return cmocka_run_group_tests_name("integration/threads", tests, NULL, NULL);

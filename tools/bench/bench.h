@@ -95,6 +95,9 @@ void daemon_stop(bool quiet);
 int try_open(const char *sock, const struct kvc_model *m, kvc_t **c, char *err,
 	     size_t errlen);
 kvc_t *open_model(const char *sock, const struct kvc_model *m);	/* or die */
+/* try_open with kvc_options.flags (KVC_OPEN_ALLOC_AHEAD). */
+int try_open_flags(const char *sock, const struct kvc_model *m, uint32_t flags, kvc_t **c,
+		   char *err, size_t errlen);
 /* Llama-3-8B-like: 16 x layers x 2 x 8 x 128 x 2 bytes = layers x 64 KiB. */
 struct kvc_model big_model(const char *name, uint32_t layers);
 /* 1 layer, 2 kv heads, head dim 32, 2 bytes: 4 KiB pages. */
