@@ -712,6 +712,8 @@ int kvd_spill_restore(struct kvd *d, struct kvd_client *c, uint32_t seq,
 				kvd_stat_add(&st_of(d)->restore_misses, 1);
 				continue;
 			}
+			/* A page for the daemon, not handed to a client. */
+			kvd_stat_add(&st_of(d)->allocs, -1);
 			o->kind = OP_READ;
 			o->slot = slot;
 			o->len = aligned(kvshm_ns(d->h)[kvshm_slots(d->h)[slot].ns_id].page_bytes);
@@ -910,7 +912,8 @@ static int mkdir_p(const char *dir)
 
 int kvd_spill_open(struct kvd *d)
 {
-	static const char *const kinds[] = { "auto", "io_uring", "worker threads" };
+	static const char *const kinds[] = { "auto", "io_uring", "worker threads",
+					     "inline I/O (tests)" };
 	struct kvd_spill *sp;
 	struct iovec *iov;
 	uint32_t i, good = 0, bad = 0, norow = 0, pages = d->h->geo.n_pages;

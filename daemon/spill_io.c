@@ -120,7 +120,7 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-static int threads_open(struct kvd_sio *s)
+static int threads_open(struct kvd_sio *s, unsigned workers)
 {
 	sigset_t all, old;
 	unsigned i;
@@ -138,7 +138,7 @@ static int threads_open(struct kvd_sio *s)
 	 * SIGTERM could land on one and kill the daemon uncleanly. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	for (i = 0; i < WORKERS && !rc; i++) {
+	for (i = 0; i < workers && !rc; i++) {
 		rc = pthread_create(&s->th[i], NULL, worker, s);
 		if (!rc)
 			s->nth++;
@@ -181,6 +181,13 @@ int kvd_sio_open(struct kvd_sio **out, enum kvd_sio_kind want, unsigned depth,
 		free(s);
 		return rc;
 	}
+	if (want == KVD_SIO_SYNC) {
+		rc = threads_open(s, 0);
+		if (rc)
+			goto fail;
+		s->kind = KVD_SIO_SYNC;
+		goto ok;
+	}
 	if (want != KVD_SIO_THREADS) {
 		rc = uring_open(s, bufs, nbufs);
 		if (!rc) {
@@ -197,7 +204,7 @@ int kvd_sio_open(struct kvd_sio **out, enum kvd_sio_kind want, unsigned depth,
 		kvd_warn("spill: io_uring unavailable (%s): using pread/pwrite on %u worker threads",
 			 strerror(-rc), WORKERS);
 	}
-	rc = threads_open(s);
+	rc = threads_open(s, WORKERS);
 	if (rc) {
 		kvd_err("spill: cannot start I/O threads: %s", strerror(-rc));
 		goto fail;
@@ -239,7 +246,7 @@ void kvd_sio_close(struct kvd_sio *s)
 	free(s);
 }
 
-int kvd_sio_queue(struct kvd_sio *s, int fd, bool write, void *buf, size_t len,
+int kvd_sio_queue(struct kvd_sio *s, int fd, bool wr, void *buf, size_t len,
 		  off_t off, unsigned buf_index, uint64_t tag)
 {
 	if (!room_ok(s))
@@ -249,15 +256,26 @@ int kvd_sio_queue(struct kvd_sio *s, int fd, bool write, void *buf, size_t len,
 
 		if (!sqe)
 			return -EBUSY;
-		if (write)
+		if (wr)
 			io_uring_prep_write_fixed(sqe, fd, buf, (unsigned)len, (uint64_t)off,
 						  (int)buf_index);
 		else
 			io_uring_prep_read_fixed(sqe, fd, buf, (unsigned)len, (uint64_t)off,
 						 (int)buf_index);
 		io_uring_sqe_set_data64(sqe, tag);
+	} else if (s->kind == KVD_SIO_SYNC) {
+		struct sio_req r = { fd, wr, buf, len, off, tag, 0 };
+		uint64_t one = 1;
+
+		r.res = do_io(&r);
+		pthread_mutex_lock(&s->mu);
+		s->fin[s->fin_len++] = r;
+		pthread_mutex_unlock(&s->mu);
+		if (write(s->efd, &one, sizeof(one)) < 0) {
+			/* cannot overflow with depth requests */
+		}
 	} else {
-		struct sio_req r = { fd, write, buf, len, off, tag, 0 };
+		struct sio_req r = { fd, wr, buf, len, off, tag, 0 };
 
 		pthread_mutex_lock(&s->mu);
 		s->q[(s->q_head + s->q_len) % s->depth] = r;

@@ -27,6 +27,9 @@ enum kvd_sio_kind {
 	KVD_SIO_AUTO = 0,	/* io_uring, else threads (one log line) */
 	KVD_SIO_URING = 1,
 	KVD_SIO_THREADS = 2,
+	/* Every request done inline when queued, its completion reaped as
+	 * usual: deterministic, for the fuzz target; never a setting. */
+	KVD_SIO_SYNC = 3,
 };
 
 struct kvd_sio;

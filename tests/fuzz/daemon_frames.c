@@ -30,8 +30,15 @@
  *              (its header and ring heads included), an access-ring
  *              record, a hit-ring record
  *
+ * Bit 2 of the first byte turns the spill tier on for the input: a spill
+ * area of N_SLOTS slots in a private folder (fresh for every input), its
+ * I/O done inline (KVD_SIO_SYNC) and reaped after every operation as the
+ * main loop would on the eventfd; FRAME_FIX then also points a RESTORE's
+ * keys at blocks that are spilled now.
+ *
  * After every operation the whole state is checked: page table, free
- * stack, index (entries, windows, spill hints), statistics (and their
+ * stack, index (entries naming pages or spill slots, windows, spill
+ * hints), the slot table, statistics (and their
  * conservation laws), client rows and their WRITING counts, namespace rows,
  * the top sketch, the scratch marks, every reply (one per request, same
  * seq, decodable, fatal errors disconnect, granted pages really granted),
@@ -57,6 +64,9 @@
 #include "../lib/utf8_oracle.h"
 #include "../../daemon/kvd.h"
 #include "../../daemon/log.h"
+#include "../../daemon/spill.h"
+#include "../../daemon/spill_fmt.h"
+#include "../../daemon/spill_io.h"
 #include "../../shm/index.h"
 #include "../../shm/ledger.h"
 #include "../../shm/page.h"
@@ -74,6 +84,10 @@
 #define MAX_PINS 48
 #define RX_BYTES 16384
 #define MAX_TRACK 16
+#define N_SLOTS 24		/* fewer than pages: the area fills and recycles */
+
+static char spill_dir[64];	/* the spill area's folder, for the process */
+static bool spill_on;		/* this input has a spill tier */
 
 static struct kvd d;
 static struct kvd_memfd seg;
@@ -121,6 +135,20 @@ static int count_fds(void)
 
 /* ------------------------------------------------------------ the daemon */
 
+static void remove_spill_file(void)
+{
+	char path[128];
+
+	snprintf(path, sizeof(path), "%s/kvcached-spill-000.slots", spill_dir);
+	unlink(path);
+}
+
+static void remove_spill_dir(void)
+{
+	remove_spill_file();
+	rmdir(spill_dir);
+}
+
 static void setup_once(void)
 {
 	struct kvshm_geometry geo = { 0 };
@@ -148,8 +176,16 @@ static void setup_once(void)
 	geo.max_clients = MAX_CLIENTS;
 	geo.max_ns = MAX_NS;
 	geo.ledger_slots = MAX_PINS;
+	geo.n_slots = N_SLOTS;
+	geo.n_buckets = kvshm_buckets_for(N_PAGES + N_SLOTS);
 	CHECK(!kvshm_layout(&h, &geo));
 	CHECK(!kvd_memfd_create(&seg, "fuzz-segment", h.segment_bytes, false));
+	snprintf(spill_dir, sizeof(spill_dir), "/dev/shm/kvfuzz-spill.XXXXXX");
+	if (!mkdtemp(spill_dir)) {
+		snprintf(spill_dir, sizeof(spill_dir), "/tmp/kvfuzz-spill.XXXXXX");
+		CHECK(mkdtemp(spill_dir));
+	}
+	atexit(remove_spill_dir);
 	d.seg = seg;
 
 	d.pool.kind = KVSHM_POOL_HOST;
@@ -163,7 +199,7 @@ static void setup_once(void)
 		peers[i].fd = -1;
 }
 
-static void reset(uint32_t bt)
+static void reset(uint32_t bt, bool spill)
 {
 	struct kvshm_geometry geo = { 0 };
 	struct kvshm_header h;
@@ -172,7 +208,8 @@ static void reset(uint32_t bt)
 	geo.page_bytes = PAGE_BYTES;
 	geo.n_pages = N_PAGES;
 	geo.block_tokens = bt;
-	geo.n_buckets = kvshm_buckets_for(N_PAGES);
+	geo.n_slots = spill ? N_SLOTS : 0;
+	geo.n_buckets = kvshm_buckets_for(N_PAGES + geo.n_slots);
 	geo.max_clients = MAX_CLIENTS;
 	geo.max_ns = MAX_NS;
 	geo.ledger_slots = MAX_PINS;
@@ -195,6 +232,27 @@ static void reset(uint32_t bt)
 	memset(d.clients, 0, MAX_CLIENTS * sizeof(*d.clients));
 	d.low_pages = (uint32_t)((uint64_t)N_PAGES * d.cfg.low_watermark / 100);
 	d.high_pages = (uint32_t)((uint64_t)N_PAGES * d.cfg.high_watermark / 100);
+	spill_on = spill;
+	if (spill) {
+		/* A fresh area every input: nothing carries over between runs. */
+		remove_spill_file();
+		snprintf(d.cfg.spill_dir, sizeof(d.cfg.spill_dir), "%s", spill_dir);
+		d.cfg.spill_size = (uint64_t)N_SLOTS * (kvd_slot_hdr_bytes(bt) + PAGE_BYTES);
+		d.cfg.spill_io = KVD_SIO_SYNC;
+		CHECK(kvd_spill_open(&d) == 0);
+		CHECK(d.spill);
+	}
+}
+
+static void check_state(void);
+
+/* After an operation: what the main loop does when the spill eventfd
+ * fires (every write and read already done, with inline I/O), then the
+ * checks. */
+static void step_done(void)
+{
+	kvd_spill_reap(&d);
+	check_state();
 }
 
 /* do_accept for a connection of our own making. */
@@ -385,12 +443,13 @@ NO_COVERAGE static void check_replies(uint32_t row, const struct req *rq)
 			CHECK(rq->type == KVPROTO_RESTORE);
 			memcpy(&cnt, p, sizeof(cnt));
 			CHECK(cnt.n == rq->n);
-			/* No spill tier here: a key is in the pool or nowhere. */
+			/* Nothing damages a slot here: never -EBADMSG; no spill
+			 * tier: a key is in the pool or nowhere. */
 			for (i = 0; i < cnt.n; i++) {
 				int32_t st;
 
 				memcpy(&st, p + sizeof(cnt) + i * sizeof(st), sizeof(st));
-				CHECK(st == 0 || st == -ENOENT);
+				CHECK(st == 0 || st == -ENOENT || (spill_on && st == -ENOSPC));
 			}
 			break;
 		}
@@ -450,11 +509,12 @@ NO_COVERAGE static void check_state(void)
 	const struct kvshm_top *top = kvshm_top(h);
 	uint32_t n = h->geo.n_pages, nb = h->geo.n_buckets;
 	uint32_t count[5] = { 0 }, owned[MAX_CLIENTS] = { 0 }, refs[N_PAGES] = { 0 };
-	uint32_t spill[1024] = { 0 };
+	uint32_t spill[1024] = { 0 }, slot_refs[N_SLOTS] = { 0 }, spilled = 0;
+	uint32_t ns_slots = h->geo.n_slots;
 	uint8_t seen[N_PAGES] = { 0 };
 	uint32_t i, j, used = 0, live = 0, not_hello = 0, entries = 0;
 
-	CHECK(n == N_PAGES && nb <= 1024);
+	CHECK(n == N_PAGES && nb <= 1024 && ns_slots <= N_SLOTS);
 	for (i = 0; i < n; i++) {
 		uint32_t s = atomic_load(&pages[i].state);
 
@@ -493,9 +553,9 @@ NO_COVERAGE static void check_state(void)
 		seen[p] = 1;
 	}
 
-	/* Index: every entry names a READY page with its key, inside the
-	 * probe window of the key's home bucket; spill hints count exactly
-	 * the entries living away from home. */
+	/* Index: every entry names a READY page, or a SPILLED slot, with its
+	 * key, inside the probe window of the key's home bucket; spill hints
+	 * count exactly the entries living away from home. */
 	for (i = 0; i < nb; i++) {
 		const struct kvshm_bucket *b = &kvshm_buckets(h)[i];
 
@@ -509,6 +569,24 @@ NO_COVERAGE static void check_state(void)
 				continue;
 			}
 			p = e->ref - 1;
+			if (kvshm_loc_is_slot(p)) {
+				const struct kvshm_slot *s;
+
+				p &= ~KVSHM_LOC_SLOT;
+				CHECK(p < ns_slots);
+				s = &kvshm_slots(h)[p];
+				CHECK(atomic_load(&s->state) == KVSHM_SLOT_SPILLED);
+				CHECK(e->tag == s->key.lo && e->check == (uint32_t)s->key.hi);
+				CHECK(s->ns_id < h->geo.max_ns && atomic_load(&ns[s->ns_id].used));
+				home = kvshm_index_home(h, s->key);
+				dist = (i - home) & (nb - 1);
+				CHECK(dist < KVSHM_PROBE_MAX);
+				if (dist)
+					spill[home]++;
+				slot_refs[p]++;
+				entries++;
+				continue;
+			}
 			CHECK(p < n);
 			CHECK(atomic_load(&pages[p].state) == KVSHM_PAGE_READY);
 			CHECK(e->tag == pages[p].key.lo && e->check == (uint32_t)pages[p].key.hi);
@@ -533,16 +611,30 @@ NO_COVERAGE static void check_state(void)
 		 * tag and check may shadow it: a crafted collision, a miss). */
 		CHECK(kvshm_index_find(h, pages[i].key) != UINT32_MAX);
 	}
-	CHECK(entries == count[KVSHM_PAGE_READY]);
+	/* Slots: SPILLED exactly when the index names them, once. */
+	for (i = 0; i < ns_slots; i++) {
+		uint32_t s = atomic_load(&kvshm_slots(h)[i].state);
+
+		CHECK(s <= KVSHM_SLOT_BACKING && s != KVSHM_SLOT_BUSY);	/* none between ops */
+		CHECK(slot_refs[i] == (s == KVSHM_SLOT_SPILLED));
+		spilled += s == KVSHM_SLOT_SPILLED;
+	}
+	CHECK(entries == count[KVSHM_PAGE_READY] + spilled);
 
 	/* Statistics match the table, and pages are conserved. */
 	CHECK(st->pages_free == count[KVSHM_PAGE_FREE]);
 	CHECK(st->pages_writing == count[KVSHM_PAGE_WRITING]);
 	CHECK(st->pages_ready == count[KVSHM_PAGE_READY]);
-	CHECK(st->index_entries == count[KVSHM_PAGE_READY]);
+	CHECK(st->index_entries == count[KVSHM_PAGE_READY] + spilled);
+	CHECK(st->pages_spilled == spilled);
 	CHECK(st->allocs == st->publishes + st->publish_dups + st->publish_refused + st->frees +
 			    st->reclaimed + count[KVSHM_PAGE_WRITING]);
-	CHECK(st->publishes == st->evictions + count[KVSHM_PAGE_READY]);
+	/* A READY page was published or restored; it leaves by eviction
+	 * (to a slot or not). */
+	CHECK(st->publishes + st->restores == st->evictions + count[KVSHM_PAGE_READY]);
+	/* Nothing here damages a slot: none fails its checks. */
+	CHECK(st->spill_dropped == 0 && st->spill_errors == 0);
+	CHECK(!spill_on || st->spill_slots == N_SLOTS);
 
 	/* Client rows. */
 	for (i = 0; i < MAX_CLIENTS; i++) {
@@ -733,6 +825,24 @@ static void fix_records(struct peer *pr, const struct kvproto_hdr *h, uint8_t *p
 {
 	size_t stride, i, n;
 
+	if (h->type == KVPROTO_RESTORE && h->len >= sizeof(struct kvproto_count) && d.spill) {
+		/* Keys of blocks spilled now, picked by each key's low byte. */
+		uint32_t sp[N_SLOTS], nsp = 0, s;
+
+		for (s = 0; s < d.h->geo.n_slots; s++)
+			if (atomic_load(&kvshm_slots(d.h)[s].state) == KVSHM_SLOT_SPILLED)
+				sp[nsp++] = s;
+		n = (h->len - sizeof(struct kvproto_count)) / sizeof(struct kvshm_key);
+		for (i = 0; nsp && i < n; i++) {
+			uint8_t *r = p + sizeof(struct kvproto_count) + i * sizeof(struct kvshm_key);
+			struct kvshm_key k;
+
+			memcpy(&k, r, sizeof(k));
+			k = kvshm_slots(d.h)[sp[k.lo % nsp]].key;
+			memcpy(r, &k, sizeof(k));
+		}
+		return;
+	}
 	if (!pr->n_granted || h->len < sizeof(struct kvproto_count))
 		return;
 	if (h->type == KVPROTO_PUBLISH)
@@ -880,12 +990,12 @@ static void run_ops(struct in *in)
 
 		if (kind <= OP_FRAME_LAST) {
 			op_frame(in, row, false, op >> 6);
-			check_state();
+			step_done();
 			continue;
 		}
 		if (kind <= OP_FIX_LAST) {
 			op_frame(in, row, true, op >> 6);
-			check_state();
+			step_done();
 			continue;
 		}
 		switch (kind) {
@@ -942,7 +1052,7 @@ static void run_ops(struct in *in)
 		}
 		}
 		pump(-1, NULL);
-		check_state();
+		step_done();
 	}
 }
 
@@ -966,7 +1076,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* Counted per input: libFuzzer itself opens some between inputs. */
 	base_fds = count_fds();
 	CHECK(base_fds > 0);
-	reset(bts[first & 3]);
+	reset(bts[first & 3], first & 4);
 	check_state();
 	run_ops(&in);
 
@@ -979,6 +1089,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			kvd_registry_bye(&d, &d.clients[i]);
 	}
 	pump(-1, NULL);
+	/* The spill tier stops as main() stops it: writes in flight finish. */
+	kvd_spill_close(&d);
 	check_state();
 	CHECK(d.n_clients == 0);
 	CHECK(kvshm_stats(d.h)->pages_writing == 0);

@@ -154,6 +154,16 @@ def daemon_seeds():
         f(PUBLISH, pub(chain(48)), seq=3, fix=True) + op(OP_TICK) * 2
     full += f(HELLO, hello(name=b"second"), row=1) + f(ALLOC, alloc(40), row=1, seq=2)
     write("daemon_frames", "fill-evict", full)
+    # The same with the spill tier on (first byte bit 2): evicted pages
+    # spill; the first client then restores spilled blocks (FIX points the
+    # keys at spilled ones), and publishes a spilled block again.
+    sp = b"\x04" + full[1:] + op(OP_TICK) * 2
+    sp += f(RESTORE, keys([0, 1, 2, 3, 4, 5, 6, 7]), seq=4, fix=True)
+    sp += f(ALLOC, alloc(4), seq=5) + f(PUBLISH, pub(chain(4)), seq=6, fix=True)
+    sp += f(RESTORE, keys([8, 9]), seq=7, fix=True) + op(OP_TICK) * 3
+    write("daemon_frames", "spill-restore", sp)
+    write("daemon_frames", "spill-hello-alloc-publish", b"\x04" + h + f(ALLOC, alloc(4), seq=2) +
+          f(PUBLISH, pub(chain(4)), seq=3, fix=True) + f(BYE))
     # Pins hold pages through eviction.
     pins = bt16 + h + f(ALLOC, alloc(40), seq=2) + f(PUBLISH, pub(chain(40)), seq=3, fix=True)
     pins += op(OP_PIN) + struct.pack("<HBB", 0, 0, 0) + op(OP_PIN) + struct.pack("<HBB", 1, 1, 0)
