@@ -40,7 +40,7 @@ endif
 ifneq ($(strip $(NVCC)),)
 HAVE_CUDA := 1
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
-CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+CUDA_ARCHS ?= -gencode arch=compute_75,code=sm_75 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
 	      -gencode arch=compute_90,code=compute_90
 override CFLAGS += -DKVC_HAVE_CUDA -isystem $(CUDA_HOME)/include
 endif
@@ -222,7 +222,7 @@ $(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(TESTLIB_OBJ) $(LIBA)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -ldl
 
-# The kernels: nvcc -> fatbin (SASS for sm_80 and sm_90, PTX for
+# The kernels: nvcc -> fatbin (SASS for sm_75, sm_80 and sm_90, PTX for
 # compute_90 so newer GPUs JIT it) -> a C array the library and the daemon
 # hand to cuModuleLoadData. No GPU is needed to build them.
 $(BUILD)/kernels/page_copy.fatbin: kernels/page_copy.cu kernels/page_ref.h

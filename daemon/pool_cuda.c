@@ -155,9 +155,18 @@ int kvd_pool_cuda_open(struct kvd_pool *p, uint64_t bytes, uint32_t gpu)
 	}
 	g->gran = gran;
 	alloc = round_up(bytes, gran);
-	chunk = round_up((alloc + KVPROTO_MAX_CHUNKS - 1) / KVPROTO_MAX_CHUNKS, gran);
-	if (chunk < round_up(KVD_CHUNK_TARGET, gran))
-		chunk = alloc < round_up(KVD_CHUNK_TARGET, gran) ? alloc : round_up(KVD_CHUNK_TARGET, gran);
+	/* As many chunks of about KVD_CHUNK_TARGET as it takes (at most
+	 * KVPROTO_MAX_CHUNKS), each the same multiple of the granularity: the
+	 * waste is under one granule per chunk, not up to a whole chunk. */
+	{
+		uint64_t n = (alloc + KVD_CHUNK_TARGET - 1) / KVD_CHUNK_TARGET;
+
+		if (n > KVPROTO_MAX_CHUNKS)
+			n = KVPROTO_MAX_CHUNKS;
+		if (!n)
+			n = 1;
+		chunk = round_up((alloc + n - 1) / n, gran);
+	}
 	g->chunk_bytes = chunk;
 	g->n_chunks = (uint32_t)((alloc + chunk - 1) / chunk);
 	g->reserved = (uint64_t)g->n_chunks * chunk;
@@ -246,9 +255,15 @@ int kvd_pool_cuda_copy(struct kvd_pool *p, uint64_t off, uint64_t len, void *hos
 	struct kvd_pool_cuda *g = p->cuda;
 	CUresult r;
 
-	kvk_cu.cuCtxPushCurrent(g->ctx);
+	if (kvk_cu.cuCtxPushCurrent(g->ctx) != CUDA_SUCCESS)
+		return -EIO;
 	r = out ? kvk_cu.cuMemcpyDtoH(host, g->va + off, len)
 		: kvk_cu.cuMemcpyHtoD(g->va + off, host, len);
+	/* From pageable memory (a staging ring that could not be locked) a
+	 * host-to-device copy may return before it lands; the page becomes
+	 * READY right after this, so wait until it has. */
+	if (r == CUDA_SUCCESS && !out)
+		r = kvk_cu.cuCtxSynchronize();
 	ctx_pop();
 	if (r != CUDA_SUCCESS) {
 		kvd_err("pool cuda: %s", cu_log(r, out ? "cuMemcpyDtoH" : "cuMemcpyHtoD"));
@@ -272,7 +287,10 @@ int kvd_pool_cuda_checksum(struct kvd_pool *p, const uint32_t *pages, uint32_t n
 		return -ENOMEM;
 	for (i = 0; i < n; i++)
 		a[i] = g->va + (uint64_t)pages[i] * p->page_bytes;
-	kvk_cu.cuCtxPushCurrent(g->ctx);
+	if (kvk_cu.cuCtxPushCurrent(g->ctx) != CUDA_SUCCESS) {
+		free(a);
+		return -EIO;
+	}
 	rc = kvk_csum_run(&g->mod, a, n, bytes, out, NULL);
 	ctx_pop();
 	free(a);
@@ -283,7 +301,8 @@ int kvd_pool_cuda_pin(struct kvd_pool *p, void *buf, uint64_t len)
 {
 	CUresult r;
 
-	kvk_cu.cuCtxPushCurrent(p->cuda->ctx);
+	if (kvk_cu.cuCtxPushCurrent(p->cuda->ctx) != CUDA_SUCCESS)
+		return -EIO;
 	r = kvk_cu.cuMemHostRegister(buf, len, CU_MEMHOSTREGISTER_PORTABLE);
 	ctx_pop();
 	if (r != CUDA_SUCCESS) {
@@ -296,7 +315,8 @@ int kvd_pool_cuda_pin(struct kvd_pool *p, void *buf, uint64_t len)
 
 void kvd_pool_cuda_unpin(struct kvd_pool *p, void *buf)
 {
-	kvk_cu.cuCtxPushCurrent(p->cuda->ctx);
+	if (kvk_cu.cuCtxPushCurrent(p->cuda->ctx) != CUDA_SUCCESS)
+		return;
 	kvk_cu.cuMemHostUnregister(buf);
 	ctx_pop();
 }

@@ -19,9 +19,20 @@
 
 int kvk_module_load(struct kvk_module *m, const char **why)
 {
+	CUresult r;
+
 	memset(m, 0, sizeof(*m));
-	if (kvk_cu.cuModuleLoadData(&m->mod, kvk_fatbin) != CUDA_SUCCESS) {
-		*why = "cuModuleLoadData: the embedded kernels do not load on this GPU (built for sm_80, sm_90 and compute_90 PTX)";
+	r = kvk_cu.cuModuleLoadData(&m->mod, kvk_fatbin);
+	if (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION) {
+		*why = "cuModuleLoadData: the driver is older than the CUDA toolkit the kernels were built with (update the driver, or build with an older toolkit)";
+		return -ENOEXEC;
+	}
+	if (r == CUDA_ERROR_NO_BINARY_FOR_GPU) {
+		*why = "cuModuleLoadData: no kernel image for this GPU (built for sm_75, sm_80, sm_90 and compute_90 PTX)";
+		return -ENOEXEC;
+	}
+	if (r != CUDA_SUCCESS) {
+		*why = "cuModuleLoadData: the embedded kernels do not load (driver error)";
 		return -ENOEXEC;
 	}
 	if (kvk_cu.cuModuleGetFunction(&m->copy, m->mod, "kvk_copy") != CUDA_SUCCESS ||
@@ -75,7 +86,10 @@ static CUresult copy_launch_sync(const struct kvk_module *m, enum kvk_dir dir,
 	r = kvk_cu.cuMemAlloc(&dev, words * sizeof(*host));
 	if (r != CUDA_SUCCESS)
 		return r;
-	r = kvk_cu.cuMemcpyHtoD(dev, host, words * sizeof(*host));
+	/* On the caller's stream, so the kernel after it sees the arguments
+	 * whatever kind of stream it is (a synchronous copy runs on the legacy
+	 * stream, which a non-blocking stream does not wait for). */
+	r = kvk_cu.cuMemcpyHtoDAsync(dev, host, words * sizeof(*host), stream);
 	if (r == CUDA_SUCCESS) {
 		p.pool = pool;
 		p.half = l->half;

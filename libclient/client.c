@@ -601,6 +601,10 @@ void kvc_close(kvc_t *c)
 		if (!kvc_usable(c)) {
 			struct kvproto_hdr h = { KVPROTO_MAGIC, KVPROTO_BYE, 0, 0, ++c->seq };
 
+			/* BYE frees our pages at once: no gather or scatter may
+			 * still be running on them. */
+			kvc_gpu_quiesce(c);
+
 			(void)!send(c->fd, &h, sizeof(h), MSG_NOSIGNAL);
 		}
 		close(c->fd);

@@ -146,6 +146,8 @@ void kvci_settle_spilled(struct kvc_req *r);
 int kvc_gpu_attach(kvc_t *c, const struct kvproto_pool_r *pr, const int *fds,
 		   char *errbuf, size_t errlen);
 void kvc_gpu_detach(kvc_t *c);
+/* Wait for every kernel of this process's pool context (before BYE). */
+void kvc_gpu_quiesce(kvc_t *c);
 
 /* Drop block i's page reference (unpin or forget). */
 void kvc_block_release(struct kvc_req *r, size_t i);

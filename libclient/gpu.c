@@ -173,6 +173,18 @@ out_free:
 	return rc;
 }
 
+void kvc_gpu_quiesce(kvc_t *c)
+{
+	struct kvc_gpu *g = c->gpu;
+
+	/* Kernels still queued on the pool's pages must finish before the
+	 * daemon hands those pages to someone else. */
+	if (!g || kvk_cu.cuCtxPushCurrent(g->ctx) != CUDA_SUCCESS)
+		return;
+	kvk_cu.cuCtxSynchronize();
+	ctx_pop();
+}
+
 void kvc_gpu_detach(kvc_t *c)
 {
 	struct kvc_gpu *g = c->gpu;
@@ -258,7 +270,10 @@ static int gpu_copy(kvc_t *c, enum kvk_dir dir, const struct kvk_layout *l,
 
 	if (!g)
 		return -ENOTSUP;
-	kvk_cu.cuCtxPushCurrent(g->ctx);
+	/* A failed push must not be followed by a pop: that would take the
+	 * engine thread's own context off its stack. */
+	if (kvk_cu.cuCtxPushCurrent(g->ctx) != CUDA_SUCCESS)
+		return -EIO;
 	rc = check_tensors(l, g->ordinal);
 	if (!rc)
 		rc = kvk_copy_launch(&g->mod, dir, l, g->va, c->slot_bytes, pages, ids, n,
@@ -285,6 +300,11 @@ int kvc_gpu_attach(kvc_t *c, const struct kvproto_pool_r *pr, const int *fds,
 	say(errbuf, errlen, "%s",
 	    "kvcached's pool is on a GPU, but this libkvclient was built without CUDA (no nvcc at build time, or NO_CUDA=1)");
 	return -ENOTSUP;
+}
+
+void kvc_gpu_quiesce(kvc_t *c)
+{
+	(void)c;
 }
 
 void kvc_gpu_detach(kvc_t *c)

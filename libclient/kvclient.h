@@ -359,7 +359,9 @@ int kvc_gather(struct kvc_req *r, size_t first_block, size_t n_blocks,
 /*
  * Scatter: the other way, engine blocks into the pool pages kvc_alloc
  * granted, before kvc_publish. On a cuda pool, synchronize the stream
- * before kvc_publish: the page is visible to every client once published.
+ * before kvc_publish (the page is visible to every client once published)
+ * and before kvc_req_free of a request whose granted pages it wrote (they
+ * go back to the daemon, which hands them out again).
  * Errors: those of kvc_gather, and -EPERM for a block that is a hit or
  * already published (its page is shared and read-only).
  */

@@ -94,7 +94,9 @@ static inline int kvt_gpu_upload(const struct kvt_engine *e, void **t_k, void **
 		t_k[l] = (void *)(uintptr_t)k;
 		t_v[l] = (void *)(uintptr_t)v;
 	}
-	return 0;
+	/* Pageable uploads may still be landing; the kernels run on a
+	 * non-blocking stream that does not wait for them. */
+	return kvk_cu.cuCtxSynchronize() == CUDA_SUCCESS ? 0 : -1;
 }
 
 static inline int kvt_gpu_download(struct kvt_engine *e, void **t_k, void **t_v)
