@@ -507,7 +507,7 @@ static void test_plan(void **state)
 	assert_int_equal(tlm_plan_build(&p, &s, unk, 1, NULL, 0, "!", 1, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "no module nope"));
 	assert_int_equal(tlm_plan_build(&p, &s, mods, 2, &big, 1, "!", 1, err, sizeof(err)), -EINVAL);
-	assert_non_null(strstr(err, "param holds 3"));
+	assert_non_null(strstr(err, "param p of module a holds 3"));
 	assert_int_equal(tlm_plan_build(&p, &s, mods, 2, &none, 1, "!", 1, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "argument zz"));
 	{
@@ -519,6 +519,32 @@ static void test_plan(void **state)
 	}
 	assert_int_equal(tlm_plan_build(&p, &s, mods, 2, NULL, 0, "", 0, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "user text"));
+	tlm_schema_free(&s);
+}
+
+/* Two modules with a param of the same name and different lengths: one
+ * argument fills both, so it must fit the shorter (it was checked against
+ * the first only, and overflowed the plan: found by review). */
+static void test_plan_shared_param_name(void **state)
+{
+	static const char txt[] =
+		"<schema name=\"s\"><module name=\"a\">x<param name=\"who\" len=\"10\"/></module>"
+		"<module name=\"b\">y<param name=\"who\" len=\"1\"/>z</module></schema>";
+	struct tlm_schema s;
+	struct tlm_plan p;
+	struct tlm_arg big = { "who", "AAAAAAAAAA" }, fits = { "who", "B" };
+	const char *mods[] = { "a", "b" };
+	char err[256];
+
+	(void)state;
+	assert_int_equal(tlm_schema_parse(&s, txt, strlen(txt), "d.xml", err, sizeof(err)), 0);
+	assert_int_equal(tlm_plan_build(&p, &s, mods, 2, &big, 1, "!", 1, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "param who of module b holds 1"));
+	assert_int_equal(tlm_plan_build(&p, &s, mods, 2, &fits, 1, "!", 1, err, sizeof(err)), 0);
+	/* Module text x, y, z; the argument in both params; the user text. */
+	assert_int_equal(p.n, 3 + 2 + 1);
+	tlm_plan_free(&p);
 	tlm_schema_free(&s);
 }
 
@@ -535,6 +561,7 @@ int main(void)
 		cmocka_unit_test(test_schema_layout),
 		cmocka_unit_test(test_schema_errors),
 		cmocka_unit_test(test_plan),
+		cmocka_unit_test(test_plan_shared_param_name),
 	};
 
 	return cmocka_run_group_tests_name("tinylm", tests, NULL, NULL);

@@ -12,8 +12,11 @@
  *   group   a batch run by --procs workers in arrival order, then in the
  *           order kvc_group() gives (each group's first goes first)
  *
- * Every warm result is checked against a cold one: kvdemo exits 1 if a
- * cached prefix ever changed a logit.
+ * qa checks its --cold-runs prompts warm against cold, and modules every
+ * composition against a cold prefill: kvdemo exits 1 if a cached prefix
+ * ever changed a logit. (chat, multi and group only time and count; the
+ * exactness of every prefix length, across processes too, is what
+ * tests/integration/tinylm.c asserts.)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -91,7 +94,7 @@ static void usage(FILE *f)
 "\n"
 "Runs tinylm, a small transformer, against kvcached and shows what the\n"
 "cache saves: time to first token cold and warm, tokens reused, hit ratio.\n"
-"Every warm result is checked bit for bit against a cold one.\n"
+"qa and modules check warm results bit for bit against cold ones.\n"
 "\n"
 "  --socket PATH        kvcached's socket (default $KVCACHED_SOCKET, else the\n"
 "                       default path)\n"
@@ -588,6 +591,9 @@ static void run_workers(int n, void (*fn)(int))
 		if (pids[i] < 0)
 			die("fork: %s", strerror(errno));
 		if (!pids[i]) {
+			/* The daemon is the parent's: a worker that dies must not
+			 * take it down for everyone (die() stops dmn.pid). */
+			dmn.pid = 0;
 			fn(i);
 			fflush(stdout);
 			_exit(0);
@@ -838,9 +844,11 @@ static void group_worker(int p)
 		if (k >= (int)gn)
 			break;
 		i = gorder[k];
-		/* Grouped: the rest of a group starts once its leader is done. */
-		while (gwait && gleader[i] != i &&
-		       !__atomic_load_n(&gsh->done[gleader[i]], __ATOMIC_ACQUIRE))
+		/* Grouped: the rest of a group starts once its leader is done
+		 * (for a minute at most: a leader whose worker died must not
+		 * hang the others; they only lose the reuse). */
+		for (int waited = 0; gwait && gleader[i] != i && waited < 120000 &&
+		     !__atomic_load_n(&gsh->done[gleader[i]], __ATOMIC_ACQUIRE); waited++)
 			usleep(500);
 		snprintf(label, sizeof(label), "grp:%s:d%zu", gwait ? "grouped" : "arrival",
 			 i / opt.questions);

@@ -294,8 +294,13 @@ int tlm_model_load(struct tlm_model *m, const char *path, char *err, size_t errl
 	}
 	s.p = buf;
 	read_all(m, &s);
-	/* The namespace names the weights: FNV-1a of the whole file. */
+	/* The namespace names the weights: FNV-1a of the whole file, header
+	 * included (the same weight bytes read with another header are
+	 * another model). */
 	h = (h ^ (uint64_t)st.st_size) * 0x100000001b3ull;
+	for (size_t i = 0; i < sizeof(m->cfg); i++)
+		h = (h ^ ((const unsigned char *)&m->cfg)[i]) * 0x100000001b3ull;
+	h = (h ^ (uint64_t)m->shared_cls) * 0x100000001b3ull;	/* the sign of vocab */
 	for (size_t i = 0; i < got; i++)
 		h = (h ^ ((const unsigned char *)buf)[i]) * 0x100000001b3ull;
 	snprintf(m->name, sizeof(m->name), "tinylm-ckpt-%016llx-L%d-d%d", (unsigned long long)h,

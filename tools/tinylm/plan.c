@@ -97,7 +97,9 @@ int tlm_plan_build(struct tlm_plan *p, const struct tlm_schema *sc, const char *
 				return perr(err, errlen, -EINVAL, "argument %s given twice",
 					    args[a].name);
 			}
-		for (k = 0; k < sc->nmods && !found; k++)
+		/* It fills every param of that name in the named modules (names
+		 * are unique within a module only): it must fit each of them. */
+		for (k = 0; k < sc->nmods; k++)
 			for (j = 0; named[k] && j < sc->mods[k].nsegs; j++) {
 				const struct tlm_seg *g = &sc->mods[k].segs[j];
 
@@ -105,11 +107,11 @@ int tlm_plan_build(struct tlm_plan *p, const struct tlm_schema *sc, const char *
 					if (strlen(args[a].value) > g->plen) {
 						free(named);
 						return perr(err, errlen, -EINVAL,
-							    "argument %s: %zu tokens, param holds %u",
-							    args[a].name, strlen(args[a].value), g->plen);
+							    "argument %s: %zu tokens, param %s of module %s holds %u",
+							    args[a].name, strlen(args[a].value), g->param,
+							    sc->mods[k].name, g->plen);
 					}
 					found = 1;
-					break;
 				}
 			}
 		if (!found) {
