@@ -53,6 +53,25 @@ static int run(const char *const *spec, size_t n, size_t *order, size_t *group_o
 	return rc;
 }
 
+/* Sorted order differs from arrival order: groups are still numbered by
+ * their earliest prompt (E arrived first), which the cases above never
+ * needed (found by review). */
+static void test_groups_numbered_by_arrival(void **state)
+{
+	const char *spec[] = { "EEa", "DDa", "DDb" };
+	size_t order[3], g[3];
+
+	(void)state;
+	assert_int_equal(run(spec, 3, order, g), 2);
+	assert_int_equal(g[0], 0);
+	assert_int_equal(g[1], 1);
+	assert_int_equal(g[2], 1);
+	/* Leaders first, by group: E's, then D's earliest; then the rest. */
+	assert_int_equal(order[0], 0);
+	assert_int_equal(order[1], 1);
+	assert_int_equal(order[2], 2);
+}
+
 static void test_groups_leaders_first(void **state)
 {
 	/* Arrival: two documents D and E interleaved with questions. */
@@ -138,6 +157,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_groups_leaders_first),
+		cmocka_unit_test(test_groups_numbered_by_arrival),
 		cmocka_unit_test(test_leader_shares_most),
 		cmocka_unit_test(test_only_full_blocks_count),
 		cmocka_unit_test(test_errors),
