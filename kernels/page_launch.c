@@ -70,6 +70,35 @@ static unsigned grid_for(uint64_t work)
 }
 
 /*
+ * Copy a call's arguments (host, `words` words) into dev and launch the
+ * copy kernel for n blocks, both on the caller's stream: ordered for any
+ * kind of stream (a synchronous copy would run on the legacy stream, which
+ * a non-blocking stream does not wait for). From pageable memory the
+ * driver stages the bytes before it returns, so `host` may be freed then.
+ */
+static CUresult upload_and_launch(const struct kvk_module *m, enum kvk_dir dir,
+				  const struct kvk_layout *l, CUdeviceptr pool,
+				  const uint64_t *host, size_t words, size_t n, CUdeviceptr dev,
+				  CUstream stream)
+{
+	struct kvk_copy_params p;
+	void *args[] = { &p };
+	CUresult r;
+
+	r = kvk_cu.cuMemcpyHtoDAsync(dev, host, words * sizeof(*host), stream);
+	if (r != CUDA_SUCCESS)
+		return r;
+	p.pool = pool;
+	p.half = l->half;
+	p.segs = (uint64_t)n * 2 * l->layers;
+	p.args = dev;
+	p.layers = l->layers;
+	p.dir = dir;
+	return kvk_cu.cuLaunchKernel(m->copy, grid_for(p.segs), 1, 1, KVK_THREADS, 1, 1, 0,
+				     stream, args, NULL);
+}
+
+/*
  * For a GPU without stream-ordered allocation (no memory pools: some
  * vGPU set-ups): a plain buffer, and the call waits for the stream before
  * freeing it. Correct, but the caller's thread blocks until the copy ends.
@@ -78,28 +107,13 @@ static CUresult copy_launch_sync(const struct kvk_module *m, enum kvk_dir dir,
 				 const struct kvk_layout *l, CUdeviceptr pool,
 				 const uint64_t *host, size_t words, size_t n, CUstream stream)
 {
-	struct kvk_copy_params p;
-	void *args[] = { &p };
 	CUdeviceptr dev;
 	CUresult r;
 
 	r = kvk_cu.cuMemAlloc(&dev, words * sizeof(*host));
 	if (r != CUDA_SUCCESS)
 		return r;
-	/* On the caller's stream, so the kernel after it sees the arguments
-	 * whatever kind of stream it is (a synchronous copy runs on the legacy
-	 * stream, which a non-blocking stream does not wait for). */
-	r = kvk_cu.cuMemcpyHtoDAsync(dev, host, words * sizeof(*host), stream);
-	if (r == CUDA_SUCCESS) {
-		p.pool = pool;
-		p.half = l->half;
-		p.segs = (uint64_t)n * 2 * l->layers;
-		p.args = dev;
-		p.layers = l->layers;
-		p.dir = dir;
-		r = kvk_cu.cuLaunchKernel(m->copy, grid_for(p.segs), 1, 1, KVK_THREADS, 1, 1, 0,
-					  stream, args, NULL);
-	}
+	r = upload_and_launch(m, dir, l, pool, host, words, n, dev, stream);
 	if (r == CUDA_SUCCESS)
 		r = kvk_cu.cuStreamSynchronize(stream);
 	kvk_cu.cuMemFree(dev);
@@ -111,13 +125,11 @@ int kvk_copy_launch(const struct kvk_module *m, enum kvk_dir dir,
 		    const uint32_t *pages, const int64_t *blocks, size_t n,
 		    CUstream stream)
 {
-	struct kvk_copy_params p;
 	size_t words = 2 * (size_t)l->layers + 2 * n, j;
 	uint64_t *host;
 	CUdeviceptr dev;
 	CUresult r;
 	uint32_t i;
-	void *args[] = { &p };
 
 	if (!n)
 		return 0;
@@ -139,22 +151,9 @@ int kvk_copy_launch(const struct kvk_module *m, enum kvk_dir dir,
 	}
 	if (r != CUDA_SUCCESS)
 		goto out;
-	/*
-	 * From pageable memory the driver stages the bytes before it returns,
-	 * so `host` may be freed at once; the copy and the kernel are ordered
-	 * on the stream, and so is the free after them.
-	 */
-	r = kvk_cu.cuMemcpyHtoDAsync(dev, host, words * sizeof(*host), stream);
-	if (r == CUDA_SUCCESS) {
-		p.pool = pool;
-		p.half = l->half;
-		p.segs = (uint64_t)n * 2 * l->layers;
-		p.args = dev;
-		p.layers = l->layers;
-		p.dir = dir;
-		r = kvk_cu.cuLaunchKernel(m->copy, grid_for(p.segs), 1, 1, KVK_THREADS, 1, 1, 0,
-					  stream, args, NULL);
-	}
+	/* The copy, the kernel and the free after them are ordered on the
+	 * stream; `host` may be freed at once. */
+	r = upload_and_launch(m, dir, l, pool, host, words, n, dev, stream);
 	kvk_cu.cuMemFreeAsync(dev, stream);
 out:
 	free(host);
