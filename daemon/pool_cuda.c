@@ -202,10 +202,7 @@ int kvd_pool_cuda_open(struct kvd_pool *p, uint64_t bytes, uint32_t gpu)
 		}
 		g->mapped++;
 	}
-	memset(&acc, 0, sizeof(acc));
-	acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	acc.location.id = g->dev;
-	acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	kvk_cu_rw_access(&acc, g->dev);
 	if ((r = kvk_cu.cuMemSetAccess(g->va, g->reserved, &acc, 1)) != CUDA_SUCCESS ||
 	    /* Fresh device memory may hold another process's old data. */
 	    (r = kvk_cu.cuMemsetD8(g->va, 0, g->reserved)) != CUDA_SUCCESS ||

@@ -82,6 +82,14 @@ void kvk_cu_vmm_prop(CUmemAllocationProp *prop, CUdevice dev)
 	prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 }
 
+void kvk_cu_rw_access(CUmemAccessDesc *acc, CUdevice dev)
+{
+	memset(acc, 0, sizeof(*acc));
+	acc->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	acc->location.id = dev;
+	acc->flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+}
+
 int kvk_cu_check_vmm(CUdevice dev, int ordinal, char *buf, size_t len)
 {
 	int vmm = 0, fd = 0;

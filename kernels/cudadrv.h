@@ -55,6 +55,9 @@ const char *kvk_cu_err(CUresult r, const char *call, char *buf, size_t len);
 /* cuMemGetAllocationGranularity etc.: properties of a pinned device
  * allocation on `dev` exportable as a POSIX file descriptor. */
 void kvk_cu_vmm_prop(CUmemAllocationProp *prop, CUdevice dev);
+/* Read-write access for device dev, as the daemon and every client map
+ * the pool (cuMemSetAccess). */
+void kvk_cu_rw_access(CUmemAccessDesc *acc, CUdevice dev);
 
 /*
  * Check that device `dev` can hold a VMM pool shared by fd: virtual memory

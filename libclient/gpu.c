@@ -147,10 +147,7 @@ int kvc_gpu_attach(kvc_t *c, const struct kvproto_pool_r *pr, const int *fds,
 		}
 		g->mapped++;
 	}
-	memset(&acc, 0, sizeof(acc));
-	acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	acc.location.id = g->dev;
-	acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	kvk_cu_rw_access(&acc, g->dev);
 	r = kvk_cu.cuMemSetAccess(g->va, g->reserved, &acc, 1);
 	if (r != CUDA_SUCCESS) {
 		say(errbuf, errlen, "%s", kvk_cu_err(r, "cuMemSetAccess", msg, sizeof(msg)));
