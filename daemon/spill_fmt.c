@@ -146,6 +146,7 @@ int kvd_slot_hdr_check(const void *buf, size_t len, uint32_t bt, uint64_t page_b
 	hi.head_dim = h.ns.head_dim;
 	hi.block_tokens = h.ns.block_tokens;
 	hi.pos_kind = h.ns.pos_kind;
+	hi.shard = h.ns.shard;
 	memcpy(hi.model, h.ns.model, sizeof(hi.model));
 	if (kvproto_hello_ns(&hi, &ns) || ns.page_bytes != h.ns.page_bytes ||
 	    !kvshm_key_eq(ns.id, h.ns.id) || h.ns.block_tokens != bt)

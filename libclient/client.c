@@ -354,7 +354,9 @@ static int check_model(const struct kvc_model *m)
 	size_t nl;
 
 	if (!m || m->size != sizeof(*m) || m->flags || !m->name ||
-	    !zero_resv(m->resv, 4))
+	    !zero_resv(m->resv, 3) ||
+	    m->shard.tp_rank >= (m->shard.tp_size ? m->shard.tp_size : 1) ||
+	    m->shard.pp_rank >= (m->shard.pp_size ? m->shard.pp_size : 1))
 		return -EINVAL;
 	nl = strnlen(m->name, KVSHM_MODEL_NAME);
 	if (!nl || nl >= KVSHM_MODEL_NAME)
@@ -374,6 +376,10 @@ static void hello_of(const struct kvc_model *m, uint32_t max_pins,
 	hi->block_tokens = m->block_tokens;
 	hi->pos_kind = m->pos_kind;
 	hi->max_pins = max_pins;
+	hi->shard.tp_rank = m->shard.tp_rank;
+	hi->shard.tp_size = m->shard.tp_size;
+	hi->shard.pp_rank = m->shard.pp_rank;
+	hi->shard.pp_size = m->shard.pp_size;
 	strncpy(hi->model, m->name, sizeof(hi->model) - 1);
 	comm_name(hi->name, sizeof(hi->name));
 }

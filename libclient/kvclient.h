@@ -67,8 +67,25 @@ enum kvc_pos_kind {
 };
 
 /*
+ * Which part of a model parallelised across processes this client holds:
+ * tensor-parallel rank of tp_size ranks, pipeline stage pp_rank of
+ * pp_size stages. A rank's KV covers only its heads (or its layers), so
+ * the shard is part of the namespace: rank 0 and rank 1 of one model
+ * never share a block, two processes of the same rank do. All zero (the
+ * default) means not sharded, the same as tp 0 of 1 and pp 0 of 1.
+ */
+struct kvc_shard {
+	uint16_t tp_rank;	/* < tp_size */
+	uint16_t tp_size;	/* 0 or 1: no tensor parallelism */
+	uint16_t pp_rank;	/* < pp_size */
+	uint16_t pp_size;	/* 0 or 1: no pipeline parallelism */
+};
+
+/*
  * The model geometry and identity a client declares: its namespace. KV
- * never crosses namespaces. Every field must be set; resv must be zero.
+ * never crosses namespaces. Every field must be set (shard may be all
+ * zero); resv must be zero. `shard` took the place of the first reserved
+ * word, so a caller built before it (resv zeroed) declares no shard.
  */
 struct kvc_model {
 	uint32_t size;		/* sizeof(struct kvc_model) */
@@ -80,7 +97,8 @@ struct kvc_model {
 	uint32_t head_dim;	/* 1..65536 */
 	uint32_t block_tokens;	/* must equal the daemon's block-tokens */
 	uint32_t pos_kind;	/* enum kvc_pos_kind */
-	uint64_t resv[4];
+	struct kvc_shard shard;	/* tensor / pipeline parallel part */
+	uint64_t resv[3];
 };
 
 /*

@@ -4,6 +4,7 @@
  * small buffer per block (parent, tokens, extra digest) with the inlined
  * XXH3 so that a 256-block prefix costs a few microseconds.
  */
+#include <stdbool.h>
 #include <string.h>
 
 #define XXH_INLINE_ALL
@@ -22,7 +23,8 @@ static struct kvshm_key from_xxh(XXH128_hash_t x)
 struct kvshm_key kvshm_ns_id(const struct kvshm_ns *ns)
 {
 	/* Canonical bytes: fixed-width fields in a fixed order, then model. */
-	uint64_t buf[8 + KVSHM_MODEL_NAME / 8];
+	uint64_t buf[8 + KVSHM_MODEL_NAME / 8 + 1];
+	bool sharded = ns->shard.tp_size > 1 || ns->shard.pp_size > 1;
 	size_t n;
 
 	memset(buf, 0, sizeof(buf));
@@ -36,6 +38,11 @@ struct kvshm_key kvshm_ns_id(const struct kvshm_ns *ns)
 	buf[7] = ns->page_bytes;
 	n = strnlen(ns->model, KVSHM_MODEL_NAME);
 	memcpy(&buf[8], ns->model, n);
+	if (!sharded)	/* the identity an unsharded model always had */
+		return from_xxh(XXH3_128bits(buf, sizeof(buf) - 8));
+	buf[8 + KVSHM_MODEL_NAME / 8] = (uint64_t)ns->shard.tp_rank |
+		(uint64_t)ns->shard.tp_size << 16 | (uint64_t)ns->shard.pp_rank << 32 |
+		(uint64_t)ns->shard.pp_size << 48;
 	return from_xxh(XXH3_128bits(buf, sizeof(buf)));
 }
 

@@ -174,7 +174,9 @@ int kvproto_hello_ns(const struct kvproto_hello *hi, struct kvshm_ns *ns)
 	     hi->dtype_bytes != 8) ||
 	    !hi->layers || hi->layers > 4096 || !hi->kv_heads || hi->kv_heads > 4096 ||
 	    !hi->head_dim || hi->head_dim > 65536 || !hi->block_tokens ||
-	    hi->block_tokens > KVSHM_MAX_BLOCK_TOKENS)
+	    hi->block_tokens > KVSHM_MAX_BLOCK_TOKENS ||
+	    hi->shard.tp_rank >= (hi->shard.tp_size ? hi->shard.tp_size : 1) ||
+	    hi->shard.pp_rank >= (hi->shard.pp_size ? hi->shard.pp_size : 1))
 		return -EINVAL;
 	for (i = 0; i < 5; i++)
 		pb *= f[i];	/* at most 2^10 * 2^12 * 2 * 2^12 * 2^16 * 8: no overflow */
@@ -187,6 +189,9 @@ int kvproto_hello_ns(const struct kvproto_hello *hi, struct kvshm_ns *ns)
 	ns->pos_kind = hi->pos_kind;
 	ns->page_bytes = pb;
 	memcpy(ns->model, hi->model, nl);
+	ns->shard = hi->shard;
+	ns->shard.tp_size = hi->shard.tp_size ? hi->shard.tp_size : 1;
+	ns->shard.pp_size = hi->shard.pp_size ? hi->shard.pp_size : 1;
 	ns->id = kvshm_ns_id(ns);
 	return 0;
 }

@@ -50,7 +50,7 @@
 #include "segment.h"
 
 #define KVPROTO_MAGIC	0x4b564331u	/* "1CVK" */
-#define KVPROTO_VERSION 1u
+#define KVPROTO_VERSION 2u	/* 2: HELLO carries the shard */
 #define KVPROTO_MAX_LEN (16u << 20)	/* largest payload either side sends */
 #define KVPROTO_MAX_COUNT 65536u	/* records per message */
 
@@ -96,6 +96,7 @@ struct kvproto_hello {
 	uint32_t pad;
 	char model[KVSHM_MODEL_NAME];
 	char name[16];		/* process name for kvstat */
+	struct kvshm_shard shard;	/* all zero: not sharded */
 };
 
 struct kvproto_hello_r {
@@ -197,7 +198,7 @@ static inline uint64_t kvproto_pub_bytes(uint32_t n, uint32_t bt)
 }
 
 _Static_assert(sizeof(struct kvproto_hdr) == 16, "hdr");
-_Static_assert(sizeof(struct kvproto_hello) == 120, "hello");
+_Static_assert(sizeof(struct kvproto_hello) == 128, "hello");
 _Static_assert(sizeof(struct kvproto_pub) == 40, "pub");
 _Static_assert(sizeof(struct kvproto_pool_r) == 56, "pool_r");
 

@@ -174,6 +174,14 @@ enum kvshm_pos_kind {
 	KVSHM_POS_MAX = 3,
 };
 
+/* A model's tensor- / pipeline-parallel part (kvc_shard, normalised). */
+struct kvshm_shard {
+	uint16_t tp_rank;
+	uint16_t tp_size;
+	uint16_t pp_rank;
+	uint16_t pp_size;
+};
+
 /*
  * One model geometry plus identity. A row is written by the daemon while
  * `used` is 0, then `used` is set with a release store; readers load `used`
@@ -190,9 +198,10 @@ struct kvshm_ns {
 	uint32_t pos_kind;
 	uint32_t pad;
 	uint64_t page_bytes;		/* the namespace's own page size */
-	struct kvshm_key id;		/* hash of the fields above + model */
+	struct kvshm_key id;		/* hash of the fields above + model
+					 * (+ shard when sharded) */
 	char model[KVSHM_MODEL_NAME];	/* NUL-terminated */
-	uint64_t resv;
+	struct kvshm_shard shard;	/* sizes >= 1; 0/1 0/1: not sharded */
 };
 
 /* ----------------------------------------------------------- client rows */

@@ -129,6 +129,18 @@ static void copy_relaxed(void *dst, const void *src, size_t bytes)
 		d[i] = __atomic_load_n(&s[i], __ATOMIC_RELAXED);
 }
 
+static void ns_name(const struct kvshm_ns *ns, char *out)
+{
+	int n = snprintf(out, KVSHM_NS_NAME, "%s", ns->model);
+
+	if (ns->shard.tp_size > 1)
+		n += snprintf(out + n, KVSHM_NS_NAME - n, " tp%u/%u",
+			      ns->shard.tp_rank, ns->shard.tp_size);
+	if (ns->shard.pp_size > 1)
+		snprintf(out + n, KVSHM_NS_NAME - n, " pp%u/%u",
+			 ns->shard.pp_rank, ns->shard.pp_size);
+}
+
 int kvshm_snap_take(const struct kvshm_header *h, struct kvshm_snap *s)
 {
 	const _Atomic uint64_t *st = (const _Atomic uint64_t *)kvshm_stats(h);
@@ -146,8 +158,9 @@ int kvshm_snap_take(const struct kvshm_header *h, struct kvshm_snap *s)
 		s->v[i] = atomic_load_explicit(&st[i], memory_order_relaxed);
 
 	s->ns = calloc(h->geo.max_ns, sizeof(*s->ns));
+	s->ns_name = calloc(h->geo.max_ns, sizeof(*s->ns_name));
 	s->clients = calloc(h->geo.max_clients, sizeof(*s->clients));
-	if (!s->ns || !s->clients) {
+	if (!s->ns || !s->ns_name || !s->clients) {
 		kvshm_snap_free(s);
 		return -ENOMEM;
 	}
@@ -158,6 +171,7 @@ int kvshm_snap_take(const struct kvshm_header *h, struct kvshm_snap *s)
 			continue;	/* free, or being rewritten for a reuse */
 		copy_relaxed(&s->ns[i], r, sizeof(*r));
 		s->ns[i].model[KVSHM_MODEL_NAME - 1] = 0;
+		ns_name(&s->ns[i], s->ns_name[i]);
 		s->n_ns = i + 1;
 	}
 	for (i = 0, n = 0; i < h->geo.max_clients; i++) {
@@ -212,14 +226,16 @@ int kvshm_snap_take(const struct kvshm_header *h, struct kvshm_snap *s)
 void kvshm_snap_free(struct kvshm_snap *s)
 {
 	free(s->ns);
+	free(s->ns_name);
 	free(s->clients);
+	s->ns_name = NULL;
 	s->ns = NULL;
 	s->clients = NULL;
 }
 
 const char *kvshm_snap_model(const struct kvshm_snap *s, uint32_t ns_id)
 {
-	return ns_id < s->n_ns ? s->ns[ns_id].model : "?";
+	return ns_id < s->n_ns && s->ns_name[ns_id][0] ? s->ns_name[ns_id] : "?";
 }
 
 /* snprintf into a moving window; `need` counts what the whole text takes. */

@@ -32,6 +32,9 @@ struct kvshm_snap_client {
 	uint64_t writing;
 };
 
+/* A namespace's display name: "model" or "model tp1/2 pp0/4". */
+#define KVSHM_NS_NAME (KVSHM_MODEL_NAME + 32)
+
 struct kvshm_snap {
 	struct kvshm_geometry geo;
 	uint32_t pool_kind;
@@ -41,6 +44,7 @@ struct kvshm_snap {
 	uint64_t v[KVSHM_STAT_N];	/* indexed by KVSHM_STAT_ID(field) */
 	uint32_t n_ns;
 	struct kvshm_ns *ns;		/* rows in use, model NUL-terminated */
+	char (*ns_name)[KVSHM_NS_NAME];	/* per row: model, and its shard if any */
 	uint32_t n_clients;
 	struct kvshm_snap_client *clients;
 	uint32_t n_top;			/* sorted, most hit tokens first */
@@ -51,7 +55,8 @@ struct kvshm_snap {
 int kvshm_snap_take(const struct kvshm_header *h, struct kvshm_snap *s);
 void kvshm_snap_free(struct kvshm_snap *s);
 
-/* Model name of namespace id in a snapshot ("?" if unknown). */
+/* Display name of namespace id in a snapshot: the model name, followed
+ * by " tpR/N" and " ppR/N" for a sharded model ("?" if unknown). */
 const char *kvshm_snap_model(const struct kvshm_snap *s, uint32_t ns_id);
 
 /*

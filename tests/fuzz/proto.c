@@ -91,7 +91,10 @@ static void check_hello(const uint8_t *p)
 	      ns.block_tokens == hi.block_tokens && ns.pos_kind == hi.pos_kind);
 	CHECK(strnlen(ns.model, sizeof(ns.model)) == nl && !memcmp(ns.model, hi.model, nl));
 	/* The rest of the row is zero: it is hashed and written to shm. */
-	CHECK(ns.pad == 0 && ns.resv == 0);
+	CHECK(ns.pad == 0);
+	/* The shard, validated and normalised (sizes at least 1). */
+	CHECK(ns.shard.tp_size >= 1 && ns.shard.tp_rank < ns.shard.tp_size &&
+	      ns.shard.pp_size >= 1 && ns.shard.pp_rank < ns.shard.pp_size);
 	for (size_t i = nl; i < sizeof(ns.model); i++)
 		CHECK(ns.model[i] == 0);
 }

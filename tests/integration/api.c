@@ -50,6 +50,19 @@ static void test_open_arguments(void **state)
 	BAD_MODEL(block_tokens, 4096);
 	BAD_MODEL(pos_kind, 99);
 	BAD_MODEL(resv[2], 1);
+	BAD_MODEL(shard.tp_rank, 1);	/* rank 1 of an unsharded model */
+	BAD_MODEL(shard.pp_rank, 1);
+	{
+		struct kvc_model mb = m;
+
+		mb.shard.tp_size = 2;
+		mb.shard.tp_rank = 2;
+		assert_int_equal(kvc_open(&mb, &o, &c), -EINVAL);
+		mb.shard.tp_rank = 1;
+		mb.shard.pp_size = 4;
+		mb.shard.pp_rank = 4;
+		assert_int_equal(kvc_open(&mb, &o, &c), -EINVAL);
+	}
 	{
 		struct kvc_options ob = o;
 

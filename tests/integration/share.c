@@ -219,6 +219,86 @@ static void test_same_block_race_one_page_no_leak(void **state)
 	kvc_close(c);
 }
 
+
+/*
+ * Tensor-parallel ranks: rank 0 and rank 1 of one model hold different
+ * heads, so they never hit each other's blocks; another process of the
+ * same rank does. kvstat names the shard in its namespace column.
+ */
+static kvc_t *open_rank(const struct kvt_daemon *d, uint16_t tp_rank)
+{
+	struct kvc_model m = kvt_model();
+	struct kvc_options o = { .size = sizeof(o), .socket_path = d->sock };
+	kvc_t *c = NULL;
+
+	m.shard.tp_rank = tp_rank;
+	m.shard.tp_size = 2;
+	return kvc_open(&m, &o, &c) ? NULL : c;
+}
+
+static int rank_child(void *arg)
+{
+	const struct kvt_daemon *d = arg;
+	uint32_t t[6 * BT];
+	kvc_t *r1 = open_rank(d, 1);
+	int hits, cached = -1;
+
+	if (!r1)
+		return 10;
+	kvt_tokens(t, 6 * BT, 0, 31);
+	hits = kvt_get(r1, t, 6 * BT);	/* rank 0 published these */
+	if (hits != 0)
+		return 11;
+	if (kvt_put(r1, t, 6 * BT, &cached) != 0 || cached != 6)
+		return 12;
+	kvc_close(r1);
+	return 0;
+}
+
+static int same_rank_child(void *arg)
+{
+	const struct kvt_daemon *d = arg;
+	uint32_t t[6 * BT];
+	kvc_t *r1 = open_rank(d, 1);
+	int hits;
+
+	if (!r1)
+		return 10;
+	kvt_tokens(t, 6 * BT, 0, 31);
+	hits = kvt_get(r1, t, 6 * BT);
+	kvc_close(r1);
+	return hits == 6 ? 0 : 20 + (hits < 0 ? 9 : hits);
+}
+
+static void test_parallel_ranks_never_share(void **state)
+{
+	struct kvt_daemon *d = *state;
+	kvc_t *r0 = open_rank(d, 0), *plain = kvt_open(d, NULL);
+	uint32_t t[6 * BT];
+	char out[8192];
+	const char *args[] = { "--socket", d->sock, "--json", NULL };
+	int cached = -1;
+
+	assert_non_null(r0);
+	assert_non_null(plain);
+	kvt_tokens(t, 6 * BT, 0, 31);
+	assert_int_equal(kvt_put(r0, t, 6 * BT, &cached), 0);
+	assert_int_equal(cached, 6);
+	/* Another process, rank 1: a miss, and it publishes its own. */
+	assert_int_equal(kvt_wait(kvt_fork(rank_child, d)), 0);
+	/* A third process of rank 1 hits rank 1's blocks... */
+	assert_int_equal(kvt_wait(kvt_fork(same_rank_child, d)), 0);
+	/* ...and rank 0 still finds its own, while the unsharded model
+	 * (same name and geometry) sees neither. */
+	assert_int_equal(kvt_get(r0, t, 6 * BT), 6);
+	assert_int_equal(kvt_get(plain, t, 6 * BT), 0);
+	/* kvstat names the shard with the model. */
+	assert_int_equal(kvt_run(kvt_bin("kvstat"), args, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, " tp0/2\""));
+	kvc_close(r0);
+	kvc_close(plain);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -226,6 +306,7 @@ int main(void)
 		cmocka_unit_test(test_salt_and_extra_keys_isolate),
 		cmocka_unit_test(test_forked_clients_overlapping_prefixes),
 		cmocka_unit_test(test_same_block_race_one_page_no_leak),
+		cmocka_unit_test(test_parallel_ranks_never_share),
 	};
 
 	return cmocka_run_group_tests_name("integration/share", tests, kvt_setup, kvt_teardown);
