@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "../shm/ledger.h"
 #include "../shm/proto.h"
@@ -32,6 +33,7 @@ struct kvd_client {
 	uint32_t id;		/* row in d->clients; owner id is id + 1 */
 	int fd;
 	pid_t pid;
+	uint64_t since_ms;	/* kvd_now_ms() at accept: HELLO deadline */
 	uid_t uid;
 	gid_t gid;
 	uint32_t ns_id;
@@ -111,6 +113,15 @@ static inline uint32_t kvd_owner(const struct kvd_client *c)
 	return c->id + 1;
 }
 
+/* CLOCK_MONOTONIC in milliseconds. */
+static inline uint64_t kvd_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 /* Single-writer stat update (relaxed; see kvshm_stats). */
 static inline void kvd_stat_add(_Atomic uint64_t *c, int64_t v)
 {
@@ -178,6 +189,10 @@ int kvd_cache_free(struct kvd *d, struct kvd_client *c, uint32_t seq,
 uint32_t kvd_cache_reclaim(struct kvd *d, uint32_t owner);
 
 /* top.c */
+/* Pin slots of c's ledger naming a page right now (c's own word). */
+uint32_t kvd_ledger_pins(const struct kvd *d, const struct kvd_client *c);
+/* c holds pages: WRITING ones, or pins in its ledger. */
+bool kvd_client_holds(const struct kvd *d, const struct kvd_client *c);
 /* Feed c's new hit records into the top-prefix sketch. */
 void kvd_top_drain(struct kvd *d, struct kvd_client *c);
 /* Count pinned pages and pins in use over all ledgers. */
