@@ -185,6 +185,8 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		      const void *p, uint32_t len);
 int kvd_cache_free(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		   const void *p, uint32_t len);
+/* Pages one process may hold pinned or writing: max-share of the pool. */
+uint32_t kvd_share_pages(const struct kvd *d);
 /* Give back every WRITING page of owner; returns how many. */
 uint32_t kvd_cache_reclaim(struct kvd *d, uint32_t owner);
 
