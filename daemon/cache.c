@@ -197,7 +197,7 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		memcpy(&pub, rec + i * stride, sizeof(pub));
 		memcpy(tokens, rec + i * stride + sizeof(pub), (size_t)c->bt * 4);
 		/* A tier-1 copy of the block gives way to the new page. */
-		kvd_spill_unindex(d, pub.key, pub.parent, c->ns_id);
+		kvd_spill_unindex(d, pub.key, pub.parent, tokens, c->ns_id);
 		st = kvshm_page_publish(d->h, pub.page, pub.gen, kvd_owner(c), pub.key,
 					pub.parent, tokens, &res[i].page, &res[i].gen);
 		res[i].status = st;
