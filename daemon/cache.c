@@ -154,9 +154,12 @@ int kvd_cache_alloc(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		kvd_reply_error(d, c, seq, -ENOMEM, false, "out of memory");
 		return 0;
 	}
-	for (k = 0; k < n; k++)
+	for (k = 0; k < n; k++) {
 		if (kvshm_page_alloc(d->h, kvd_owner(c), c->ns_id, &out[k].page, &out[k].gen))
 			break;
+		if (d->damaged)	/* a hole found earlier was about its old use */
+			d->damaged[out[k].page] = 0;
+	}
 	c->writing += k;
 	if (k < a.n)
 		kvd_stat_add(&kvshm_stats(d->h)->alloc_short, 1);
@@ -196,6 +199,15 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 
 		memcpy(&pub, rec + i * stride, sizeof(pub));
 		memcpy(tokens, rec + i * stride + sizeof(pub), (size_t)c->bt * 4);
+		if (d->damaged && d->damaged[pub.page]) {
+			/* A client punched this page out while it was being
+			 * written: its KV is gone, never to be indexed. */
+			d->damaged[pub.page] = 0;
+			kvshm_page_free(d->h, pub.page, pub.gen, kvd_owner(c));
+			res[i].status = -EIO;
+			c->writing--;
+			continue;
+		}
 		/* A tier-1 copy of the block gives way to the new page. */
 		kvd_spill_unindex(d, pub.key, pub.parent, tokens, c->ns_id);
 		st = kvshm_page_publish(d->h, pub.page, pub.gen, kvd_owner(c), pub.key,

@@ -65,6 +65,8 @@ struct kvd {
 	struct kvd_client *clients;	/* cfg.max_clients rows */
 	uint32_t n_clients;
 	uint8_t *mark;			/* n_pages scratch for message checks */
+	uint8_t *damaged;		/* n_pages: punched out by a client (evict.c),
+					 * NULL until the first hole */
 	uint32_t hand;			/* CLOCK hand */
 	uint32_t low_pages, high_pages;
 
@@ -209,7 +211,8 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait);
 /* Evict every READY page of namespace ns_id that nobody pins; returns how
  * many are left (pinned or writing). */
 uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id);
-/* Drain access rings, then evict down to the watermarks. */
+/* Drain access rings, drop punched-out pages, then evict down to the
+ * watermarks. */
 void kvd_evict_tick(struct kvd *d);
 
 #endif

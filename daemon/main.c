@@ -193,6 +193,7 @@ out:
 	kvd_pool_close(&d.pool);
 	kvd_memfd_close(&d.seg);
 	free(d.mark);
+	free(d.damaged);
 	free(d.clients);
 	if (!rc)
 		kvd_info("stopped cleanly");

@@ -482,6 +482,12 @@ bool kvd_spill_page(struct kvd *d, uint32_t page)
 
 	if (!sp || sp->page_op[page])
 		return false;	/* (a write in flight: never a second one) */
+	if (d->damaged && d->damaged[page]) {
+		/* Punched out by a client: its contents are gone; evict it
+		 * plainly (and any clean copy on disk stays good). */
+		d->damaged[page] = 0;
+		return false;
+	}
 	slot = sp->backing[page];
 	if (slot--) {
 		sp->backing[page] = 0;
@@ -542,6 +548,16 @@ void kvd_spill_flush(struct kvd *d)
 	/* A refused submit stays queued and is retried by the next reap. */
 	if (d->spill && !d->spill->io_dead)
 		kvd_sio_flush(d->spill->io);
+}
+
+bool kvd_spill_cancel(struct kvd *d, uint32_t page)
+{
+	struct kvd_spill *sp = d->spill;
+
+	if (!sp || !sp->page_op[page])
+		return false;
+	sp->ops[sp->page_op[page] - 1].cancel = true;
+	return true;
 }
 
 bool kvd_spill_busy(const struct kvd *d, uint32_t page)

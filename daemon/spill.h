@@ -73,6 +73,10 @@ void kvd_spill_drain(struct kvd *d);
 void kvd_spill_unindex(struct kvd *d, struct kvshm_key key, struct kvshm_key parent,
 		       const uint32_t *tokens, uint32_t ns_id);
 
+/* A page whose spill write is in flight: that write will not make a
+ * slot (the page is freed when it completes). False if none. */
+bool kvd_spill_cancel(struct kvd *d, uint32_t page);
+
 /* Drop every slot of namespace ns_id (its row is being reused). */
 void kvd_spill_forget_ns(struct kvd *d, uint32_t ns_id);
 
