@@ -22,6 +22,8 @@
 #include <sys/timerfd.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <grp.h>
+#include <pwd.h>
 #include <unistd.h>
 
 #include <time.h>
@@ -51,8 +53,19 @@ static int prepare_path(const char *path)
 	slash = strrchr(dir, '/');
 	if (slash && slash != dir) {
 		*slash = 0;
+		struct stat st;
+
 		if (mkdir(dir, 0755) && errno != EEXIST) {
 			kvd_err("socket %s: cannot create folder %s: %s", path, dir, strerror(errno));
+			return -1;
+		}
+		/* A folder someone else controls could have the socket
+		 * replaced under us (and clients would talk to them). */
+		if (lstat(dir, &st) || !S_ISDIR(st.st_mode) ||
+		    (st.st_uid != geteuid() && st.st_uid != 0) ||
+		    ((st.st_mode & 0002) && !(st.st_mode & S_ISVTX))) {
+			kvd_err("socket %s: folder %s is owned by uid %u with mode %04o: not ours (or root's) and closed to others; choose another --socket",
+				path, dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
 			return -1;
 		}
 	}
@@ -68,6 +81,69 @@ static int prepare_path(const char *path)
 	}
 	if (errno == ECONNREFUSED)
 		unlink(path);	/* stale socket of a daemon that died */
+	return 0;
+}
+
+/* Is uid (of a user with these groups) let through a file of st? */
+static bool may_write(const struct stat *st, uid_t uid, const gid_t *g, int ng)
+{
+	int i;
+
+	if (uid == 0 || st->st_mode & 0002)
+		return true;
+	if (uid == st->st_uid)
+		return st->st_mode & 0200;
+	for (i = 0; i < ng; i++)
+		if (g[i] == st->st_gid)
+			return st->st_mode & 0020;
+	return false;
+}
+
+/*
+ * allow-users / allow-groups name who may attach; the socket file's mode
+ * decides who can connect at all. A user allowed by one and kept out by
+ * the other would only ever see "permission denied": refuse to start
+ * instead, naming both.
+ */
+static int check_reach(const struct kvd *d)
+{
+	struct stat st;
+	int i;
+
+	if (stat(d->cfg.socket, &st))
+		return 0;
+	for (i = 0; i < d->cfg.n_allow_uid; i++) {
+		uid_t u = d->cfg.allow_uid[i];
+		struct passwd pw, *res = NULL;
+		char buf[2048];
+		gid_t g[256];
+		int ng = 256;
+
+		if (u == 0 || u == geteuid())
+			continue;
+		if (!getpwuid_r(u, &pw, buf, sizeof(buf), &res) && res) {
+			if (getgrouplist(res->pw_name, res->pw_gid, g, &ng) < 0)
+				ng = 0;
+		} else {
+			ng = 0;
+		}
+		if (!may_write(&st, u, g, ng)) {
+			kvd_err("allow-users: uid %u cannot connect to %s (mode %04o, owner uid %u gid %u): set socket-mode 0666, or give the socket a group of theirs",
+				(unsigned)u, d->cfg.socket, (unsigned)(st.st_mode & 07777),
+				(unsigned)st.st_uid, (unsigned)st.st_gid);
+			return -1;
+		}
+	}
+	for (i = 0; i < d->cfg.n_allow_gid; i++) {
+		gid_t g = d->cfg.allow_gid[i];
+
+		if (!(st.st_mode & 0002) && !(g == st.st_gid && (st.st_mode & 0020))) {
+			kvd_err("allow-groups: gid %u cannot connect to %s (mode %04o, owner uid %u gid %u): set socket-mode 0666, or run kvcached with that group",
+				(unsigned)g, d->cfg.socket, (unsigned)(st.st_mode & 07777),
+				(unsigned)st.st_uid, (unsigned)st.st_gid);
+			return -1;
+		}
+	}
 	return 0;
 }
 
@@ -92,6 +168,8 @@ int kvd_server_open(struct kvd *d)
 		kvd_err("socket %s: %s", d->cfg.socket, strerror(errno));
 		return -1;
 	}
+	if (check_reach(d))
+		return -1;
 
 	sigemptyset(&ss);
 	sigaddset(&ss, SIGTERM);
