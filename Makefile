@@ -291,7 +291,9 @@ UNITDIR     ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 DOCDIR      ?= $(PREFIX)/share/doc/kvcached
 SYSCONFDIR  ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
-KVC_VERSION := $(shell sed -n 's/^.define KVC_VERSION_STRING "\(.*\)"/\1/p' libclient/kvclient.h)
+# The one version, from libclient/kvclient.h's KVC_VERSION_MAJOR/MINOR/PATCH.
+kvc_ver_part = $(shell sed -n 's/^\#define KVC_VERSION_$(1) \([0-9][0-9]*\)$$/\1/p' libclient/kvclient.h)
+KVC_VERSION := $(call kvc_ver_part,MAJOR).$(call kvc_ver_part,MINOR).$(call kvc_ver_part,PATCH)
 LIBREAL     := libkvclient.so.$(KVC_VERSION)
 INSTALL     ?= install
 SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BINDIR@|$(BINDIR)|g' \

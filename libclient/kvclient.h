@@ -41,12 +41,24 @@
 extern "C" {
 #endif
 
+/*
+ * The version of kvcached: the daemon, the tools, this library (its file
+ * name libkvclient.so.MAJOR.MINOR.PATCH), kvclient.pc and the manual pages
+ * all take it from the three numbers below (the Makefile reads them here);
+ * the rest is derived.
+ */
 #define KVC_VERSION_MAJOR 0
 #define KVC_VERSION_MINOR 2
 #define KVC_VERSION_PATCH 0
 /* major * 1000000 + minor * 1000 + patch, as kvc_version() returns */
-#define KVC_VERSION_NUMBER 2000
-#define KVC_VERSION_STRING "0.2.0"
+#define KVC_VERSION_NUMBER \
+	(KVC_VERSION_MAJOR * 1000000 + KVC_VERSION_MINOR * 1000 + KVC_VERSION_PATCH)
+#define KVC_STRINGIFY_(x) #x
+#define KVC_STRINGIFY(x) KVC_STRINGIFY_(x)
+/* "MAJOR.MINOR.PATCH", as kvc_version_string() returns */
+#define KVC_VERSION_STRING                                                   \
+	KVC_STRINGIFY(KVC_VERSION_MAJOR) "." KVC_STRINGIFY(KVC_VERSION_MINOR) "." \
+	KVC_STRINGIFY(KVC_VERSION_PATCH)
 
 /* Largest prompt a request takes, in tokens. */
 #define KVC_MAX_TOKENS (1u << 22)

@@ -766,6 +766,7 @@ static void usage(FILE *f)
 "                   starting one (it needs 16-token blocks and room for\n"
 "                   about 600 pages)\n"
 "  --help           this text\n"
+"  --version        kvbench's version\n"
 "\n"
 "Modes:\n");
 	for (m = 0; m < NELEM(modes); m++)
@@ -823,6 +824,7 @@ static void parse_args(int argc, char **argv)
 		{ "socket", required_argument, NULL, 'S' },
 		{ "mode", required_argument, NULL, 'm' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	bool seconds_set = false, modes_set = false;
@@ -869,6 +871,9 @@ static void parse_args(int argc, char **argv)
 			break;
 		case 'h':
 			usage(stdout);
+			exit(0);
+		case 'V':
+			printf("kvbench %s\n", KVC_VERSION_STRING);
 			exit(0);
 		case ':':
 			bad_usage("%s needs a value", argv[optind - 1]);

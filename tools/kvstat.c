@@ -54,6 +54,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../libclient/kvclient.h"
 #include "../libclient/observe.h"
 #include "../shm/segment.h"
 #include "../shm/stats.h"
@@ -923,6 +924,7 @@ static void usage(FILE *f)
 "                     sparkline; Ctrl-C stops\n"
 "  --count N          with --watch: stop after N frames\n"
 "  --help             this text\n"
+"  --version          kvstat's version\n"
 "\n"
 "Exit status: 0 ok, 1 no kvcached (or a segment version this kvstat does not\n"
 "read), 2 bad usage.\n");
@@ -949,6 +951,7 @@ static void parse_args(int argc, char **argv)
 		{ "watch", required_argument, NULL, 'w' },
 		{ "count", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	bool watch_set = false;
@@ -992,6 +995,9 @@ static void parse_args(int argc, char **argv)
 		}
 		case 'h':
 			usage(stdout);
+			exit(0);
+		case 'V':
+			printf("kvstat %s (shm layout %u)\n", KVC_VERSION_STRING, KVSHM_VERSION);
 			exit(0);
 		case ':':
 			bad_usage("%s needs a value", argv[optind - 1]);

@@ -68,7 +68,7 @@ static struct {
 	char dir[64], sock[108], log[128];
 } dmn;
 
-static void die(const char *fmt, ...)
+static void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -122,7 +122,7 @@ static void usage(FILE *f)
 "                       each union and every other module)\n"
 "  --arg NAME=VALUE     a param's value (repeat for more)\n"
 "  --user TEXT          the user text after the modules\n"
-"  --help\n");
+"  --help, --version\n");
 }
 
 static long parse_num(const char *name, const char *v, long min, long max)
@@ -149,11 +149,13 @@ static void parse_args(int argc, char **argv)
 		{ "turns", 1, 0, 'T' }, { "procs", 1, 0, 'p' }, { "gen", 1, 0, 'g' },
 		{ "schema", 1, 0, 'x' }, { "group-docs", 1, 0, 'G' },
 		{ "group-doc-tokens", 1, 0, 'j' }, { "cold-runs", 1, 0, 'C' },
-		{ "modules", 1, 0, 'M' }, { "arg", 1, 0, 'A' }, { "user", 1, 0, 'U' }, { "help", 0, 0, 'h' }, { 0 },
+		{ "modules", 1, 0, 'M' }, { "arg", 1, 0, 'A' }, { "user", 1, 0, 'U' }, { "help", 0, 0, 'h' },
+		{ "version", 0, 0, 'V' }, { 0 },
 	};
 	int c;
 
-	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+	opterr = 0;	/* one line naming the bad option, not the whole help */
+	while ((c = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
 		switch (c) {
 		case 'S': opt.socket = optarg; break;
 		case 's': opt.spawn = true; break;
@@ -197,7 +199,12 @@ static void parse_args(int argc, char **argv)
 		case 'G': opt.group_docs = parse_num("group-docs", optarg, 1, 256); break;
 		case 'j': opt.group_doc_tokens = parse_num("group-doc-tokens", optarg, 2, 1 << 20); break;
 		case 'h': usage(stdout); exit(0);
-		default: usage(stderr); exit(2);
+		case 'V': printf("kvdemo %s\n", KVC_VERSION_STRING); exit(0);
+		case ':': die("%s needs a value (see kvdemo --help)", argv[optind - 1]);
+		default:
+			if (optopt)
+				die("unknown option '-%c' (see kvdemo --help)", optopt);
+			die("unknown option '%s' (see kvdemo --help)", argv[optind - 1]);
 		}
 	}
 	if (optind < argc)
