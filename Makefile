@@ -101,16 +101,27 @@ FUZZ_CFLAGS  := -std=gnu11 -g -O1 -Wall -Wextra -Werror -MMD -MP -D_GNU_SOURCE \
 		-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
 
 .SECONDARY:
-.PHONY: all deps run test test-asan test-tsan check bench clean fuzz fuzz-build
+.PHONY: all deps deps-run run tools test test-asan test-tsan check bench clean fuzz fuzz-build
 all: $(KVCACHED) $(LIBA) $(LIBSO) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN) $(GPU_BIN)
 
+# Every package: what `make test` and the benchmarks need too.
 deps:
 	$(Q)./tools/install-deps
 
-# Foreground daemon on the default socket and a host pool.
-run: deps
-	$(Q)$(MAKE) --no-print-directory all
+# Only what building and running the daemon and its tools needs.
+deps-run:
+	$(Q)./tools/install-deps run
+
+# Foreground daemon on the default socket and a host pool: the packages
+# running needs and the daemon alone, built in parallel (no tests, no
+# libraries or tools it does not link). kvstat and kvdemo: `make tools`.
+run: deps-run
+	$(Q)$(MAKE) --no-print-directory -j$(NPROC) $(KVCACHED)
 	$(Q)exec $(KVCACHED) --foreground $(ARGS)
+
+# What one runs next to the daemon: kvstat, kvdemo and libkvclient.
+tools: deps-run
+	$(Q)$(MAKE) --no-print-directory -j$(NPROC) $(BUILD)/kvstat $(KVDEMO) $(LIBSO)
 
 # The plain build and the ASan+UBSan build run the same suites, so every
 # run of CI also runs the sanitizers.
