@@ -37,7 +37,7 @@ static int segment_open(struct kvd *d)
 	/* Room for both tiers: a block is indexed once, page or slot. */
 	geo.n_buckets = kvshm_buckets_for((uint64_t)geo.n_pages + geo.n_slots);
 	geo.max_clients = d->cfg.max_clients;
-	geo.max_ns = 64;
+	geo.max_ns = KVD_MAX_NS;
 	geo.ledger_slots = d->cfg.max_pins;
 	if (kvshm_layout(&h, &geo)) {
 		kvd_err("segment: geometry out of range");

@@ -140,7 +140,10 @@ struct kvc_options {
 	uint32_t max_pins;	/* pin slots wanted; 0: daemon default */
 	uint32_t pad;
 	/* Where the daemon's reason for refusing a connection is copied
-	 * (NUL-terminated), if not NULL. */
+	 * (NUL-terminated), if not NULL. After a kvc_open that succeeded it
+	 * is empty, or holds a warning: the model's page fills at most half
+	 * of the pool's page, so most of every page it takes stays unused
+	 * (the daemon logs the same; kvstat shows the waste). */
 	char *errbuf;
 	size_t errbuf_len;
 	uint64_t resv[4];
@@ -419,6 +422,19 @@ int kvc_scatter(struct kvc_req *r, size_t first_block, size_t n_blocks,
  */
 int kvc_group(const uint32_t *const *prompts, const size_t *lens, size_t n,
 	      size_t block_tokens, size_t *order, size_t *group_of);
+
+/*
+ * Drop every cached block of this handle's namespace (its model geometry
+ * and name, every salt): the pool pages nobody pins and its spill slots,
+ * in one round trip; pages pinned or being written (by this or another
+ * client) stay. For tools that fill a shared daemon with data nobody will
+ * look up again (kvbench does this when it is done). Free this handle's
+ * requests first, or their pinned pages stay. Returns the number of pool
+ * pages dropped. Errors: -EINVAL (NULL), -ENOTCONN, -ECHILD, -EAGAIN (a
+ * DROP from this handle in the same daemon tick already), -EPROTO /
+ * -EBADMSG, -ENOMEM, or an error the daemon sent.
+ */
+int kvc_drop_namespace(kvc_t *c);
 
 /* Bytes of one page of this handle's namespace, and of a pool slot. */
 size_t kvc_page_bytes(const kvc_t *c);

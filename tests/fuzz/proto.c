@@ -203,6 +203,22 @@ static void check_accepted(const struct kvproto_hdr *h, const uint8_t *p, uint32
 		      q.pool_bytes <= q.chunk_bytes * q.n_chunks);
 		break;
 	}
+	case KVPROTO_DROP:
+	case KVPROTO_RESET: {
+		struct kvproto_drop q;
+
+		CHECK(len == sizeof(q) && sizeof(q) == sizeof(struct kvproto_reset));
+		memcpy(&q, p, sizeof(q));
+		CHECK(q.flags == 0);
+		break;
+	}
+	case KVPROTO_DROP_R:
+		CHECK(len == sizeof(struct kvproto_drop_r));
+		read_records(p, 0, 1, len);
+		break;
+	case KVPROTO_RESET_R:
+		CHECK(len == sizeof(struct kvproto_reset_r));
+		break;
 	default:
 		CHECK(0);	/* an unknown type was accepted */
 	}
