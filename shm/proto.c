@@ -182,7 +182,8 @@ bool kvproto_page_waste(char *buf, size_t len, const char *model, uint64_t ns_pa
 	uint64_t fit = (ns_page + 4095) / 4096 * 4;	/* KiB, page-size's 4K steps */
 	char a[32], b[32];
 
-	if (!ns_page || ns_page > slot / 2)
+	/* Only when a daemon with fitting pages would at least halve it. */
+	if (!ns_page || fit * 1024 * 2 > slot)
 		return false;
 	human(a, sizeof(a), ns_page);
 	human(b, sizeof(b), slot);

@@ -254,8 +254,10 @@ int kvproto_hello_ns(const struct kvproto_hello *hi, struct kvshm_ns *ns);
 
 /*
  * Does a namespace whose pages are ns_page bytes waste a pool of slot-byte
- * pages? True when its page fills at most half a pool page: the rest of
- * every page it takes stays unused. Then the sentence the daemon logs and
+ * pages? True when its page, rounded up to the 4 KiB steps of page-size,
+ * is at most half a pool page: at least half of every page it takes stays
+ * unused, and a daemon with pages that fit would at least halve the
+ * memory it needs. Then the sentence the daemon logs and
  * the library puts in the caller's errbuf (NUL-terminated, cut to len) is
  * written to buf: the model, both sizes, the share used and the
  * --page-size that would fit it. False (buf untouched) otherwise.
