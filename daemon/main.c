@@ -93,7 +93,7 @@ int main(int argc, char **argv)
 		goto out;
 	if (kvd_server_open(&d))
 		goto out;
-	kvd_info("ready: socket %s, %u pages of %llu bytes, %u-token blocks, %u index buckets, segment %llu bytes",
+	kvd_info("ready: socket %s, %u KV pages of %llu bytes (page-size), %u-token blocks, %u index buckets, segment %llu bytes",
 		 d.cfg.socket, d.h->geo.n_pages, (unsigned long long)d.h->geo.page_bytes,
 		 d.h->geo.block_tokens, d.h->geo.n_buckets,
 		 (unsigned long long)d.h->segment_bytes);
