@@ -254,6 +254,16 @@ $(BUILD)/kernels/fatbin.o: $(BUILD)/kernels/fatbin.c
 	$(E) "  CC      $<"
 	$(Q)$(CC) $(filter-out -Werror -MMD -MP,$(CFLAGS)) -c -o $@ $<
 
+# The programs the docs quote (tools/examples/), built against the library
+# the way a user's program is; tests/integration/examples runs them.
+EXAMPLE_SRC := $(sort $(wildcard tools/examples/*.c))
+EXAMPLES    := $(EXAMPLE_SRC:tools/examples/%.c=$(BUILD)/examples/%)
+all: $(EXAMPLES)
+$(EXAMPLES): $(BUILD)/examples/%: tools/examples/%.c $(LIBA)
+	$(E) "  CC      $<"
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -Ilibclient -o $@ $< $(LIBA) $(LDFLAGS) -ldl
+
 # kvbench-gpu and kvbench's gpu mode share the measurement (gpucopy.c).
 $(BUILD)/kvbench-gpu: $(BUILD)/tools/bench/gpucopy.o
 

@@ -800,7 +800,7 @@ static void usage(FILE *f)
 "and the ratio.\n"
 "\n"
 "  --mode LIST      comma-separated modes to run (default: every built one)\n"
-"  --quick          short smoke run (about 30 s): fewer sizes, short rows\n"
+"  --quick          short smoke run (about 10 s): fewer sizes, short rows\n"
 "  --seconds N      seconds per result row, kvcached and peers together\n"
 "                   (default 1; --quick: 0.04)\n"
 "  --json           one JSON object on stdout instead of the table\n"

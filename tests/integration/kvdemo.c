@@ -7,7 +7,8 @@
  *     prefix's full blocks, also across processes), and with
  *     --compare-cold its cached run's logits and answer are bitwise those
  *     of a run with no cache;
- *   - --workload runs workloads in the order given;
+ *   - --workload runs workloads in the order given; TINYLM.md's
+ *     prompt-module example (tools/examples/trip.xml) runs as printed;
  *   - against a daemon it did not start: it takes the daemon's block
  *     size, warns when its pages are much smaller than the daemon's (with
  *     the page size that would fit), and says how to start a daemon that
@@ -245,6 +246,26 @@ static void test_external_daemon_geometry(void **state)
 	assert_int_equal(kvt_daemon_stop(&d), 0);
 }
 
+/* TINYLM.md's prompt-module example, as printed there (its schema is
+ * tools/examples/trip.xml): composed through the cache, bitwise equal to
+ * an uncached prefill. */
+static void test_schema_example(void **state)
+{
+	const char *args[] = { "--spawn", "--pool-size", "16M", TINY, "--workload", "modules",
+			       "--schema", "tools/examples/trip.xml", "--modules", "rome,plan",
+			       "--arg", "who=Ana", "--user", "When do museums open?", NULL };
+	char out[32768];
+	int rc;
+
+	(void)state;
+	rc = run_demo(args, out, sizeof(out));
+	if (rc)
+		fail_msg("kvdemo: status %d\n%s", rc, out);
+	assert_non_null(strstr(out, "== modules: schema trip"));
+	assert_non_null(strstr(out, "prompt 1 [rome plan]"));
+	assert_non_null(strstr(out, "cached compositions bitwise equal to uncached prefills"));
+}
+
 static void test_mistakes_named(void **state)
 {
 	const char *bad_opt[] = { "--spawn", "--no-such-option", NULL };
@@ -272,6 +293,7 @@ int main(void)
 		cmocka_unit_test(test_prompt_files_two_processes),
 		cmocka_unit_test(test_workload_order),
 		cmocka_unit_test(test_external_daemon_geometry),
+		cmocka_unit_test(test_schema_example),
 		cmocka_unit_test(test_mistakes_named),
 	};
 
