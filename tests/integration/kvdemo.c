@@ -28,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../lib/harness.h"
@@ -38,39 +37,6 @@
 static char dir[] = "/tmp/kvt-kvdemo.XXXXXX", f1[64], f2[64], f3[64];
 /* Bytes the three prompt files share, and each one's length. */
 #define SHARED 700
-
-/* kvt_run for longer argument lists: kvdemo with args, output into out. */
-static int run_demo(const char *const *args, char *out, size_t len)
-{
-	const char *argv[48];
-	int n = 0, pfd[2], st;
-	size_t got = 0;
-	ssize_t r;
-	pid_t p;
-
-	argv[n++] = kvt_bin("kvdemo");
-	while (*args && n < 47)
-		argv[n++] = *args++;
-	argv[n] = NULL;
-	assert_int_equal(pipe(pfd), 0);
-	p = fork();
-	assert_true(p >= 0);
-	if (!p) {
-		dup2(pfd[1], 1);
-		dup2(pfd[1], 2);
-		close(pfd[0]);
-		alarm(60);
-		execv(argv[0], (char **)argv);
-		_exit(127);
-	}
-	close(pfd[1]);
-	while (got + 1 < len && (r = read(pfd[0], out + got, len - got - 1)) > 0)
-		got += (size_t)r;
-	out[got] = 0;
-	close(pfd[0]);
-	assert_int_equal(waitpid(p, &st, 0), p);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
 
 static void write_file(const char *path, const char *a, const char *b)
 {
@@ -168,7 +134,7 @@ static void run_prompts(int procs)
 	int rc;
 
 	snprintf(p, sizeof(p), "%d", procs);
-	rc = run_demo(args, out, sizeof(out));
+	rc = kvt_run(kvt_bin("kvdemo"), args, out, sizeof(out));
 	if (rc)
 		fail_msg("kvdemo: status %d\n%s", rc, out);
 	check_prompts(out, procs);
@@ -197,7 +163,7 @@ static void test_workload_order(void **state)
 	char rest[256];
 
 	(void)state;
-	assert_int_equal(run_demo(args, out, sizeof(out)), 0);
+	assert_int_equal(kvt_run(kvt_bin("kvdemo"), args, out, sizeof(out)), 0);
 	chat = strstr(out, "== chat");
 	prompts = strstr(out, "== prompts");
 	assert_non_null(chat);
@@ -225,7 +191,7 @@ static void test_external_daemon_geometry(void **state)
 	(void)state;
 	assert_int_equal(kvt_daemon_start(&d, big), 0);
 	args[1] = d.sock;
-	rc = run_demo(args, out, sizeof(out));
+	rc = kvt_run(kvt_bin("kvdemo"), args, out, sizeof(out));
 	if (rc)
 		fail_msg("kvdemo: status %d\n%s", rc, out);
 	/* 8-token blocks of 1 layer x 2 x 16 x 4 bytes: 1 KiB pages. */
@@ -240,7 +206,7 @@ static void test_external_daemon_geometry(void **state)
 	assert_int_equal(kvt_daemon_start(&d, small), 0);
 	args[1] = d.sock;
 	args[3] = "2";
-	rc = run_demo(args, out, sizeof(out));
+	rc = kvt_run(kvt_bin("kvdemo"), args, out, sizeof(out));
 	assert_int_equal(rc, 2);
 	assert_non_null(strstr(out, "has 4096-byte pages; this model needs 8192-byte pages (32 tokens per block): start one that fits, e.g. build/kvcached --socket /tmp/kvdemo.sock --page-size 8K --block-tokens 32"));
 	assert_int_equal(kvt_daemon_stop(&d), 0);
@@ -258,7 +224,7 @@ static void test_schema_example(void **state)
 	int rc;
 
 	(void)state;
-	rc = run_demo(args, out, sizeof(out));
+	rc = kvt_run(kvt_bin("kvdemo"), args, out, sizeof(out));
 	if (rc)
 		fail_msg("kvdemo: status %d\n%s", rc, out);
 	assert_non_null(strstr(out, "== modules: schema trip"));
@@ -275,13 +241,13 @@ static void test_mistakes_named(void **state)
 	char out[8192];
 
 	(void)state;
-	assert_int_equal(run_demo(bad_opt, out, sizeof(out)), 2);
+	assert_int_equal(kvt_run(kvt_bin("kvdemo"), bad_opt, out, sizeof(out)), 2);
 	assert_string_equal(out, "kvdemo: unknown option '--no-such-option' (see kvdemo --help)\n");
-	assert_int_equal(run_demo(missing, out, sizeof(out)), 2);
+	assert_int_equal(kvt_run(kvt_bin("kvdemo"), missing, out, sizeof(out)), 2);
 	assert_string_equal(out, "kvdemo: --prompt-file /nonexistent/q.txt: No such file or directory\n");
-	assert_int_equal(run_demo(empty, out, sizeof(out)), 2);
+	assert_int_equal(kvt_run(kvt_bin("kvdemo"), empty, out, sizeof(out)), 2);
 	assert_non_null(strstr(out, "--workload prompts: give prompts with --prompt TEXT or --prompt-file FILE"));
-	assert_int_equal(run_demo(nodaemon, out, sizeof(out)), 2);
+	assert_int_equal(kvt_run(kvt_bin("kvdemo"), nodaemon, out, sizeof(out)), 2);
 	assert_non_null(strstr(out, "no kvcached at /nonexistent/kv.sock"));
 	assert_non_null(strstr(out, "--spawn"));
 }
