@@ -54,6 +54,7 @@ static struct {
 	uint64_t seed;
 	struct tlm_config cfg;
 	int doc_tokens, question_tokens, gen, procs, questions, turns, cold_runs;
+	int prompt_procs;	/* processes your prompts are spread over */
 	int group_docs, group_doc_tokens;
 	uint32_t block_tokens;
 	char workloads[64];
@@ -252,11 +253,10 @@ static void parse_args(int argc, char **argv)
 	if (optind < argc)
 		die("unexpected argument '%s' (see --help)", argv[optind]);
 	/* Your prompts, alone unless --workload says more; over one process
-	 * unless --procs says more. */
+	 * unless --procs says more (multi and group keep their 3). */
 	if (opt.nprompts && !opt.workloads_set)
 		strcpy(opt.workloads, "prompts");
-	if (opt.nprompts && !procs_set)
-		opt.procs = 1;
+	opt.prompt_procs = procs_set ? opt.procs : 1;
 	{
 		char buf[sizeof(opt.workloads)], *save, *t;
 
@@ -1180,7 +1180,7 @@ static void run_prompt(kvc_t *c, struct tlm_state *s, int i, int proc)
 	pr->ttft = r.ttft;
 	pr->tokens = r.tokens;
 	pr->hit = r.hit;
-	if (opt.procs > 1)
+	if (opt.prompt_procs > 1)
 		snprintf(procs, sizeof(procs), ", process %d", proc);
 	printf("  prompt %d (%s%s): %zu tokens, %zu hit tokens (%.1f%%), TTFT %.1f ms", i + 1,
 	       pname[i], procs, r.tokens, r.hit, 100.0 * (double)r.hit / (double)r.tokens,
@@ -1216,7 +1216,7 @@ static void prompt_worker(int p)
 
 	if (tlm_state_init(&s, &model, pmax + opt.gen + 1))
 		die("out of memory");
-	for (int i = p; i < opt.nprompts; i += opt.procs) {
+	for (int i = p; i < opt.nprompts; i += opt.prompt_procs) {
 		while (__atomic_load_n(&psh->next, __ATOMIC_ACQUIRE) != i)
 			if (__atomic_load_n(&psh->abort, __ATOMIC_ACQUIRE))
 				_exit(3);
@@ -1237,14 +1237,14 @@ static void run_prompts(kvc_t *c)
 	int differ = 0;
 
 	printf("\n== prompts: %d, in order, through automatic prefix caching%s%s\n", opt.nprompts,
-	       opt.procs > 1 ? ", spread over processes" : "",
+	       opt.prompt_procs > 1 ? ", spread over processes" : "",
 	       opt.compare_cold ? ", each also run cold" : "");
 	psh = mmap(NULL, sizeof(*psh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (psh == MAP_FAILED)
 		die("out of memory");
-	if (opt.procs > 1) {
+	if (opt.prompt_procs > 1) {
 		workers_abort = &psh->abort;
-		run_workers(opt.procs, prompt_worker);
+		run_workers(opt.prompt_procs, prompt_worker);
 		workers_abort = NULL;
 	} else {
 		struct tlm_state s;
