@@ -189,9 +189,14 @@ void kvd_stats_reset(struct kvd *d)
 		atomic_store_explicit(&st[i].published, 0, RELAXED);
 		atomic_store_explicit(&st[i].dropped, 0, RELAXED);
 	}
-	for (i = 0; i < d->cfg.max_clients; i++)
-		if (kvd_live(&d->clients[i]))
-			ledger_counts(d->clients[i].l, d->clients[i].ns_seen);
+	/* Hit records the clients wrote before now belong to the counts
+	 * being zeroed: take them in, then empty the sketch. */
+	for (i = 0; i < d->cfg.max_clients; i++) {
+		if (!kvd_live(&d->clients[i]))
+			continue;
+		ledger_counts(d->clients[i].l, d->clients[i].ns_seen);
+		kvd_top_drain(d, &d->clients[i]);
+	}
 	kvd_top_reset(d);
 	clock_gettime(CLOCK_REALTIME, &ts);
 	atomic_store_explicit(&kvshm_stats(d->h)->reset_time_ns,
