@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "connect.h"
 #include "observe.h"
 #include "../shm/proto.h"
 
@@ -21,31 +22,17 @@ static int fail(char *err, size_t len, int rc, const char *fmt, const char *a)
 	return rc;
 }
 
-/* Connect to path (NULL: the default socket), its name in sa. */
+/* Connect to path (NULL: the default socket), checking whom we reached
+ * (connect.c); the path, for messages, in sa. */
 static int obs_connect(const char *path, struct sockaddr_un *sa, char *err, size_t errlen)
 {
-	int fd, rc;
-
 	memset(sa, 0, sizeof(*sa));
 	sa->sun_family = AF_UNIX;
-	if (path) {
-		if (strlen(path) >= sizeof(sa->sun_path))
-			return fail(err, errlen, -ENAMETOOLONG, "socket path too long: %s", path);
-		strcpy(sa->sun_path, path);
-	} else if (kvproto_client_socket_path(sa->sun_path, sizeof(sa->sun_path))) {
-		return fail(err, errlen, -ENAMETOOLONG, "socket path too long%s", "");
-	}
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return fail(err, errlen, -errno, "socket: %s", strerror(errno));
-	if (connect(fd, (struct sockaddr *)sa, sizeof(*sa))) {
-		rc = -errno;
-		close(fd);
-		return fail(err, errlen, rc,
-			    "no kvcached at %s (is it running? set --socket or KVCACHED_SOCKET)",
-			    sa->sun_path);
-	}
-	return fd;
+	if (path)
+		snprintf(sa->sun_path, sizeof(sa->sun_path), "%s", path);
+	else if (kvproto_client_socket_path(sa->sun_path, sizeof(sa->sun_path)))
+		sa->sun_path[0] = 0;
+	return kvc_connect_daemon(path, err, errlen);
 }
 
 /*
