@@ -89,7 +89,7 @@ struct kvshm_header {
 	uint64_t start_time_ns;		/* CLOCK_REALTIME at creation */
 	/* Daemon, relaxed store: bumped every tick so readers see it is alive. */
 	_Atomic uint64_t heartbeat;
-	/* Since layout 5 (after heartbeat, whose offset readers rely on). */
+	/* Since layout 6 (after heartbeat, whose offset readers rely on). */
 	uint32_t ns_stats_bytes;	/* sizeof(struct kvshm_ns_stats) */
 	uint32_t pad1;
 	uint64_t off_ns_stats;		/* max_ns entries */

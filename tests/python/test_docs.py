@@ -13,6 +13,7 @@
   pages and kvclient.pc are stamped with, and every version the docs
   write next to kvcached or libkvclient (recorded benchmark runs keep the
   version they ran).
+- The shared-memory layout version the docs show is KVSHM_VERSION.
 - The manual pages `make` builds lint clean: groff -ww finds nothing, and
   man --warnings renders them without a word.
 """
@@ -157,6 +158,20 @@ def test_docs_say_the_version():
                              r"(\d+\.\d+\.\d+)(?: \((\d+)\))?", text):
             assert m.group(1) == v, "%s: %s" % (md.name, m.group(0))
             assert m.group(2) is None or int(m.group(2)) == n, "%s: %s" % (md.name, m.group(0))
+            found += 1
+    assert found >= 2
+
+
+def test_docs_say_the_layout_version():
+    """The shared-memory layout's version, where the docs show one."""
+    want = int(re.search(r"^#define KVSHM_VERSION (\d+)u", (ROOT / "shm" / "segment.h").read_text(),
+                         re.M).group(1))
+    found = 0
+    for md in DOCS:
+        text = without_recorded_runs(md)
+        for m in re.finditer(r"segment v(\d+)|\"shm_version\":(\d+)|shm layout (\d+)", text):
+            got = int(next(g for g in m.groups() if g))
+            assert got == want, "%s: %s (the layout is %d)" % (md.name, m.group(0), want)
             found += 1
     assert found >= 2
 
