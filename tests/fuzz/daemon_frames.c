@@ -62,6 +62,7 @@
 #include <unistd.h>
 
 #include "../lib/utf8_oracle.h"
+#include "../../daemon/closer.h"
 #include "../../daemon/kvd.h"
 #include "../../daemon/log.h"
 #include "../../daemon/spill.h"
@@ -500,6 +501,9 @@ static void pump(int target, const struct req *rq)
 	static const struct req none;
 	uint32_t i;
 
+	/* The daemon closes client connections on its closer threads
+	 * (closer.h): let them finish before looking for the hang-up. */
+	CHECK(kvd_closer_flush(10000));
 	for (i = 0; i < MAX_CLIENTS; i++) {
 		struct peer *pr = &peers[i];
 		struct kvd_client *c = &d.clients[i];
