@@ -22,7 +22,7 @@
 static void test_engine(void **state)
 {
 	/* Llama-3-8B's pages: the daemon's default 2 MiB. */
-	const char *dargs[] = { "--page-size", "2M", "--pool-size", "16M", NULL };
+	const char *dargs[] = { "--page-size", "2M", "--pool-size", "64M", NULL };
 	struct kvt_daemon d;
 	const char *args[] = { d.sock, NULL };
 	char out[4096];
