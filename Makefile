@@ -101,16 +101,27 @@ FUZZ_CFLAGS  := -std=gnu11 -g -O1 -Wall -Wextra -Werror -MMD -MP -D_GNU_SOURCE \
 		-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
 
 .SECONDARY:
-.PHONY: all deps run test test-asan test-tsan check bench clean fuzz fuzz-build
+.PHONY: all deps deps-run run tools test test-asan test-tsan check bench clean fuzz fuzz-build
 all: $(KVCACHED) $(LIBA) $(LIBSO) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN) $(GPU_BIN)
 
+# Every package: what `make test` and the benchmarks need too.
 deps:
 	$(Q)./tools/install-deps
 
-# Foreground daemon on the default socket and a host pool.
-run: deps
-	$(Q)$(MAKE) --no-print-directory all
+# Only what building and running the daemon and its tools needs.
+deps-run:
+	$(Q)./tools/install-deps run
+
+# Foreground daemon on the default socket and a host pool: the packages
+# running needs and the daemon alone, built in parallel (no tests, no
+# libraries or tools it does not link). kvstat and kvdemo: `make tools`.
+run: deps-run
+	$(Q)$(MAKE) --no-print-directory -j$(NPROC) $(KVCACHED)
 	$(Q)exec $(KVCACHED) --foreground $(ARGS)
+
+# What one runs next to the daemon: kvstat, kvdemo and libkvclient.
+tools: deps-run
+	$(Q)$(MAKE) --no-print-directory -j$(NPROC) $(BUILD)/kvstat $(KVDEMO) $(LIBSO)
 
 # The plain build and the ASan+UBSan build run the same suites, so every
 # run of CI also runs the sanitizers.
@@ -243,6 +254,27 @@ $(BUILD)/kernels/fatbin.o: $(BUILD)/kernels/fatbin.c
 	$(E) "  CC      $<"
 	$(Q)$(CC) $(filter-out -Werror -MMD -MP,$(CFLAGS)) -c -o $@ $<
 
+# The programs the docs quote (tools/examples/), built against the library
+# the way a user's program is; tests/integration/examples runs them.
+EXAMPLE_SRC := $(sort $(wildcard tools/examples/*.c))
+EXAMPLES    := $(EXAMPLE_SRC:tools/examples/%.c=$(BUILD)/examples/%)
+all: $(EXAMPLES)
+$(EXAMPLES): $(BUILD)/examples/%: tools/examples/%.c $(LIBA)
+	$(E) "  CC      $<"
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -Ilibclient -o $@ $< $(LIBA) $(LDFLAGS) -ldl
+
+# Manual pages (man/NAME.SECTION.in): `all` stamps them with the version
+# into $(BUILD)/man/ (the docs test lints them there); `make install`
+# stamps them again with its own paths.
+MAN_SRC := $(sort $(wildcard man/*.in))
+MANS    := $(MAN_SRC:man/%.in=$(BUILD)/man/%)
+all: $(MANS)
+$(MANS): $(BUILD)/man/%: man/%.in libclient/kvclient.h
+	$(E) "  GEN     $@"
+	$(Q)mkdir -p $(@D)
+	$(Q)$(SUBST) $< >$@.tmp && mv $@.tmp $@
+
 # kvbench-gpu and kvbench's gpu mode share the measurement (gpucopy.c).
 $(BUILD)/kvbench-gpu: $(BUILD)/tools/bench/gpucopy.o
 
@@ -280,8 +312,8 @@ clean:
 	rm -rf build build-asan build-tsan $(FUZZ_BUILD)
 
 # `make install [PREFIX=/usr] [DESTDIR=/tmp/stage]`: programs, libkvclient
-# (shared with its soname links, static, header, pkg-config), the systemd
-# unit and sysusers.d file, and the example config, which becomes
+# (shared with its soname links, static, header, pkg-config), the manual
+# pages, the systemd unit and sysusers.d file, and the example config, which becomes
 # $(SYSCONFDIR)/kvcached/kvcached.conf only if there is none yet.
 BINDIR      ?= $(PREFIX)/bin
 LIBDIR      ?= $(PREFIX)/lib
@@ -290,8 +322,11 @@ PKGCONFIGDIR?= $(LIBDIR)/pkgconfig
 UNITDIR     ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 DOCDIR      ?= $(PREFIX)/share/doc/kvcached
+MANDIR      ?= $(PREFIX)/share/man
 SYSCONFDIR  ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
-KVC_VERSION := $(shell sed -n 's/^.define KVC_VERSION_STRING "\(.*\)"/\1/p' libclient/kvclient.h)
+# The one version, from libclient/kvclient.h's KVC_VERSION_MAJOR/MINOR/PATCH.
+kvc_ver_part = $(shell sed -n 's/^\#define KVC_VERSION_$(1) \([0-9][0-9]*\)$$/\1/p' libclient/kvclient.h)
+KVC_VERSION := $(call kvc_ver_part,MAJOR).$(call kvc_ver_part,MINOR).$(call kvc_ver_part,PATCH)
 LIBREAL     := libkvclient.so.$(KVC_VERSION)
 INSTALL     ?= install
 SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BINDIR@|$(BINDIR)|g' \
@@ -320,6 +355,13 @@ install: all
 	$(Q)$(INSTALL) -m 0644 daemon/kvcached.sysusers $(DESTDIR)$(SYSUSERSDIR)/kvcached.conf
 	$(Q)$(INSTALL) -m 0644 $(BUILD)/install/kvcached.conf $(DESTDIR)$(DOCDIR)/kvcached.conf.example
 	$(Q)$(INSTALL) -m 0644 docs/INSTALL.md $(DESTDIR)$(DOCDIR)/INSTALL.md
+	$(Q)mkdir -p $(BUILD)/install/man
+	$(Q)for m in $(notdir $(MAN_SRC:%.in=%)); do \
+		sec=$${m##*.}; \
+		$(SUBST) man/$$m.in >$(BUILD)/install/man/$$m && \
+		$(INSTALL) -d $(DESTDIR)$(MANDIR)/man$$sec && \
+		$(INSTALL) -m 0644 $(BUILD)/install/man/$$m $(DESTDIR)$(MANDIR)/man$$sec/$$m || exit 1; \
+	done
 	$(Q)if [ -e $(DESTDIR)$(SYSCONFDIR)/kvcached/kvcached.conf ]; then \
 		echo "  KEEP    $(DESTDIR)$(SYSCONFDIR)/kvcached/kvcached.conf (exists; new example in $(DESTDIR)$(DOCDIR))"; \
 	else \
@@ -333,7 +375,8 @@ uninstall:
 		$(addprefix $(DESTDIR)$(LIBDIR)/,$(LIBREAL) $(SONAME) libkvclient.so libkvclient.a) \
 		$(DESTDIR)$(INCLUDEDIR)/kvclient.h $(DESTDIR)$(PKGCONFIGDIR)/kvclient.pc \
 		$(DESTDIR)$(UNITDIR)/kvcached.service $(DESTDIR)$(SYSUSERSDIR)/kvcached.conf \
-		$(DESTDIR)$(DOCDIR)/kvcached.conf.example $(DESTDIR)$(DOCDIR)/INSTALL.md
+		$(DESTDIR)$(DOCDIR)/kvcached.conf.example $(DESTDIR)$(DOCDIR)/INSTALL.md \
+		$(foreach m,$(notdir $(MAN_SRC:%.in=%)),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(m))
 	-rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null
 
 -include $(shell find $(BUILD) $(FUZZ_BUILD) -name '*.d' 2>/dev/null)

@@ -12,7 +12,10 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
-#define KVD_VERSION "0.1.0"
+#include "../libclient/kvclient.h"
+
+/* One version for everything: kvclient.h's (the Makefile reads it there). */
+#define KVD_VERSION KVC_VERSION_STRING
 #define KVD_MAX_ALLOW 32
 
 enum kvd_hugepages { KVD_HUGE_AUTO, KVD_HUGE_ON, KVD_HUGE_OFF };

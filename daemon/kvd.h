@@ -24,6 +24,11 @@
 #include "memfd.h"
 #include "pool.h"
 
+/* Namespace rows the daemon keeps (the segment's max_ns). */
+#define KVD_MAX_NS 64
+/* Ledger counters folded into per-namespace statistics (nsstat.c). */
+#define KVD_NS_FOLD 6
+
 struct kvd_client {
 	bool used;
 	bool hello;		/* HELLO accepted, ledger mapped */
@@ -45,6 +50,10 @@ struct kvd_client {
 	uint32_t nslots;	/* our own record of the ledger's size */
 	uint64_t ring_seen;
 	uint64_t hit_seen;	/* hit ring records consumed */
+	/* nsstat.c: this client's ledger counters already added to its
+	 * namespace's statistics; drop.c: d->ticks + 1 at its last DROP. */
+	uint64_t ns_seen[KVD_NS_FOLD];
+	uint64_t drop_tick;
 
 	/* Framing: one message at a time is read into `in`. */
 	uint8_t *in;
@@ -85,6 +94,11 @@ struct kvd {
 	/* Counters of clients that have left, folded into the totals. */
 	uint64_t gone_lookups, gone_hits, gone_misses, gone_pinfail;
 	uint64_t gone_lookup_tokens, gone_hit_tokens;
+
+	/* nsstat.c: the sweep counting each namespace's READY pages, a
+	 * slice of the page table per tick: where it is, counts so far. */
+	uint32_t ns_sweep_at;
+	uint32_t ns_sweep_pages[KVD_MAX_NS];
 };
 
 /* epoll tags: fixed sources, then one per client socket and pidfd. */
@@ -214,5 +228,27 @@ uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id);
 /* Drain access rings, drop punched-out pages, then evict down to the
  * watermarks. */
 void kvd_evict_tick(struct kvd *d);
+
+/* nsstat.c: per-namespace statistics, and resetting all the counters. */
+/* On the tick: fold the live clients' new ledger counts into their
+ * namespaces' statistics, count clients, sweep a slice of the pages. */
+void kvd_nsstat_tick(struct kvd *d);
+/* A client leaves: fold what it counted since the last tick. */
+void kvd_nsstat_retire(struct kvd *d, struct kvd_client *c);
+/* Zero row ns_id's statistics (before the row is written for a
+ * namespace). */
+void kvd_nsstat_clear(struct kvd *d, uint32_t ns_id);
+/* Zero every counter: daemon-wide, per namespace, the top-prefix sketch. */
+void kvd_stats_reset(struct kvd *d);
+/* RESET from c (before HELLO): reset if c is root or the daemon's own
+ * user, else refuse. Always ends c's connection: returns -1. */
+int kvd_nsstat_reset_req(struct kvd *d, struct kvd_client *c, uint32_t seq, const void *p);
+
+/* drop.c: DROP from c: evict every unpinned block of c's namespace (pool
+ * pages and spill slots). Returns 0, or -1 if c was dropped. */
+int kvd_drop_ns(struct kvd *d, struct kvd_client *c, uint32_t seq, const void *p);
+
+/* top.c: empty the top-prefix sketch (a reset of the statistics). */
+void kvd_top_reset(struct kvd *d);
 
 #endif

@@ -39,7 +39,7 @@ static int segment_open(struct kvd *d)
 	/* Room for both tiers: a block is indexed once, page or slot. */
 	geo.n_buckets = kvshm_buckets_for((uint64_t)geo.n_pages + geo.n_slots);
 	geo.max_clients = d->cfg.max_clients;
-	geo.max_ns = 64;
+	geo.max_ns = KVD_MAX_NS;
 	geo.ledger_slots = d->cfg.max_pins;
 	if (kvshm_layout(&h, &geo)) {
 		kvd_err("segment: geometry out of range");
@@ -148,7 +148,7 @@ int main(int argc, char **argv)
 		goto out;
 	if (kvd_server_open(&d))
 		goto out;
-	kvd_info("ready: socket %s, %u pages of %llu bytes, %u-token blocks, %u index buckets, segment %llu bytes",
+	kvd_info("ready: socket %s, %u KV pages of %llu bytes (page-size), %u-token blocks, %u index buckets, segment %llu bytes",
 		 d.cfg.socket, d.h->geo.n_pages, (unsigned long long)d.h->geo.page_bytes,
 		 d.h->geo.block_tokens, d.h->geo.n_buckets,
 		 (unsigned long long)d.h->segment_bytes);

@@ -460,6 +460,8 @@ int kvd_server_frame(struct kvd *d, struct kvd_client *c, const uint8_t *in)
 	}
 	if (!c->hello && h.type == KVPROTO_STAT)
 		return kvd_registry_stat(d, c, h.seq, p);
+	if (!c->hello && h.type == KVPROTO_RESET)
+		return kvd_nsstat_reset_req(d, c, h.seq, p);
 	if (!c->hello && h.type != KVPROTO_HELLO) {
 		kvd_reply_error(d, c, h.seq, -EPROTO, true, "expected HELLO first");
 		return -1;
@@ -488,6 +490,8 @@ int kvd_server_frame(struct kvd *d, struct kvd_client *c, const uint8_t *in)
 		return kvd_spill_restore(d, c, h.seq, p, h.len);
 	case KVPROTO_POOL:
 		return kvd_registry_pool(d, c, h.seq, p);
+	case KVPROTO_DROP:
+		return kvd_drop_ns(d, c, h.seq, p);
 	default:
 		kvd_reply_error(d, c, h.seq, -EPROTO, true, "message type %u is not a request",
 				h.type);
@@ -651,6 +655,7 @@ int kvd_server_run(struct kvd *d)
 				if (read(d->tfd, &x, sizeof(x)) == sizeof(x)) {
 					kvd_evict_tick(d);
 					kvd_registry_tick(d);
+					kvd_nsstat_tick(d);
 					watchdog(d);
 				}
 			} else if (tag >= KVD_EV_PIDFD && tag - KVD_EV_PIDFD < d->cfg.max_clients) {

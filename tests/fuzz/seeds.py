@@ -18,6 +18,7 @@ HELLO, HELLO_R, ALLOC, ALLOC_R, PUBLISH, PUBLISH_R = 1, 2, 3, 4, 5, 6
 FREE, FREE_R, ERROR, STAT, STAT_R, BYE = 7, 8, 9, 10, 11, 12
 RESTORE, RESTORE_R = 13, 14
 POOL, POOL_R = 32, 33
+DROP, DROP_R, RESET, RESET_R = 50, 51, 52, 53
 
 
 def frame(typ, payload=b"", seq=1, magic=MAGIC, length=None):
@@ -26,10 +27,11 @@ def frame(typ, payload=b"", seq=1, magic=MAGIC, length=None):
 
 
 def hello(model=b"llama-3-8b", bt=16, layers=1, kv=1, hd=64, dtype=2,
-          pos=1, pins=0, name=b"fuzz", version=1, flags=0):
+          pos=1, pins=0, name=b"fuzz", version=2, flags=0, shard=(0, 0, 0, 0)):
+    """struct kvproto_hello of protocol 2: the shard follows the name."""
     return struct.pack("<10I", version, flags, dtype, layers, kv, hd, bt,
                        pos, pins, 0) + model.ljust(64, b"\0")[:64] + \
-        name.ljust(16, b"\0")[:16]
+        name.ljust(16, b"\0")[:16] + struct.pack("<4H", *shard)
 
 
 def alloc(n, flags=0):
@@ -58,7 +60,8 @@ def keys(ks):
         struct.pack("<QQ", k, (k * 0x9E3779B97F4A7C15) % (1 << 64)) for k in ks)
 
 
-def stat(version=1, flags=0):
+def stat(version=2, flags=0):
+    """STAT, and DROP and RESET, which have the same shape."""
     return struct.pack("<II", version, flags)
 
 
@@ -111,6 +114,12 @@ def proto_seeds():
     write("proto", "pool", bt16 + frame(POOL, struct.pack("<II", 1, 0)) +
           frame(POOL_R, struct.pack("<IIQQQ16siI", 1, 3, 4 << 20, 2 << 20, 10 << 20,
                                     bytes(range(16)), 0, 0)))
+    # Dropping a namespace and resetting the statistics, with replies;
+    # then one with flags set and one a byte short.
+    write("proto", "drop-reset", bt16 + frame(DROP, stat()) +
+          frame(DROP_R, struct.pack("<4I", 12, 1, 3, 0)) + frame(RESET, stat()) +
+          frame(RESET_R, struct.pack("<II", 2, 0)) + frame(DROP, stat(flags=1)) +
+          frame(RESET, stat()[:7]))
 
 
 # ---------------------------------------------------------- daemon_frames
@@ -231,6 +240,27 @@ def daemon_seeds():
     write("daemon_frames", "violations", bad)
     write("daemon_frames", "bt1024", b"\x03" + f(HELLO, hello(bt=1024, hd=1, dtype=1)) +
           f(ALLOC, alloc(2), seq=2) + f(PUBLISH, pub(chain(2), 1024), seq=3, fix=True))
+    # A client drops its namespace while another pins part of it: the
+    # second DROP in the same tick is refused (-EAGAIN), the one after a
+    # tick goes through; with the spill tier on, slots are dropped too.
+    dr = bt16 + h + f(ALLOC, alloc(8), seq=2) + f(PUBLISH, pub(chain(8)), seq=3, fix=True)
+    dr += f(HELLO, hello(name=b"second"), row=1)
+    dr += op(OP_PIN, 1) + struct.pack("<HBB", 0, 0, 0)
+    dr += f(DROP, stat(), seq=4) + f(DROP, stat(), seq=5) + op(OP_TICK)
+    dr += f(DROP, stat(), seq=6) + f(DROP, stat(), row=1, seq=2) + op(OP_TICK)
+    write("daemon_frames", "drop", dr)
+    write("daemon_frames", "spill-drop", b"\x04" + full[1:] + op(OP_TICK) * 2 +
+          f(DROP, stat(), seq=4) + op(OP_TICK) + f(HELLO, hello(name=b"third"), row=2) +
+          f(RESTORE, keys([0, 1]), row=2, seq=2, fix=True))
+    # RESET from an observer in the middle of traffic, then more traffic:
+    # counting starts again from zero; a RESET of another protocol
+    # version, and one after HELLO (not an observer's), are refused.
+    rs = bt16 + h + f(ALLOC, alloc(4), seq=2) + f(PUBLISH, pub(chain(4)), seq=3, fix=True)
+    rs += op(OP_HIT) + struct.pack("<HIB", 0x1000, 64, 3) + b"doc" + op(OP_TICK)
+    rs += f(RESET, stat(), row=1) + op(OP_TICK)
+    rs += f(ALLOC, alloc(2), seq=4) + f(FREE, pgs([(4, 0), (5, 0)]), seq=5, fix=True)
+    rs += f(RESET, stat(version=9), row=2) + f(RESET, stat(), seq=6) + op(OP_TICK)
+    write("daemon_frames", "reset", rs)
     write("daemon_frames", "index-window", bt16 + h + f(ALLOC, alloc(30), seq=2) +
           f(PUBLISH, pub([(i, 1, (i + 1, 7 << 32), 0, i) for i in range(30)]), seq=3,
             fix=True) + op(OP_TICK))
