@@ -144,6 +144,11 @@ class Lib:
             fn.restype = restype
             fn.argtypes = argtypes
             setattr(self, name[4:], fn)
+        # kvc_req_free waits only for a request with pages granted and not
+        # published (one FREE round trip); else it is pure memory work.
+        self.req_free_nowait = pydll.kvc_req_free
+        self.req_free_nowait.restype = None
+        self.req_free_nowait.argtypes = [c_void_p]
         if missing:
             raise LibraryNotFound(
                 f"{path} is too old for this kvclient package: it lacks {', '.join(missing)}"

@@ -181,6 +181,10 @@ def _stream_of(stream: Any) -> int:
                     f"not {type(stream).__name__}")
 
 
+_U32 = _b._U32
+_I64 = _b._I64
+_new_request = object.__new__
+
 # Request stages (the C library's, plus released).
 _NEW, _LOOKED_UP, _ALLOCATED, _PUBLISHED, _RELEASED = 0, 1, 2, 3, 4
 
@@ -245,6 +249,9 @@ class Client:
         self._geom = model._geometry()
         # Hot-path functions, bound once.
         self._req_new = L.req_new
+        self._lookup = L.lookup
+        self._free_nowait = L.req_free_nowait
+        self._free_wait = L.req_free
 
     # -------------------------------------------------------------- life
 
@@ -302,7 +309,7 @@ class Client:
         h = self._h
         if h is None:
             raise ClientClosedError(_errno.EBADF, "the Client is closed")
-        conv = _b._U32.get(type(tokens))
+        conv = _U32.get(type(tokens))
         addr, n, keep = conv(tokens) if conv else _b.u32(tokens)
         if extra is not None:
             extra = _bytes_arg(extra, "extra")
@@ -310,9 +317,16 @@ class Client:
         rc = self._req_new(h, addr, n, extra, len(extra) if extra else 0, r)
         if rc < 0:
             raise _error(rc, "kvc_req_new")
-        req = Request(self, r)
+        # Request.__init__, inlined: this is the per-prompt path.
+        req = _new_request(Request)
+        req._c = self
+        req._r = r
+        req._key = key = r.value
+        req._stage = _NEW
+        req.hits = req.granted = 0
+        self._live.add(key)
         if label is not None:
-            rc = _L.lib().req_label(r, label.encode())
+            rc = _L._lib.req_label(r, label.encode())
             if rc < 0:
                 req.release()
                 raise _error(rc, "kvc_req_label", what=f"label {label!r}")
@@ -433,19 +447,21 @@ class Request:
         """Unpin every page and give back granted pages never published
         (kvc_req_free). Harmless when released. Page views obtained from this
         request must not be used afterwards."""
-        if self._stage == _RELEASED:
+        stage = self._stage
+        if stage == _RELEASED:
             return
         self._stage = _RELEASED
         c = self._c
         if c._h is not None:	# else close() freed it already
             c._live.discard(self._key)
-            _L.lib().req_free(self._r)
+            # Only unpublished granted pages need a round trip (GIL released).
+            if stage == _ALLOCATED and self.granted:
+                c._free_wait(self._r)
+            else:
+                c._free_nowait(self._r)
 
     def __enter__(self) -> "Request":
         return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
 
     def __del__(self):
         try:
@@ -468,6 +484,9 @@ class Request:
             return RequestReleasedError(_errno.EINVAL, f"{call}: the request was released")
         stage = ("new", "looked up", "allocated", "published")[self._stage]
         return RequestStateError(_errno.EINVAL, f"{call}: {need} (the request is {stage})")
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
     # -------------------------------------------------------------- info
 
@@ -500,7 +519,7 @@ class Request:
         call. Returns the number of leading blocks hit (also ``hits``)."""
         if self._stage != _NEW or self._c._h is None:
             raise self._stage_error("lookup", "call it once, first")
-        rc = _L._lib.lookup(self._r)
+        rc = self._c._lookup(self._r)
         if rc < 0:
             raise _error(rc, "kvc_lookup")
         self._stage = _LOOKED_UP
@@ -654,7 +673,7 @@ class Request:
         if kv._geom != c._geom or kv._pool != (c.pool_kind, c.pool_device):
             raise TensorError(_errno.EINVAL, f"{call[4:]}: this PagedKV was checked against "
                               "another model or pool than this request's Client")
-        conv = _b._I64.get(type(block_ids))
+        conv = _I64.get(type(block_ids))
         addr, n, keep = conv(block_ids) if conv else _b.i64(block_ids)
         nb = _L._lib.req_blocks(r)
         if first < 0 or first + n > nb:
