@@ -685,8 +685,7 @@ class Request:
             what = None
             if rc == -_errno.EINVAL:
                 what = (f"{call[4:]}: refused before any copy: an engine block id outside "
-                        f"0..{kv.num_blocks - 1}" + (" or repeated" if call == "kvc_gather"
-                                                    else ""))
+                        f"0..{kv.num_blocks - 1}")
             raise _error(rc, call, what=what)
 
 
