@@ -19,6 +19,7 @@ thread at a time (as in C). Calls that can wait release the GIL (see
 """
 from __future__ import annotations
 
+import array
 import ctypes
 import enum
 import errno as _errno
@@ -182,6 +183,7 @@ def _stream_of(stream: Any) -> int:
 
 
 _U32 = _b._U32
+_array = array.array
 _I64 = _b._I64
 _new_request = object.__new__
 
@@ -309,8 +311,11 @@ class Client:
         h = self._h
         if h is None:
             raise ClientClosedError(_errno.EBADF, "the Client is closed")
-        conv = _U32.get(type(tokens))
-        addr, n, keep = conv(tokens) if conv else _b.u32(tokens)
+        if type(tokens) is _array and tokens.typecode in "Ii":	# the cheapest input
+            addr, n = tokens.buffer_info()
+        else:
+            conv = _U32.get(type(tokens))
+            addr, n, keep = conv(tokens) if conv else _b.u32(tokens)
         if extra is not None:
             extra = _bytes_arg(extra, "extra")
         r = c_void_p()
@@ -485,8 +490,19 @@ class Request:
         stage = ("new", "looked up", "allocated", "published")[self._stage]
         return RequestStateError(_errno.EINVAL, f"{call}: {need} (the request is {stage})")
 
-    def __exit__(self, *exc) -> None:
-        self.release()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # release(), inlined: this runs once per prompt.
+        stage = self._stage
+        if stage == _RELEASED:
+            return
+        self._stage = _RELEASED
+        c = self._c
+        if c._h is not None:
+            c._live.discard(self._key)
+            if stage == _ALLOCATED and self.granted:
+                c._free_wait(self._r)
+            else:
+                c._free_nowait(self._r)
 
     # -------------------------------------------------------------- info
 
