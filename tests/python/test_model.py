@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -59,4 +60,5 @@ def test_doc_quotes_the_example():
     m = re.search(r"# --8<-- \[start:prefill\]\n(.*?)    # --8<-- \[end:prefill\]\n", src, re.S)
     assert m, "markers around Engine.prefill in engine_loop.py"
     doc = (ROOT / "docs" / "PYTHON.md").read_text()
-    assert m.group(1) in doc, "docs/PYTHON.md must quote Engine.prefill verbatim"
+    assert "```python\n" + textwrap.dedent(m.group(1)) + "```\n" in doc, \
+        "docs/PYTHON.md must quote Engine.prefill as it is in engine_loop.py"
