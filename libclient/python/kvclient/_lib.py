@@ -123,6 +123,12 @@ _PROTOS = (
 )
 
 
+# Called once or twice per prompt, always with a c_void_p instance, which
+# ctypes passes as the pointer it holds; without argtypes it skips the
+# conversion step (about 70 ns a call on the development VM).
+_UNCHECKED = {"kvc_lookup", "kvc_req_free"}
+
+
 class LibraryNotFound(ImportError):
     """libkvclient could not be loaded (see the message for where it looked)."""
 
@@ -142,13 +148,12 @@ class Lib:
                 missing.append(name)
                 continue
             fn.restype = restype
-            fn.argtypes = argtypes
+            fn.argtypes = None if name in _UNCHECKED else argtypes
             setattr(self, name[4:], fn)
         # kvc_req_free waits only for a request with pages granted and not
         # published (one FREE round trip); else it is pure memory work.
         self.req_free_nowait = pydll.kvc_req_free
         self.req_free_nowait.restype = None
-        self.req_free_nowait.argtypes = [c_void_p]
         if missing:
             raise LibraryNotFound(
                 f"{path} is too old for this kvclient package: it lacks {', '.join(missing)}"
