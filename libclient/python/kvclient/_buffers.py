@@ -115,36 +115,33 @@ def _dtype_matches(model_name: str | None, nbytes: int, t_name: str, t_bytes: in
 
 # ---------------------------------------------------- integer sequences
 
-def _seq_u32(seq):
-    try:
-        a = array.array("I", seq)
-    except OverflowError:
-        raise TensorError(22, "token ids must be integers in 0..2**32-1") from None
-    addr, n = a.buffer_info()
-    return addr, n, a
-
-
-def _seq_i64(seq):
-    try:
-        a = array.array("q", seq)
-    except OverflowError:
-        raise TensorError(22, "engine block ids must fit in a signed 64-bit integer") from None
-    addr, n = a.buffer_info()
-    return addr, n, a
-
-
-def _array_u32(a):
-    if a.itemsize == 4 and a.typecode in "IiLl":
+def _seq(typecode: str, what: str):
+    """Converter of any sequence of ints to an array.array of typecode."""
+    def conv(seq):
+        try:
+            a = array.array(typecode, seq)
+        except OverflowError:
+            raise TensorError(22, what) from None
         addr, n = a.buffer_info()
         return addr, n, a
-    return _seq_u32(a)
+    return conv
 
 
-def _array_i64(a):
-    if a.itemsize == 8 and a.typecode in "qlL":
-        addr, n = a.buffer_info()
-        return addr, n, a
-    return _seq_i64(a)
+def _array(typecodes: str, itemsize: int, seq):
+    """Converter of an array.array: by address when its items already are
+    integers of that width, else through seq."""
+    def conv(a):
+        if a.itemsize == itemsize and a.typecode in typecodes:
+            addr, n = a.buffer_info()
+            return addr, n, a
+        return seq(a)
+    return conv
+
+
+_seq_u32 = _seq("I", "token ids must be integers in 0..2**32-1")
+_seq_i64 = _seq("q", "engine block ids must fit in a signed 64-bit integer")
+_array_u32 = _array("IiLl", 4, _seq_u32)
+_array_i64 = _array("qlL", 8, _seq_i64)
 
 
 def _np_addr(a):

@@ -452,18 +452,7 @@ class Request:
         """Unpin every page and give back granted pages never published
         (kvc_req_free). Harmless when released. Page views obtained from this
         request must not be used afterwards."""
-        stage = self._stage
-        if stage == _RELEASED:
-            return
-        self._stage = _RELEASED
-        c = self._c
-        if c._h is not None:	# else close() freed it already
-            c._live.discard(self._key)
-            # Only unpublished granted pages need a round trip (GIL released).
-            if stage == _ALLOCATED and self.granted:
-                c._free_wait(self._r)
-            else:
-                c._free_nowait(self._r)
+        self.__exit__(None, None, None)
 
     def __enter__(self) -> "Request":
         return self
@@ -491,7 +480,7 @@ class Request:
         return RequestStateError(_errno.EINVAL, f"{call}: {need} (the request is {stage})")
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        # release(), inlined: this runs once per prompt.
+        # release(); the body is here because this runs once per prompt.
         stage = self._stage
         if stage == _RELEASED:
             return
