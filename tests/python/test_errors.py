@@ -312,3 +312,36 @@ def test_errno_classes(err, cls, base):
     assert "kvc_gather" in str(e)
     if err == errno.ECHILD:
         assert "open a new kvclient.Client in this process" in str(e)
+
+
+def test_cuda_pool_paths_without_a_gpu(daemon):
+    """What a cuda pool changes on the Python side, checked where it can be
+    without a GPU: a Client that sees its pool as GPU memory refuses host
+    tensors before any copy, refuses page views, and resolves streams; the
+    launch itself is `make test-gpu`'s."""
+    from types import SimpleNamespace
+    c = kvclient.Client(tiny_model(), socket=daemon.sock)
+    try:
+        good = (2, 4, 16, 2, 32)
+        kv = kvclient.PagedKV(c, [torch.zeros(good, dtype=torch.float16)])
+        # Host pool: any stream is accepted and ignored.
+        assert c._stream(7, kv) is None and c._stream(None, kv) is None
+        c.pool_kind, c.pool_device = "cuda", 0
+        for t in ([torch.zeros(good, dtype=torch.float16)], [np.zeros(good, np.float16)]):
+            with pytest.raises(kvclient.DeviceMemoryError, match="the pool is on cuda:0") as e:
+                kvclient.PagedKV(c, t)
+            assert e.value.errno == errno.EFAULT
+        with pytest.raises(kvclient.TensorDeviceError):
+            kvclient.PagedKV(c, [torch.zeros(good, dtype=torch.float16, device="meta")])
+        assert c._stream(12345, kv) == 12345
+        assert c._stream(SimpleNamespace(cuda_stream=77), kv) == 77
+        with pytest.raises(TypeError, match="stream"):
+            c._stream(SimpleNamespace(ptr=1), kv)
+        with c.request(tokens(16, 9)) as r:
+            r.lookup()
+            r.alloc()
+            with pytest.raises(kvclient.NotSupportedError, match="GPU memory"):
+                r.page(0)
+    finally:
+        c.pool_kind, c.pool_device = "host", None
+        c.close()

@@ -357,6 +357,8 @@ class Client:
         if stream is not None:
             s = _stream_of(stream)
             return s if self.pool_kind == "cuda" else None
+        if self.pool_kind != "cuda":
+            return None
         if kv._torch:
             import torch
             return torch.cuda.current_stream(self.pool_device).cuda_stream
@@ -684,7 +686,7 @@ class Request:
         if first < 0 or first + n > nb:
             raise TensorError(_errno.EINVAL, f"{call[4:]}: blocks {first}..{first + n - 1} "
                               f"are outside the request's {nb} blocks")
-        s = c._stream(stream, kv) if (stream is not None or c.pool_kind == "cuda") else None
+        s = c._stream(stream, kv) if stream is not None or c.pool_kind == "cuda" else None
         rc = fn(r, first, n, kv._layout, addr, s)
         if rc < 0:
             what = None
