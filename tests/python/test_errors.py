@@ -5,7 +5,6 @@ not fit are refused before any copy."""
 from __future__ import annotations
 
 import errno
-import os
 import socket
 import threading
 

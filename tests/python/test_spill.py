@@ -7,7 +7,6 @@ from __future__ import annotations
 import shutil
 import tempfile
 
-import numpy as np
 
 import kvclient
 from conftest import tiny_model, tokens, wait_for

@@ -25,12 +25,12 @@ import enum
 import errno as _errno
 import os
 from ctypes import byref, c_char, c_void_p
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from . import _buffers as _b
 from . import _lib as _L
 from .errors import (ClientClosedError, DeviceMemoryError, ForkedHandleError,
-                     InvalidArgumentError, KvcError, NoPageError, NotSupportedError,
+                     KvcError, NoPageError, NotSupportedError,
                      RequestReleasedError, RequestStateError, TensorDeviceError, TensorError,
                      WrongDeviceError, error_class)
 
