@@ -106,6 +106,18 @@ const struct kvshm_metric kvshm_metrics[] = {
 	M("kvcached_spill_warm_slots", "gauge",
 	  "Spilled blocks found on disk at start (warm restart).", NULL, "spill_warm",
 	  spill_warm),
+	M("kvcached_clients_timed_out_total", "counter",
+	  "Connections dropped for sending no HELLO within hello-timeout-ms.", NULL,
+	  "clients_timed_out", clients_timed_out),
+	M("kvcached_fds_passed_total", "counter",
+	  "File descriptors clients sent (not part of the protocol; closed off the event loop).",
+	  NULL, "fds_passed", fds_passed),
+	M("kvcached_pool_holes_total", "counter",
+	  "Pool pages found punched out (fallocate or MADV_REMOVE by a client); their blocks dropped.",
+	  NULL, "pool_holes", pool_holes),
+	M("kvcached_share_refused_total", "counter",
+	  "ALLOCs refused because the process holds its max-share of the pool.", NULL,
+	  "share_refused", share_refused),
 };
 #undef M
 const size_t kvshm_n_metrics = sizeof(kvshm_metrics) / sizeof(kvshm_metrics[0]);
