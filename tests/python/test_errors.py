@@ -5,6 +5,7 @@ not fit are refused before any copy."""
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import threading
 
@@ -46,11 +47,75 @@ def test_wrong_geometry_names_the_numbers(daemon):
 
 
 def test_not_trusted(daemon_factory):
-    d = daemon_factory("--allow-users", "65534")
+    d = daemon_factory("--allow-users", "65534", "--socket-mode", "0666")
     with pytest.raises(kvclient.NotTrustedError) as e:
         kvclient.Client(tiny_model(), socket=d.sock)
     assert e.value.errno == errno.EACCES and isinstance(e.value, PermissionError)
     assert "does not trust uid" in e.value.reason
+
+
+def _serve_as(path: str, uid: int, ready) -> None:
+    """A forked server that listens as `uid` (SO_PEERCRED reports the
+    credentials of listen()), accepts one connection and hangs up."""
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(path)
+    os.chmod(path, 0o666)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            srv.listen(4)
+            ready.set()
+            for _ in range(2):
+                conn, _ = srv.accept()
+                conn.recv(4096)
+                conn.close()
+        finally:
+            os._exit(0)
+    srv.close()
+    return pid
+
+
+def test_untrusted_daemon(tmp_path, monkeypatch):
+    """A socket served by another user is refused before anything is sent,
+    unless $KVCACHED_DAEMON_USER names that user."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to serve a socket as another user")
+    import multiprocessing
+    os.chmod(tmp_path, 0o755)
+    path = str(tmp_path / "other.sock")
+    ready = multiprocessing.get_context("fork").Event()
+    pid = _serve_as(path, 65534, ready)
+    try:
+        assert ready.wait(30)
+        with pytest.raises(kvclient.UntrustedDaemonError) as e:
+            kvclient.Client(tiny_model(), socket=path)
+        assert e.value.errno == errno.EKEYREJECTED and isinstance(e.value, ConnectionError)
+        assert "uid 65534" in e.value.reason and "KVCACHED_DAEMON_USER" in e.value.reason
+        monkeypatch.setenv("KVCACHED_DAEMON_USER", "65534")
+        # Trusted now: the HELLO goes out, and the server just hangs up.
+        with pytest.raises(kvclient.ConnectionLostError):
+            kvclient.Client(tiny_model(), socket=path)
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+
+
+def test_quota(daemon_factory):
+    """A process holding its share of the pool gets its ALLOC cut, then
+    refused."""
+    d = daemon_factory("--max-share", "10")	# 25 of 256 pages
+    with kvclient.Client(tiny_model(), socket=d.sock) as c:
+        with c.request(tokens(64 * 16, 11)) as r:
+            r.lookup()
+            got = r.alloc()
+            assert 0 < got < 64
+            with c.request(tokens(8 * 16, 12)) as r2:
+                r2.lookup()
+                with pytest.raises(kvclient.QuotaError) as e:
+                    r2.alloc()
+                assert e.value.errno == errno.EDQUOT and "max-share" in str(e.value)
 
 
 def _open_when_free(sock):

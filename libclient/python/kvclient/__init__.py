@@ -34,9 +34,9 @@ from .errors import (ClientClosedError, ConnectionLostError, DeviceMemoryError,
                      ForkedHandleError, GeometryError, InvalidArgumentError, KeyCollisionError,
                      KvcError, NoDaemonError, NoDeviceError, NoPageError, NoSpaceError,
                      NotSupportedError, NotTrustedError, OutOfMemoryError, ProtocolError,
-                     ReadOnlyBlockError, RequestReleasedError, RequestStateError,
+                     QuotaError, ReadOnlyBlockError, RequestReleasedError, RequestStateError,
                      TensorDeviceError, TensorError, TooBigError, TooManyClientsError,
-                     TooManyModelsError, WrongDeviceError)
+                     TooManyModelsError, UntrustedDaemonError, WrongDeviceError)
 
 LibraryNotFound = _lib.LibraryNotFound
 
@@ -49,9 +49,10 @@ __all__ = [
     "KvcError", "ClientClosedError", "ConnectionLostError", "DeviceMemoryError",
     "ForkedHandleError", "GeometryError", "InvalidArgumentError", "KeyCollisionError",
     "NoDaemonError", "NoDeviceError", "NoPageError", "NoSpaceError", "NotSupportedError",
-    "NotTrustedError", "OutOfMemoryError", "ProtocolError", "ReadOnlyBlockError",
+    "NotTrustedError", "OutOfMemoryError", "ProtocolError", "QuotaError", "ReadOnlyBlockError",
     "RequestReleasedError", "RequestStateError", "TensorDeviceError", "TensorError",
-    "TooBigError", "TooManyClientsError", "TooManyModelsError", "WrongDeviceError",
+    "TooBigError", "TooManyClientsError", "TooManyModelsError", "UntrustedDaemonError",
+    "WrongDeviceError",
 ]
 
 

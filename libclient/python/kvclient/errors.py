@@ -33,7 +33,14 @@ class NoDaemonError(KvcError, ConnectionError):
 
 
 class NotTrustedError(KvcError, PermissionError):
-    """The daemon does not trust this user: allow-users / allow-groups (EACCES)."""
+    """The daemon does not trust this user (allow-users / allow-groups), or
+    the socket file's mode keeps this user out (EACCES)."""
+
+
+class UntrustedDaemonError(KvcError, ConnectionError):
+    """This process refused the daemon: it runs as a user that is not this
+    one, root, the kvcached service user or $KVCACHED_DAEMON_USER, or the
+    per-user socket folder is not this user's own (EKEYREJECTED)."""
 
 
 class ProtocolError(KvcError):
@@ -67,6 +74,11 @@ class ForkedHandleError(KvcError):
 class NoSpaceError(KvcError):
     """No free pages or pin slots: the pool is full of pinned pages, or
     this Client's pin quota (max_pins) is used up (ENOSPC)."""
+
+
+class QuotaError(KvcError):
+    """This process holds its share of the pool already, pinned or being
+    written (the daemon's max-share): release requests first (EDQUOT)."""
 
 
 class KeyCollisionError(KvcError):
@@ -141,6 +153,8 @@ _BY_ERRNO = {
     _e.ENOENT: NoDaemonError,
     _e.ECONNREFUSED: NoDaemonError,
     _e.EACCES: NotTrustedError,
+    _e.EKEYREJECTED: UntrustedDaemonError,
+    _e.EDQUOT: QuotaError,
     _e.EPROTO: ProtocolError,
     _e.EBADMSG: ProtocolError,
     _e.EMEDIUMTYPE: GeometryError,
