@@ -308,13 +308,26 @@ $(BUILD)/tests/unit/tinylm $(BUILD)/tests/unit/group: $(BUILD)/tests/unit/%: $(B
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm
 
+# The Python binding (libclient/python/kvclient) builds nothing: it loads
+# libkvclient.so with ctypes. Its tests (tests/python/test_*.py, run by
+# tests/run-tests) use small C programs (tests/python/*.c) built here to
+# write and check pages from C.
+PYTEST_SRC := $(sort $(wildcard tests/python/*.c))
+PYTEST_BIN := $(PYTEST_SRC:tests/python/%.c=$(BUILD)/tests/python/%)
+all: $(PYTEST_BIN)
+
+$(PYTEST_BIN): $(BUILD)/tests/python/%: $(BUILD)/tests/python/%.o $(TESTLIB_OBJ) $(LIBA)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ldl
+
 clean:
 	rm -rf build build-asan build-tsan $(FUZZ_BUILD)
 
 # `make install [PREFIX=/usr] [DESTDIR=/tmp/stage]`: programs, libkvclient
 # (shared with its soname links, static, header, pkg-config), the manual
-# pages, the systemd unit and sysusers.d file, and the example config, which becomes
-# $(SYSCONFDIR)/kvcached/kvcached.conf only if there is none yet.
+# pages, the systemd unit and sysusers.d file, the example config, which
+# becomes $(SYSCONFDIR)/kvcached/kvcached.conf only if there is none yet,
+# and the Python package kvclient (in PYTHONDIR, below).
 BINDIR      ?= $(PREFIX)/bin
 LIBDIR      ?= $(PREFIX)/lib
 INCLUDEDIR  ?= $(PREFIX)/include
@@ -329,6 +342,18 @@ kvc_ver_part = $(shell sed -n 's/^\#define KVC_VERSION_$(1) \([0-9][0-9]*\)$$/\1
 KVC_VERSION := $(call kvc_ver_part,MAJOR).$(call kvc_ver_part,MINOR).$(call kvc_ver_part,PATCH)
 LIBREAL     := libkvclient.so.$(KVC_VERSION)
 INSTALL     ?= install
+# The Python package goes where the distribution's python3 looks: for
+# PREFIX=/usr Debian's $(PREFIX)/lib/python3/dist-packages (any Python 3),
+# else the interpreter's own folder under PREFIX (on Debian
+# /usr/local/lib/python3.X/dist-packages), else its site-packages there.
+# Evaluated by install only: `make` and `make run` need no Python.
+PYTHON      ?= $(firstword $(wildcard /usr/bin/python3) python3)
+PY_PKG      := $(sort $(wildcard libclient/python/kvclient/*.py)) libclient/python/kvclient/py.typed
+PYTHONDIR   ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(shell \
+	$(PYTHON) -c 'import sys, sysconfig; p = sys.argv[1].rstrip("/"); \
+	d = [x for x in sys.path if x.startswith(p + "/lib/python") and x.endswith("-packages")]; \
+	print(d[0] if d else sysconfig.get_path("purelib", "posix_prefix", {"base": p, "platbase": p}))' \
+	$(PREFIX) 2>/dev/null || echo $(PREFIX)/lib/python3/dist-packages))
 SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BINDIR@|$(BINDIR)|g' \
 	    -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
 	    -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' \
@@ -362,6 +387,12 @@ install: all
 		$(INSTALL) -d $(DESTDIR)$(MANDIR)/man$$sec && \
 		$(INSTALL) -m 0644 $(BUILD)/install/man/$$m $(DESTDIR)$(MANDIR)/man$$sec/$$m || exit 1; \
 	done
+	$(Q)pydir='$(PYTHONDIR)'; $(INSTALL) -d "$(DESTDIR)$$pydir/kvclient" && \
+		$(INSTALL) -m 0644 $(PY_PKG) "$(DESTDIR)$$pydir/kvclient/" && \
+		printf '# Written by make install: where it put libkvclient.\nLIBDIR = "%s"\n' \
+			'$(LIBDIR)' >"$(DESTDIR)$$pydir/kvclient/_installed.py" && \
+		chmod 0644 "$(DESTDIR)$$pydir/kvclient/_installed.py"
+	$(Q)$(INSTALL) -m 0644 docs/PYTHON.md $(DESTDIR)$(DOCDIR)/PYTHON.md
 	$(Q)if [ -e $(DESTDIR)$(SYSCONFDIR)/kvcached/kvcached.conf ]; then \
 		echo "  KEEP    $(DESTDIR)$(SYSCONFDIR)/kvcached/kvcached.conf (exists; new example in $(DESTDIR)$(DOCDIR))"; \
 	else \
@@ -376,7 +407,12 @@ uninstall:
 		$(DESTDIR)$(INCLUDEDIR)/kvclient.h $(DESTDIR)$(PKGCONFIGDIR)/kvclient.pc \
 		$(DESTDIR)$(UNITDIR)/kvcached.service $(DESTDIR)$(SYSUSERSDIR)/kvcached.conf \
 		$(DESTDIR)$(DOCDIR)/kvcached.conf.example $(DESTDIR)$(DOCDIR)/INSTALL.md \
-		$(foreach m,$(notdir $(MAN_SRC:%.in=%)),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(m))
+		$(foreach m,$(notdir $(MAN_SRC:%.in=%)),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(m)) \
+		$(DESTDIR)$(DOCDIR)/PYTHON.md
+	pydir='$(PYTHONDIR)'; rm -f $(addprefix "$(DESTDIR)$$pydir/kvclient/",$(notdir $(PY_PKG))) \
+		"$(DESTDIR)$$pydir/kvclient/_installed.py" && \
+		rm -rf "$(DESTDIR)$$pydir/kvclient/__pycache__" && \
+		{ rmdir "$(DESTDIR)$$pydir/kvclient" 2>/dev/null || true; }
 	-rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null
 
 -include $(shell find $(BUILD) $(FUZZ_BUILD) -name '*.d' 2>/dev/null)

@@ -213,6 +213,13 @@ int kvc_req_label(struct kvc_req *r, const char *label);
 size_t kvc_req_blocks(const struct kvc_req *r);
 
 /*
+ * The request's key chain, as kvc_keys computed it for its tokens and
+ * extra keys: writes min(blocks, max_keys) keys, returns the number of
+ * full blocks. Errors: -EINVAL (NULL request, NULL keys with max_keys > 0).
+ */
+int kvc_req_keys(const struct kvc_req *r, struct kvc_key *keys, size_t max_keys);
+
+/*
  * Find and pin the longest cached prefix: no system call, no lock shared
  * with other processes. Returns the number of leading blocks hit (each
  * verified against its parent key and tokens, then pinned), 0..blocks.
@@ -459,6 +466,38 @@ struct kvc_stats {
 
 /* Errors: -EINVAL. */
 int kvc_stats(const kvc_t *c, struct kvc_stats *out);
+
+/*
+ * The daemon's own statistics, as kvstat shows them (bindings use these to
+ * offer what `kvstat --json` and /metrics show). Both read the handle's
+ * read-only mapping of shared memory: no round trip, no lock; counters may
+ * be a daemon tick apart from each other, never torn. A handle whose
+ * connection ended still reads them.
+ */
+
+/* One daemon-wide counter or gauge. */
+struct kvc_stat {
+	const char *name;	/* as in kvstat --json "counters"; static */
+	uint64_t value;
+};
+
+/*
+ * Fill out[0..min(n, max)) with every counter and gauge, in kvstat's
+ * order, and return n, how many this library knows (call with max 0 to
+ * size the array). Errors: -EINVAL (NULL handle, NULL out with max > 0),
+ * -ECHILD (handle inherited across fork).
+ */
+int kvc_daemon_stats(const kvc_t *c, struct kvc_stat *out, size_t max);
+
+/*
+ * The same snapshot with the per-client rows and the hottest prefixes, in
+ * the Prometheus text format the daemon's /metrics serves (what `kvstat
+ * --prometheus` prints). Writes at most len bytes, NUL-terminated when len
+ * > 0, and returns the length of the whole text, like snprintf (call
+ * again with a larger buffer when it is >= len). Errors: -EINVAL (NULL
+ * handle, NULL buf with len > 0), -ECHILD, -ENOMEM.
+ */
+int64_t kvc_daemon_metrics(const kvc_t *c, char *buf, size_t len);
 
 /* Text for a negative return value of any kvc_ function. */
 const char *kvc_strerror(int err);

@@ -25,6 +25,9 @@
  *   gpu      (bench/gpu.c)     gather/scatter kernels in GB/s against
  *            cuMemcpyDtoD of the same bytes; rows skipped, saying why,
  *            without a CUDA build, driver or GPU.
+ *   python   (bench/python.c)  what the Python binding adds to a request
+ *            (kvc_req_new + kvc_lookup + kvc_req_free of 1 and 256 cached
+ *            blocks) against the same calls from C, in ns per request.
  *
  * Modes that other parts bring (the spill tier, the reference engine, a
  * GPU pool) are named in the table already with weak symbols: adding one
@@ -84,6 +87,7 @@ static const struct mode modes[] = {
 	{ "spill", mode_spill, "spill tier (tools/bench/spill.c)" },
 	{ "ttft", mode_ttft, "tinylm time to first token, warm vs cold prefill" },
 	{ "gpu", mode_gpu, "gather/scatter kernels GB/s vs cuMemcpyDtoD (skipped: no GPU)" },
+	{ "python", mode_python, "the Python binding per request vs the same calls from C" },
 };
 static bool mode_on[NELEM(modes)];
 
@@ -852,7 +856,7 @@ static void parse_modes(const char *list)
 			if (!strcmp(tok, modes[m].name))
 				break;
 		if (m == NELEM(modes))
-			bad_usage("--mode %s: unknown mode (modes: lookup, publish, pages, spill, ttft, gpu)",
+			bad_usage("--mode %s: unknown mode (modes: lookup, publish, pages, spill, ttft, gpu, python)",
 				  tok);
 		if (!modes[m].fn)
 			bad_usage("--mode %s: not built into this kvbench (no tools/bench/%s.c)",

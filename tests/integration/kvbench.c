@@ -132,11 +132,17 @@ static double num_field(const char *line, const char *name, bool *is_null)
 	return strtod(p, NULL);
 }
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED 1
+#else
+#define SANITIZED 0
+#endif
+
 static void quick_json(void **state)
 {
 	const char *args[] = { "--quick", "--json", NULL };
 	bool have_redis = installed("redis-server"), have_mc = installed("memcached");
-	int rows = 0, by_mode[5] = { 0, 0, 0, 0, 0 }, redis_rows = 0, mc_rows = 0;
+	int rows = 0, by_mode[6] = { 0, 0, 0, 0, 0, 0 }, redis_rows = 0, mc_rows = 0;
 	char *out, *err, *line, *save = NULL;
 	int rc;
 
@@ -172,6 +178,23 @@ static void quick_json(void **state)
 				continue;
 			}
 		}
+		if (strstr(line, "\"mode\":\"python\"")) {
+			by_mode[5]++;
+			/* The Python binding's rows: figures against C, except in
+			 * a sanitizer build, whose library python3 cannot load. */
+			if (!strstr(line, "\"skipped\":null")) {
+				assert_true(SANITIZED);
+				assert_true(kv_null && peer_null && ratio_null);
+				assert_non_null(strstr(line, "\"skipped\":\"sanitizer build"));
+				continue;
+			}
+			/* A difference of two noisy figures: any sign. */
+			if (strstr(line, "\"op\":\"py_added\"")) {
+				assert_false(kv_null);
+				assert_true(peer == 2000 && !ratio_null);
+				continue;
+			}
+		}
 		assert_false(kv_null);
 		assert_true(kv > 0);
 		if (strstr(line, "\"skipped\":null")) {
@@ -202,14 +225,17 @@ static void quick_json(void **state)
 		redis_rows += !!strstr(line, "\"peer_kind\":\"redis-");
 		mc_rows += !!strstr(line, "\"peer_kind\":\"memcached-");
 	}
-	printf("kvbench --quick --json: %d rows (lookup %d, publish %d, pages %d, ttft %d, gpu %d; redis %d, memcached %d)\n",
-	       rows, by_mode[0], by_mode[1], by_mode[2], by_mode[3], by_mode[4], redis_rows,
-	       mc_rows);
+	printf("kvbench --quick --json: %d rows (lookup %d, publish %d, pages %d, ttft %d, gpu %d, python %d; redis %d, memcached %d)\n",
+	       rows, by_mode[0], by_mode[1], by_mode[2], by_mode[3], by_mode[4], by_mode[5],
+	       redis_rows, mc_rows);
 	assert_true(by_mode[0] > 0 && by_mode[1] > 0 && by_mode[2] > 0);
 	/* ttft: warm and miss rows against the cold prefill; gpu: gather and
 	 * scatter, measured or skipped. */
 	assert_int_equal(by_mode[3], 2);
 	assert_int_equal(by_mode[4], 2);
+	/* python: 1 and 256 blocks, each array tokens, what they add, list
+	 * tokens; or the two skipped rows of a sanitizer build. */
+	assert_int_equal(by_mode[5], SANITIZED ? 2 : 6);
 	assert_true(redis_rows > 0 && mc_rows > 0);
 	free(out);
 	free(err);

@@ -162,5 +162,7 @@ void mode_pages(void);
 void mode_spill(void);
 void mode_ttft(void);
 void mode_gpu(void);
+/* The Python binding's cost per request vs C (bench/python.c). */
+void mode_python(void);
 
 #endif
