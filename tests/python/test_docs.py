@@ -69,7 +69,7 @@ def blocks(md: Path):
 
 def dedent(lines: list[str]) -> list[str]:
     used = [l for l in lines if l.strip()]
-    n = min((len(l) - len(l.lstrip("\t")) for l in used), default=0)
+    n = min((len(l) - len(l.lstrip("\t ")) for l in used), default=0)
     return [l[n:] for l in lines]
 
 

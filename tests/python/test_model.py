@@ -3,14 +3,12 @@
 prompt's KV from its paged cache (vLLM's FlashAttention layout), another,
 with a different block table, gathers the hits and prefills the rest, and
 its logits equal a cold prefill bit for bit for every cached prefix length.
-Also runs the engine loop example of docs/PYTHON.md, which that page
-quotes."""
+Also runs the examples docs/PYTHON.md quotes (tests/python/test_docs.py
+checks the quotes)."""
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -54,11 +52,15 @@ def test_engine_loop_example(daemon_factory):
     ]
 
 
-def test_doc_quotes_the_example():
-    """docs/PYTHON.md shows the example's engine loop as it is in the file."""
-    src = (EXAMPLES / "engine_loop.py").read_text()
-    m = re.search(r"# --8<-- \[start:prefill\]\n(.*?)    # --8<-- \[end:prefill\]\n", src, re.S)
-    assert m, "markers around Engine.prefill in engine_loop.py"
-    doc = (ROOT / "docs" / "PYTHON.md").read_text()
-    assert "```python\n" + textwrap.dedent(m.group(1)) + "```\n" in doc, \
-        "docs/PYTHON.md must quote Engine.prefill as it is in engine_loop.py"
+def test_tour_example(daemon_factory):
+    d = daemon_factory("--page-size", "8K")
+    env = child_env()
+    env["KVCACHED_SOCKET"] = d.sock
+    out = subprocess.run([sys.executable, str(EXAMPLES / "tour.py")], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines() == [
+        "attempt 1: 0 of 5 blocks cached",
+        "attempt 2: 5 of 5 blocks cached",
+        "gathered 5 blocks: block 3 holds 3.0",
+    ]

@@ -124,7 +124,7 @@ class Engine:
             out.append(_rms(x) @ lm.lm_head)
         return torch.cat(out) if out else torch.empty(0, lm.vocab)
 
-    # --8<-- [start:prefill]
+    # quote: prefill
     def prefill(self, prompt: torch.Tensor, publish: bool = True):
         """Prefill one prompt through kvcached: returns (logits of the tokens
         computed here, blocks that came from the cache, the block table)."""
@@ -142,7 +142,7 @@ class Engine:
                     req.scatter(self.kv, table[hits:hits + got])
                     req.publish()                # now every client can hit them
         return logits, hits, table               # pins released on exit
-    # --8<-- [end:prefill]
+    # end quote
 
 
 def main(argv: list[str] | None = None) -> int:
