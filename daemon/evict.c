@@ -15,6 +15,7 @@
  * free pages, synchronously before it answers.
  */
 #include "../shm/page.h"
+#include "events.h"
 #include "kvd.h"
 #include "log.h"
 #include "spill.h"
@@ -88,8 +89,10 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 			    KVSHM_PAGE_EVICTING) {
 				/* To the spill tier (free when its write is
 				 * done), or plainly. */
-				if (!kvd_spill_page(d, batch[i]))
+				if (!kvd_spill_page(d, batch[i])) {
+					kvd_events_page_gone(d, batch[i]);
 					kvshm_page_evict_finish(d->h, batch[i]);
+				}
 				freed++;
 			} else {
 				backed++;
@@ -140,6 +143,7 @@ uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id)
 		else if (st != KVSHM_PAGE_FREE)
 			left++;
 	}
+	kvd_events_ns_cleared(d, ns_id);
 	return left;
 }
 

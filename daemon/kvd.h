@@ -75,6 +75,7 @@ struct kvd {
 	uint32_t evict_backoff;
 	struct kvd_metrics *metrics;	/* /metrics server, or NULL */
 	struct kvd_spill *spill;	/* spill tier (spill.c), or NULL */
+	struct kvd_events *events;	/* KV events (events.c), or NULL */
 	uint64_t watchdog_usec;		/* 0: no systemd watchdog */
 	uint64_t watchdog_last;		/* CLOCK_MONOTONIC usec of the last ping */
 
@@ -89,6 +90,7 @@ enum {
 	KVD_EV_SIGNAL,
 	KVD_EV_TIMER,
 	KVD_EV_SPILL,
+	KVD_EV_EVENTS,
 	KVD_EV_CLIENT = 16,		/* + client id (max-clients <= 4096) */
 	KVD_EV_PIDFD = 16 + 8192,	/* + client id */
 };

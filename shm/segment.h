@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 4u
+#define KVSHM_VERSION 5u
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -153,6 +153,14 @@ struct kvshm_stats {
 	_Atomic uint64_t restore_misses;	/* asked for, not restored */
 	_Atomic uint64_t spill_read_bps;	/* measured restore bandwidth, B/s */
 	_Atomic uint64_t spill_warm;		/* slots found at start (warm) */
+	/* KV events for cluster routers (daemon/events.c); zero while
+	 * --kv-events is not set. */
+	_Atomic uint64_t kv_events_enabled;	/* 1 while publishing */
+	_Atomic uint64_t kv_events;		/* events in batches sent */
+	_Atomic uint64_t kv_event_batches;	/* batches sent */
+	_Atomic uint64_t kv_event_drops;	/* batches dropped: queue full */
+	_Atomic uint64_t kv_event_replays;	/* replay requests served */
+	_Atomic uint64_t kv_event_replay_errors;	/* malformed or refused */
 };
 
 /* How the spill tier does its I/O. */
