@@ -45,6 +45,7 @@ void kvd_config_defaults(struct kvd_config *cfg)
 	strcpy(cfg->kv_events_topic, "kv@{host}@{model}");
 	cfg->kv_events_buffer = 10000;
 	cfg->kv_events_hwm = 10000;
+	cfg->kv_events_stall_ms = 1000;
 	/* Our own user, and root: root can read any process's memory
 	 * anyway, and `sudo kvstat` should simply work. */
 	cfg->allow_uid[0] = geteuid();
@@ -102,6 +103,9 @@ void kvd_config_usage(FILE *f)
 "                         as vLLM; int64: signed, as Dynamo's router)\n"
 "  --kv-events-hwm N      batches queued per subscriber before batches are\n"
 "                         dropped and counted (default 10000)\n"
+"  --kv-events-stall-ms N  how long one subscriber's full queue may drop\n"
+"                         every batch before it alone is left to lose them\n"
+"                         (default 1000; 0: never)\n"
 "  --kv-events-mode bind|connect  bind the PUB endpoint or connect to a\n"
 "                         subscriber that binds (default bind)\n"
 "  --foreground           run in the foreground (kvcached never forks;\n"
@@ -389,6 +393,9 @@ int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 	} else if (!strcmp(key, "kv-events-hwm")) {
 		if (parse_u32(val, 1, 1000000, &cfg->kv_events_hwm, 10))
 			BAD("must be 1..1000000 batches");
+	} else if (!strcmp(key, "kv-events-stall-ms")) {
+		if (parse_u32(val, 0, 3600000, &cfg->kv_events_stall_ms, 10))
+			BAD("must be 0..3600000 ms");
 	} else if (!strcmp(key, "kv-events-hash")) {
 		if (!strcmp(val, "uint64"))
 			cfg->kv_events_hash = KVD_EVENTS_HASH_UINT64;
@@ -426,7 +433,8 @@ static bool known_key(const char *key)
 	static const char *const keys[] = {
 		"allow-groups", "allow-users", "block-tokens", "foreground", "gpu", "high-watermark",
 		"hugepages", "kv-events", "kv-events-buffer", "kv-events-hash", "kv-events-hwm",
-		"kv-events-mode", "kv-events-replay", "kv-events-topic", "log-level",
+		"kv-events-mode", "kv-events-replay", "kv-events-stall-ms", "kv-events-topic",
+		"log-level",
 		"low-watermark", "max-clients", "max-per-process", "max-pins", "metrics-listen",
 		"page-size", "pool", "pool-size", "socket", "socket-mode", "spill-dir", "spill-io",
 		"spill-size", "tick-ms",

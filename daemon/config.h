@@ -59,6 +59,7 @@ struct kvd_config {
 	char kv_events_topic[KVD_TOPIC];	/* template: {host}, {model} */
 	uint32_t kv_events_buffer;		/* batches kept for replay */
 	uint32_t kv_events_hwm;			/* ZMQ_SNDHWM, batches */
+	uint32_t kv_events_stall_ms;		/* full queue tolerated; 0: ever */
 	int kv_events_hash;			/* enum kvd_events_hash */
 	bool kv_events_connect;			/* connect the PUB, not bind */
 };

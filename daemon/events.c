@@ -113,6 +113,10 @@ struct kvd_events {
 	struct zapi z;
 	void *ctx, *pub, *router;
 	int fd;			/* router's ZMQ_FD, or -1 */
+	bool lossy;		/* NODROP off: a stalled subscriber loses alone */
+	bool probing;		/* NODROP on again to see if it still stalls */
+	uint64_t stall_since;	/* ms: sends failing since (0: they do not) */
+	uint64_t lossy_since;
 	bool discarding;	/* in the middle of an oversized request */
 	kvd_events_sink sink;
 	void *sink_arg;
@@ -291,6 +295,70 @@ static int zsend(struct kvd_events *e, const char *topic, size_t tlen, uint64_t 
 	return 0;
 }
 
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u + 1;
+}
+
+static void set_lossy(struct kvd *d, bool lossy)
+{
+	struct kvd_events *e = d->events;
+	int v = !lossy;
+
+	if (e->z.zmq_setsockopt(e->pub, ZMQ_XPUB_NODROP, &v, sizeof(v)))
+		return;
+	e->lossy = lossy;
+	e->lossy_since = now_ms();
+	atomic_store_explicit(&st_of(d)->kv_events_lossy, lossy, memory_order_relaxed);
+}
+
+/*
+ * Send one batch on the PUB socket. With NODROP, one subscriber whose
+ * queue is full makes every batch fail (counted; every subscriber sees
+ * the gap and can replay it). So that one subscriber that stopped reading
+ * cannot starve the others for ever, a queue full for longer than
+ * kv-events-stall-ms turns NODROP off: from then on only that subscriber
+ * loses batches (ZMQ's PUB drops for it alone, and nobody can count
+ * them). Every 10 x kv-events-stall-ms NODROP goes on again for one
+ * batch: if it still fails, back off at once; if not, every loss is
+ * counted again.
+ */
+static int pub_send(struct kvd *d, const char *topic, size_t tlen, uint64_t seq,
+		    const void *p, size_t len)
+{
+	struct kvd_events *e = d->events;
+	uint32_t grace = d->cfg.kv_events_stall_ms;
+	uint64_t now = now_ms();
+	int rc;
+
+	if (e->lossy && now - e->lossy_since >= 10ull * grace) {
+		set_lossy(d, false);
+		e->probing = true;
+	}
+	rc = zsend(e, topic, tlen, seq, p, len);
+	if (rc != -EAGAIN || e->lossy) {
+		if (!rc && e->probing)
+			kvd_info("kv events: every subscriber reads again; dropped batches are counted again");
+		e->stall_since = 0;
+		e->probing = false;
+		return rc;
+	}
+	if (e->probing) {
+		e->probing = false;
+		set_lossy(d, true);
+	} else if (!e->stall_since) {
+		e->stall_since = now;
+	} else if (grace && now - e->stall_since >= grace) {
+		kvd_warn("kv events: a subscriber has not read for %llu ms (its queue of %u batches is full): from now on it alone loses batches, uncounted; the others get them",
+			 (unsigned long long)(now - e->stall_since), d->cfg.kv_events_hwm);
+		set_lossy(d, true);
+	}
+	return rc;
+}
+
 static void pack_hash(struct kvd *d, msgpack_packer *pk, struct kvshm_key k)
 {
 	uint8_t b[16];
@@ -388,7 +456,7 @@ static void send_rows(struct kvd *d, const uint32_t *rows, uint32_t n)
 	if (e->sink)
 		rc = e->sink(e->sink_arg, s0->topic, s0->topic_len, seq, e->sb.data, e->sb.size);
 	else
-		rc = zsend(e, s0->topic, s0->topic_len, seq, e->sb.data, e->sb.size);
+		rc = pub_send(d, s0->topic, s0->topic_len, seq, e->sb.data, e->sb.size);
 	if (rc) {
 		kvd_stat_add(&st_of(d)->kv_event_drops, 1);
 		kvd_debug("kv events: batch %llu (%llu events) dropped: %s",
@@ -965,6 +1033,7 @@ void kvd_events_close(struct kvd *d)
 	free(e);
 	d->events = NULL;
 	atomic_store_explicit(&kvshm_stats(d->h)->kv_events_enabled, 0, memory_order_relaxed);
+	atomic_store_explicit(&kvshm_stats(d->h)->kv_events_lossy, 0, memory_order_relaxed);
 }
 
 int kvd_events_fd(const struct kvd *d)

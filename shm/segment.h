@@ -161,6 +161,8 @@ struct kvshm_stats {
 	_Atomic uint64_t kv_event_drops;	/* batches dropped: queue full */
 	_Atomic uint64_t kv_event_replays;	/* replay requests served */
 	_Atomic uint64_t kv_event_replay_errors;	/* malformed or refused */
+	_Atomic uint64_t kv_events_lossy;	/* 1 while a stalled subscriber
+						 * loses batches alone, uncounted */
 };
 
 /* How the spill tier does its I/O. */

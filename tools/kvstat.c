@@ -596,6 +596,8 @@ static void print_text(FILE *f, const struct kvshm_snap *s, const struct interva
 		EV("kv drops", kv_event_drops);
 		EV("kv replays", kv_event_replays);
 		EV("kv replay errs", kv_event_replay_errors);
+		if (V(s, kv_events_lossy))
+			fputs("kv events: a subscriber stopped reading; it alone loses batches now\n", f);
 	}
 #undef EVB
 #undef EV
