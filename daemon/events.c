@@ -78,11 +78,18 @@ struct pev {
 	struct kvshm_key parent;
 };
 
-/* A namespace row's events of this tick, and its topic. */
-struct stream {
-	bool known;		/* topic made for identity `id` */
+/* A namespace row's topic, made for the identity the row had then. */
+struct row {
+	bool known;
 	bool muted;		/* a shard other than rank 0, stage 0 */
 	struct kvshm_key id;
+	uint32_t q;		/* the queue of its topic, last time */
+	uint32_t topic_len;
+	char topic[TOPIC_MAX];
+};
+
+/* One topic's events of this tick, in the order they happened. */
+struct stream {
 	uint32_t topic_len;
 	char topic[TOPIC_MAX];
 	struct pev *ev;
@@ -123,8 +130,8 @@ struct kvd_events {
 
 	uint32_t max_ns, n_pages, n_slots, bt;
 	char host[128];
-	struct stream *st;	/* max_ns */
-	uint8_t *done;		/* max_ns scratch for flush_all */
+	struct row *rows;	/* max_ns */
+	struct stream *st;	/* max_ns queues, one per topic in use */
 	uint8_t *flags;		/* n_pages + n_slots */
 	uint64_t seq;
 	msgpack_sbuffer sb;
@@ -425,113 +432,119 @@ static void pack_event(struct kvd *d, msgpack_packer *pk, const struct stream *s
 	}
 }
 
-/* Encode the pending events of rows[0..n) (one topic) as one
- * KVEventBatch, send it with the next sequence number, keep it for
- * replay, and empty the rows. */
-static void send_rows(struct kvd *d, const uint32_t *rows, uint32_t n)
+/* Encode queue s's events as one KVEventBatch, send it with the next
+ * sequence number, keep it for replay, and empty the queue. */
+static void send_queue(struct kvd *d, struct stream *s)
 {
 	struct kvd_events *e = d->events;
-	const struct stream *s0 = &e->st[rows[0]];
 	struct timespec ts;
 	msgpack_packer pk;
-	uint64_t seq = e->seq++, nev = 0;
-	uint32_t i, k;
+	uint64_t seq = e->seq++;
+	uint32_t k;
 	int rc;
 
-	for (i = 0; i < n; i++)
-		nev += e->st[rows[i]].nev;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	msgpack_sbuffer_clear(&e->sb);
 	msgpack_packer_init(&pk, &e->sb, msgpack_sbuffer_write);
 	msgpack_pack_array(&pk, 3);
 	msgpack_pack_double(&pk, (double)ts.tv_sec + (double)ts.tv_nsec / 1e9);	/* ts */
-	msgpack_pack_array(&pk, (size_t)nev);					/* events */
-	for (i = 0; i < n; i++) {
-		const struct stream *s = &e->st[rows[i]];
-
-		for (k = 0; k < s->nev; k++)
-			pack_event(d, &pk, s, &s->ev[k]);
-	}
+	msgpack_pack_array(&pk, s->nev);					/* events */
+	for (k = 0; k < s->nev; k++)
+		pack_event(d, &pk, s, &s->ev[k]);
 	msgpack_pack_uint32(&pk, 0);	/* data_parallel_rank */
 	if (e->sink)
-		rc = e->sink(e->sink_arg, s0->topic, s0->topic_len, seq, e->sb.data, e->sb.size);
+		rc = e->sink(e->sink_arg, s->topic, s->topic_len, seq, e->sb.data, e->sb.size);
 	else
-		rc = pub_send(d, s0->topic, s0->topic_len, seq, e->sb.data, e->sb.size);
+		rc = pub_send(d, s->topic, s->topic_len, seq, e->sb.data, e->sb.size);
 	if (rc) {
 		kvd_stat_add(&st_of(d)->kv_event_drops, 1);
-		kvd_debug("kv events: batch %llu (%llu events) dropped: %s",
-			  (unsigned long long)seq, (unsigned long long)nev, strerror(-rc));
+		kvd_debug("kv events: batch %llu (%u events) dropped: %s",
+			  (unsigned long long)seq, s->nev, strerror(-rc));
 	} else {
 		kvd_stat_add(&st_of(d)->kv_event_batches, 1);
-		kvd_stat_add(&st_of(d)->kv_events, (int64_t)nev);
+		kvd_stat_add(&st_of(d)->kv_events, s->nev);
 	}
 	ring_push(e, seq, e->sb.data, e->sb.size);
-	for (i = 0; i < n; i++)
-		stream_reset(&e->st[rows[i]]);
+	stream_reset(s);
 }
 
-static void flush_row(struct kvd *d, uint32_t row)
-{
-	if (d->events->st[row].nev)
-		send_rows(d, &row, 1);
-}
-
-/* Send every row's events; rows that share a topic go as one batch. */
+/* Send every topic's events of this tick, one batch per topic. */
 static void flush_all(struct kvd *d)
 {
 	struct kvd_events *e = d->events;
-	uint32_t rows[256], i, j, n;
+	uint32_t i;
 
-	memset(e->done, 0, e->max_ns);
-	for (i = 0; i < e->max_ns; i++) {
-		const struct stream *s = &e->st[i];
-
-		if (!s->nev || e->done[i])
-			continue;
-		n = 0;
-		for (j = i; j < e->max_ns && n < 256; j++) {
-			const struct stream *t = &e->st[j];
-
-			if (t->nev && !e->done[j] && t->topic_len == s->topic_len &&
-			    !memcmp(t->topic, s->topic, s->topic_len)) {
-				rows[n++] = j;
-				e->done[j] = 1;
-			}
-		}
-		send_rows(d, rows, n);
-	}
+	for (i = 0; i < e->max_ns; i++)
+		if (e->st[i].nev)
+			send_queue(d, &e->st[i]);
 }
 
-/*
- * The stream of namespace row ns_id, its topic made for the row's current
- * identity; NULL for a muted shard or a row out of range. A row that now
- * names another namespace (reclaimed) first sends what the old one queued,
- * under the old topic.
- */
-static struct stream *stream_get(struct kvd *d, uint32_t ns_id)
+/* Row ns_id's topic, made for the row's current identity; NULL for a
+ * muted shard or a row out of range. */
+static struct row *row_get(struct kvd *d, uint32_t ns_id)
 {
 	struct kvd_events *e = d->events;
-	const struct kvshm_ns *row;
-	struct stream *s;
+	const struct kvshm_ns *ns;
+	struct row *r;
 	char model[KVSHM_MODEL_NAME];
 
 	if (ns_id >= e->max_ns)
 		return NULL;
-	row = &kvshm_ns(d->h)[ns_id];
-	s = &e->st[ns_id];
-	if (!s->known || !kvshm_key_eq(s->id, row->id)) {
-		flush_row(d, ns_id);
-		memcpy(model, row->model, sizeof(model));
+	ns = &kvshm_ns(d->h)[ns_id];
+	r = &e->rows[ns_id];
+	if (!r->known || !kvshm_key_eq(r->id, ns->id)) {
+		memcpy(model, ns->model, sizeof(model));
 		model[sizeof(model) - 1] = 0;
-		s->known = true;
-		s->id = row->id;
+		r->known = true;
+		r->id = ns->id;
 		/* One rank speaks for a sharded model, as vLLM's scheduler
 		 * does for its workers: the others hold the same prefixes. */
-		s->muted = row->shard.tp_rank > 0 || row->shard.pp_rank > 0;
-		s->topic_len = (uint32_t)kvd_events_topic(d->cfg.kv_events_topic, e->host, model,
-							  s->topic, sizeof(s->topic));
+		r->muted = ns->shard.tp_rank > 0 || ns->shard.pp_rank > 0;
+		r->topic_len = (uint32_t)kvd_events_topic(d->cfg.kv_events_topic, e->host, model,
+							  r->topic, sizeof(r->topic));
 	}
-	return s->muted ? NULL : s;
+	return r->muted ? NULL : r;
+}
+
+static bool same_topic(const struct row *r, const struct stream *s)
+{
+	return r->topic_len == s->topic_len && !memcmp(r->topic, s->topic, r->topic_len);
+}
+
+/*
+ * The queue of namespace row ns_id's topic (rows that share a topic share
+ * one, so their events keep the order they happened in); NULL for a muted
+ * shard. A row that now names another namespace (reclaimed) has a new
+ * topic: what the old one queued stays queued under the old topic.
+ */
+static struct stream *stream_get(struct kvd *d, uint32_t ns_id)
+{
+	struct kvd_events *e = d->events;
+	struct row *r = row_get(d, ns_id);
+	uint32_t i;
+
+	if (!r)
+		return NULL;
+	/* At most one non-empty queue per topic: found, or a free one. */
+	if (e->st[r->q].nev && same_topic(r, &e->st[r->q]))
+		return &e->st[r->q];
+	for (i = 0; i < e->max_ns; i++)
+		if (e->st[i].nev && same_topic(r, &e->st[i]))
+			break;
+	if (i == e->max_ns) {
+		for (i = 0; i < e->max_ns && e->st[i].nev; i++)
+			;
+		if (i == e->max_ns) {
+			/* More topics in one tick than queues (rows reused
+			 * over and over): send them all now. */
+			flush_all(d);
+			i = 0;
+		}
+		e->st[i].topic_len = r->topic_len;
+		memcpy(e->st[i].topic, r->topic, r->topic_len);
+	}
+	r->q = i;
+	return &e->st[i];
 }
 
 static bool grow(void **p, uint32_t *cap, uint64_t need, size_t elem)
@@ -560,10 +573,10 @@ static bool grow(void **p, uint32_t *cap, uint64_t need, size_t elem)
  * counted as a dropped batch and a sequence number skipped, so that
  * subscribers see a gap) when memory runs out.
  */
-static bool room(struct kvd *d, uint32_t row, struct stream *s, uint32_t ntok)
+static bool room(struct kvd *d, struct stream *s, uint32_t ntok)
 {
 	if (s->bytes > BATCH_BYTES)
-		flush_row(d, row);
+		send_queue(d, s);
 	if (grow((void **)&s->ev, &s->cap_ev, (uint64_t)s->nev + 1, sizeof(*s->ev)) &&
 	    grow((void **)&s->keys, &s->cap_keys, (uint64_t)s->nkeys + 1, sizeof(*s->keys)) &&
 	    grow((void **)&s->tok, &s->cap_tok, (uint64_t)s->ntok + ntok, sizeof(*s->tok)))
@@ -581,7 +594,7 @@ static void add_stored(struct kvd *d, uint32_t ns_id, enum kvd_medium m, struct 
 	uint32_t bt = d->events->bt;
 	struct pev *last;
 
-	if (!s || !room(d, ns_id, s, bt))
+	if (!s || !room(d, s, bt))
 		return;
 	last = s->nev ? &s->ev[s->nev - 1] : NULL;
 	/* The next block of the chain the last BlockStored holds: extend it
@@ -612,7 +625,7 @@ static void add_removed(struct kvd *d, uint32_t ns_id, enum kvd_medium m, struct
 	struct stream *s = stream_get(d, ns_id);
 	struct pev *last;
 
-	if (!s || !room(d, ns_id, s, 0))
+	if (!s || !room(d, s, 0))
 		return;
 	last = s->nev ? &s->ev[s->nev - 1] : NULL;
 	if (!last || last->type != EV_REMOVED || last->medium != m) {
@@ -873,13 +886,13 @@ static int setup(struct kvd *d)
 	e->bt = g->block_tokens;
 	if (gethostname(e->host, sizeof(e->host) - 1) || !e->host[0])
 		strcpy(e->host, "localhost");
-	e->st = calloc(e->max_ns, sizeof(*e->st));
-	e->done = calloc(e->max_ns ? e->max_ns : 1, 1);
+	e->rows = calloc(e->max_ns ? e->max_ns : 1, sizeof(*e->rows));
+	e->st = calloc(e->max_ns ? e->max_ns : 1, sizeof(*e->st));
 	e->flags = calloc((size_t)e->n_pages + e->n_slots, 1);
 	e->ring_cap = d->cfg.kv_events_buffer;
 	e->ring = calloc(e->ring_cap ? e->ring_cap : 1, sizeof(*e->ring));
 	msgpack_sbuffer_init(&e->sb);
-	if (!e->st || !e->done || !e->flags || !e->ring) {
+	if (!e->rows || !e->st || !e->flags || !e->ring) {
 		kvd_err("kv events: out of memory");
 		return -1;
 	}
@@ -1028,7 +1041,7 @@ void kvd_events_close(struct kvd *d)
 	msgpack_sbuffer_destroy(&e->sb);
 	free(e->ring);
 	free(e->st);
-	free(e->done);
+	free(e->rows);
 	free(e->flags);
 	free(e);
 	d->events = NULL;
@@ -1190,20 +1203,20 @@ void kvd_events_slot_found_(struct kvd *d, uint32_t slot, const uint32_t *tokens
 	*slot_flags(e, slot) |= F_ANNOUNCED;
 }
 
-/* Does another namespace that publishes share ns_id's topic? */
-static bool topic_shared(struct kvd *d, uint32_t ns_id, const struct stream *s)
+/* Does another namespace that publishes share row r's topic? */
+static bool topic_shared(struct kvd *d, uint32_t ns_id, const struct row *r)
 {
 	struct kvd_events *e = d->events;
 	uint32_t i;
 
 	for (i = 0; i < e->max_ns; i++) {
-		const struct stream *t;
+		const struct row *t;
 
 		if (i == ns_id ||
 		    !atomic_load_explicit(&kvshm_ns(d->h)[i].used, memory_order_relaxed))
 			continue;
-		t = stream_get(d, i);
-		if (t && t->topic_len == s->topic_len && !memcmp(t->topic, s->topic, s->topic_len))
+		t = row_get(d, i);
+		if (t && t->topic_len == r->topic_len && !memcmp(t->topic, r->topic, r->topic_len))
 			return true;
 	}
 	return false;
@@ -1215,7 +1228,7 @@ void kvd_events_ns_cleared_(struct kvd *d, uint32_t ns_id)
 	const struct kvshm_page *pages = kvshm_pages(d->h);
 	const struct kvshm_slot *slots = kvshm_slots(d->h);
 	struct stream *s = stream_get(d, ns_id);
-	bool whole = s && !topic_shared(d, ns_id, s);
+	bool whole = s && !topic_shared(d, ns_id, &e->rows[ns_id]);
 	uint32_t i;
 
 	/*
@@ -1224,7 +1237,7 @@ void kvd_events_ns_cleared_(struct kvd *d, uint32_t ns_id)
 	 * another namespace: AllBlocksCleared would clear that one's blocks
 	 * too in a router's view, so each block it held is removed instead.
 	 */
-	if (whole && room(d, ns_id, s, 0)) {
+	if (whole && room(d, s, 0)) {
 		struct pev *v = &s->ev[s->nev++];
 
 		memset(v, 0, sizeof(*v));

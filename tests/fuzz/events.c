@@ -115,12 +115,12 @@ static void check_batch(const char *topic, const void *p, size_t len, bool apply
 				held[at] = held[--n_held];
 			}
 		}
-		if (e->type == KVE_CLEARED)
-			for (k = 0; k < (uint32_t)n_held;)
-				if (!strcmp(held[k].topic, topic))
-					held[k] = held[--n_held];
-				else
-					k++;
+		for (k = 0; e->type == KVE_CLEARED && k < (uint32_t)n_held;) {
+			if (!strcmp(held[k].topic, topic))
+				held[k] = held[--n_held];
+			else
+				k++;
+		}
 	}
 	kve_free(&b);
 }
