@@ -343,6 +343,12 @@ def regress_inputs():
     # A flag's value that reads "--config=..." is that flag's value, not a
     # config file (the round trip writes socket as "--socket" "--config=").
     write("config", "args-config-as-value", b"socket = --config=", "regress")
+    # Namespaces that share one topic share one queue of events: a block
+    # removed in one and the same hash stored in another reach subscribers
+    # in the order they happened (one queue per namespace row sent the
+    # store first, then the removal).
+    write("events", "shared-topic-order", bytes.fromhex(
+        "7f36000000000000151515152f1515151500000000000000051515151515151515151526151515150000f0010112668d15151502000605010100000000030006"), "regress")
 
 
 if __name__ == "__main__":
