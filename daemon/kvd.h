@@ -7,7 +7,9 @@
  * only writer of the shared segment, which is what lets the index and page
  * table be read by clients with no lock at all. (One helper thread exists
  * for a while after start: it pre-faults pool memory and touches nothing
- * else; see pool_host.c.)
+ * else; see pool_host.c. With --kv-events, libzmq's I/O thread moves the
+ * event batches from its queues to the network; it never sees the
+ * segment; see events.c.)
  */
 #ifndef KVD_H
 #define KVD_H

@@ -124,10 +124,6 @@ const struct kvshm_metric kvshm_metrics[] = {
 	M("kvcached_kv_event_replays_total", "counter",
 	  "KV event replay requests from subscribers, by outcome.", "result=\"served\"",
 	  "kv_event_replays", kv_event_replays),
-	M("kvcached_kv_events_subscriber_stalled", "gauge",
-	  "1 while a subscriber that stopped reading loses KV event batches alone "
-	  "(uncounted) so that the others get them.", NULL, "kv_events_lossy",
-	  kv_events_lossy),
 	M("kvcached_kv_event_replays_total", "counter", NULL, "result=\"refused\"",
 	  "kv_event_replay_errors", kv_event_replay_errors),
 };

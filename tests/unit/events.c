@@ -32,6 +32,7 @@
 #include "../../shm/key.h"
 #include "../../shm/page.h"
 #include "../../shm/proto.h"
+#include "../../shm/stats.h"
 #include "../lib/kvevents.h"
 
 #define BT 16
@@ -723,6 +724,30 @@ static void test_slot_found(void **state)
 	kve_free(&b);
 }
 
+/* The stats table: every JSON name once, a Prometheus family's rows
+ * together (split, /metrics would name the family twice), and the KV
+ * event counters in it. */
+static void test_metric_rows(void **state)
+{
+	static const char *const ours[] = {
+		"kv_events_enabled", "kv_events", "kv_event_batches", "kv_event_drops",
+		"kv_events_lossy", "kv_event_replays", "kv_event_replay_errors",
+	};
+	size_t i, j, found = 0;
+
+	(void)state;
+	for (i = 0; i < kvshm_n_metrics; i++) {
+		for (j = i + 1; j < kvshm_n_metrics; j++) {
+			assert_string_not_equal(kvshm_metrics[i].json, kvshm_metrics[j].json);
+			if (j > i + 1 && !strcmp(kvshm_metrics[i].name, kvshm_metrics[j].name))
+				assert_string_equal(kvshm_metrics[j - 1].name, kvshm_metrics[j].name);
+		}
+		for (j = 0; j < sizeof(ours) / sizeof(ours[0]); j++)
+			found += !strcmp(kvshm_metrics[i].json, ours[j]);
+	}
+	assert_int_equal(found, sizeof(ours) / sizeof(ours[0]));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -739,6 +764,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_topic, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_row_reused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_slot_found, setup, teardown),
+		cmocka_unit_test(test_metric_rows),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
