@@ -197,25 +197,8 @@ static void setup(uint8_t mode)
 	D.clients = calloc(1, sizeof(*D.clients));
 	D.mark = calloc(NPAGES, 1);
 	CHECK(D.clients && D.mark);
-	for (i = 0; i < NNS; i++) {
-		struct kvproto_hello hi = { 0 };
-		struct kvshm_ns *ns = &kvshm_ns(D.h)[i];
-
-		hi.dtype_bytes = 2;
-		hi.layers = 1;
-		hi.kv_heads = 2;
-		hi.head_dim = 32;
-		hi.block_tokens = BT;
-		hi.pos_kind = KVSHM_POS_ROPE;
-		strcpy(hi.model, models[i]);
-		if (i == 3) {	/* rank 1 of 2: muted */
-			hi.shard.tp_rank = 1;
-			hi.shard.tp_size = 2;
-			hi.shard.pp_size = 1;
-		}
-		CHECK(!kvproto_hello_ns(&hi, ns));
-		ns->used = 1;
-	}
+	for (i = 0; i < NNS; i++)	/* row 3: rank 1 of 2, muted */
+		CHECK(!kve_test_ns(&kvshm_ns(D.h)[i], models[i], i == 3));
 	CHECK(!kvd_events_open_sink(&D, sink, NULL));
 	n_held = 0;
 	next_seq = 0;

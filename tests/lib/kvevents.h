@@ -12,10 +12,13 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <msgpack.h>
+
+#include "../../shm/proto.h"
 
 enum { KVE_STORED, KVE_REMOVED, KVE_CLEARED };
 enum { KVE_HASH_UINT, KVE_HASH_INT, KVE_HASH_BYTES };
@@ -255,5 +258,34 @@ out:
 }
 
 #undef KVE_FAIL
+
+/*
+ * A namespace row of the tests' tiny geometry (16-token blocks, 1 layer,
+ * 2 kv heads of 32, 2-byte dtype) for `model`, as a HELLO makes it; with
+ * tp_rank > 0 it is that rank of 2. `used` is set. Returns 0 or -EINVAL.
+ */
+static inline int kve_test_ns(struct kvshm_ns *ns, const char *model, uint16_t tp_rank)
+{
+	struct kvproto_hello hi;
+	int rc;
+
+	memset(&hi, 0, sizeof(hi));
+	hi.dtype_bytes = 2;
+	hi.layers = 1;
+	hi.kv_heads = 2;
+	hi.head_dim = 32;
+	hi.block_tokens = 16;
+	hi.pos_kind = KVSHM_POS_ROPE;
+	snprintf(hi.model, sizeof(hi.model), "%s", model);
+	if (tp_rank) {
+		hi.shard.tp_rank = tp_rank;
+		hi.shard.tp_size = 2;
+		hi.shard.pp_size = 1;
+	}
+	rc = kvproto_hello_ns(&hi, ns);
+	if (!rc)
+		ns->used = 1;
+	return rc;
+}
 
 #endif

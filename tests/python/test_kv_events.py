@@ -17,6 +17,7 @@ the clients never stall and the dropped batches are counted (and the
 sequence gap shows, and replay fills it); and that the daemon maps no
 libzmq, nor any msgpack library, without --kv-events.
 """
+import contextlib
 import json
 import os
 import signal
@@ -216,6 +217,7 @@ class Sub:
 
     def __init__(self, ctx, daemon, rcvhwm=None):
         self.d = daemon
+        self.ctx = ctx
         self.s = ctx.socket(zmq.SUB)
         if rcvhwm is not None:
             self.s.setsockopt(zmq.RCVHWM, rcvhwm)
@@ -237,10 +239,18 @@ class Sub:
     def sync(self):
         """Publish probes until one arrives: from then on nothing is
         missed for joining late (ZMQ's PUB/SUB drops what comes before a
-        subscription reaches the publisher)."""
+        subscription reaches the publisher). What came before, the probes
+        the subscription missed, comes from the replay socket, as a
+        subscriber that joins late gets it: the stream is whole from 0."""
         for i in range(200):
             self.d.kvev("put", "probe", 16, 0, 90000 + i)
             if self.recv_some(50):
+                first = min(self.batches)
+                topic = self.batches[first][0]
+                for seq, b in replay(self.ctx, self.d, 0).items():
+                    if seq < first:
+                        self.batches[seq] = (topic, b)
+                assert sorted(self.batches) == list(range(max(self.batches) + 1))
                 return
         raise AssertionError("no event reached the subscriber")
 
@@ -265,6 +275,19 @@ class Sub:
                 topic, b = self.batches[seq]
                 for ev in b["events"]:
                     yield seq, topic, ev
+
+
+@contextlib.contextmanager
+def publishing(tmp, ctx, *args, **kw):
+    """A daemon with KV events and a subscriber already synced to it;
+    the daemon must stop cleanly at the end."""
+    d = Daemon(tmp, *args, **kw)
+    try:
+        sub = Sub(ctx, d)
+        sub.sync()
+        yield d, sub
+    finally:
+        assert d.stop() == 0
 
 
 def replay(ctx, daemon, start=0):
@@ -342,10 +365,7 @@ def test_no_library_without_the_flag(tmp):
 
 
 def test_block_stored_per_published_block(tmp, ctx):
-    d = Daemon(tmp)
-    try:
-        sub = Sub(ctx, d)
-        sub.sync()
+    with publishing(tmp, ctx) as (d, sub):
         first = max(sub.batches) + 1
         # Two prompts sharing two blocks, then the first again (all hits).
         prompts = d.kvev("put", "kvt-tiny", 64, 32, 11, 12, 11)
@@ -380,16 +400,11 @@ def test_block_stored_per_published_block(tmp, ctx):
             assert b["data_parallel_rank"] == 0
         assert c["kv_event_drops"] == 0
         assert c["kv_events"] == sum(len(b["events"]) for _, b in sub.batches.values())
-    finally:
-        assert d.stop() == 0
 
 
 @pytest.mark.parametrize("form", ["int64", "bytes"])
 def test_hash_forms(tmp, ctx, form):
-    d = Daemon(tmp, "--kv-events-hash", form, "--kv-events-topic", "{model}")
-    try:
-        sub = Sub(ctx, d)
-        sub.sync()
+    with publishing(tmp, ctx, "--kv-events-hash", form, "--kv-events-topic", "{model}") as (d, sub):
         first = max(sub.batches) + 1
         p = d.kvev("put", "kvt-tiny", 128, 0, 21)[0]
         sub.drain()
@@ -398,15 +413,10 @@ def test_hash_forms(tmp, ctx, form):
         assert got == [key_hash(k, form) for k in p["keys"]]
         if form == "int64":
             assert all(-(1 << 63) <= h < 1 << 63 for h in got)
-    finally:
-        assert d.stop() == 0
 
 
 def test_block_removed_per_eviction(tmp, ctx):
-    d = Daemon(tmp, pool="256K")  # 64 pages
-    try:
-        sub = Sub(ctx, d)
-        sub.sync()
+    with publishing(tmp, ctx, pool="256K") as (d, sub):  # 64 pages
         for seed in range(0, 30, 10):
             d.kvev("put", "kvt-tiny", 64, 0, *range(100 + seed, 110 + seed))
         c = sub.drain()
@@ -417,16 +427,11 @@ def test_block_removed_per_eviction(tmp, ctx):
         assert len(removed) == c["evictions"]
         held = state_from(sub.events())
         assert len(held) == c["index_entries"]
-    finally:
-        assert d.stop() == 0
 
 
 def test_spill_medium_and_late_replay(tmp, ctx):
     spill = os.path.join(tmp, "spill")
-    d = Daemon(tmp, "--spill-dir", spill, "--spill-size", "1M", pool="256K")
-    try:
-        sub = Sub(ctx, d)
-        sub.sync()
+    with publishing(tmp, ctx, "--spill-dir", spill, "--spill-size", "1M", pool="256K") as (d, sub):
         for seed in range(0, 40, 10):
             d.kvev("put", "kvt-tiny", 64, 0, *range(200 + seed, 210 + seed))
         c = sub.drain()
@@ -470,15 +475,10 @@ def test_spill_medium_and_late_replay(tmp, ctx):
         rebuilt = state_from((s, None, ev) for s in sorted(late) for ev in late[s]["events"])
         assert rebuilt == live
         assert d.counters()["counters"]["kv_event_replays"] >= 1
-    finally:
-        assert d.stop() == 0
 
 
 def test_all_blocks_cleared_when_a_namespace_is_dropped(tmp, ctx):
-    d = Daemon(tmp)
-    try:
-        sub = Sub(ctx, d)
-        sub.sync()
+    with publishing(tmp, ctx) as (d, sub):
         # The probe took a row; 64 more models fill the table and the
         # last one takes over the row of a model without clients.
         d.kvev("models", "m", 64, 32)
@@ -492,8 +492,6 @@ def test_all_blocks_cleared_when_a_namespace_is_dropped(tmp, ctx):
         held = state_from((s, t, ev) for s, t, ev in sub.events() if t == topic)
         assert not held
         assert "replaces" in d.log_text()
-    finally:
-        assert d.stop() == 0
 
 
 def test_flood_with_a_subscriber_that_never_reads(tmp, ctx):

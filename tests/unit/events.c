@@ -148,24 +148,7 @@ static int teardown(void **state)
 /* Namespace row `row` for model name, with a shard. */
 static void ns_add(uint32_t row, const char *model, uint16_t tp_rank)
 {
-	struct kvproto_hello hi = { 0 };
-	struct kvshm_ns ns;
-
-	hi.dtype_bytes = 2;
-	hi.layers = 1;
-	hi.kv_heads = 2;
-	hi.head_dim = 32;
-	hi.block_tokens = BT;
-	hi.pos_kind = KVSHM_POS_ROPE;
-	strcpy(hi.model, model);
-	if (tp_rank) {
-		hi.shard.tp_rank = tp_rank;
-		hi.shard.tp_size = 2;
-		hi.shard.pp_size = 1;
-	}
-	assert_int_equal(kvproto_hello_ns(&hi, &ns), 0);
-	ns.used = 1;
-	memcpy(&kvshm_ns(D.h)[row], &ns, sizeof(ns));
+	assert_int_equal(kve_test_ns(&kvshm_ns(D.h)[row], model, tp_rank), 0);
 }
 
 static void tokens_of(uint32_t *t, size_t n, uint32_t seed)
@@ -202,6 +185,23 @@ static uint32_t publish(uint32_t ns, uint32_t seed, uint32_t nb, struct kvshm_ke
 static bool hash_is(const struct kve_hash *h, struct kvshm_key k)
 {
 	return h->form == KVE_HASH_UINT && h->lo == k.lo;
+}
+
+/* Batch i is block k moving: removed from `from`, then stored in `to`
+ * (with no parent: the tests' blocks here start their chains). */
+static struct kve_batch check_move(int i, const char *from, const char *to, struct kvshm_key k)
+{
+	struct kve_batch b = decode(i);
+
+	assert_int_equal(b.n, 2);
+	assert_int_equal(b.ev[0].type, KVE_REMOVED);
+	assert_string_equal(b.ev[0].medium, from);
+	assert_true(hash_is(&b.ev[0].hash[0], k));
+	assert_int_equal(b.ev[1].type, KVE_STORED);
+	assert_string_equal(b.ev[1].medium, to);
+	assert_true(hash_is(&b.ev[1].hash[0], k));
+	assert_false(b.ev[1].has_parent);
+	return b;
 }
 
 static void test_stored_chain(void **state)
@@ -342,15 +342,7 @@ static void test_spill_restore(void **state)
 	assert_int_equal(kvshm_page_evict_to_slot(D.h, page, 5), 0);
 	kvd_events_spilled(&D, page, 5);
 	kvd_events_tick(&D);
-	b = decode(1);
-	assert_int_equal(b.n, 2);
-	assert_int_equal(b.ev[0].type, KVE_REMOVED);
-	assert_string_equal(b.ev[0].medium, "CPU");
-	assert_true(hash_is(&b.ev[0].hash[0], k[0]));
-	assert_int_equal(b.ev[1].type, KVE_STORED);
-	assert_string_equal(b.ev[1].medium, "DISK");
-	assert_true(hash_is(&b.ev[1].hash[0], k[0]));
-	assert_false(b.ev[1].has_parent);	/* still a chain start */
+	b = check_move(1, "CPU", "DISK", k[0]);
 	tokens_of(t, BT, 2);
 	assert_memory_equal(b.ev[1].tok, t, sizeof(t));
 	kve_free(&b);
@@ -360,13 +352,7 @@ static void test_spill_restore(void **state)
 	assert_int_equal(kvshm_page_restore(D.h, page, gen, 99, 5, k[0], sl->parent, t), 0);
 	kvd_events_restored(&D, page, 5);
 	kvd_events_tick(&D);
-	b = decode(2);
-	assert_int_equal(b.n, 2);
-	assert_int_equal(b.ev[0].type, KVE_REMOVED);
-	assert_string_equal(b.ev[0].medium, "DISK");
-	assert_int_equal(b.ev[1].type, KVE_STORED);
-	assert_string_equal(b.ev[1].medium, "CPU");
-	assert_false(b.ev[1].has_parent);
+	b = check_move(2, "DISK", "CPU", k[0]);
 	kve_free(&b);
 
 	/* Spilled again, then its slot recycled: removed from DISK, once. */
