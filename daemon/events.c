@@ -30,6 +30,8 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -956,6 +958,7 @@ int kvd_events_open(struct kvd *d)
 	const struct kvd_config *cfg = &d->cfg;
 	struct kvd_events *e;
 	int major = 0, minor = 0, patch = 0;
+	sigset_t all, old;
 
 	if (!cfg->kv_events[0])
 		return 0;
@@ -984,8 +987,14 @@ int kvd_events_open(struct kvd *d)
 	}
 	if (setup(d))
 		goto fail;
+	/* libzmq starts its threads with the first socket: they inherit a
+	 * mask that blocks every signal (SIGTERM is the main loop's, through
+	 * its signalfd; the main loop blocks it only later). */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
 	e->ctx = e->z.zmq_ctx_new();
 	e->pub = e->ctx ? e->z.zmq_socket(e->ctx, ZMQ_PUB) : NULL;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (!e->pub) {
 		kvd_err("kv-events: cannot make a ZMQ PUB socket: %s", zerr(e));
 		goto fail;

@@ -360,6 +360,18 @@ def test_no_library_without_the_flag(tmp):
         assert "libzmq" in m          # loaded now, by dlopen
         assert "msgpack" not in m     # the packer is header-only
         assert d.counters()["counters"]["kv_events_enabled"] == 1
+        # libzmq's threads never take SIGTERM (it belongs to the main
+        # loop's signalfd): they start with every signal blocked.
+        zthreads = 0
+        for t in os.listdir("/proc/%d/task" % d.proc.pid):
+            with open("/proc/%d/task/%s/comm" % (d.proc.pid, t)) as f:
+                if not f.read().startswith("ZMQ"):
+                    continue
+            with open("/proc/%d/task/%s/status" % (d.proc.pid, t)) as f:
+                blk = int(next(l for l in f if l.startswith("SigBlk:")).split()[1], 16)
+            assert blk & (1 << (signal.SIGTERM - 1)) and blk & (1 << (signal.SIGINT - 1))
+            zthreads += 1
+        assert zthreads >= 1
     finally:
         assert d.stop() == 0
 
