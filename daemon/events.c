@@ -7,11 +7,13 @@
  * vLLM's events (NVIDIA Dynamo's KV router, llm-d's KV cache manager)
  * learns which prefixes this host holds. docs/EVENTS.md has the format.
  *
- * What it owns: the PUB and replay ROUTER sockets, one pending batch per
- * namespace row (this tick's events, consecutive stores of one chain
- * merged into one BlockStored as vLLM does), the replay ring of sent
- * batches, and one byte of flags per page and per spill slot (was the
- * block announced in that medium; is its parent the start of a chain).
+ * What it owns: the PUB and replay ROUTER sockets, one queue of pending
+ * events per topic (this tick's events in the order they happened,
+ * consecutive stores of one chain merged into one BlockStored as vLLM
+ * does; namespaces whose topics are equal share a queue), the replay ring
+ * of sent batches, and one byte of flags per page and per spill slot (was
+ * the block announced in that medium; is its parent the start of a
+ * chain).
  *
  * What it must never do: block the main loop, or make the daemon load
  * libzmq when --kv-events is not set. So libzmq is dlopen()ed here only
@@ -22,9 +24,10 @@
  * thread does the network. The PUB socket runs with ZMQ_XPUB_NODROP, so a
  * full queue is an EAGAIN we count (kv_event_drops) instead of a silent
  * per-subscriber loss; the dropped batch keeps its sequence number (the
- * gap subscribers see) and its place in the replay ring. Replays are
- * sent a bounded number of bytes at a time and resume on the next tick
- * where a peer's queue is full.
+ * gap subscribers see) and its place in the replay ring; a subscriber
+ * that stops reading for good is then left to lose batches alone
+ * (pub_send). Replays are sent a bounded number of bytes at a time and
+ * resume on the next tick where a peer's queue is full.
  *
  * The main thread is the only caller; libzmq's threads never call back.
  */
@@ -47,7 +50,7 @@
 #include "events.h"
 #include "log.h"
 
-#define BATCH_BYTES (256u << 10)	/* a namespace's batch is sent early past this */
+#define BATCH_BYTES (256u << 10)	/* a topic's batch is sent early past this */
 #define RING_BYTES (64ull << 20)	/* replay ring: at most this many payload bytes */
 #define REPLAYS 8			/* replays in progress at once */
 #define REPLAY_BUDGET (8u << 20)	/* payload bytes one service sends */
@@ -69,8 +72,8 @@ struct zapi {
 #undef F
 };
 
-/* One event of a pending batch; its keys (and tokens) are in the stream's
- * arrays, in order. */
+/* One pending event; its keys (and tokens) are in its queue's arrays,
+ * in order. */
 struct pev {
 	uint8_t type;
 	uint8_t medium;
@@ -91,7 +94,7 @@ struct row {
 };
 
 /* One topic's events of this tick, in the order they happened. */
-struct stream {
+struct queue {
 	uint32_t topic_len;
 	char topic[TOPIC_MAX];
 	struct pev *ev;
@@ -133,10 +136,11 @@ struct kvd_events {
 	uint32_t max_ns, n_pages, n_slots, bt;
 	char host[128];
 	struct row *rows;	/* max_ns */
-	struct stream *st;	/* max_ns queues, one per topic in use */
+	struct queue *st;	/* max_ns queues, one per topic in use */
 	uint8_t *flags;		/* n_pages + n_slots */
 	uint64_t seq;
-	msgpack_sbuffer sb;
+	msgpack_sbuffer sb;	/* the batch being encoded */
+	bool sb_failed;		/* ... ran out of memory */
 
 	struct rbatch *ring;	/* cfg.kv_events_buffer entries, circular */
 	uint32_t ring_cap, ring_head, ring_n;
@@ -246,7 +250,7 @@ int kvd_events_topic(const char *tmpl, const char *host, const char *model, char
 
 /* ------------------------------------------------------------- batches */
 
-static void stream_reset(struct stream *s)
+static void queue_reset(struct queue *s)
 {
 	s->nev = s->nkeys = s->ntok = 0;
 	s->bytes = 0;
@@ -395,7 +399,7 @@ static void pack_str(msgpack_packer *pk, const char *s)
 
 /* One event, as msgspec encodes vLLM's array-like tagged structs: the tag
  * first, then every field in declaration order. */
-static void pack_event(struct kvd *d, msgpack_packer *pk, const struct stream *s,
+static void pack_event(struct kvd *d, msgpack_packer *pk, const struct queue *s,
 		       const struct pev *v)
 {
 	const char *medium = kvd_medium_name(d, v->medium);
@@ -434,9 +438,23 @@ static void pack_event(struct kvd *d, msgpack_packer *pk, const struct stream *s
 	}
 }
 
+/* msgpack_sbuffer_write, remembering a failed allocation. */
+static int sb_write(void *data, const char *buf, size_t len)
+{
+	struct kvd_events *e = data;
+
+	if (msgpack_sbuffer_write(&e->sb, buf, len)) {
+		e->sb_failed = true;
+		return -1;
+	}
+	return 0;
+}
+
 /* Encode queue s's events as one KVEventBatch, send it with the next
- * sequence number, keep it for replay, and empty the queue. */
-static void send_queue(struct kvd *d, struct stream *s)
+ * sequence number, keep it for replay, and empty the queue. A batch that
+ * could not be encoded (out of memory) is dropped like one that could not
+ * be sent: counted, its sequence number spent. */
+static void send_queue(struct kvd *d, struct queue *s)
 {
 	struct kvd_events *e = d->events;
 	struct timespec ts;
@@ -447,14 +465,17 @@ static void send_queue(struct kvd *d, struct stream *s)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	msgpack_sbuffer_clear(&e->sb);
-	msgpack_packer_init(&pk, &e->sb, msgpack_sbuffer_write);
+	e->sb_failed = false;
+	msgpack_packer_init(&pk, e, sb_write);
 	msgpack_pack_array(&pk, 3);
 	msgpack_pack_double(&pk, (double)ts.tv_sec + (double)ts.tv_nsec / 1e9);	/* ts */
 	msgpack_pack_array(&pk, s->nev);					/* events */
 	for (k = 0; k < s->nev; k++)
 		pack_event(d, &pk, s, &s->ev[k]);
 	msgpack_pack_uint32(&pk, 0);	/* data_parallel_rank */
-	if (e->sink)
+	if (e->sb_failed)
+		rc = -ENOMEM;
+	else if (e->sink)
 		rc = e->sink(e->sink_arg, s->topic, s->topic_len, seq, e->sb.data, e->sb.size);
 	else
 		rc = pub_send(d, s->topic, s->topic_len, seq, e->sb.data, e->sb.size);
@@ -466,8 +487,9 @@ static void send_queue(struct kvd *d, struct stream *s)
 		kvd_stat_add(&st_of(d)->kv_event_batches, 1);
 		kvd_stat_add(&st_of(d)->kv_events, s->nev);
 	}
-	ring_push(e, seq, e->sb.data, e->sb.size);
-	stream_reset(s);
+	if (!e->sb_failed)
+		ring_push(e, seq, e->sb.data, e->sb.size);
+	queue_reset(s);
 }
 
 /* Send every topic's events of this tick, one batch per topic. */
@@ -508,7 +530,7 @@ static struct row *row_get(struct kvd *d, uint32_t ns_id)
 	return r->muted ? NULL : r;
 }
 
-static bool same_topic(const struct row *r, const struct stream *s)
+static bool same_topic(const struct row *r, const struct queue *s)
 {
 	return r->topic_len == s->topic_len && !memcmp(r->topic, s->topic, r->topic_len);
 }
@@ -519,7 +541,7 @@ static bool same_topic(const struct row *r, const struct stream *s)
  * shard. A row that now names another namespace (reclaimed) has a new
  * topic: what the old one queued stays queued under the old topic.
  */
-static struct stream *stream_get(struct kvd *d, uint32_t ns_id)
+static struct queue *queue_get(struct kvd *d, uint32_t ns_id)
 {
 	struct kvd_events *e = d->events;
 	struct row *r = row_get(d, ns_id);
@@ -570,12 +592,12 @@ static bool grow(void **p, uint32_t *cap, uint64_t need, size_t elem)
 }
 
 /*
- * Room in stream s for one more event of nkeys keys and ntok tokens;
- * sends the row's batch first when it is large. False (the event is lost,
+ * Room in queue s for one more event of one key and ntok tokens;
+ * sends the queue's batch first when it is large. False (the event is lost,
  * counted as a dropped batch and a sequence number skipped, so that
  * subscribers see a gap) when memory runs out.
  */
-static bool room(struct kvd *d, struct stream *s, uint32_t ntok)
+static bool room(struct kvd *d, struct queue *s, uint32_t ntok)
 {
 	if (s->bytes > BATCH_BYTES)
 		send_queue(d, s);
@@ -592,7 +614,7 @@ static bool room(struct kvd *d, struct stream *s, uint32_t ntok)
 static void add_stored(struct kvd *d, uint32_t ns_id, enum kvd_medium m, struct kvshm_key key,
 		       struct kvshm_key parent, bool root, const uint32_t *tokens)
 {
-	struct stream *s = stream_get(d, ns_id);
+	struct queue *s = queue_get(d, ns_id);
 	uint32_t bt = d->events->bt;
 	struct pev *last;
 
@@ -624,7 +646,7 @@ static void add_stored(struct kvd *d, uint32_t ns_id, enum kvd_medium m, struct 
 
 static void add_removed(struct kvd *d, uint32_t ns_id, enum kvd_medium m, struct kvshm_key key)
 {
-	struct stream *s = stream_get(d, ns_id);
+	struct queue *s = queue_get(d, ns_id);
 	struct pev *last;
 
 	if (!s || !room(d, s, 0))
@@ -1099,7 +1121,8 @@ static bool parent_held(struct kvd *d, uint32_t ns_id, struct kvshm_key parent)
 void kvd_events_stored_(struct kvd *d, uint32_t ns_id, enum kvd_medium m, struct kvshm_key key,
 			struct kvshm_key parent, bool root, const uint32_t *tokens)
 {
-	add_stored(d, ns_id, m, key, parent, root, tokens);
+	if (tokens)
+		add_stored(d, ns_id, m, key, parent, root, tokens);
 }
 
 void kvd_events_removed_(struct kvd *d, uint32_t ns_id, enum kvd_medium m, struct kvshm_key key)
@@ -1114,7 +1137,7 @@ static void announce_page(struct kvd *d, uint32_t page, bool root)
 	struct kvd_events *e = d->events;
 
 	e->flags[page] = root ? F_ROOT : 0;
-	if (!stream_get(d, p->ns_id))
+	if (!queue_get(d, p->ns_id))
 		return;
 	add_stored(d, p->ns_id, KVD_MEDIUM_POOL, p->key, p->parent, root,
 		   kvshm_tokens(d->h, page));
@@ -1155,7 +1178,7 @@ void kvd_events_spilled_(struct kvd *d, uint32_t page, uint32_t slot)
 		add_removed(d, p->ns_id, KVD_MEDIUM_POOL, p->key);
 	e->flags[page] = 0;
 	*slot_flags(e, slot) = f & F_ROOT;
-	if (!stream_get(d, p->ns_id))
+	if (!queue_get(d, p->ns_id))
 		return;
 	/* The page is free now, its identity and tokens still in place. */
 	add_stored(d, p->ns_id, KVD_MEDIUM_SPILL, p->key, p->parent, f & F_ROOT,
@@ -1206,7 +1229,7 @@ void kvd_events_slot_found_(struct kvd *d, uint32_t slot, const uint32_t *tokens
 	 * recognised, a salted one is sent as a parent no router has. */
 	root = kvshm_key_eq(s->parent, kvshm_key_root(kvshm_ns(d->h)[s->ns_id].id, NULL, 0));
 	*slot_flags(e, slot) = root ? F_ROOT : 0;
-	if (!stream_get(d, s->ns_id))
+	if (!queue_get(d, s->ns_id))
 		return;
 	add_stored(d, s->ns_id, KVD_MEDIUM_SPILL, s->key, s->parent, root, tokens);
 	*slot_flags(e, slot) |= F_ANNOUNCED;
@@ -1236,7 +1259,7 @@ void kvd_events_ns_cleared_(struct kvd *d, uint32_t ns_id)
 	struct kvd_events *e = d->events;
 	const struct kvshm_page *pages = kvshm_pages(d->h);
 	const struct kvshm_slot *slots = kvshm_slots(d->h);
-	struct stream *s = stream_get(d, ns_id);
+	struct queue *s = queue_get(d, ns_id);
 	bool whole = s && !topic_shared(d, ns_id, &e->rows[ns_id]);
 	uint32_t i;
 

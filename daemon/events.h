@@ -6,8 +6,8 @@
  * AllBlocksCleared; docs/EVENTS.md has the format).
  *
  * The tiers call one-line hooks where a block enters or leaves a medium;
- * the hooks queue events, and the tick sends each namespace's events of
- * that tick as one batch. Every hook is an inline test of d->events and
+ * the hooks queue events, and the tick sends each topic's (by default each
+ * namespace's) events of that tick as one batch. Every hook is an inline test of d->events and
  * nothing else when --kv-events is not set (and then libzmq is never
  * loaded). Nothing here blocks: sends are ZMQ_DONTWAIT into bounded
  * queues that libzmq's own I/O thread drains; a full queue drops the
@@ -107,7 +107,8 @@ int kvd_events_topic_check(const char *tmpl, const char **why);
 
 /* Generic (a tier with its own bookkeeping, e.g. a remote tier): a block
  * of namespace ns_id entered / left a medium. root: its parent is the
- * start of a chain (the namespace or salt root), sent as no parent. */
+ * start of a chain (the namespace or salt root), sent as no parent;
+ * tokens: its block_tokens token ids (NULL: nothing is sent). */
 void kvd_events_stored_(struct kvd *d, uint32_t ns_id, enum kvd_medium m,
 			struct kvshm_key key, struct kvshm_key parent, bool root,
 			const uint32_t *tokens);
