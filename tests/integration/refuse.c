@@ -87,7 +87,7 @@ static void test_geometry_that_does_not_fit(void **state)
 static void test_untrusted_peer(void **state)
 {
 	struct kvt_daemon *d = *state, other;
-	const char *args[] = { "--allow-users", "65534", NULL };
+	const char *args[] = { "--allow-users", "65534", "--socket-mode", "0666", NULL };
 	struct kvc_model m = kvt_model();
 	char err[512];
 	struct kvc_options o = { .size = sizeof(o), .errbuf = err, .errbuf_len = sizeof(err) };
