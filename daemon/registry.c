@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "../shm/key.h"
+#include "closer.h"
 #include "kvd.h"
 #include "log.h"
 
@@ -438,6 +439,7 @@ void kvd_registry_tick(struct kvd *d)
 {
 	hello_deadline(d);
 	fold_stats(d);
+	atomic_store_explicit(&kvshm_stats(d->h)->fds_passed, kvd_closer_passed_total(), RELAXED);
 	/* The census reads every ledger slot: every 5th tick is enough. */
 	if (d->ticks++ % 5 == 0)
 		kvd_pin_census(d);
