@@ -60,6 +60,7 @@ KERNEL_SRC := $(sort $(wildcard kernels/*.c))
 UNIT_SRC   := $(sort $(wildcard tests/unit/*.c))
 INTEG_SRC  := $(sort $(wildcard tests/integration/*.c))
 GPU_SRC    := $(sort $(wildcard tests/gpu/*.c))
+HELPER_SRC := $(sort $(wildcard tests/helpers/*.c))
 TESTLIB_SRC:= $(sort $(wildcard tests/lib/*.c))
 
 SHM_OBJ    := $(SHM_SRC:%.c=$(BUILD)/%.o)
@@ -81,6 +82,8 @@ BENCH_OBJ  := $(BENCH_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%)
 INTEG_BIN  := $(INTEG_SRC:tests/integration/%.c=$(BUILD)/tests/integration/%)
 GPU_BIN    := $(GPU_SRC:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
+# Programs the Python suites run (tests/helpers/; never run as tests).
+HELPER_BIN := $(HELPER_SRC:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
 
 # Fuzz targets (libFuzzer): tests/fuzz/<target>.c, linked with the shm and
 # daemon objects built again with clang, coverage and ASan+UBSan in their
@@ -102,7 +105,7 @@ FUZZ_CFLAGS  := -std=gnu11 -g -O1 -Wall -Wextra -Werror -MMD -MP -D_GNU_SOURCE \
 
 .SECONDARY:
 .PHONY: all deps deps-run run tools test test-asan test-tsan check bench clean fuzz fuzz-build
-all: $(KVCACHED) $(LIBA) $(LIBSO) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN) $(GPU_BIN)
+all: $(KVCACHED) $(LIBA) $(LIBSO) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN) $(GPU_BIN) $(HELPER_BIN)
 
 # Every package: what `make test` and the benchmarks need too.
 deps:
@@ -188,7 +191,11 @@ $(FUZZ_BUILD)/%.o: %.c
 
 $(FUZZ_BIN): $(FUZZ_BUILD)/%: $(FUZZ_BUILD)/tests/fuzz/%.o $(FUZZ_LIB_OBJ)
 	$(E) "  LD      $@"
-	$(Q)$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -pthread -o $@ $^ $(DAEMON_LIBS) -ldl
+	$(Q)$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -pthread -o $@ $^ $(DAEMON_LIBS) -ldl $(FUZZ_LIBS)
+
+# The events target decodes what it encodes with msgpack-c's unpacker (the
+# daemon itself uses only the header-only packer and dlopen()s libzmq).
+$(FUZZ_BUILD)/events: FUZZ_LIBS := -lmsgpackc
 
 $(BUILD)/%.o: %.c
 	$(E) "  CC      $<"
@@ -222,12 +229,21 @@ $(BUILD)/kvbench: TOOL_LIBS := -lhiredis -lmemcached -luring
 # Unit tests reach internals through the objects (jemalloc's JET idea).
 $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(SHM_OBJ) $(DAEMON_LIB) $(KERNEL_OBJ)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(DAEMON_LIBS) -ldl
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(DAEMON_LIBS) -ldl $(TEST_LIBS)
 
 # Integration tests drive the real daemon through the real library.
 $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o $(TESTLIB_OBJ) $(LIBA)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -ldl
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -ldl $(TEST_LIBS)
+
+# KV events (daemon/events.c): the tests subscribe with libzmq and decode
+# with msgpack-c; the daemon links neither.
+$(BUILD)/tests/unit/events: TEST_LIBS := -lmsgpackc
+$(BUILD)/tests/integration/events: TEST_LIBS := -lzmq -lmsgpackc
+
+$(HELPER_BIN): $(BUILD)/tests/helpers/%: $(BUILD)/tests/helpers/%.o $(TESTLIB_OBJ) $(LIBA)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ldl
 
 $(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(TESTLIB_OBJ) $(LIBA)
 	$(E) "  LD      $@"

@@ -7,7 +7,9 @@
  * only writer of the shared segment, which is what lets the index and page
  * table be read by clients with no lock at all. (One helper thread exists
  * for a while after start: it pre-faults pool memory and touches nothing
- * else; see pool_host.c.)
+ * else; see pool_host.c. With --kv-events, libzmq's I/O thread moves the
+ * event batches from its queues to the network; it never sees the
+ * segment; see events.c.)
  */
 #ifndef KVD_H
 #define KVD_H
@@ -88,6 +90,7 @@ struct kvd {
 	uint32_t evict_backoff;
 	struct kvd_metrics *metrics;	/* /metrics server, or NULL */
 	struct kvd_spill *spill;	/* spill tier (spill.c), or NULL */
+	struct kvd_events *events;	/* KV events (events.c), or NULL */
 	uint64_t watchdog_usec;		/* 0: no systemd watchdog */
 	uint64_t watchdog_last;		/* CLOCK_MONOTONIC usec of the last ping */
 
@@ -107,6 +110,7 @@ enum {
 	KVD_EV_SIGNAL,
 	KVD_EV_TIMER,
 	KVD_EV_SPILL,
+	KVD_EV_EVENTS,
 	KVD_EV_CLIENT = 16,		/* + client id (max-clients <= 4096) */
 	KVD_EV_PIDFD = 16 + 8192,	/* + client id */
 };

@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include "events.h"
 #include "kvd.h"
 #include "log.h"
 #include "memcheck.h"
@@ -144,6 +145,9 @@ int main(int argc, char **argv)
 	if (kvd_pool_open(&d.pool, &d.cfg, (uint64_t)d.h->geo.n_pages * d.cfg.page_size,
 			  d.cfg.page_size))
 		goto out;
+	/* Before the spill tier: its warm restart announces what it finds. */
+	if (kvd_events_open(&d))
+		goto out;
 	if (kvd_spill_open(&d))
 		goto out;
 	if (kvd_server_open(&d))
@@ -189,6 +193,7 @@ int main(int argc, char **argv)
 out:
 	kvd_metrics_stop(d.metrics);
 	kvd_server_close(&d);
+	kvd_events_close(&d);
 	kvd_spill_close(&d);
 	kvd_pool_close(&d.pool);
 	kvd_memfd_close(&d.seg);

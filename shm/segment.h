@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 6u	/* 6: per-namespace statistics */
+#define KVSHM_VERSION 7u	/* 7: per-namespace statistics, KV events counters */
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -165,6 +165,16 @@ struct kvshm_stats {
 	/* CLOCK_REALTIME ns of the last reset of the counters (kvstat
 	 * --reset); 0: never reset, they count from start_time_ns. */
 	_Atomic uint64_t reset_time_ns;
+	/* KV events for cluster routers (daemon/events.c); zero while
+	 * --kv-events is not set. */
+	_Atomic uint64_t kv_events_enabled;	/* 1 while publishing */
+	_Atomic uint64_t kv_events;		/* events in batches sent */
+	_Atomic uint64_t kv_event_batches;	/* batches sent */
+	_Atomic uint64_t kv_event_drops;	/* batches dropped: queue full */
+	_Atomic uint64_t kv_event_replays;	/* replay requests served */
+	_Atomic uint64_t kv_event_replay_errors;	/* malformed or refused */
+	_Atomic uint64_t kv_events_lossy;	/* 1 while a stalled subscriber
+						 * loses batches alone, uncounted */
 };
 
 /* How the spill tier does its I/O. */

@@ -118,6 +118,26 @@ const struct kvshm_metric kvshm_metrics[] = {
 	M("kvcached_share_refused_total", "counter",
 	  "ALLOCs refused because the process holds its max-share of the pool.", NULL,
 	  "share_refused", share_refused),
+	M("kvcached_kv_events_enabled", "gauge",
+	  "1 while KV events for cluster routers are published (--kv-events).", NULL,
+	  "kv_events_enabled", kv_events_enabled),
+	M("kvcached_kv_events_total", "counter",
+	  "KV events (BlockStored, BlockRemoved, AllBlocksCleared) in batches sent.", NULL,
+	  "kv_events", kv_events),
+	M("kvcached_kv_event_batches_total", "counter",
+	  "KV event batches, by outcome; dropped: a subscriber's queue was full.",
+	  "result=\"sent\"", "kv_event_batches", kv_event_batches),
+	M("kvcached_kv_event_batches_total", "counter", NULL, "result=\"dropped\"",
+	  "kv_event_drops", kv_event_drops),
+	M("kvcached_kv_events_subscriber_stalled", "gauge",
+	  "1 while a subscriber that stopped reading loses KV event batches alone "
+	  "(uncounted) so that the others get them.", NULL, "kv_events_lossy",
+	  kv_events_lossy),
+	M("kvcached_kv_event_replays_total", "counter",
+	  "KV event replay requests from subscribers, by outcome.", "result=\"served\"",
+	  "kv_event_replays", kv_event_replays),
+	M("kvcached_kv_event_replays_total", "counter", NULL, "result=\"refused\"",
+	  "kv_event_replay_errors", kv_event_replay_errors),
 };
 #undef M
 const size_t kvshm_n_metrics = sizeof(kvshm_metrics) / sizeof(kvshm_metrics[0]);

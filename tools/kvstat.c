@@ -702,6 +702,15 @@ static void print_text(FILE *f, const struct kvshm_snap *s, const struct interva
 		EVB("spill written", spill_write_bytes);
 		EVB("spill read", spill_read_bytes);
 	}
+	if (V(s, kv_events_enabled) || V(s, kv_event_batches) || V(s, kv_event_drops)) {
+		EV("kv events", kv_events);
+		EV("kv batches", kv_event_batches);
+		EV("kv drops", kv_event_drops);
+		EV("kv replays", kv_event_replays);
+		EV("kv replay errs", kv_event_replay_errors);
+		if (V(s, kv_events_lossy))
+			fputs("kv events: a subscriber stopped reading; it alone loses batches now\n", f);
+	}
 #undef EVB
 #undef EV
 

@@ -306,6 +306,56 @@ allow-groups = 0
     write("config", "args-bad", b"\0--block-tokens\0" b"1025\0--tick-ms=0\0stray")
     write("config", "size", b"512MiB")
     write("config", "listen", b"192.168.0.1:65535")
+    write("config", "kv-events", b"kv-events = tcp://*:5557\nkv-events-replay = tcp://*:5558\n"
+          b"kv-events-buffer = 100\nkv-events-topic = kv@{host}@{model}\n"
+          b"kv-events-hash = int64\nkv-events-hwm = 64\nkv-events-stall-ms = 0\n"
+          b"kv-events-mode = connect\n")
+    write("config", "kv-events-bad", b"kv-events = udp://x:1\nkv-events-topic = a {b}\n"
+          b"kv-events-replay = ipc://\n")
+    write("config", "args-kv-events", b"\0--kv-events\0ipc:///tmp/ev\0--kv-events-replay="
+          b"ipc:///tmp/rp\0--kv-events-hash\0bytes\0--kv-events-topic={model}")
+    write("config", "args-replay-alone", b"\0--kv-events-replay\0tcp://*:1")
+
+
+# ------------------------------------------------------------ kv events
+def ev_publish(ns, blocks, seed, chained=0):
+    return bytes([0, ns, blocks - 1, seed, chained])
+
+
+def ev_replay(frames, verdict=0):
+    out = bytes([7, len(frames)])
+    for fr in frames:
+        out += bytes([len(fr)]) + (b"\x00" if len(fr) > 8 else b"") + fr
+    return out + bytes([verdict])
+
+
+EV_TICK = b"\x06"
+
+
+def events_seeds():
+    """tests/fuzz/events.c: a mode byte, then operations."""
+    start0 = b"\x00" * 8
+    write("events", "publish-tick", b"\x00" + ev_publish(0, 3, 1) + EV_TICK +
+          ev_publish(0, 2, 2, 1) + EV_TICK)
+    write("events", "evict", b"\x00" + ev_publish(0, 6, 1) + ev_publish(1, 6, 2) +
+          ev_publish(2, 6, 3) + b"\x01\x07" + EV_TICK + b"\x01\x07")
+    write("events", "spill-restore", b"\x00" + ev_publish(0, 4, 1) + EV_TICK +
+          b"\x02\x00\x02\x01\x02\x02" + EV_TICK + b"\x03\x00\x04\x01" + EV_TICK)
+    write("events", "clear", b"\x00" + ev_publish(0, 4, 1) + ev_publish(1, 2, 2) + EV_TICK +
+          b"\x02\x00" + b"\x05\x00" + EV_TICK)
+    write("events", "shared-topic-clear", b"\x04" + ev_publish(0, 4, 1) + ev_publish(1, 2, 2) +
+          EV_TICK + b"\x05\x01" + EV_TICK)
+    write("events", "muted-rank", b"\x00" + ev_publish(3, 4, 1) + ev_publish(0, 4, 1) + EV_TICK)
+    write("events", "int64", b"\x02" + ev_publish(0, 6, 9) + EV_TICK)
+    write("events", "bytes", b"\x03" + ev_publish(0, 6, 9) + b"\x02\x01" + EV_TICK)
+    write("events", "replay", bytes([7 << 3]) + ev_publish(0, 2, 1) + EV_TICK +
+          ev_publish(1, 2, 2) + EV_TICK + ev_publish(2, 2, 3) + EV_TICK +
+          ev_replay([b"ab", b"", start0]) + ev_replay([b"ab", b"", start0], 1) +
+          ev_replay([b"ab", b"", b"\x00" * 7 + b"\x01"], 2))
+    write("events", "replay-bad", bytes([2 << 3]) + ev_publish(0, 2, 1) + EV_TICK +
+          ev_replay([b"ab", b"x", start0]) + ev_replay([b"ab", b"", b"\x00" * 7]) +
+          ev_replay([b"", b"", start0]) + ev_replay([b"ab", b""]) +
+          ev_replay([b"ab", b"", start0, b"more"]))
 
 
 # ------------------------------------------------------ regression inputs
@@ -323,6 +373,12 @@ def regress_inputs():
     # A flag's value that reads "--config=..." is that flag's value, not a
     # config file (the round trip writes socket as "--socket" "--config=").
     write("config", "args-config-as-value", b"socket = --config=", "regress")
+    # Namespaces that share one topic share one queue of events: a block
+    # removed in one and the same hash stored in another reach subscribers
+    # in the order they happened (one queue per namespace row sent the
+    # store first, then the removal).
+    write("events", "shared-topic-order", bytes.fromhex(
+        "7f36000000000000151515152f1515151500000000000000051515151515151515151526151515150000f0010112668d15151502000605010100000000030006"), "regress")
 
 
 if __name__ == "__main__":
@@ -330,3 +386,4 @@ if __name__ == "__main__":
     proto_seeds()
     daemon_seeds()
     config_seeds()
+    events_seeds()
