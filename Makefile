@@ -155,9 +155,11 @@ test-asan: deps
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) SAN=asan BUILD=build-asan all
 	$(Q)BUILDS=build-asan ./tests/run-tests
 
+# TSan runs several times slower: kvbench's smoke run needs more than the
+# default 120 s per binary on a loaded 2-core machine.
 test-tsan: deps
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) SAN=tsan BUILD=build-tsan all
-	$(Q)BUILDS=build-tsan ./tests/run-tests
+	$(Q)BUILDS=build-tsan KVT_TIMEOUT=$${KVT_TIMEOUT:-300} ./tests/run-tests
 
 # The crash storm's long form (issue #8) against the plain build:
 # STORM_KILLS client SIGKILLs, a daemon SIGKILL and restart every 200.
