@@ -14,7 +14,7 @@
 #include "../shm/page.h"
 #include "kvd.h"
 #include "log.h"
-#include "spill.h"
+#include "tier.h"
 
 /* Check every (page, gen) of a message; mark pages to catch repeats. */
 static int check_pages(struct kvd *d, struct kvd_client *c, const uint8_t *rec,
@@ -65,13 +65,13 @@ int kvd_cache_alloc(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	if (n > room)
 		n = room;
 	if (n && fr->count < n + d->low_pages) {
-		uint32_t coming = fr->count + kvd_spill_pending(d);
+		uint32_t coming = fr->count + kvd_tiers_pending(d);
 
 		if (coming < n + d->low_pages)
 			kvd_evict(d, n + d->low_pages - coming, true);
 		/* Evicted pages being spilled are free once written. */
 		if (fr->count < n)
-			kvd_spill_drain(d);
+			kvd_tiers_drain(d);
 	}
 	out = malloc(sizeof(*out) * (n ? n : 1));
 	if (!out) {
@@ -121,7 +121,7 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		memcpy(&pub, rec + i * stride, sizeof(pub));
 		memcpy(tokens, rec + i * stride + sizeof(pub), (size_t)c->bt * 4);
 		/* A tier-1 copy of the block gives way to the new page. */
-		kvd_spill_unindex(d, pub.key, pub.parent, c->ns_id);
+		kvd_tiers_unindex(d, pub.key, pub.parent, c->ns_id);
 		st = kvshm_page_publish(d->h, pub.page, pub.gen, kvd_owner(c), pub.key,
 					pub.parent, tokens, &res[i].page, &res[i].gen);
 		res[i].status = st;

@@ -17,7 +17,7 @@
 #include "../shm/page.h"
 #include "kvd.h"
 #include "log.h"
-#include "spill.h"
+#include "tier.h"
 
 #define BATCH 256
 
@@ -27,7 +27,7 @@ static void back_off(uint32_t page, void *arg)
 
 	/* A page whose spill write is in flight stays EVICTING until it is
 	 * done: a pin that names it now saw EVICTING (or will) and fails. */
-	if (kvd_spill_busy(d, page))
+	if (kvd_tiers_busy(d, page))
 		return;
 	kvshm_page_evict_back_off(d->h, page);
 	kvshm_pages(d->h)[page].ref = 1;
@@ -57,7 +57,7 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 		/* Without may_wait (the tick), take no more candidates than the
 		 * spill tier has writes free: the loop never waits on the disk,
 		 * and the next tick or completion goes on. */
-		limit = may_wait ? BATCH : kvd_spill_room(d);
+		limit = may_wait ? BATCH : kvd_tiers_room(d);
 		if (limit > BATCH)
 			limit = BATCH;
 		if (!limit) {
@@ -88,14 +88,14 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 			    KVSHM_PAGE_EVICTING) {
 				/* To the spill tier (free when its write is
 				 * done), or plainly. */
-				if (!kvd_spill_page(d, batch[i]))
+				if (!kvd_tiers_evicted(d, batch[i]))
 					kvshm_page_evict_finish(d->h, batch[i]);
 				freed++;
 			} else {
 				backed++;
 			}
 		}
-		kvd_spill_flush(d);
+		kvd_tiers_flush(d);
 	}
 	if (freed)
 		kvd_debug("evicted %u pages (wanted %u)", freed, want);
@@ -125,7 +125,7 @@ uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id)
 
 	/* No page of it may be under a spill write; its slots go too (the
 	 * row is about to name another model). */
-	kvd_spill_forget_ns(d, ns_id);
+	kvd_tiers_forget_ns(d, ns_id);
 	for (i = 0; i < d->h->geo.n_pages; i++)
 		if (__atomic_load_n(&pages[i].ns_id, __ATOMIC_RELAXED) == ns_id)
 			kvshm_page_evict_mark(d->h, i);
@@ -170,7 +170,7 @@ static void drain_rings(struct kvd *d)
 void kvd_evict_tick(struct kvd *d)
 {
 	/* Pages being spilled are as good as free: they will be soon. */
-	uint32_t free_now = kvshm_free(d->h)->count + kvd_spill_pending(d);
+	uint32_t free_now = kvshm_free(d->h)->count + kvd_tiers_pending(d);
 
 	drain_rings(d);
 	if (free_now < d->low_pages)

@@ -134,7 +134,7 @@ int main(int argc, char **argv)
 out:
 	kvd_metrics_stop(d.metrics);
 	kvd_server_close(&d);
-	kvd_spill_close(&d);
+	kvd_tiers_close(&d);
 	kvd_pool_close(&d.pool);
 	kvd_memfd_close(&d.seg);
 	free(d.mark);
