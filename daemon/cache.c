@@ -125,6 +125,8 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		st = kvshm_page_publish(d->h, pub.page, pub.gen, kvd_owner(c), pub.key,
 					pub.parent, tokens, &res[i].page, &res[i].gen);
 		res[i].status = st;
+		if (st == KVSHM_PUBLISHED)
+			kvd_tiers_published(d, pub.page);
 		/* Published, shared or refused: the page is no longer ours. */
 		c->writing--;
 		collisions += st == -EEXIST;

@@ -43,6 +43,18 @@ struct kvd_config {
 	int spill_io;			/* enum kvd_sio_kind: auto, uring, threads */
 	char metrics_listen[64];		/* as given; empty = off */
 	struct sockaddr_storage metrics_addr;	/* parsed */
+	/* Remote tier (remote.c); remote empty: none. */
+	char remote[2048];		/* "memcached:HOST:PORT,..." as given */
+	int remote_write;		/* enum kvd_remote_write */
+	char remote_secret_file[256];	/* empty: none */
+	bool remote_insecure;		/* run without a secret (warned) */
+	uint32_t remote_timeout_ms;	/* every remote operation */
+	char remote_prefix[64];		/* item keys start with it */
+};
+
+enum kvd_remote_write {
+	KVD_REMOTE_PUBLISH = 0,		/* write a block when it is published */
+	KVD_REMOTE_EVICT = 1,		/* only when the pool evicts it */
 };
 
 /* Defaults: see kvd_config_usage(). */

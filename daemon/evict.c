@@ -77,6 +77,9 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 				pages[p].ref = 0;
 				continue;
 			}
+			/* A tier still copying it (a remote put) lets it be. */
+			if (kvd_tiers_busy(d, p))
+				continue;
 			if (kvshm_page_evict_mark(d->h, p))
 				batch[nb++] = p;
 		}
@@ -127,7 +130,8 @@ uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id)
 	 * row is about to name another model). */
 	kvd_tiers_forget_ns(d, ns_id);
 	for (i = 0; i < d->h->geo.n_pages; i++)
-		if (__atomic_load_n(&pages[i].ns_id, __ATOMIC_RELAXED) == ns_id)
+		if (__atomic_load_n(&pages[i].ns_id, __ATOMIC_RELAXED) == ns_id &&
+		    !kvd_tiers_busy(d, i))
 			kvshm_page_evict_mark(d->h, i);
 	scan_ledgers(d);
 	for (i = 0; i < d->h->geo.n_pages; i++) {

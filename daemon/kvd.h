@@ -79,6 +79,7 @@ struct kvd {
 	uint32_t evict_backoff;
 	struct kvd_metrics *metrics;	/* /metrics server, or NULL */
 	struct kvd_spill *spill;	/* spill tier (spill.c), or NULL */
+	struct kvd_remote *remote;	/* remote tier (remote.c), or NULL */
 	const struct kvd_tier *tier[KVD_TIER_MAX];	/* by level; NULL: none */
 	uint64_t watchdog_usec;		/* 0: no systemd watchdog */
 	uint64_t watchdog_last;		/* CLOCK_MONOTONIC usec of the last ping */

@@ -19,6 +19,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "notify.h"
+#include "remote.h"
 #include "spill.h"
 
 static int segment_open(struct kvd *d)
@@ -90,6 +91,8 @@ int main(int argc, char **argv)
 			  d.cfg.page_size))
 		goto out;
 	if (kvd_spill_open(&d))
+		goto out;
+	if (kvd_remote_open(&d))
 		goto out;
 	if (kvd_server_open(&d))
 		goto out;

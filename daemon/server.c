@@ -400,6 +400,7 @@ int kvd_server_frame(struct kvd *d, struct kvd_client *c, const uint8_t *in)
 	case KVPROTO_FREE:
 		return kvd_cache_free(d, c, h.seq, p, h.len);
 	case KVPROTO_RESTORE:
+	case KVPROTO_FETCH:
 		return kvd_tiers_restore(d, c, h.type, h.seq, p, h.len);
 	case KVPROTO_POOL:
 		return kvd_registry_pool(d, c, h.seq, p);

@@ -60,8 +60,10 @@ bool kvd_tiers_evicted(struct kvd *d, uint32_t page)
 	const struct kvd_tier *t;
 	int lv;
 
-	FOR_TIERS(d, t, lv)
-		if (t->put && t->put(d, page, KVD_PUT_EVICT))
+	/* The farthest tier first: one that copies the page (remote) must
+	 * see it before one that takes it over (spill). */
+	for (lv = KVD_TIER_MAX - 1; lv >= 1; lv--)
+		if ((t = d->tier[lv]) && t->put && t->put(d, page, KVD_PUT_EVICT))
 			return true;
 	return false;
 }
@@ -229,6 +231,7 @@ void kvd_tiers_fetch_done(struct kvd *d, struct kvd_restore *rq)
 int kvd_tiers_restore(struct kvd *d, struct kvd_client *c, uint16_t type, uint32_t seq,
 		      const void *p, uint32_t len)
 {
+	const bool fetch = type == KVPROTO_FETCH;
 	const uint8_t *rec;
 	struct kvshm_key parent = { 0, 0 };
 	struct kvd_restore *rq;
@@ -239,8 +242,15 @@ int kvd_tiers_restore(struct kvd *d, struct kvd_client *c, uint16_t type, uint32
 	int lv, rc;
 
 	(void)len;
-	(void)type;
-	{
+	if (fetch) {
+		struct kvproto_fetch fh;
+
+		memcpy(&fh, p, sizeof(fh));
+		n = fh.n;
+		parent = fh.parent;
+		rec = (const uint8_t *)p + sizeof(fh);
+		stride = (uint32_t)sizeof(struct kvshm_key) + c->bt * 4;
+	} else {
 		struct kvproto_count cnt;
 
 		memcpy(&cnt, p, sizeof(cnt));
@@ -266,7 +276,7 @@ int kvd_tiers_restore(struct kvd *d, struct kvd_client *c, uint16_t type, uint32
 		return 0;
 	}
 	rq->c = c;
-	rq->reply = KVPROTO_RESTORE_R;
+	rq->reply = fetch ? KVPROTO_FETCH_R : KVPROTO_RESTORE_R;
 	rq->seq = seq;
 	rq->n = n;
 	/* Which tier holds each block of this client's namespace. */
@@ -275,7 +285,10 @@ int kvd_tiers_restore(struct kvd *d, struct kvd_client *c, uint16_t type, uint32
 
 		memcpy(&f[i].key, rec + (size_t)i * stride, sizeof(f[i].key));
 		f[i].parent = parent;
-		f[i].tokens = NULL;
+		/* Tokens travel with FETCH only (4-byte aligned in the frame). */
+		f[i].tokens = fetch ? (const uint32_t *)(const void *)(rec + (size_t)i * stride +
+								      sizeof(struct kvshm_key))
+				    : NULL;
 		f[i].status = &rq->status[i];
 		parent = f[i].key;
 		rq->status[i] = -ENOENT;

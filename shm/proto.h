@@ -36,6 +36,16 @@
  *   POOL_R  d->c  struct kvproto_pool_r + n_chunks fds: the CUDA VMM chunks
  *                 of the pool (cuMemExportToShareableHandle POSIX fds), in
  *                 pool order
+ *   FETCH   c->d  struct kvproto_fetch + n x (struct kvshm_key + bt tokens):
+ *                 a run of the client's blocks (each the child of the one
+ *                 before, the first of `parent`) to bring into pool pages
+ *                 from whichever tier holds them: spilled slots as with
+ *                 RESTORE, and from the remote tier those the index does
+ *                 not know (verified against these keys and tokens). The
+ *                 reply may wait for the network (at most about the
+ *                 remote timeout); the daemon serves others meanwhile
+ *   FETCH_R d->c  struct kvproto_count + n x int32 status, as RESTORE_R
+ *                 (also -ETIMEDOUT: its server did not answer in time)
  *
  * kvproto_decode() checks every length against the declared counts before
  * anything reads a record; it is the one function that ever parses bytes
@@ -73,6 +83,9 @@ enum kvproto_type {
 	 * after BYE without a clash. */
 	KVPROTO_POOL = 32,
 	KVPROTO_POOL_R = 33,
+	/* remote tier: numbered from 60 */
+	KVPROTO_FETCH = 60,
+	KVPROTO_FETCH_R = 61,
 };
 
 struct kvproto_hdr {
@@ -176,6 +189,19 @@ struct kvproto_pool_r {
 	uint32_t pad;
 };
 
+struct kvproto_fetch {
+	uint32_t n;		/* blocks, 1..KVPROTO_MAX_COUNT */
+	uint32_t flags;		/* none defined: must be 0 */
+	struct kvshm_key parent;	/* the first block's parent key */
+};
+
+/* Payload bytes of a FETCH with n blocks of bt tokens. */
+static inline uint64_t kvproto_fetch_bytes(uint32_t n, uint32_t bt)
+{
+	return sizeof(struct kvproto_fetch) +
+	       (uint64_t)n * (sizeof(struct kvshm_key) + (uint64_t)bt * 4);
+}
+
 struct kvproto_error {
 	int32_t err;		/* negative errno */
 	uint32_t fatal;		/* 1: the daemon closes the connection */
@@ -201,6 +227,7 @@ _Static_assert(sizeof(struct kvproto_hdr) == 16, "hdr");
 _Static_assert(sizeof(struct kvproto_hello) == 128, "hello");
 _Static_assert(sizeof(struct kvproto_pub) == 40, "pub");
 _Static_assert(sizeof(struct kvproto_pool_r) == 56, "pool_r");
+_Static_assert(sizeof(struct kvproto_fetch) == 24, "fetch");
 
 
 /*

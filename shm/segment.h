@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 4u
+#define KVSHM_VERSION 5u
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -153,6 +153,30 @@ struct kvshm_stats {
 	_Atomic uint64_t restore_misses;	/* asked for, not restored */
 	_Atomic uint64_t spill_read_bps;	/* measured restore bandwidth, B/s */
 	_Atomic uint64_t spill_warm;		/* slots found at start (warm) */
+	/* Remote tier (tier 2, see daemon/remote.c); zero without one.
+	 * Clients read remote_servers_up in their lookups: while it is 0 no
+	 * lookup offers tier 2. Counters of blocks and bytes: */
+	_Atomic uint64_t remote_servers;	/* memcached servers configured */
+	_Atomic uint64_t remote_servers_up;	/* of those, answering now */
+	_Atomic uint64_t remote_write_mode;	/* enum kvshm_remote_write */
+	_Atomic uint64_t remote_puts;		/* blocks written */
+	_Atomic uint64_t remote_put_bytes;	/* item bytes written */
+	_Atomic uint64_t remote_put_skipped;	/* not written: queue full or server down */
+	_Atomic uint64_t remote_put_errors;	/* refused (too large) or failed */
+	_Atomic uint64_t remote_fetches;	/* blocks asked for */
+	_Atomic uint64_t remote_hits;		/* fetched, verified, placed */
+	_Atomic uint64_t remote_misses;		/* not there, server down, or late */
+	_Atomic uint64_t remote_dropped;	/* failed verification: never served */
+	_Atomic uint64_t remote_timeouts;	/* operations past remote-timeout-ms */
+	_Atomic uint64_t remote_fetch_bytes;	/* item bytes fetched */
+	_Atomic uint64_t remote_fetch_bps;	/* measured fetch bandwidth, B/s */
+};
+
+/* When the remote tier writes a block (remote_write_mode). */
+enum kvshm_remote_write {
+	KVSHM_REMOTE_OFF = 0,
+	KVSHM_REMOTE_PUBLISH = 1,	/* when it is published */
+	KVSHM_REMOTE_EVICT = 2,		/* when the pool evicts it */
 };
 
 /* How the spill tier does its I/O. */
