@@ -31,7 +31,7 @@
  * (connect, poll, send, receive). A server that fails an operation
  * (refused, reset, timed out) is marked down: its keys are misses and
  * its puts are skipped, with no further wait, until the once-a-second
- * probe (a "version" on a handle of its own) finds it answering again.
+ * probe (a get of a key nobody stores, on a handle of its own) finds it answering again.
  * A fetch whose reply is not complete by its deadline (twice the timeout,
  * plus its bytes at 100 MB/s) is answered with what has arrived; later
  * items still land in the pool for the next lookup. When no server
@@ -91,6 +91,7 @@ struct rsrv {
 	struct kvd_rserver at;
 	char name[300];		/* for messages */
 	_Atomic int up;		/* written by workers and the probe */
+	_Atomic unsigned epoch;	/* probe: bumped when it comes back */
 	int logged;		/* main thread: the state last logged */
 	memcached_st *probe;	/* the probe job's handle for this server */
 };
@@ -119,6 +120,7 @@ struct rjob {
 	struct rjob *next;
 	uint8_t kind;
 	uint8_t res;		/* put: RES_* */
+	int mrc;		/* put: libmemcached's answer, for the log */
 	uint32_t srv;
 	/* put */
 	uint32_t page, gen;	/* held page, when the worker copies it */
@@ -142,6 +144,7 @@ struct rworker {
 	memcached_st *mc;
 	memcached_result_st res;
 	struct kvd_rmac *mac;
+	unsigned seen[KVD_REMOTE_MAX_SERVERS];	/* epochs acted upon */
 	bool started;
 };
 
@@ -212,6 +215,23 @@ static uint8_t res_of(memcached_return_t rc)
 	return RES_DOWN;
 }
 
+/*
+ * Before an operation on server s: if the probe found it back since this
+ * worker last looked, drop the clone's connections (one to the old
+ * process would fail the first write) and end its own back-off for the
+ * server (libmemcached would refuse it for a retry period of its own).
+ */
+static void server_fresh(struct rworker *w, uint32_t s)
+{
+	unsigned e = atomic_load(&w->r->srv[s].epoch);
+
+	if (w->seen[s] == e)
+		return;
+	w->seen[s] = e;
+	memcached_quit(w->mc);
+	memcached_instance_next_retry(memcached_server_instance_by_position(w->mc, s), 0);
+}
+
 static void run_put(struct rworker *w, struct rjob *j)
 {
 	struct kvd_remote *r = w->r;
@@ -235,7 +255,9 @@ static void run_put(struct rworker *w, struct rjob *j)
 		j->res = RES_DOWN;
 		return;
 	}
+	server_fresh(w, j->srv);
 	rc = memcached_set(w->mc, j->mkey, strlen(j->mkey), (const char *)j->val, j->len, 0, 0);
+	j->mrc = (int)rc;
 	if (memcached_success(rc)) {
 		j->res = RES_OK;
 	} else if (rc == MEMCACHED_E2BIG) {
@@ -313,6 +335,7 @@ static void run_get(struct rworker *w, struct rjob *j)
 			f->it[j->idx[i]].res = RES_SKIP;
 		return;
 	}
+	server_fresh(w, j->srv);
 	/* Multi-gets of up to MGET keys, all to this job's server. */
 	for (first = 0; first < j->n; first += MGET) {
 		uint32_t k = j->n - first < MGET ? j->n - first : MGET;
@@ -352,10 +375,21 @@ static void run_probe(struct kvd_remote *r)
 {
 	unsigned i;
 
+	/* A get of a key nobody stores: "not found" is an answer. (Not
+	 * memcached_version: it asks a server only until it knows its
+	 * version, then answers from memory.) */
 	for (i = 0; i < r->nsrv; i++) {
-		memcached_return_t rc = memcached_version(r->srv[i].probe);
+		memcached_return_t rc;
+		uint32_t flags;
+		size_t len;
+		char *v = memcached_get(r->srv[i].probe, "kvcached-probe", 14, &len, &flags, &rc);
+		int up = rc == MEMCACHED_SUCCESS || rc == MEMCACHED_NOTFOUND;
 
-		atomic_store(&r->srv[i].up, memcached_success(rc) ? 1 : 0);
+		free(v);
+		if (up && !atomic_exchange(&r->srv[i].up, 1))
+			atomic_fetch_add(&r->srv[i].epoch, 1);
+		else if (!up)
+			atomic_store(&r->srv[i].up, 0);
 	}
 }
 
@@ -470,6 +504,8 @@ static void put_done(struct kvd *d, struct rjob *j)
 		/* fall through */
 	default:
 		kvd_stat_add(&st->remote_put_errors, 1);
+		kvd_debug("remote: put to %s failed: %s", r->srv[j->srv].name,
+			  memcached_strerror(NULL, (memcached_return_t)j->mrc));
 		break;
 	}
 	free(j->val);
