@@ -508,6 +508,7 @@ static void put_done(struct kvd *d, struct rjob *j)
 			  memcached_strerror(NULL, (memcached_return_t)j->mrc));
 		break;
 	}
+	free(j->tokens);
 	free(j->val);
 	free(j);
 }

@@ -71,7 +71,10 @@ static void check_hello(const uint8_t *p)
 	want = hi.flags == 0 && nl > 0 && nl < sizeof(hi.model) && dtype_ok &&
 	       hi.layers >= 1 && hi.layers <= 4096 && hi.kv_heads >= 1 && hi.kv_heads <= 4096 &&
 	       hi.head_dim >= 1 && hi.head_dim <= 65536 && hi.block_tokens >= 1 &&
-	       hi.block_tokens <= KVSHM_MAX_BLOCK_TOKENS && hi.pos_kind <= KVSHM_POS_MAX;
+	       hi.block_tokens <= KVSHM_MAX_BLOCK_TOKENS && hi.pos_kind <= KVSHM_POS_MAX &&
+	       /* A rank below its size (a size of 0 reads as 1). */
+	       hi.shard.tp_rank < (hi.shard.tp_size ? hi.shard.tp_size : 1) &&
+	       hi.shard.pp_rank < (hi.shard.pp_size ? hi.shard.pp_size : 1);
 	memset(&ns, 0xa5, sizeof(ns));
 	rc = kvproto_hello_ns(&hi, &ns);
 	CHECK(rc == 0 || rc == -EINVAL);
@@ -155,8 +158,21 @@ static void check_accepted(const struct kvproto_hdr *h, const uint8_t *p, uint32
 	case KVPROTO_FREE_R:
 		CHECK(len == sizeof(struct kvproto_count));
 		break;
+	case KVPROTO_FETCH: {
+		struct kvproto_fetch fh;
+
+		CHECK(bt >= 1 && bt <= KVSHM_MAX_BLOCK_TOKENS);
+		CHECK(len >= sizeof(fh));
+		memcpy(&fh, p, sizeof(fh));
+		CHECK(fh.n >= 1 && fh.n <= KVPROTO_MAX_COUNT && fh.flags == 0);
+		CHECK(len == 24 + (uint64_t)fh.n * (16 + 4 * (uint64_t)bt));
+		CHECK(len == kvproto_fetch_bytes(fh.n, bt));
+		read_records(p, sizeof(fh), fh.n, 16 + 4 * (uint64_t)bt);
+		break;
+	}
 	case KVPROTO_RESTORE:
-	case KVPROTO_RESTORE_R: {
+	case KVPROTO_RESTORE_R:
+	case KVPROTO_FETCH_R: {
 		uint64_t rec = h->type == KVPROTO_RESTORE ? sizeof(struct kvshm_key) : 4;
 
 		CHECK(len >= sizeof(struct kvproto_count));
