@@ -145,6 +145,8 @@ struct rworker {
 	memcached_result_st res;
 	struct kvd_rmac *mac;
 	unsigned seen[KVD_REMOTE_MAX_SERVERS];	/* epochs acted upon */
+	uint8_t *buf;		/* items of held puts are built here */
+	size_t buf_len;
 	bool started;
 };
 
@@ -238,25 +240,39 @@ static void run_put(struct rworker *w, struct rjob *j)
 	size_t off = kvd_rval_payload_off(r->bt);
 	memcached_return_t rc;
 
+	uint8_t *val = j->val;
+
 	if (!atomic_load(&r->srv[j->srv].up)) {
 		j->res = RES_SKIP;
 		return;
 	}
-	if (!j->val) {
+	if (j->held) {
+		/* The worker's own buffer, kept: no fresh pages to fault in
+		 * for every item. */
+		if (w->buf_len < j->len) {
+			free(w->buf);
+			w->buf_len = 0;
+			w->buf = malloc(j->len);
+			if (w->buf)
+				w->buf_len = j->len;
+		}
+		val = w->buf;
+		if (val)
+			memcpy(val + off,
+			       (const uint8_t *)r->d->pool.mem.base + (uint64_t)j->page * r->slot_bytes,
+			       j->ns.page_bytes);
+	}
+	if (!val) {
 		j->res = RES_DOWN;	/* out of memory: as a failed put */
 		return;
 	}
-	kvd_rval_fill(j->val, &j->ns, j->key, j->parent, j->tokens, r->bt, j->ns.page_bytes);
-	if (j->held)
-		memcpy(j->val + off,
-		       (const uint8_t *)r->d->pool.mem.base + (uint64_t)j->page * r->slot_bytes,
-		       j->ns.page_bytes);
-	if (kvd_rval_seal(w->mac, j->val, j->len)) {
+	kvd_rval_fill(val, &j->ns, j->key, j->parent, j->tokens, r->bt, j->ns.page_bytes);
+	if (kvd_rval_seal(w->mac, val, j->len)) {
 		j->res = RES_DOWN;
 		return;
 	}
 	server_fresh(w, j->srv);
-	rc = memcached_set(w->mc, j->mkey, strlen(j->mkey), (const char *)j->val, j->len, 0, 0);
+	rc = memcached_set(w->mc, j->mkey, strlen(j->mkey), (const char *)val, j->len, 0, 0);
 	j->mrc = (int)rc;
 	if (memcached_success(rc)) {
 		j->res = RES_OK;
@@ -759,10 +775,13 @@ static bool remote_put(struct kvd *d, uint32_t page, enum kvd_tier_put why)
 	j->parent = p->parent;
 	j->len = kvd_rval_bytes(r->bt, ns->page_bytes);
 	j->tokens = malloc((size_t)r->bt * sizeof(uint32_t));
-	j->val = malloc(j->len);
+	/* A published page is copied by its worker; an evicted one (or one
+	 * in GPU memory) here, now. */
+	j->held = why == KVD_PUT_PUBLISH && !r->cuda;
+	j->val = j->held ? NULL : malloc(j->len);
 	kvd_rval_key(j->mkey, r->prefix, ns->id, p->key);
 	j->srv = server_of(r, j->mkey);
-	if (!j->tokens || !j->val || !atomic_load(&r->srv[j->srv].up)) {
+	if (!j->tokens || (!j->held && !j->val) || !atomic_load(&r->srv[j->srv].up)) {
 		kvd_stat_add(&st->remote_put_skipped, 1);
 		free(j->tokens);
 		free(j->val);
@@ -770,9 +789,8 @@ static bool remote_put(struct kvd *d, uint32_t page, enum kvd_tier_put why)
 		return false;
 	}
 	memcpy(j->tokens, kvshm_tokens(d->h, page), (size_t)r->bt * sizeof(uint32_t));
-	if (why == KVD_PUT_PUBLISH && !r->cuda) {
-		/* The worker copies it; the evictor passes it by meanwhile. */
-		j->held = true;
+	if (j->held) {
+		/* The evictor passes it by until its worker has copied it. */
 		r->hold[page]++;
 	} else if (r->cuda) {
 		uint8_t *tmp = malloc(r->slot_bytes);
@@ -989,6 +1007,7 @@ static void remote_close(struct kvd *d)
 			memcached_free(r->w[i].mc);
 		}
 		kvd_rmac_free(r->w[i].mac);
+		free(r->w[i].buf);
 	}
 	for (i = 0; i < r->nsrv; i++)
 		if (r->srv[i].probe)

@@ -68,6 +68,7 @@ size_t publish_page_bytes;
  * the table can name them; a NULL function means "not built". */
 void mode_spill(void) __attribute__((weak));
 void mode_ttft(void) __attribute__((weak));
+void mode_remote(void) __attribute__((weak));
 void mode_gpu(void) __attribute__((weak));
 
 struct mode {
@@ -83,6 +84,7 @@ static const struct mode modes[] = {
 	{ "pages", mode_pages, "page put/get/pin GB/s vs memcpy, Redis, memcached" },
 	{ "spill", mode_spill, "spill tier (tools/bench/spill.c)" },
 	{ "ttft", mode_ttft, "tinylm time to first token, warm vs cold prefill" },
+	{ "remote", mode_remote, "remote tier between two hosts vs raw memcached; cross-host TTFT" },
 	{ "gpu", mode_gpu, "gather/scatter kernels GB/s vs cuMemcpyDtoD (skipped: no GPU)" },
 };
 static bool mode_on[NELEM(modes)];
