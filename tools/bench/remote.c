@@ -8,7 +8,7 @@
  * a cluster secret in kvbench's folder, and two daemons acting as two
  * hosts: A (the one kvbench starts for every mode) and B (started here),
  * each with its own socket and 1 GiB pool of 2 MiB pages, both on the
- * three servers with --remote-write publish.
+ * three servers with --remote-write publish and a 1 s timeout.
  *
  *   write   A's client publishes a run of fresh 2 MiB blocks; the clock
  *           runs from kvc_publish until A's counters say every block is
@@ -58,6 +58,10 @@
 #define NSRV 3
 #define THREADS 4
 #define QTOK 32
+/* A bandwidth run, not a fault drill: on a loaded two-core machine a
+ * 2 MiB set can wait past the default 100 ms for a CPU, and a server
+ * marked down would skip puts. */
+#define TIMEOUT "1000"
 
 static struct {
 	pid_t pid[NSRV];
@@ -354,7 +358,8 @@ static void start_b(const char *secret, const char *extra_page)
 {
 	const char *argv[] = { opt.daemon ? opt.daemon : NULL, "--socket", rm.bsock, "--page-size",
 			       extra_page, "--pool-size", "1G", "--hugepages", "off", "--remote",
-			       rm.spec, "--remote-secret-file", secret, NULL };
+			       rm.spec, "--remote-secret-file", secret, "--remote-timeout-ms", TIMEOUT,
+			       NULL };
 	char path[4096], log[300];
 	int i;
 
@@ -499,7 +504,8 @@ void mode_remote(void)
 		die("remote: %s: %s", secret, strerror(errno));
 	close(fd);
 	{
-		const char *args[] = { "--remote", rm.spec, "--remote-secret-file", secret, NULL };
+		const char *args[] = { "--remote", rm.spec, "--remote-secret-file", secret,
+				       "--remote-timeout-ms", TIMEOUT, NULL };
 
 		asock = daemon_start_args("remote-a", "2M", "1G", args);
 	}
