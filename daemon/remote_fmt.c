@@ -133,7 +133,6 @@ int kvd_rval_check(struct kvd_rmac *m, const void *buf, size_t len,
 	const uint8_t *b = buf;
 	uint8_t mac[KVD_RVAL_MAC];
 	struct kvd_rval_hdr h;
-	struct kvproto_hello hi;
 	struct kvshm_ns ns;
 
 	*fail = KVD_RVAL_OK;
@@ -155,16 +154,7 @@ int kvd_rval_check(struct kvd_rmac *m, const void *buf, size_t len,
 			      "MAC does not check (damaged, or sealed under another secret)");
 	/* The namespace, checked as a HELLO declaring it would be, then
 	 * against the client's own. */
-	memset(&hi, 0, sizeof(hi));
-	hi.dtype_bytes = h.ns.dtype_bytes;
-	hi.layers = h.ns.layers;
-	hi.kv_heads = h.ns.kv_heads;
-	hi.head_dim = h.ns.head_dim;
-	hi.block_tokens = h.ns.block_tokens;
-	hi.pos_kind = h.ns.pos_kind;
-	hi.shard = h.ns.shard;
-	memcpy(hi.model, h.ns.model, sizeof(hi.model));
-	if (kvproto_hello_ns(&hi, &ns) ||
+	if (kvproto_ns_declared(&h.ns, &ns) ||
 	    memcmp((const char *)&ns + NS_ID_OFF, (const char *)&h.ns + NS_ID_OFF, NS_ID_LEN) ||
 	    memcmp((const char *)&ns + NS_ID_OFF, (const char *)w->ns + NS_ID_OFF, NS_ID_LEN))
 		return refuse(fail, why, KVD_RVAL_IDENTITY, "block of another namespace");

@@ -213,6 +213,22 @@ int kvproto_hello_ns(const struct kvproto_hello *hi, struct kvshm_ns *ns)
 	return 0;
 }
 
+int kvproto_ns_declared(const struct kvshm_ns *ns, struct kvshm_ns *out)
+{
+	struct kvproto_hello hi;
+
+	memset(&hi, 0, sizeof(hi));
+	hi.dtype_bytes = ns->dtype_bytes;
+	hi.layers = ns->layers;
+	hi.kv_heads = ns->kv_heads;
+	hi.head_dim = ns->head_dim;
+	hi.block_tokens = ns->block_tokens;
+	hi.pos_kind = ns->pos_kind;
+	hi.shard = ns->shard;
+	memcpy(hi.model, ns->model, sizeof(hi.model));
+	return kvproto_hello_ns(&hi, out);
+}
+
 int kvproto_client_socket_path(char *buf, size_t len)
 {
 	return kvproto_client_socket_path_in(buf, len, "/run/kvcached/kvcached.sock");

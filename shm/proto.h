@@ -241,6 +241,14 @@ _Static_assert(sizeof(struct kvproto_fetch) == 24, "fetch");
 int kvproto_hello_ns(const struct kvproto_hello *hi, struct kvshm_ns *ns);
 
 /*
+ * A namespace identity read from outside (a spill slot, a remote item):
+ * into *out, the namespace a HELLO declaring ns's geometry, model and
+ * shard gives (page bytes and id recomputed, the rest zeroed as in a row).
+ * Returns 0, or -EINVAL when no HELLO could declare it.
+ */
+int kvproto_ns_declared(const struct kvshm_ns *ns, struct kvshm_ns *out);
+
+/*
  * The socket path both ends use when none is given: $KVCACHED_SOCKET, else
  * /run/kvcached/kvcached.sock for root, else $XDG_RUNTIME_DIR/kvcached.sock,
  * else /tmp/kvcached-UID/kvcached.sock. Returns 0 or -ENAMETOOLONG.

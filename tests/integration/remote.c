@@ -224,6 +224,21 @@ static void wait_up(const struct host *h, uint64_t up)
 	fail_msg("remote_servers_up never became %llu", (unsigned long long)up);
 }
 
+/* Hosts A and B on the shared servers under prefix, both seeing every
+ * server, each with a client of the test model. */
+static void pair_start(struct fx *f, struct host *a, struct host *b, const char *prefix,
+		       kvc_t **ca, kvc_t **cb)
+{
+	host_start(f, a, "a", prefix, NULL, NULL);
+	host_start(f, b, "b", prefix, NULL, NULL);
+	wait_up(a, NSRV);
+	wait_up(b, NSRV);
+	*ca = kvt_open(&a->d, NULL);
+	*cb = kvt_open(&b->d, NULL);
+	assert_non_null(*ca);
+	assert_non_null(*cb);
+}
+
 static void prompt(uint32_t *t, uint32_t seed)
 {
 	kvt_tokens(t, NB * BT, 0, 5000 + seed);
@@ -325,14 +340,7 @@ static void test_publish_on_a_hit_on_b(void **state)
 	int i, cached;
 
 	SKIP_IF_NEEDED(f);
-	host_start(f, &a, "a", "pub", NULL, NULL);
-	host_start(f, &b, "b", "pub", NULL, NULL);
-	wait_up(&a, NSRV);
-	wait_up(&b, NSRV);
-	ca = kvt_open(&a.d, NULL);
-	cb = kvt_open(&b.d, NULL);
-	assert_non_null(ca);
-	assert_non_null(cb);
+	pair_start(f, &a, &b, "pub", &ca, &cb);
 
 	publish(ca, 0, 4);
 	WAIT_STAT(&a, remote_puts, 4 * NB);
@@ -475,14 +483,7 @@ static void test_bad_items_dropped(void **state)
 	kvc_t *ca, *cb;
 
 	SKIP_IF_NEEDED(f);
-	host_start(f, &a, "a", "bad", NULL, NULL);
-	host_start(f, &b, "b", "bad", NULL, NULL);
-	wait_up(&a, NSRV);
-	wait_up(&b, NSRV);
-	ca = kvt_open(&a.d, NULL);
-	cb = kvt_open(&b.d, NULL);
-	assert_non_null(ca);
-	assert_non_null(cb);
+	pair_start(f, &a, &b, "bad", &ca, &cb);
 	publish(ca, 100, 3);
 	WAIT_STAT(&a, remote_puts, 3 * NB);
 
@@ -546,14 +547,7 @@ static void server_fault(struct fx *f, const char *prefix, bool hang)
 	int v = 1, p, some_on_v = 0;
 	uint64_t puts;
 
-	host_start(f, &a, "a", prefix, NULL, NULL);
-	host_start(f, &b, "b", prefix, NULL, NULL);
-	wait_up(&a, NSRV);
-	wait_up(&b, NSRV);
-	ca = kvt_open(&a.d, NULL);
-	cb = kvt_open(&b.d, NULL);
-	assert_non_null(ca);
-	assert_non_null(cb);
+	pair_start(f, &a, &b, prefix, &ca, &cb);
 	publish(ca, 200, 6);
 	WAIT_STAT(&a, remote_puts, 6 * NB);
 

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -62,7 +63,7 @@ static bool accepts(uint16_t port)
 static int launch(struct kvt_mc *m)
 {
 	const char *bin = kvt_mc_bin();
-	char port[16], chunk[32];
+	char port[16], chunk[32], mem[16];
 	int i, nul;
 	uint64_t im;
 	char unit;
@@ -76,10 +77,12 @@ static int launch(struct kvt_mc *m)
 	im *= unit == 'm' ? 1u << 20 : unit == 'k' ? 1u << 10 : 1;
 	snprintf(chunk, sizeof(chunk), "slab_chunk_max=%llu",
 		 (unsigned long long)(im < (512u << 10) ? im : 512u << 10));
+	snprintf(mem, sizeof(mem), "%u", m->mem_mb ? m->mem_mb : 64);
 	m->pid = fork();
 	if (m->pid < 0)
 		return -1;
 	if (!m->pid) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		nul = open("/dev/null", O_RDWR);
 		if (nul >= 0) {
 			dup2(nul, 1);
@@ -87,7 +90,7 @@ static int launch(struct kvt_mc *m)
 		}
 		{
 			const char *argv[] = { bin, "-l", "127.0.0.1", "-p", port, "-U", "0", "-I",
-					       m->item_max, "-o", chunk, "-m", "64", "-t", "2",
+					       m->item_max, "-o", chunk, "-m", mem, "-t", "2",
 					       /* As root memcached insists on -u. */
 					       geteuid() ? NULL : "-u", "nobody", NULL };
 

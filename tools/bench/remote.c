@@ -34,23 +34,21 @@
  * Rows: remote-write and remote-fetch (GB/s, ratio to raw), ttft_remote
  * (ms, ratio to cold). --quick: fewer blocks and one TTFT round.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <libmemcached/memcached.h>
 
 #include "../../libclient/observe.h"
+#include "../../tests/lib/mcsrv.h"
 #include "../tinylm/tinylm.h"
 #include "bench.h"
 
@@ -64,8 +62,7 @@
 #define TIMEOUT "1000"
 
 static struct {
-	pid_t pid[NSRV];
-	uint16_t port[NSRV];
+	struct kvt_mc mc[NSRV];
 	char spec[128];
 	pid_t b;		/* host B's daemon */
 	char bsock[128];
@@ -98,36 +95,7 @@ static struct kvshm_stats stats_of(const char *sock)
 
 #define ST(s, f) atomic_load_explicit(&(s).f, memory_order_relaxed)
 
-static uint16_t free_port(void)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	socklen_t al = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	uint16_t port = 0;
-
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof(a)) &&
-	    !getsockname(fd, (struct sockaddr *)&a, &al))
-		port = ntohs(a.sin_port);
-	if (fd >= 0)
-		close(fd);
-	return port;
-}
-
-static bool tcp_accepts(uint16_t port)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	bool ok;
-
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ok = fd >= 0 && !connect(fd, (struct sockaddr *)&a, sizeof(a));
-	if (fd >= 0)
-		close(fd);
-	return ok;
-}
-
-/* Start argv (never outliving kvbench), output to /dev/null or log. */
+/* Start argv (never outliving kvbench), its output into log. */
 static pid_t spawn(const char *const *argv, const char *log)
 {
 	pid_t p;
@@ -142,7 +110,7 @@ static pid_t spawn(const char *const *argv, const char *log)
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != main_pid)
 			_exit(127);
-		fd = open(log ? log : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 		if (fd >= 0) {
 			dup2(fd, 1);
 			dup2(fd, 2);
@@ -153,31 +121,17 @@ static pid_t spawn(const char *const *argv, const char *log)
 	return p;
 }
 
-static const char *memcached_bin(void)
-{
-	return access("/usr/bin/memcached", X_OK) ? NULL : "/usr/bin/memcached";
-}
-
 static void servers_up(void)
 {
-	int i, k;
+	int i;
 	size_t at = (size_t)snprintf(rm.spec, sizeof(rm.spec), "memcached:");
 
 	for (i = 0; i < NSRV; i++) {
-		char port[16];
-		const char *argv[] = { memcached_bin(), "-l", "127.0.0.1", "-p", port, "-U", "0",
-				       "-I", "4m", "-m", "1024", "-t", "2",
-				       geteuid() ? NULL : "-u", "root", NULL };
-
-		rm.port[i] = free_port();
-		snprintf(port, sizeof(port), "%u", rm.port[i]);
-		rm.pid[i] = spawn(argv, NULL);
-		for (k = 0; k < 500 && !tcp_accepts(rm.port[i]); k++)
-			sleep_ms(10);
-		if (k == 500)
-			die("remote: memcached on port %u did not start", rm.port[i]);
+		rm.mc[i].mem_mb = 1024;
+		if (kvt_mc_start(&rm.mc[i], "4m"))
+			die("remote: memcached did not start");
 		at += (size_t)snprintf(rm.spec + at, sizeof(rm.spec) - at, "%s127.0.0.1:%u",
-				       i ? "," : "", rm.port[i]);
+				       i ? "," : "", rm.mc[i].port);
 	}
 }
 
@@ -191,11 +145,7 @@ static void everything_down(void)
 		rm.b = 0;
 	}
 	for (i = 0; i < NSRV; i++)
-		if (rm.pid[i] > 0) {
-			kill(rm.pid[i], SIGKILL);
-			waitpid(rm.pid[i], NULL, 0);
-			rm.pid[i] = 0;
-		}
+		kvt_mc_kill(&rm.mc[i]);
 }
 
 static void wait_servers(const char *sock)
@@ -291,6 +241,25 @@ static uint64_t doc_seed(int round)
 	return 0x7e3071ull * 1000003u + (uint64_t)round * 7919;
 }
 
+/* Until host A (at asock) has written n blocks more than in s0. */
+static struct kvshm_stats wait_puts(const char *asock, const struct kvshm_stats *s0, uint64_t n)
+{
+	struct kvshm_stats s;
+	int k;
+
+	for (k = 0;; k++) {
+		s = stats_of(asock);
+		if (ST(s, remote_puts) - ST(*s0, remote_puts) >= n)
+			return s;
+		if (ST(s, remote_put_skipped) != ST(*s0, remote_put_skipped) ||
+		    ST(s, remote_put_errors) != ST(*s0, remote_put_errors))
+			die("remote: host A skipped or failed puts (see its log)");
+		if (k > 100000)
+			die("remote: host A's puts did not finish");
+		usleep(200);
+	}
+}
+
 /* Publish n fresh blocks through c (A); returns the time from kvc_publish
  * to A's last put, in ns, and the item bytes written meanwhile. */
 static uint64_t tier_write(const char *asock, kvc_t *c, uint32_t *tok, size_t n, uint64_t seed,
@@ -300,7 +269,6 @@ static uint64_t tier_write(const char *asock, kvc_t *c, uint32_t *tok, size_t n,
 	struct kvc_req *r;
 	uint64_t t0;
 	size_t i;
-	int k;
 
 	make_tokens(tok, n * BT, seed);
 	ck(kvc_req_new(c, tok, n * BT, NULL, 0, &r), "kvc_req_new");
@@ -312,17 +280,7 @@ static uint64_t tier_write(const char *asock, kvc_t *c, uint32_t *tok, size_t n,
 	t0 = now_ns();
 	if ((size_t)ck(kvc_publish(r), "kvc_publish") != n)
 		die("remote: kvc_publish cached fewer than %zu blocks", n);
-	for (k = 0;; k++) {
-		s = stats_of(asock);
-		if (ST(s, remote_puts) - ST(s0, remote_puts) >= n)
-			break;
-		if (ST(s, remote_put_skipped) != ST(s0, remote_put_skipped) ||
-		    ST(s, remote_put_errors) != ST(s0, remote_put_errors))
-			die("remote: host A skipped or failed puts (see its log)");
-		if (k > 60000)
-			die("remote: host A's puts did not finish");
-		usleep(200);
-	}
+	s = wait_puts(asock, &s0, n);
 	t0 = now_ns() - t0;
 	kvc_req_free(r);
 	*bytes = ST(s, remote_put_bytes) - ST(s0, remote_put_bytes);
@@ -426,21 +384,13 @@ static void ttft_rows(const char *asock)
 	ca = open_model(asock, &km);
 	cb = open_model(rm.bsock, &km);
 	for (r = 0; r < rounds; r++) {
-		struct kvshm_stats s0 = stats_of(asock), s1;
-		int k;
+		struct kvshm_stats s0 = stats_of(asock);
 
 		if (tlm_make_doc(tok, dn, mix64(seed + (uint64_t)r)) != dn)
 			die("remote: out of memory");
 		tlm_make_question(tok + dn, QTOK, 2 * r);
 		prefill_ms(&s, &m, ca, tok, n, &run);	/* host A: the document is new */
-		for (k = 0;; k++) {
-			s1 = stats_of(asock);
-			if (ST(s1, remote_puts) - ST(s0, remote_puts) >= run.published)
-				break;
-			if (k > 20000)
-				die("remote: host A's puts of the document did not finish");
-			usleep(500);
-		}
+		wait_puts(asock, &s0, run.published);
 		/* Host B, another question: cold, then warm from tier 2. */
 		tlm_make_question(tok + dn, QTOK, 2 * r + 1);
 		cold[r] = prefill_ms(&s, &m, NULL, tok, n, &run);
@@ -489,7 +439,7 @@ void mode_remote(void)
 	kvc_t *ca, *cb;
 	int fd;
 
-	if (opt.socket || !memcached_bin()) {
+	if (opt.socket || !kvt_mc_bin()) {
 		const char *why = opt.socket ? "needs two daemons and memcached servers kvbench starts"
 					     : "memcached not found (apt-get install memcached)";
 
@@ -529,7 +479,7 @@ void mode_remote(void)
 		if (!mc[k])
 			die("remote: memcached_create");
 		for (i = 0; i < NSRV; i++)
-			memcached_server_add(mc[k], "127.0.0.1", rm.port[i]);
+			memcached_server_add(mc[k], "127.0.0.1", rm.mc[i].port);
 		memcached_behavior_set(mc[k], MEMCACHED_BEHAVIOR_DISTRIBUTION,
 				       MEMCACHED_DISTRIBUTION_CONSISTENT_KETAMA);
 		memcached_behavior_set(mc[k], MEMCACHED_BEHAVIOR_TCP_NODELAY, 1);
