@@ -20,8 +20,9 @@
  *           copy it into pages, which B publishes; the client pins them).
  *           Bytes over kvc_restore's time. Every page is compared with
  *           what A published.
- *   peer    the same pages, raw: memcached_set of each page under its own
- *           key, then memcached_mget + fetch into a page-size buffer, on
+ *   peer    the same pages, raw: memcached_set of each page (its own
+ *           memory, as pool pages are) under its own key, then
+ *           memcached_mget + fetch, each value copied into its page, on
  *           4 threads with a memcached_st each (the tier runs 4 workers),
  *           same servers, same ketama distribution, no header and no MAC.
  *           The mean of one pass just before and one just after the tier's.
@@ -168,8 +169,7 @@ struct rawjob {
 	memcached_st *mc;
 	char (*keys)[48];
 	size_t from, to;
-	const uint8_t *src;
-	uint8_t *dst;
+	uint8_t **pages;	/* page i of the run, as a pool would hold it */
 	bool get;
 };
 
@@ -181,8 +181,8 @@ static void *raw_thread(void *arg)
 
 	if (!j->get) {
 		for (i = j->from; i < j->to; i++) {
-			rc = memcached_set(j->mc, j->keys[i], strlen(j->keys[i]), (const char *)j->src,
-					   PAGE, 0, 0);
+			rc = memcached_set(j->mc, j->keys[i], strlen(j->keys[i]),
+					   (const char *)j->pages[i], PAGE, 0, 0);
 			if (rc != MEMCACHED_SUCCESS)
 				die("remote: raw memcached_set: %s", memcached_strerror(j->mc, rc));
 		}
@@ -204,7 +204,20 @@ static void *raw_thread(void *arg)
 		while ((r = memcached_fetch_result(j->mc, &res, &rc))) {
 			if (memcached_result_length(r) != PAGE)
 				die("remote: raw get: a value of %zu bytes", memcached_result_length(r));
-			memcpy(j->dst, memcached_result_value(r), PAGE);
+			/* Into the page of its key (its index ends the key), as
+			 * the tier does. */
+			{
+				const char *key = memcached_result_key_value(r);
+				size_t kl2 = memcached_result_key_length(r), at = kl2, idx = 0;
+
+				while (at && key[at - 1] != '-')
+					at--;
+				for (; at < kl2; at++)
+					idx = idx * 10 + (size_t)(key[at] - '0');
+				if (idx < j->from || idx >= j->to)
+					die("remote: raw get: a value for another key");
+				memcpy(j->pages[idx], memcached_result_value(r), PAGE);
+			}
 			got++;
 		}
 		memcached_result_free(&res);
@@ -216,7 +229,7 @@ static void *raw_thread(void *arg)
 
 /* n pages set (or got) raw by THREADS threads; GB/s. */
 static double raw_pass(memcached_st **mc, char (*keys)[48], size_t n, bool get,
-		       const uint8_t *src, uint8_t **dst)
+		       uint8_t **pages)
 {
 	struct rawjob j[THREADS];
 	pthread_t th[THREADS];
@@ -225,7 +238,7 @@ static double raw_pass(memcached_st **mc, char (*keys)[48], size_t n, bool get,
 
 	for (i = 0; i < THREADS; i++) {
 		j[i] = (struct rawjob){ mc[i], keys, n * (size_t)i / THREADS,
-					n * (size_t)(i + 1) / THREADS, src, dst[i], get };
+					n * (size_t)(i + 1) / THREADS, pages, get };
 		if (pthread_create(&th[i], NULL, raw_thread, &j[i]))
 			die("remote: pthread_create");
 	}
@@ -433,7 +446,7 @@ void mode_remote(void)
 	const char *asock;
 	memcached_st *mc[THREADS];
 	char (*keys)[48];
-	uint8_t *src, *dst[THREADS];
+	uint8_t *src, **pages;
 	uint32_t *tok;
 	struct kvc_model m;
 	kvc_t *ca, *cb;
@@ -471,6 +484,13 @@ void mode_remote(void)
 	for (i = 0; i < PAGE / 8; i++)
 		((uint64_t *)src)[i] = mix64(i);
 	tok = xmalloc(n * BT * sizeof(uint32_t));
+	/* The raw peer's pages: as many as the run, each its own memory (a
+	 * single hot buffer would flatter it). */
+	pages = xmalloc(n * sizeof(*pages));
+	for (i = 0; i < n; i++) {
+		pages[i] = xmalloc(PAGE);
+		memcpy(pages[i], src, PAGE);
+	}
 	keys = xmalloc(n * sizeof(*keys));
 	for (i = 0; i < n; i++)
 		snprintf(keys[i], sizeof(keys[i]), "kvbench-raw-%d-%zu", (int)main_pid, i);
@@ -483,25 +503,24 @@ void mode_remote(void)
 		memcached_behavior_set(mc[k], MEMCACHED_BEHAVIOR_DISTRIBUTION,
 				       MEMCACHED_DISTRIBUTION_CONSISTENT_KETAMA);
 		memcached_behavior_set(mc[k], MEMCACHED_BEHAVIOR_TCP_NODELAY, 1);
-		dst[k] = xmalloc(PAGE);
 	}
 	/* Warm the pools' first touch and the connections. */
 	tier_write(asock, ca, tok, 8, doc_seed(999), src, &(uint64_t){ 0 });
 	tier_fetch(cb, tok, 8, doc_seed(999), src);
-	raw_pass(mc, keys, 8, false, src, dst);
+	raw_pass(mc, keys, 8, false, pages);
 
 	for (k = 0; k < rounds; k++) {
 		uint64_t bytes, t;
 		double w_a, w_b, f_a, f_b;
 
-		w_a = raw_pass(mc, keys, n, false, src, dst);
+		w_a = raw_pass(mc, keys, n, false, pages);
 		t = tier_write(asock, ca, tok, n, doc_seed(k), src, &bytes);
-		w_b = raw_pass(mc, keys, n, false, src, dst);
+		w_b = raw_pass(mc, keys, n, false, pages);
 		kv_w += (double)bytes / (double)t / rounds;
 		raw_w += (w_a + w_b) / 2 / rounds;
-		f_a = raw_pass(mc, keys, n, true, src, dst);
+		f_a = raw_pass(mc, keys, n, true, pages);
 		t = tier_fetch(cb, tok, n, doc_seed(k), src);
-		f_b = raw_pass(mc, keys, n, true, src, dst);
+		f_b = raw_pass(mc, keys, n, true, pages);
 		kv_f += (double)bytes / (double)t / rounds;
 		raw_f += (f_a + f_b) / 2 / rounds;
 	}
@@ -513,10 +532,12 @@ void mode_remote(void)
 
 	for (k = 0; k < THREADS; k++) {
 		memcached_free(mc[k]);
-		free(dst[k]);
 	}
 	free(keys);
 	free(tok);
+	for (i = 0; i < n; i++)
+		free(pages[i]);
+	free(pages);
 	free(src);
 	daemon_stop(false);
 	everything_down();
