@@ -592,7 +592,7 @@ static void fmt_size(char *buf, size_t len, const struct row *r)
 	if (r->pct)
 		snprintf(buf, len, "%zu blk, %s%s", r->blocks, r->pct,
 			 strcmp(r->op, "hash_lookup") ? "" : ", hashed");
-	else if (!strcmp(r->mode, "ttft"))
+	else if (!strcmp(r->mode, "ttft") || !strcmp(r->op, "ttft_remote"))
 		snprintf(buf, len, "%zu-tok doc + question", r->blocks * BT);
 	else if (!strcmp(r->mode, "publish") || !strcmp(r->mode, "pages") ||
 		 !strcmp(r->mode, "gpu"))
