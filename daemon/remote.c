@@ -321,7 +321,8 @@ static void take_item(struct rworker *w, struct rfetch *f, struct ritem *it, con
 		return;
 	}
 	if (r->cuda) {
-		it->stage = malloc(f->ns.page_bytes);
+		/* A whole slot: kvd_pool_copy_in copies slots. */
+		it->stage = calloc(1, r->slot_bytes);
 		if (!it->stage) {
 			it->res = RES_DOWN;
 			return;
