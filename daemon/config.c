@@ -20,7 +20,9 @@
 #include "../shm/proto.h"
 #include "../shm/segment.h"
 #include "config.h"
+#include "events.h"
 #include "log.h"
+#include "memcheck.h"
 #include "remote_fmt.h"
 
 void kvd_config_defaults(struct kvd_config *cfg)
@@ -35,6 +37,8 @@ void kvd_config_defaults(struct kvd_config *cfg)
 	cfg->max_clients = 64;
 	cfg->max_per_process = 16;
 	cfg->max_pins = 8192;
+	cfg->max_share = 50;
+	cfg->hello_timeout_ms = 5000;
 	cfg->low_watermark = 5;
 	cfg->high_watermark = 10;
 	cfg->socket_mode = 0660;
@@ -42,6 +46,10 @@ void kvd_config_defaults(struct kvd_config *cfg)
 	cfg->hugepages = KVD_HUGE_AUTO;
 	cfg->log_level = KVD_LOG_INFO;
 	cfg->spill_size = 16ull << 30;
+	strcpy(cfg->kv_events_topic, "kv@{host}@{model}");
+	cfg->kv_events_buffer = 10000;
+	cfg->kv_events_hwm = 10000;
+	cfg->kv_events_stall_ms = 1000;
 	cfg->remote_write = KVD_REMOTE_PUBLISH;
 	cfg->remote_timeout_ms = 100;
 	strcpy(cfg->remote_prefix, "kvc");
@@ -67,12 +75,18 @@ void kvd_config_usage(FILE *f)
 "  --pool host|cuda       where pages live (default host; cuda: GPU memory\n"
 "                         shared over CUDA VMM file descriptors)\n"
 "  --gpu N                CUDA device ordinal of a cuda pool (default 0)\n"
-"  --pool-size SIZE       pool bytes, suffix K M G T (default 1G)\n"
+"  --pool-size SIZE|PCT%%  pool bytes, suffix K M G T (default 1G), or a share\n"
+"                         of the memory available to kvcached (e.g. 40%%:\n"
+"                         of MemAvailable and any memory cgroup limit)\n"
 "  --page-size SIZE       bytes per page slot, a multiple of 4K (default 2M)\n"
 "  --block-tokens N       tokens per cached block (default 16)\n"
 "  --max-clients N        attached handles at once (default 64)\n"
 "  --max-per-process N    handles one process may attach (default 16)\n"
-"  --max-pins N           pin slots per client (default 8192)\n"
+"  --max-pins N           pin slots per client (default 8192; at most\n"
+"                         max-share of the pool)\n"
+"  --max-share PCT        pool share one process may use (default 50): pages\n"
+"                         pinned or writing, over all its handles\n"
+"  --hello-timeout-ms N   time to send HELLO (default 5000), then dropped\n"
 "  --low-watermark PCT    evict when free pages fall below PCT%% (default 5)\n"
 "  --high-watermark PCT   ...until PCT%% are free (default 10)\n"
 "  --allow-users LIST     user names or uids that may attach (default: own\n"
@@ -89,6 +103,24 @@ void kvd_config_usage(FILE *f)
 "                         pread/pwrite on worker threads)\n"
 "  --metrics-listen IP:PORT  serve Prometheus /metrics over HTTP there\n"
 "                         (default off; e.g. 127.0.0.1:9464)\n"
+"  --kv-events ENDPOINT   publish KV events for cluster routers (vLLM's\n"
+"                         format, docs/EVENTS.md) on a ZMQ PUB socket, e.g.\n"
+"                         tcp://*:5557 or ipc:///run/kvcached/events\n"
+"                         (default off; libzmq is loaded only then)\n"
+"  --kv-events-replay ENDPOINT  ROUTER socket that resends buffered batches\n"
+"                         from a requested sequence number (default off)\n"
+"  --kv-events-buffer N   batches kept for replay (default 10000)\n"
+"  --kv-events-topic T    (default kv@{host}@{model}) topic of a namespace's\n"
+"                         batches; {host} and {model} are replaced\n"
+"  --kv-events-hash uint64|int64|bytes  (default uint64) block hash form:\n"
+"                         as vLLM sends it, signed (Dynamo), the 16-byte key\n"
+"  --kv-events-hwm N      (default 10000) batches queued per subscriber;\n"
+"                         more are dropped and counted\n"
+"  --kv-events-stall-ms N  (default 1000) how long one subscriber's full\n"
+"                         queue may drop every batch before it alone loses\n"
+"                         them (0: never)\n"
+"  --kv-events-mode bind|connect  (default bind) bind the endpoint, or\n"
+"                         connect to a subscriber that binds\n"
 "  --remote memcached:HOST:PORT[,HOST:PORT...]  a remote tier shared by\n"
 "                         hosts on these memcached servers (ketama; start\n"
 "                         them with -I above page-size; default: none)\n"
@@ -144,6 +176,27 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out, int
 	if (errno || *end || v < lo || v > hi)
 		return -EINVAL;
 	*out = (uint32_t)v;
+	return 0;
+}
+
+int kvd_endpoint_check(const char *s)
+{
+	bool tcp = !strncmp(s, "tcp://", 6);
+	const char *rest = s + 6, *colon;
+	uint32_t port;
+	size_t i;
+
+	if ((!tcp && strncmp(s, "ipc://", 6)) || !*rest || strlen(s) >= KVD_ENDPOINT)
+		return -EINVAL;
+	for (i = 0; s[i]; i++)
+		if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f)
+			return -EINVAL;
+	if (!tcp)
+		return 0;
+	/* HOST:PORT, HOST may be * or [v6]. */
+	colon = strrchr(rest, ':');
+	if (!colon || colon == rest || parse_u32(colon + 1, 0, 65535, &port, 10))
+		return -EINVAL;
 	return 0;
 }
 
@@ -257,8 +310,28 @@ int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 		if (parse_u32(val, 0, 1023, &cfg->gpu, 10))
 			BAD("must be a CUDA device ordinal 0..1023");
 	} else if (!strcmp(key, "pool-size")) {
-		if (kvd_parse_size(val, &cfg->pool_size))
-			BAD("not a size (a number with an optional K, M, G or T suffix)");
+		size_t l = strlen(val);
+
+		if (l > 1 && val[l - 1] == '%') {
+			char num[16];
+
+			if (l - 1 >= sizeof(num))
+				BAD("a share must be 1%..100%");
+			memcpy(num, val, l - 1);
+			num[l - 1] = 0;
+			if (parse_u32(num, 1, 100, &cfg->pool_share, 10))
+				BAD("a share must be 1%..100%");
+		} else {
+			if (kvd_parse_size(val, &cfg->pool_size))
+				BAD("not a size (a number with an optional K, M, G or T suffix, or a share such as 40%)");
+			cfg->pool_share = 0;
+		}
+	} else if (!strcmp(key, "max-share")) {
+		if (parse_u32(val, 1, 100, &cfg->max_share, 10))
+			BAD("must be a percentage 1..100");
+	} else if (!strcmp(key, "hello-timeout-ms")) {
+		if (parse_u32(val, 1, 600000, &cfg->hello_timeout_ms, 10))
+			BAD("must be 1..600000");
 	} else if (!strcmp(key, "page-size")) {
 		if (kvd_parse_size(val, &cfg->page_size))
 			BAD("not a size (a number with an optional K, M, G or T suffix)");
@@ -345,6 +418,43 @@ int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 				BAD("must be IP:PORT, e.g. 127.0.0.1:9464 or [::1]:9464");
 			strcpy(cfg->metrics_listen, val);
 		}
+	} else if (!strcmp(key, "kv-events") || !strcmp(key, "kv-events-replay")) {
+		char *dst = key[9] ? cfg->kv_events_replay : cfg->kv_events;
+
+		if (*val && kvd_endpoint_check(val))
+			BAD("must be a ZMQ endpoint tcp://HOST:PORT or ipc://PATH (printable, under 256 bytes)");
+		strcpy(dst, val);
+	} else if (!strcmp(key, "kv-events-topic")) {
+		const char *why = NULL;
+
+		if (kvd_events_topic_check(val, &why))
+			BAD(why);
+		strcpy(cfg->kv_events_topic, val);
+	} else if (!strcmp(key, "kv-events-buffer")) {
+		if (parse_u32(val, 0, 1000000, &cfg->kv_events_buffer, 10))
+			BAD("must be 0..1000000 batches");
+	} else if (!strcmp(key, "kv-events-hwm")) {
+		if (parse_u32(val, 1, 1000000, &cfg->kv_events_hwm, 10))
+			BAD("must be 1..1000000 batches");
+	} else if (!strcmp(key, "kv-events-stall-ms")) {
+		if (parse_u32(val, 0, 3600000, &cfg->kv_events_stall_ms, 10))
+			BAD("must be 0..3600000 ms");
+	} else if (!strcmp(key, "kv-events-hash")) {
+		if (!strcmp(val, "uint64"))
+			cfg->kv_events_hash = KVD_EVENTS_HASH_UINT64;
+		else if (!strcmp(val, "int64"))
+			cfg->kv_events_hash = KVD_EVENTS_HASH_INT64;
+		else if (!strcmp(val, "bytes"))
+			cfg->kv_events_hash = KVD_EVENTS_HASH_BYTES;
+		else
+			BAD("must be uint64, int64 or bytes");
+	} else if (!strcmp(key, "kv-events-mode")) {
+		if (!strcmp(val, "bind"))
+			cfg->kv_events_connect = false;
+		else if (!strcmp(val, "connect"))
+			cfg->kv_events_connect = true;
+		else
+			BAD("must be bind or connect");
 	} else if (!strcmp(key, "remote")) {
 		struct kvd_rserver sv[KVD_REMOTE_MAX_SERVERS];
 		const char *why = NULL;
@@ -406,8 +516,11 @@ int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 static bool known_key(const char *key)
 {
 	static const char *const keys[] = {
-		"allow-groups", "allow-users", "block-tokens", "foreground", "gpu", "high-watermark",
-		"hugepages", "log-level", "low-watermark", "max-clients", "max-per-process", "max-pins",
+		"allow-groups", "allow-users", "block-tokens", "foreground", "gpu",
+		"hello-timeout-ms", "high-watermark", "hugepages", "kv-events",
+		"kv-events-buffer", "kv-events-hash", "kv-events-hwm", "kv-events-mode",
+		"kv-events-replay", "kv-events-stall-ms", "kv-events-topic", "log-level",
+		"low-watermark", "max-clients", "max-per-process", "max-pins", "max-share",
 		"metrics-listen", "page-size", "pool", "pool-size", "remote", "remote-insecure",
 		"remote-prefix", "remote-secret-file", "remote-timeout-ms", "remote-write", "socket",
 		"socket-mode", "spill-dir", "spill-io", "spill-size", "tick-ms",
@@ -516,7 +629,7 @@ int kvd_config_buf(struct kvd_config *cfg, const char *buf, size_t len, const ch
 	return rc;
 }
 
-int kvd_config_check(const struct kvd_config *cfg)
+int kvd_config_check(struct kvd_config *cfg)
 {
 	uint64_t pages;
 
@@ -534,6 +647,17 @@ int kvd_config_check(const struct kvd_config *cfg)
 			(unsigned long long)cfg->page_size);
 		return -1;
 	}
+	if (cfg->pool_share) {
+		uint64_t avail;
+		char what[128] = "";
+
+		if (kvd_mem_available(&avail, what, sizeof(what))) {
+			fprintf(stderr, "kvcached: pool-size %u%%: cannot tell the memory available (no /proc/meminfo); give a size\n",
+				cfg->pool_share);
+			return -1;
+		}
+		cfg->pool_size = avail / 100 * cfg->pool_share / cfg->page_size * cfg->page_size;
+	}
 	pages = cfg->pool_size / cfg->page_size;
 	if (pages < 2) {
 		fprintf(stderr, "kvcached: pool-size %llu: holds fewer than 2 pages of page-size %llu\n",
@@ -548,6 +672,16 @@ int kvd_config_check(const struct kvd_config *cfg)
 	if (cfg->high_watermark < cfg->low_watermark) {
 		fprintf(stderr, "kvcached: high-watermark %u: below low-watermark %u\n",
 			cfg->high_watermark, cfg->low_watermark);
+		return -1;
+	}
+	if (cfg->kv_events_replay[0] && !cfg->kv_events[0]) {
+		fprintf(stderr, "kvcached: kv-events-replay %s: needs kv-events (the PUB endpoint)\n",
+			cfg->kv_events_replay);
+		return -1;
+	}
+	if (cfg->kv_events_replay[0] && !strcmp(cfg->kv_events_replay, cfg->kv_events)) {
+		fprintf(stderr, "kvcached: kv-events-replay %s: the same endpoint as kv-events\n",
+			cfg->kv_events_replay);
 		return -1;
 	}
 	if (cfg->remote[0] && !cfg->remote_secret_file[0] && !cfg->remote_insecure) {

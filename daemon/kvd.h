@@ -7,7 +7,9 @@
  * only writer of the shared segment, which is what lets the index and page
  * table be read by clients with no lock at all. (One helper thread exists
  * for a while after start: it pre-faults pool memory and touches nothing
- * else; see pool_host.c.)
+ * else; see pool_host.c. With --kv-events, libzmq's I/O thread moves the
+ * event batches from its queues to the network; it never sees the
+ * segment; see events.c.)
  */
 #ifndef KVD_H
 #define KVD_H
@@ -15,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "../shm/ledger.h"
 #include "../shm/proto.h"
@@ -23,6 +26,11 @@
 #include "memfd.h"
 #include "pool.h"
 #include "tier.h"
+
+/* Namespace rows the daemon keeps (the segment's max_ns). */
+#define KVD_MAX_NS 64
+/* Ledger counters folded into per-namespace statistics (nsstat.c). */
+#define KVD_NS_FOLD 6
 
 struct kvd_client {
 	bool used;
@@ -33,6 +41,7 @@ struct kvd_client {
 	uint32_t id;		/* row in d->clients; owner id is id + 1 */
 	int fd;
 	pid_t pid;
+	uint64_t since_ms;	/* kvd_now_ms() at accept: HELLO deadline */
 	uid_t uid;
 	gid_t gid;
 	uint32_t ns_id;
@@ -44,6 +53,10 @@ struct kvd_client {
 	uint32_t nslots;	/* our own record of the ledger's size */
 	uint64_t ring_seen;
 	uint64_t hit_seen;	/* hit ring records consumed */
+	/* nsstat.c: this client's ledger counters already added to its
+	 * namespace's statistics; drop.c: d->ticks + 1 at its last DROP. */
+	uint64_t ns_seen[KVD_NS_FOLD];
+	uint64_t drop_tick;
 
 	/* Framing: one message at a time is read into `in`. */
 	uint8_t *in;
@@ -67,6 +80,8 @@ struct kvd {
 	struct kvd_client *clients;	/* cfg.max_clients rows */
 	uint32_t n_clients;
 	uint8_t *mark;			/* n_pages scratch for message checks */
+	uint8_t *damaged;		/* n_pages: punched out by a client (evict.c),
+					 * NULL until the first hole */
 	uint32_t hand;			/* CLOCK hand */
 	uint32_t low_pages, high_pages;
 
@@ -81,12 +96,18 @@ struct kvd {
 	struct kvd_spill *spill;	/* spill tier (spill.c), or NULL */
 	struct kvd_remote *remote;	/* remote tier (remote.c), or NULL */
 	const struct kvd_tier *tier[KVD_TIER_MAX];	/* by level; NULL: none */
+	struct kvd_events *events;	/* KV events (events.c), or NULL */
 	uint64_t watchdog_usec;		/* 0: no systemd watchdog */
 	uint64_t watchdog_last;		/* CLOCK_MONOTONIC usec of the last ping */
 
 	/* Counters of clients that have left, folded into the totals. */
 	uint64_t gone_lookups, gone_hits, gone_misses, gone_pinfail;
 	uint64_t gone_lookup_tokens, gone_hit_tokens;
+
+	/* nsstat.c: the sweep counting each namespace's READY pages, a
+	 * slice of the page table per tick: where it is, counts so far. */
+	uint32_t ns_sweep_at;
+	uint32_t ns_sweep_pages[KVD_MAX_NS];
 };
 
 /* epoll tags: fixed sources, then one per client socket and pidfd. */
@@ -95,6 +116,7 @@ enum {
 	KVD_EV_SIGNAL,
 	KVD_EV_TIMER,
 	KVD_EV_TIER,			/* + tier level (< KVD_TIER_MAX) */
+	KVD_EV_EVENTS = KVD_EV_TIER + KVD_TIER_MAX,
 	KVD_EV_CLIENT = 16,		/* + client id (max-clients <= 4096) */
 	KVD_EV_PIDFD = 16 + 8192,	/* + client id */
 };
@@ -115,6 +137,15 @@ static inline bool kvd_pins_count(const struct kvd_client *c)
 static inline uint32_t kvd_owner(const struct kvd_client *c)
 {
 	return c->id + 1;
+}
+
+/* CLOCK_MONOTONIC in milliseconds. */
+static inline uint64_t kvd_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 /* Single-writer stat update (relaxed; see kvshm_stats). */
@@ -184,10 +215,16 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		      const void *p, uint32_t len);
 int kvd_cache_free(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		   const void *p, uint32_t len);
+/* Pages one process may hold pinned or writing: max-share of the pool. */
+uint32_t kvd_share_pages(const struct kvd *d);
 /* Give back every WRITING page of owner; returns how many. */
 uint32_t kvd_cache_reclaim(struct kvd *d, uint32_t owner);
 
 /* top.c */
+/* Pin slots of c's ledger naming a page right now (c's own word). */
+uint32_t kvd_ledger_pins(const struct kvd *d, const struct kvd_client *c);
+/* c holds pages: WRITING ones, or pins in its ledger. */
+bool kvd_client_holds(const struct kvd *d, const struct kvd_client *c);
 /* Feed c's new hit records into the top-prefix sketch. */
 void kvd_top_drain(struct kvd *d, struct kvd_client *c);
 /* Count pinned pages and pins in use over all ledgers. */
@@ -202,7 +239,30 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait);
 /* Evict every READY page of namespace ns_id that nobody pins; returns how
  * many are left (pinned or writing). */
 uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id);
-/* Drain access rings, then evict down to the watermarks. */
+/* Drain access rings, drop punched-out pages, then evict down to the
+ * watermarks. */
 void kvd_evict_tick(struct kvd *d);
+
+/* nsstat.c: per-namespace statistics, and resetting all the counters. */
+/* On the tick: fold the live clients' new ledger counts into their
+ * namespaces' statistics, count clients, sweep a slice of the pages. */
+void kvd_nsstat_tick(struct kvd *d);
+/* A client leaves: fold what it counted since the last tick. */
+void kvd_nsstat_retire(struct kvd *d, struct kvd_client *c);
+/* Zero row ns_id's statistics (before the row is written for a
+ * namespace). */
+void kvd_nsstat_clear(struct kvd *d, uint32_t ns_id);
+/* Zero every counter: daemon-wide, per namespace, the top-prefix sketch. */
+void kvd_stats_reset(struct kvd *d);
+/* RESET from c (before HELLO): reset if c is root or the daemon's own
+ * user, else refuse. Always ends c's connection: returns -1. */
+int kvd_nsstat_reset_req(struct kvd *d, struct kvd_client *c, uint32_t seq, const void *p);
+
+/* drop.c: DROP from c: evict every unpinned block of c's namespace (pool
+ * pages and spill slots). Returns 0, or -1 if c was dropped. */
+int kvd_drop_ns(struct kvd *d, struct kvd_client *c, uint32_t seq, const void *p);
+
+/* top.c: empty the top-prefix sketch (a reset of the statistics). */
+void kvd_top_reset(struct kvd *d);
 
 #endif

@@ -9,14 +9,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "../shm/segment.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include "events.h"
 #include "kvd.h"
 #include "log.h"
+#include "memcheck.h"
 #include "metrics.h"
 #include "notify.h"
 #include "remote.h"
@@ -38,7 +41,7 @@ static int segment_open(struct kvd *d)
 	/* Room for both tiers: a block is indexed once, page or slot. */
 	geo.n_buckets = kvshm_buckets_for((uint64_t)geo.n_pages + geo.n_slots);
 	geo.max_clients = d->cfg.max_clients;
-	geo.max_ns = 64;
+	geo.max_ns = KVD_MAX_NS;
 	geo.ledger_slots = d->cfg.max_pins;
 	if (kvshm_layout(&h, &geo)) {
 		kvd_err("segment: geometry out of range");
@@ -71,6 +74,50 @@ static int segment_open(struct kvd *d)
 	return 0;
 }
 
+static const char *gib(char *buf, size_t len, uint64_t b)
+{
+	snprintf(buf, len, "%.1f GiB (%llu bytes)", (double)b / (1ull << 30),
+		 (unsigned long long)b);
+	return buf;
+}
+
+/*
+ * Refuse, before touching anything, a pool the kernel could only provide
+ * by OOM-killing someone (memcheck.h). A hugetlb pool comes from the huge
+ * page reserve, not from MemAvailable or the memory cgroup; a cuda pool
+ * takes host memory only for the spill staging ring.
+ */
+static int memory_fits(const struct kvd *d)
+{
+	const struct kvd_config *cfg = &d->cfg;
+	uint64_t pool = (uint64_t)(cfg->pool_size / cfg->page_size) * cfg->page_size;
+	uint64_t need, avail;
+	char what[160], a[64], b[64];
+	bool cuda = !strcmp(cfg->pool, "cuda");
+
+	if (!cuda && cfg->hugepages != KVD_HUGE_OFF && pool % (2ull << 20) == 0 &&
+	    kvd_hugetlb_free() >= pool)
+		return 0;	/* hugetlb: reserved pages, no OOM risk */
+	need = cuda ? (cfg->spill_dir[0] ? 64ull << 20 : 0) : pool;
+	if (kvd_mem_available(&avail, what, sizeof(what))) {
+		kvd_warn("memory: cannot tell how much is available; not checking pool-size");
+		return 0;
+	}
+	if (need > avail) {
+		if (cuda)
+			kvd_err("spill staging: needs %s of host memory but %s is available (%s)",
+				gib(a, sizeof(a), need), gib(b, sizeof(b), avail), what);
+		else
+			kvd_err("pool-size %s: more than the memory available to kvcached, %s (%s); give a smaller size or a share such as --pool-size 40%%",
+				gib(a, sizeof(a), need), gib(b, sizeof(b), avail), what);
+		return -1;
+	}
+	if (need > avail / 10 * 9)
+		kvd_warn("pool-size %s: leaves less than a tenth of the %s available (%s) to everything else",
+			 gib(a, sizeof(a), need), gib(b, sizeof(b), avail), what);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct kvd d;
@@ -85,10 +132,22 @@ int main(int argc, char **argv)
 		return rc > 0 ? 0 : 2;
 	kvd_log_level = d.cfg.log_level;
 	rc = 1;
+	/* A same-uid process could otherwise write our memory through
+	 * /proc/<pid>/mem or ptrace: the protection against lying clients
+	 * holds only for other uids (ARCHITECTURE.md, "Trust"), but nothing
+	 * needs it to be easier than it must. Also no core dump of the
+	 * index and every cached prompt. */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
+		kvd_warn("prctl(PR_SET_DUMPABLE): %s", strerror(errno));
+	if (memory_fits(&d))
+		goto out;
 	if (segment_open(&d))
 		goto out;
 	if (kvd_pool_open(&d.pool, &d.cfg, (uint64_t)d.h->geo.n_pages * d.cfg.page_size,
 			  d.cfg.page_size))
+		goto out;
+	/* Before the spill tier: its warm restart announces what it finds. */
+	if (kvd_events_open(&d))
 		goto out;
 	if (kvd_spill_open(&d))
 		goto out;
@@ -96,7 +155,7 @@ int main(int argc, char **argv)
 		goto out;
 	if (kvd_server_open(&d))
 		goto out;
-	kvd_info("ready: socket %s, %u pages of %llu bytes, %u-token blocks, %u index buckets, segment %llu bytes",
+	kvd_info("ready: socket %s, %u KV pages of %llu bytes (page-size), %u-token blocks, %u index buckets, segment %llu bytes",
 		 d.cfg.socket, d.h->geo.n_pages, (unsigned long long)d.h->geo.page_bytes,
 		 d.h->geo.block_tokens, d.h->geo.n_buckets,
 		 (unsigned long long)d.h->segment_bytes);
@@ -137,10 +196,12 @@ int main(int argc, char **argv)
 out:
 	kvd_metrics_stop(d.metrics);
 	kvd_server_close(&d);
+	kvd_events_close(&d);
 	kvd_tiers_close(&d);
 	kvd_pool_close(&d.pool);
 	kvd_memfd_close(&d.seg);
 	free(d.mark);
+	free(d.damaged);
 	free(d.clients);
 	if (!rc)
 		kvd_info("stopped cleanly");

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "../shm/key.h"
+#include "closer.h"
 #include "kvd.h"
 #include "log.h"
 
@@ -84,6 +85,7 @@ int kvd_registry_ns(struct kvd *d, const struct kvshm_ns *want, bool may_reclaim
 			return (int)i;
 	}
 	if (i < d->h->geo.max_ns) {
+		kvd_nsstat_clear(d, i);
 		ns_write(&t[i], want);
 		kvd_info("namespace %u: %s, %u layers x %u kv heads x %u head dim, %u-byte dtype, %llu-byte pages",
 			 i, want->model, want->layers, want->kv_heads, want->head_dim,
@@ -96,6 +98,7 @@ int kvd_registry_ns(struct kvd *d, const struct kvshm_ns *want, bool may_reclaim
 	kvd_info("namespace %d: %s replaces %s, which had no clients (its pages evicted)",
 		 idle, want->model, t[idle].model);
 	atomic_store_explicit(&t[idle].used, 0, memory_order_release);
+	kvd_nsstat_clear(d, (uint32_t)idle);
 	ns_write(&t[idle], want);
 	return idle;
 }
@@ -136,6 +139,23 @@ int kvd_registry_stat(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		kvd_debug("client %u (pid %d): STAT reply not delivered", c->id, (int)c->pid);
 	kvd_registry_drop(d, c, "observer served");
 	return -1;
+}
+
+/*
+ * A model whose page fills at most half of a pool page leaves the rest of
+ * every page it takes unused. It is attached anyway (one daemon serves
+ * models of different sizes, e.g. a draft model beside its target, and a
+ * refusal would force a daemon and a pool per size); the log says so here,
+ * the library copies the same sentence into the client's errbuf, and
+ * kvstat shows each namespace's share of the page and the bytes wasted.
+ */
+static void hello_page_waste(const struct kvd *d, const struct kvd_client *c,
+			     const struct kvshm_ns *ns)
+{
+	char msg[300];
+
+	if (kvproto_page_waste(msg, sizeof(msg), ns->model, ns->page_bytes, d->h->geo.page_bytes))
+		kvd_warn("client %u (pid %d, %s): %s", c->id, (int)c->pid, c->comm, msg);
 }
 
 static int refuse_hello(struct kvd *d, struct kvd_client *c, uint32_t seq, int err,
@@ -241,6 +261,7 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	kvd_stat_add(&kvshm_stats(d->h)->clients_total, 1);
 	kvd_info("client %u attached: pid %d (%s) uid %u, namespace %u, %u pin slots",
 		 c->id, (int)c->pid, c->comm, c->uid, c->ns_id, nslots);
+	hello_page_waste(d, c, &ns);
 	return 0;
 }
 
@@ -284,6 +305,7 @@ static void retire_counters(struct kvd *d, struct kvd_client *c)
 	d->gone_pinfail += atomic_load_explicit(&l->pin_failures, RELAXED);
 	d->gone_lookup_tokens += atomic_load_explicit(&l->lookup_tokens, RELAXED);
 	d->gone_hit_tokens += atomic_load_explicit(&l->hit_tokens, RELAXED);
+	kvd_nsstat_retire(d, c);
 	kvd_top_drain(d, c);
 	atomic_store_explicit(&row->pid, 0, memory_order_release);
 	kvd_stat_add(&kvshm_stats(d->h)->clients_attached, -1);
@@ -330,10 +352,10 @@ static void end_connection(struct kvd *d, struct kvd_client *c, const char *why,
 	c->fd = -1;
 	if (c->hello)
 		retire_counters(d, c);
-	if (!bye && c->hello && process_alive(c->pidfd) &&
-	    !epoll_ctl(d->epfd, EPOLL_CTL_ADD, c->pidfd,
-		       &(struct epoll_event){ .events = EPOLLIN,
-					      .data.u64 = KVD_EV_PIDFD + c->id })) {
+	/* A process that lives on may still read the pages it pinned: they
+	 * stay in force until its pidfd (watched since accept) says it
+	 * exited. One that holds nothing has nothing to keep. */
+	if (!bye && c->hello && process_alive(c->pidfd) && kvd_client_holds(d, c)) {
 		c->lingering = true;
 		kvd_stat_add(&kvshm_stats(d->h)->clients_lingering, 1);
 		free(c->in);
@@ -360,9 +382,34 @@ void kvd_registry_bye(struct kvd *d, struct kvd_client *c)
 
 void kvd_registry_exited(struct kvd *d, struct kvd_client *c)
 {
-	if (c->used && c->lingering) {
+	if (!c->used)
+		return;
+	if (c->lingering) {
 		kvd_stat_add(&kvshm_stats(d->h)->clients_lingering, -1);
 		release(d, c, "process exited");
+		return;
+	}
+	/* Its socket is still open (a child it forked holds it): the
+	 * resources were the attaching process's, and it is gone. */
+	end_connection(d, c, "process exited (its socket lives on in another process)", true);
+}
+
+/* Connections that have not said HELLO (or STAT) in time hold a client
+ * row for nothing: drop them. */
+static void hello_deadline(struct kvd *d)
+{
+	uint64_t now = kvd_now_ms();
+	uint32_t i;
+
+	for (i = 0; i < d->cfg.max_clients; i++) {
+		struct kvd_client *c = &d->clients[i];
+
+		if (c->used && !c->hello && !c->lingering &&
+		    now - c->since_ms >= d->cfg.hello_timeout_ms) {
+			kvd_stat_add(&kvshm_stats(d->h)->clients_timed_out, 1);
+			kvd_reply_error(d, c, 0, -ETIMEDOUT, true, "no HELLO within %u ms (hello-timeout-ms)",
+					d->cfg.hello_timeout_ms);
+		}
 	}
 }
 
@@ -411,7 +458,9 @@ static void fold_stats(struct kvd *d)
 
 void kvd_registry_tick(struct kvd *d)
 {
+	hello_deadline(d);
 	fold_stats(d);
+	atomic_store_explicit(&kvshm_stats(d->h)->fds_passed, kvd_closer_passed_total(), RELAXED);
 	/* The census reads every ledger slot: every 5th tick is enough. */
 	if (d->ticks++ % 5 == 0)
 		kvd_pin_census(d);

@@ -61,6 +61,7 @@
 
 #include "../shm/index.h"
 #include "../shm/page.h"
+#include "events.h"
 #include "kvd.h"
 #include "log.h"
 #include "remote.h"
@@ -502,7 +503,10 @@ static void put_done(struct kvd *d, struct rjob *j)
 	case RES_OK:
 		kvd_stat_add(&st->remote_puts, 1);
 		kvd_stat_add(&st->remote_put_bytes, (int64_t)j->len);
-		kvd_tier_entered(d, KVD_TIER_REMOTE, j->ns_id, j->key);
+		/* On the servers now (for the events: medium REMOTE; a parent
+		 * this host does not index is taken as the chain's root). */
+		kvd_events_stored(d, j->ns_id, KVD_MEDIUM_REMOTE, j->key, j->parent,
+				  kvshm_index_find(d->h, j->parent) == UINT32_MAX, j->tokens);
 		break;
 	case RES_SKIP:
 		kvd_stat_add(&st->remote_put_skipped, 1);
@@ -545,9 +549,10 @@ static int place(struct kvd *d, struct rfetch *f, struct ritem *it)
 	/* A spilled copy of the same block gives way (it cannot be: the
 	 * index did not know the key when it was claimed, but a restore may
 	 * have raced us since). */
-	kvd_tiers_unindex(d, it->key, it->parent, f->ns_id);
+	kvd_tiers_unindex(d, it->key, it->parent, it->tokens, f->ns_id);
 	rc = kvshm_page_publish(d->h, it->page, it->gen, OWNER_REMOTE, it->key, it->parent,
 				it->tokens, &w, &wg);
+	kvd_events_published(d, it->page, rc);	/* in this host's pool now */
 	/* Counted as the tier's hits, not as client publishes. */
 	if (rc == KVSHM_PUBLISHED) {
 		kvd_stat_add(&st->publishes, -1);

@@ -31,18 +31,23 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../shm/index.h"
 #include "../shm/page.h"
+#include "events.h"
 #include "kvd.h"
 #include "log.h"
 #include "spill.h"
 #include "spill_fmt.h"
 #include "spill_io.h"
 #include "tier.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #define OPS 32			/* slots being written or read at once */
 #define FILE_BYTES (1ull << 30)	/* slots per file: about 1 GiB of them */
@@ -57,6 +62,7 @@ struct sslot {
 	uint32_t page;		/* BUSY: the page; BACKING: the page it backs */
 	uint32_t pgen;		/* BACKING: that page's gen */
 	uint64_t seq;		/* write order, from the header */
+	struct kvshm_key tok;	/* keyed hash of the block's tokens */
 };
 
 struct sop {
@@ -95,7 +101,21 @@ struct kvd_spill {
 	bool io_dead;		/* io_uring stopped taking submissions: the
 				 * ops in flight are abandoned, never reaped */
 	char dir[PATH_MAX];
+	uint64_t tok_seed;	/* secret per run: see tok_hash */
 };
+
+/*
+ * The tokens of a spilled block live on disk only; to tell a publish of
+ * the same block from a forgery under its key without reading the disk,
+ * each slot keeps a 128-bit hash of its tokens, seeded with a secret of
+ * this run that no client knows (so none can aim at a collision).
+ */
+static struct kvshm_key tok_hash(const struct kvd_spill *sp, const uint32_t *t, uint32_t bt)
+{
+	XXH128_hash_t h = XXH3_128bits_withSeed(t, (size_t)bt * sizeof(*t), sp->tok_seed);
+
+	return (struct kvshm_key){ h.low64, h.high64 };
+}
 
 static struct kvshm_stats *st_of(struct kvd *d)
 {
@@ -162,7 +182,6 @@ static void slot_forget(struct kvd *d, uint32_t slot)
 {
 	struct kvshm_slot *e = &kvshm_slots(d->h)[slot];
 
-	kvd_tier_left(d, KVD_TIER_SPILL, e->ns_id, kvshm_load_key(&e->key));
 	if (!kvshm_index_remove(d->h, kvshm_load_key(&e->key), KVSHM_LOC_SLOT | slot))
 		kvd_stat_add(&st_of(d)->index_entries, -1);
 	kvd_stat_add(&st_of(d)->pages_spilled, -1);
@@ -182,9 +201,7 @@ static bool backing_live(struct kvd *d, uint32_t slot)
 static void backing_drop(struct kvd *d, uint32_t slot)
 {
 	struct kvd_spill *sp = d->spill;
-	struct kvshm_slot *e = &kvshm_slots(d->h)[slot];
 
-	kvd_tier_left(d, KVD_TIER_SPILL, e->ns_id, kvshm_load_key(&e->key));
 	if (sp->backing[sp->s[slot].page] == slot + 1)
 		sp->backing[sp->s[slot].page] = 0;
 	slot_free(d, slot);
@@ -213,10 +230,12 @@ static uint32_t slot_get(struct kvd *d)
 			s->ref = 0;
 			continue;
 		}
-		if (s->state == KVSHM_SLOT_SPILLED)
+		if (s->state == KVSHM_SLOT_SPILLED) {
+			kvd_events_slot_gone(d, k);
 			slot_forget(d, k);
-		else
+		} else {
 			backing_drop(d, k);
+		}
 		kvd_stat_add(&st_of(d)->spill_recycled, 1);
 		return sp->freel[--sp->nfree];
 	}
@@ -352,6 +371,7 @@ static void write_done(struct kvd *d, uint32_t idx)
 	if (o->err && !o->cancel)
 		degrade(d, o->err);
 	if (o->err || o->cancel) {
+		kvd_events_page_gone(d, o->page);
 		kvshm_page_evict_finish(d->h, o->page);
 		slot_free(d, o->slot);
 		op_put(sp, idx);
@@ -360,10 +380,11 @@ static void write_done(struct kvd *d, uint32_t idx)
 	shared_set(d, o->slot, KVSHM_SLOT_SPILLED, &p->key, &p->parent, p->ns_id);
 	if (kvshm_page_evict_to_slot(d->h, o->page, o->slot)) {
 		/* Not indexed any more: nothing to keep. */
+		kvd_events_page_gone(d, o->page);
 		kvshm_page_evict_finish(d->h, o->page);
 		slot_free(d, o->slot);
 	} else {
-		kvd_tier_entered(d, KVD_TIER_SPILL, p->ns_id, p->key);
+		kvd_events_spilled(d, o->page, o->slot);
 		kvd_stat_add(&st_of(d)->spills, 1);
 		kvd_stat_add(&st_of(d)->pages_spilled, 1);
 		kvd_stat_add(&st_of(d)->spill_write_bytes, (int64_t)(sp->hdr_bytes + o->len));
@@ -411,6 +432,7 @@ static void read_done(struct kvd *d, uint32_t idx)
 			kvd_warn("spill: slot %u dropped on restore: %s; served as a miss", o->slot,
 				 why);
 			kvd_stat_add(&st_of(d)->spill_dropped, 1);
+			kvd_events_slot_gone(d, o->slot);
 			slot_forget(d, o->slot);
 		} else {
 			/* The copy on disk may be whole: keep it for later. */
@@ -428,6 +450,7 @@ static void read_done(struct kvd *d, uint32_t idx)
 		s->pgen = o->gen;
 		s->ref = 1;
 		sp->backing[o->page] = o->slot + 1;
+		kvd_events_restored(d, o->page, o->slot);
 		kvd_stat_add(&st_of(d)->pages_spilled, -1);
 		kvd_stat_add(&st_of(d)->restores, 1);
 		kvd_stat_add(&st_of(d)->spill_read_bytes, (int64_t)(sp->hdr_bytes + o->len));
@@ -468,6 +491,12 @@ bool kvd_spill_page(struct kvd *d, uint32_t page)
 
 	if (!sp || sp->page_op[page])
 		return false;	/* (a write in flight: never a second one) */
+	if (d->damaged && d->damaged[page]) {
+		/* Punched out by a client: its contents are gone; evict it
+		 * plainly (and any clean copy on disk stays good). */
+		d->damaged[page] = 0;
+		return false;
+	}
 	slot = sp->backing[page];
 	if (slot--) {
 		sp->backing[page] = 0;
@@ -476,6 +505,7 @@ bool kvd_spill_page(struct kvd *d, uint32_t page)
 			/* A clean copy is on disk: no write. */
 			shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0);
 			if (!kvshm_page_evict_to_slot(d->h, page, slot)) {
+				kvd_events_spilled(d, page, slot);
 				kvd_stat_add(&st_of(d)->pages_spilled, 1);
 				kvd_stat_add(&st_of(d)->spill_clean, 1);
 				return true;
@@ -509,6 +539,7 @@ bool kvd_spill_page(struct kvd *d, uint32_t page)
 			  ns->page_bytes, kvd_payload_check(payload_of(d, idx, page), ns->page_bytes));
 	sp->s[slot].seq = sp->seq;
 	sp->s[slot].page = page;
+	sp->s[slot].tok = tok_hash(sp, kvshm_tokens(d->h, page), d->h->geo.block_tokens);
 	shared_set(d, slot, KVSHM_SLOT_BUSY, NULL, NULL, 0);
 	if (op_queue(d, idx, true)) {
 		/* Cannot happen: op_get saw room for both parts. */
@@ -527,6 +558,16 @@ void kvd_spill_flush(struct kvd *d)
 	/* A refused submit stays queued and is retried by the next reap. */
 	if (d->spill && !d->spill->io_dead)
 		kvd_sio_flush(d->spill->io);
+}
+
+bool kvd_spill_cancel(struct kvd *d, uint32_t page)
+{
+	struct kvd_spill *sp = d->spill;
+
+	if (!sp || !sp->page_op[page])
+		return false;
+	sp->ops[sp->page_op[page] - 1].cancel = true;
+	return true;
 }
 
 bool kvd_spill_busy(const struct kvd *d, uint32_t page)
@@ -569,30 +610,34 @@ int kvd_spill_fd(const struct kvd *d)
 }
 
 void kvd_spill_unindex(struct kvd *d, struct kvshm_key key, struct kvshm_key parent,
-		       uint32_t ns_id)
+		       const uint32_t *tokens, uint32_t ns_id)
 {
 	struct kvd_spill *sp = d->spill;
-	uint32_t loc;
+	uint32_t loc, bt = d->h->geo.block_tokens;
 
 	if (!sp)
 		return;
-	/* Only the same block (namespace, key, parent) gives way; anything
-	 * else is a collision, which the publish refuses as in tier 0. The
-	 * tokens are checked when the spilled copy is restored. */
+	/* Only the same block (namespace, parent, tokens) gives way; anything
+	 * else is a collision, which the publish then refuses as in tier 0. */
 	loc = kvshm_index_find(d->h, key);
 	if (kvshm_loc_is_slot(loc)) {
 		uint32_t slot = loc & ~KVSHM_LOC_SLOT;
 		const struct kvshm_slot *e = &kvshm_slots(d->h)[slot];
 
 		if (slot < sp->n && sp->s[slot].state == KVSHM_SLOT_SPILLED &&
-		    e->ns_id == ns_id && kvshm_key_eq(e->parent, parent))
+		    e->ns_id == ns_id && kvshm_key_eq(e->parent, parent) &&
+		    kvshm_key_eq(sp->s[slot].tok, tok_hash(sp, tokens, bt))) {
+			kvd_events_slot_gone(d, slot);
 			slot_forget(d, slot);
+		}
 	} else if (loc < d->h->geo.n_pages && sp->page_op[loc]) {
 		const struct kvshm_page *pg = &kvshm_pages(d->h)[loc];
 
-		if (pg->ns_id != ns_id || !kvshm_key_eq(pg->parent, parent))
+		if (pg->ns_id != ns_id || !kvshm_key_eq(pg->parent, parent) ||
+		    memcmp(kvshm_tokens(d->h, loc), tokens, (size_t)bt * sizeof(*tokens)))
 			return;
 		sp->ops[sp->page_op[loc] - 1].cancel = true;
+		kvd_events_page_gone(d, loc);
 		if (!kvshm_index_remove(d->h, key, loc))
 			kvd_stat_add(&st_of(d)->index_entries, -1);
 	}
@@ -833,6 +878,7 @@ static void warm_file(struct kvd *d, uint32_t f, uint32_t *good, uint32_t *bad,
 			/* Two copies of a block: the newer one stays. */
 			if (sp->s[have & ~KVSHM_LOC_SLOT].seq > h.seq)
 				continue;
+			kvd_events_slot_gone(d, have & ~KVSHM_LOC_SLOT);
 			slot_forget(d, have & ~KVSHM_LOC_SLOT);
 		}
 		if (kvshm_index_insert(d->h, h.key, KVSHM_LOC_SLOT | slot)) {
@@ -842,8 +888,9 @@ static void warm_file(struct kvd *d, uint32_t f, uint32_t *good, uint32_t *bad,
 		kvd_stat_add(&st_of(d)->index_entries, 1);
 		kvd_stat_add(&st_of(d)->pages_spilled, 1);
 		shared_set(d, slot, KVSHM_SLOT_SPILLED, &h.key, &h.parent, (uint32_t)ns);
-		kvd_tier_entered(d, KVD_TIER_SPILL, (uint32_t)ns, h.key);
+		kvd_events_slot_found(d, slot, (const uint32_t *)(sp->staging + sizeof(h)));
 		sp->s[slot].seq = h.seq;
+		sp->s[slot].tok = tok_hash(sp, (const uint32_t *)(sp->staging + sizeof(h)), bt);
 		if (h.seq > sp->seq)
 			sp->seq = h.seq;
 		(*good)++;
@@ -908,6 +955,8 @@ int kvd_spill_open(struct kvd *d)
 	if (!sp)
 		goto nomem;
 	d->spill = sp;
+	if (getrandom(&sp->tok_seed, sizeof(sp->tok_seed), 0) != sizeof(sp->tok_seed))
+		sp->tok_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 	/* Registered at once: a failed open is undone by kvd_tiers_close. */
 	kvd_tier_add(d, KVD_TIER_SPILL, &spill_tier);
 	snprintf(sp->dir, sizeof(sp->dir), "%s", d->cfg.spill_dir);

@@ -33,28 +33,6 @@ void kvd_tier_remove(struct kvd *d, enum kvd_tier_level level)
 	d->tier[level] = NULL;
 }
 
-/*
- * The one place where a block's moves between tiers can be reported.
- * Nothing listens yet beyond the debug log.
- */
-void kvd_tier_entered(struct kvd *d, enum kvd_tier_level level, uint32_t ns_id,
-		      struct kvshm_key key)
-{
-	(void)d;
-	(void)level;
-	(void)ns_id;
-	(void)key;
-}
-
-void kvd_tier_left(struct kvd *d, enum kvd_tier_level level, uint32_t ns_id,
-		   struct kvshm_key key)
-{
-	(void)d;
-	(void)level;
-	(void)ns_id;
-	(void)key;
-}
-
 bool kvd_tiers_evicted(struct kvd *d, uint32_t page)
 {
 	const struct kvd_tier *t;
@@ -134,14 +112,14 @@ void kvd_tiers_drain(struct kvd *d)
 }
 
 void kvd_tiers_unindex(struct kvd *d, struct kvshm_key key, struct kvshm_key parent,
-		       uint32_t ns_id)
+		       const uint32_t *tokens, uint32_t ns_id)
 {
 	const struct kvd_tier *t;
 	int lv;
 
 	FOR_TIERS(d, t, lv)
 		if (t->unindex)
-			t->unindex(d, key, parent, ns_id);
+			t->unindex(d, key, parent, tokens, ns_id);
 }
 
 void kvd_tiers_forget_ns(struct kvd *d, uint32_t ns_id)

@@ -14,9 +14,11 @@
  * thread; a tier that does I/O elsewhere (threads, io_uring) hands its
  * completions back through the fd it gives the event loop.
  *
- * A block entering or leaving a tier is reported through
- * kvd_tier_entered / kvd_tier_left: the one place that can tell others
- * (logs, an event stream) what moved where.
+ * A block entering or leaving a tier is reported to the KV event stream
+ * (events.h) by the tier, where it happens: the spill tier's page and
+ * slot hooks, the remote tier's generic stored hook (medium REMOTE) when
+ * a put is stored and the published hook when a fetched block lands in
+ * the pool.
  */
 #ifndef KVD_TIER_H
 #define KVD_TIER_H
@@ -99,10 +101,11 @@ struct kvd_tier {
 		     struct kvd_restore *rq);
 
 	/* Forget. unindex: key is about to be published as a new page; any
-	 * copy this tier indexes for the same block gives way. forget_ns:
+	 * copy this tier indexes for the same block (namespace, parent and
+	 * tokens) gives way. forget_ns:
 	 * namespace ns_id's row is being reused; drop its blocks. */
 	void (*unindex)(struct kvd *d, struct kvshm_key key, struct kvshm_key parent,
-			uint32_t ns_id);
+			const uint32_t *tokens, uint32_t ns_id);
 	void (*forget_ns)(struct kvd *d, uint32_t ns_id);
 
 	/* Stats: bring the tier's rows of the segment's stats up to date
@@ -118,12 +121,6 @@ struct kvd_tier {
 void kvd_tier_add(struct kvd *d, enum kvd_tier_level level, const struct kvd_tier *t);
 void kvd_tier_remove(struct kvd *d, enum kvd_tier_level level);
 
-/* A block of namespace ns_id entered / left tier `level`. */
-void kvd_tier_entered(struct kvd *d, enum kvd_tier_level level, uint32_t ns_id,
-		      struct kvshm_key key);
-void kvd_tier_left(struct kvd *d, enum kvd_tier_level level, uint32_t ns_id,
-		   struct kvshm_key key);
-
 /* The evictor: page is EVICTING and unpinned. True: a tier took it. */
 bool kvd_tiers_evicted(struct kvd *d, uint32_t page);
 /* cache.c: page was just published READY. */
@@ -134,7 +131,7 @@ uint32_t kvd_tiers_pending(const struct kvd *d);
 bool kvd_tiers_busy(const struct kvd *d, uint32_t page);
 void kvd_tiers_drain(struct kvd *d);
 void kvd_tiers_unindex(struct kvd *d, struct kvshm_key key, struct kvshm_key parent,
-		       uint32_t ns_id);
+		       const uint32_t *tokens, uint32_t ns_id);
 void kvd_tiers_forget_ns(struct kvd *d, uint32_t ns_id);
 
 /* The event loop: tier level's fd (or -1), its completions, the tick. */

@@ -97,6 +97,23 @@ void kvd_top_drain(struct kvd *d, struct kvd_client *c)
 	}
 }
 
+uint32_t kvd_ledger_pins(const struct kvd *d, const struct kvd_client *c)
+{
+	uint32_t s, n = 0;
+
+	if (!kvd_pins_count(c))
+		return 0;
+	for (s = 0; s < c->nslots; s++)
+		n += kvshm_slot_page(atomic_load_explicit(&c->l->slot[s], memory_order_relaxed)) <
+		     d->h->geo.n_pages;
+	return n;
+}
+
+bool kvd_client_holds(const struct kvd *d, const struct kvd_client *c)
+{
+	return c->writing || kvd_ledger_pins(d, c);
+}
+
 void kvd_pin_census(struct kvd *d)
 {
 	const struct kvshm_page *pages = kvshm_pages(d->h);
@@ -128,4 +145,20 @@ void kvd_pin_census(struct kvd *d)
 		d->evict_quiet_until = 0;	/* pins were released: evict again */
 	atomic_store_explicit(&kvshm_stats(d->h)->pages_pinned, pinned, memory_order_relaxed);
 	atomic_store_explicit(&kvshm_stats(d->h)->pins, pins, memory_order_relaxed);
+}
+
+void kvd_top_reset(struct kvd *d)
+{
+	struct kvshm_top *t = kvshm_top(d->h);
+	uint32_t i, k;
+
+	kvshm_seq_write_begin(&t->seq);
+	for (i = 0; i < t->n; i++) {
+		__atomic_store_n(&t->e[i].hit_tokens, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&t->e[i].err, 0, __ATOMIC_RELAXED);
+		for (k = 0; k < KVSHM_LABEL; k++)
+			__atomic_store_n(&t->e[i].label[k], 0, __ATOMIC_RELAXED);
+	}
+	__atomic_store_n(&t->n, 0, __ATOMIC_RELAXED);
+	kvshm_seq_write_end(&t->seq);
 }

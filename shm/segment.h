@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 5u
+#define KVSHM_VERSION 8u	/* 8: remote tier counters */
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -89,6 +89,10 @@ struct kvshm_header {
 	uint64_t start_time_ns;		/* CLOCK_REALTIME at creation */
 	/* Daemon, relaxed store: bumped every tick so readers see it is alive. */
 	_Atomic uint64_t heartbeat;
+	/* Since layout 6 (after heartbeat, whose offset readers rely on). */
+	uint32_t ns_stats_bytes;	/* sizeof(struct kvshm_ns_stats) */
+	uint32_t pad1;
+	uint64_t off_ns_stats;		/* max_ns entries */
 };
 
 enum kvshm_pool_kind {
@@ -153,6 +157,24 @@ struct kvshm_stats {
 	_Atomic uint64_t restore_misses;	/* asked for, not restored */
 	_Atomic uint64_t spill_read_bps;	/* measured restore bandwidth, B/s */
 	_Atomic uint64_t spill_warm;		/* slots found at start (warm) */
+	/* Trust and limits (see docs/RELIABILITY.md). */
+	_Atomic uint64_t clients_timed_out;	/* no HELLO within hello-timeout-ms */
+	_Atomic uint64_t fds_passed;		/* descriptors clients sent (closed) */
+	_Atomic uint64_t pool_holes;		/* pool pages found punched out */
+	_Atomic uint64_t share_refused;		/* ALLOCs over a process's max-share */
+	/* CLOCK_REALTIME ns of the last reset of the counters (kvstat
+	 * --reset); 0: never reset, they count from start_time_ns. */
+	_Atomic uint64_t reset_time_ns;
+	/* KV events for cluster routers (daemon/events.c); zero while
+	 * --kv-events is not set. */
+	_Atomic uint64_t kv_events_enabled;	/* 1 while publishing */
+	_Atomic uint64_t kv_events;		/* events in batches sent */
+	_Atomic uint64_t kv_event_batches;	/* batches sent */
+	_Atomic uint64_t kv_event_drops;	/* batches dropped: queue full */
+	_Atomic uint64_t kv_event_replays;	/* replay requests served */
+	_Atomic uint64_t kv_event_replay_errors;	/* malformed or refused */
+	_Atomic uint64_t kv_events_lossy;	/* 1 while a stalled subscriber
+						 * loses batches alone, uncounted */
 	/* Remote tier (tier 2, see daemon/remote.c); zero without one.
 	 * Clients read remote_servers_up in their lookups: while it is 0 no
 	 * lookup offers tier 2. Counters of blocks and bytes: */
@@ -188,6 +210,37 @@ enum kvshm_spill_path {
 };
 
 /* ------------------------------------------------------------ namespaces */
+
+/*
+ * A namespace's statistics: entry i of this parallel array belongs to
+ * namespace row i (the rows themselves are also the spill tier's on-disk
+ * identity, so they stay as they are). Writer: the daemon's main thread
+ * only, relaxed atomic stores on its tick (daemon/nsstat.c); readers load
+ * them relaxed for a row whose `used` they saw set (acquire), so two of
+ * them may be a tick apart. The daemon zeroes an entry before it writes
+ * its row for a new namespace. The counters (not the gauges) go back to
+ * zero when an operator resets the statistics (kvstat --reset).
+ */
+struct kvshm_ns_stats {
+	/* Counters, from what the namespace's clients count in their
+	 * ledgers (as the daemon-wide ones in struct kvshm_stats). */
+	_Atomic uint64_t lookups;
+	_Atomic uint64_t hit_blocks;
+	_Atomic uint64_t miss_blocks;
+	_Atomic uint64_t lookup_tokens;
+	_Atomic uint64_t hit_tokens;
+	_Atomic uint64_t published;	/* pages its clients published */
+	_Atomic uint64_t dropped;	/* pages dropped at a client's request */
+	/* Gauges. pages: READY pool pages of the namespace, counted by a
+	 * sweep over the page table a slice per tick (so up to n_pages /
+	 * KVSHM_NS_SWEEP ticks old). clients: attached with it now. */
+	_Atomic uint64_t pages;
+	_Atomic uint64_t clients;
+	uint64_t resv[7];
+};
+
+/* Page-table entries the per-namespace page count reads per tick. */
+#define KVSHM_NS_SWEEP 16384u
 
 /* Position encoding kinds a namespace can declare. */
 enum kvshm_pos_kind {
@@ -410,6 +463,11 @@ static inline struct kvshm_ns *kvshm_ns(const struct kvshm_header *h)
 	return kvshm_at(h, h->off_ns);
 }
 
+static inline struct kvshm_ns_stats *kvshm_ns_stats(const struct kvshm_header *h)
+{
+	return kvshm_at(h, h->off_ns_stats);
+}
+
 static inline struct kvshm_client_row *kvshm_clients(const struct kvshm_header *h)
 {
 	return kvshm_at(h, h->off_clients);
@@ -512,5 +570,7 @@ _Static_assert(sizeof(struct kvshm_client_row) == 80, "client row");
 _Static_assert(sizeof(struct kvshm_top_entry) == 64, "top entry");
 _Static_assert(sizeof(struct kvshm_slot) == 48, "slot entry");
 _Static_assert(offsetof(struct kvshm_header, heartbeat) == 192, "hdr");
+_Static_assert(sizeof(struct kvshm_ns_stats) == 128, "ns stats");
+_Static_assert(sizeof(struct kvshm_header) == 216, "hdr size");
 
 #endif

@@ -31,6 +31,8 @@
 #include <unistd.h>
 
 #include "../../daemon/config.h"
+#include "../../daemon/events.h"
+#include "../../daemon/memcheck.h"
 #include "../../daemon/log.h"
 #include "../../daemon/remote_fmt.h"
 #include "../../shm/segment.h"
@@ -89,6 +91,20 @@ static void check_fields(const struct kvd_config *c)
 	CHECK(c->remote_timeout_ms >= 1 && c->remote_timeout_ms <= 60000);
 	CHECK(kvd_rval_prefix_ok(c->remote_prefix));
 	CHECK(memchr(c->metrics_listen, 0, sizeof(c->metrics_listen)));
+	CHECK(memchr(c->kv_events, 0, sizeof(c->kv_events)));
+	CHECK(memchr(c->kv_events_replay, 0, sizeof(c->kv_events_replay)));
+	CHECK(!c->kv_events[0] || !kvd_endpoint_check(c->kv_events));
+	CHECK(!c->kv_events_replay[0] || !kvd_endpoint_check(c->kv_events_replay));
+	{
+		const char *why = NULL;
+
+		CHECK(!kvd_events_topic_check(c->kv_events_topic, &why));
+	}
+	CHECK(c->kv_events_buffer <= 1000000);
+	CHECK(c->kv_events_hwm >= 1 && c->kv_events_hwm <= 1000000);
+	CHECK(c->kv_events_stall_ms <= 3600000);
+	CHECK(c->kv_events_hash >= KVD_EVENTS_HASH_UINT64 &&
+	      c->kv_events_hash <= KVD_EVENTS_HASH_BYTES);
 	if (c->metrics_listen[0]) {
 		struct sockaddr_storage a;
 
@@ -109,6 +125,8 @@ static void check_checked(const struct kvd_config *c)
 	pages = c->pool_size / c->page_size;
 	CHECK(pages >= 2 && pages <= (1u << 30));
 	CHECK(c->high_watermark >= c->low_watermark);
+	CHECK(!c->kv_events_replay[0] ||
+	      (c->kv_events[0] && strcmp(c->kv_events, c->kv_events_replay)));
 	CHECK(!c->remote[0] || c->remote_secret_file[0] || c->remote_insecure);
 	/* Accepted settings never fail later, at segment_open's layout. */
 	geo.page_bytes = c->page_size;
@@ -135,7 +153,15 @@ static bool cfg_eq(const struct kvd_config *a, const struct kvd_config *b)
 	       a->n_allow_uid == b->n_allow_uid && a->n_allow_gid == b->n_allow_gid &&
 	       !memcmp(a->allow_uid, b->allow_uid, sizeof(uid_t) * (size_t)a->n_allow_uid) &&
 	       !memcmp(a->allow_gid, b->allow_gid, sizeof(gid_t) * (size_t)a->n_allow_gid) &&
-	       !strcmp(a->metrics_listen, b->metrics_listen) && !strcmp(a->remote, b->remote) &&
+	       !strcmp(a->metrics_listen, b->metrics_listen) &&
+	       !strcmp(a->kv_events, b->kv_events) &&
+	       !strcmp(a->kv_events_replay, b->kv_events_replay) &&
+	       !strcmp(a->kv_events_topic, b->kv_events_topic) &&
+	       a->kv_events_buffer == b->kv_events_buffer && a->kv_events_hwm == b->kv_events_hwm &&
+	       a->kv_events_stall_ms == b->kv_events_stall_ms &&
+	       a->kv_events_hash == b->kv_events_hash &&
+	       a->kv_events_connect == b->kv_events_connect &&
+	       !strcmp(a->remote, b->remote) &&
 	       a->remote_write == b->remote_write &&
 	       !strcmp(a->remote_secret_file, b->remote_secret_file) &&
 	       a->remote_insecure == b->remote_insecure &&
@@ -148,8 +174,8 @@ static bool cfg_eq(const struct kvd_config *a, const struct kvd_config *b)
 /* Settings as (key, value) pairs, values in a form the parsers take back. */
 struct kv {
 	int n;
-	char key[24][24];
-	char val[24][2100];
+	char key[40][24];
+	char val[40][2100];
 };
 
 static void put(struct kv *kv, const char *key, const char *fmt, ...)
@@ -159,7 +185,7 @@ static void put(struct kv *kv, const char *key, const char *fmt, ...)
 {
 	va_list ap;
 
-	CHECK(kv->n < 24);
+	CHECK(kv->n < 40);
 	snprintf(kv->key[kv->n], sizeof(kv->key[0]), "%s", key);
 	va_start(ap, fmt);
 	CHECK(vsnprintf(kv->val[kv->n], sizeof(kv->val[0]), fmt, ap) < (int)sizeof(kv->val[0]));
@@ -206,6 +232,15 @@ static void render(const struct kvd_config *c, struct kv *kv)
 	put(kv, "allow-users", "%s", buf);
 	ids(buf, sizeof(buf), (const uint32_t *)c->allow_gid, c->n_allow_gid);
 	put(kv, "allow-groups", "%s", buf);
+	put(kv, "kv-events", "%s", c->kv_events);
+	put(kv, "kv-events-replay", "%s", c->kv_events_replay);
+	put(kv, "kv-events-topic", "%s", c->kv_events_topic);
+	put(kv, "kv-events-buffer", "%u", c->kv_events_buffer);
+	put(kv, "kv-events-hwm", "%u", c->kv_events_hwm);
+	put(kv, "kv-events-stall-ms", "%u", c->kv_events_stall_ms);
+	put(kv, "kv-events-hash", "%s", c->kv_events_hash == KVD_EVENTS_HASH_INT64 ? "int64" :
+					c->kv_events_hash == KVD_EVENTS_HASH_BYTES ? "bytes" : "uint64");
+	put(kv, "kv-events-mode", "%s", c->kv_events_connect ? "connect" : "bind");
 	put(kv, "remote", "%s", c->remote);
 	put(kv, "remote-write", "%s", c->remote_write == KVD_REMOTE_EVICT ? "evict" : "publish");
 	put(kv, "remote-secret-file", "%s", c->remote_secret_file);
@@ -219,7 +254,7 @@ static void round_trip(const struct kvd_config *c, bool as_file)
 {
 	struct kv *kv = malloc(sizeof(*kv));
 	struct kvd_config back;
-	char *argv[2 + 2 * 24], *flags[24], *text;
+	char *argv[2 + 2 * 40], *flags[40], *text;
 	size_t len = 0, cap = 64 * 1024;
 	int i, argc = 0, rc;
 
@@ -259,10 +294,13 @@ static void round_trip(const struct kvd_config *c, bool as_file)
 	kvd_config_defaults(&back);
 	rc = kvd_config_args(&back, argc, argv);
 	/* Same settings; or the cross-field check refuses them both ways. */
-	if (rc == 0)
+	if (rc == 0) {
 		CHECK(cfg_eq(c, &back));
-	else
-		CHECK(rc == -1 && kvd_config_check(c) == -1);
+	} else {
+		struct kvd_config again = *c;
+
+		CHECK(rc == -1 && kvd_config_check(&again) == -1);
+	}
 	for (i = 0; i < kv->n; i++)
 		free(flags[i]);
 	free(kv);
@@ -281,6 +319,15 @@ static void direct_parsers(const char *s)
 		CHECK(s[0] >= '0' && s[0] <= '9');
 		snprintf(dec, sizeof(dec), "%llu", (unsigned long long)v);
 		CHECK(!kvd_parse_size(dec, &w) && w == v);
+	}
+	/* A cgroup limit file's text (memcheck.c): "max" or a number that
+	 * reads back, nothing else. */
+	if (!kvd_mem_parse_limit(s, &v)) {
+		const char *t = s;
+
+		while (*t == ' ' || (*t >= '\t' && *t <= '\r'))
+			t++;
+		CHECK(!strncmp(t, "max", 3) ? v == UINT64_MAX : (*t >= '0' && *t <= '9'));
 	}
 	if (!kvd_parse_listen(s, &a)) {
 		char host[INET6_ADDRSTRLEN];
