@@ -213,6 +213,10 @@ static void on_holes(uint32_t first, uint32_t n, void *arg)
 			kvd_stat_add(&kvshm_stats(d->h)->index_entries, -1);
 		if (kvd_spill_cancel(d, p))
 			continue;
+		/* A tier still copying it (a remote put) must not see it freed
+		 * and reused under its copy: the evictor frees it after. */
+		if (kvd_tiers_busy(d, p))
+			continue;
 		if (kvshm_page_evict_mark(d->h, p)) {
 			scan_ledgers(d);
 			if (atomic_load_explicit(&pages[p].state, memory_order_relaxed) ==

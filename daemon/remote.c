@@ -765,6 +765,10 @@ static bool remote_put(struct kvd *d, uint32_t page, enum kvd_tier_put why)
 		return false;
 	if (why == KVD_PUT_EVICT && r->clean[page] == gen + 1)
 		return false;	/* it came from here, unchanged */
+	/* A page the index no longer names (its block dropped: punched out
+	 * by a client, say) is not the block any more. */
+	if (kvshm_index_find(d->h, p->key) != page)
+		return false;
 	if (r->puts_out >= r->puts_cap || !servers_up(r)) {
 		kvd_stat_add(&st->remote_put_skipped, 1);
 		return false;
