@@ -27,7 +27,7 @@ override LDFLAGS += -fsanitize=thread
 NOJEMALLOC := 1
 endif
 JEMALLOC := $(if $(NOJEMALLOC),,-ljemalloc)
-DAEMON_LIBS := -lmicrohttpd -luring
+DAEMON_LIBS := -lmicrohttpd -luring -lmemcached -lcrypto
 
 # CUDA (issue #6): built whenever nvcc is found, GPU or not; `make NVCC=`
 # or `make NO_CUDA=1` builds without. Nothing links libcudart or libcuda:
@@ -227,6 +227,8 @@ $(TOOLS): $(BUILD)/%: $(BUILD)/tools/%.o $(LIBA)
 # hiredis, memcached: libmemcached).
 $(BUILD)/kvbench: $(BENCH_OBJ)
 $(BUILD)/kvbench: TOOL_LIBS := -lhiredis -lmemcached -luring
+# Its remote mode starts memcached servers the way the tests do.
+$(BUILD)/kvbench: $(BUILD)/tests/lib/mcsrv.o
 
 # Unit tests reach internals through the objects (jemalloc's JET idea).
 $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(SHM_OBJ) $(DAEMON_LIB) $(KERNEL_OBJ)
@@ -321,6 +323,12 @@ $(BUILD)/kvbench: $(TINYLM_LIB)
 $(BUILD)/tests/integration/tinylm: $(BUILD)/tests/integration/tinylm.o $(TESTLIB_OBJ) $(TINYLM_LIB) $(LIBA)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm
+
+# The remote tier's test also writes raw items into memcached itself
+# (daemon/remote_fmt.c, libmemcached) and runs tinylm across two hosts.
+$(BUILD)/tests/integration/remote: $(BUILD)/tests/integration/remote.o $(TESTLIB_OBJ) $(BUILD)/daemon/remote_fmt.o $(TINYLM_LIB) $(LIBA)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm -lmemcached -lcrypto
 
 $(BUILD)/tests/unit/tinylm $(BUILD)/tests/unit/group: $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(TINYLM_LIB) $(LIBA)
 	$(E) "  LD      $@"

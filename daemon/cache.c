@@ -15,7 +15,7 @@
 #include "events.h"
 #include "kvd.h"
 #include "log.h"
-#include "spill.h"
+#include "tier.h"
 
 /* Check every (page, gen) of a message; mark pages to catch repeats. */
 static int check_pages(struct kvd *d, struct kvd_client *c, const uint8_t *rec,
@@ -142,13 +142,13 @@ int kvd_cache_alloc(struct kvd *d, struct kvd_client *c, uint32_t seq,
 			n = share - held;
 	}
 	if (n && fr->count < n + d->low_pages) {
-		uint32_t coming = fr->count + kvd_spill_pending(d);
+		uint32_t coming = fr->count + kvd_tiers_pending(d);
 
 		if (coming < n + d->low_pages)
 			kvd_evict(d, n + d->low_pages - coming, true);
 		/* Evicted pages being spilled are free once written. */
 		if (fr->count < n)
-			kvd_spill_drain(d);
+			kvd_tiers_drain(d);
 	}
 	out = malloc(sizeof(*out) * (n ? n : 1));
 	if (!out) {
@@ -210,11 +210,13 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 			continue;
 		}
 		/* A tier-1 copy of the block gives way to the new page. */
-		kvd_spill_unindex(d, pub.key, pub.parent, tokens, c->ns_id);
+		kvd_tiers_unindex(d, pub.key, pub.parent, tokens, c->ns_id);
 		st = kvshm_page_publish(d->h, pub.page, pub.gen, kvd_owner(c), pub.key,
 					pub.parent, tokens, &res[i].page, &res[i].gen);
 		kvd_events_published(d, pub.page, st);
 		res[i].status = st;
+		if (st == KVSHM_PUBLISHED)
+			kvd_tiers_published(d, pub.page);
 		/* Published, shared or refused: the page is no longer ours. */
 		c->writing--;
 		collisions += st == -EEXIST;

@@ -23,6 +23,7 @@
 #include "events.h"
 #include "log.h"
 #include "memcheck.h"
+#include "remote_fmt.h"
 
 void kvd_config_defaults(struct kvd_config *cfg)
 {
@@ -49,6 +50,9 @@ void kvd_config_defaults(struct kvd_config *cfg)
 	cfg->kv_events_buffer = 10000;
 	cfg->kv_events_hwm = 10000;
 	cfg->kv_events_stall_ms = 1000;
+	cfg->remote_write = KVD_REMOTE_PUBLISH;
+	cfg->remote_timeout_ms = 100;
+	strcpy(cfg->remote_prefix, "kvc");
 	/* Our own user, and root: root can read any process's memory
 	 * anyway, and `sudo kvstat` should simply work. */
 	cfg->allow_uid[0] = geteuid();
@@ -117,6 +121,16 @@ void kvd_config_usage(FILE *f)
 "                         them (0: never)\n"
 "  --kv-events-mode bind|connect  (default bind) bind the endpoint, or\n"
 "                         connect to a subscriber that binds\n"
+"  --remote memcached:HOST:PORT[,HOST:PORT...]  a remote tier shared by\n"
+"                         hosts on these memcached servers (ketama; start\n"
+"                         them with -I above page-size; default: none)\n"
+"  --remote-write publish|evict  when blocks go there (default publish)\n"
+"                         publish: as published; evict: as evicted\n"
+"  --remote-secret-file FILE  cluster secret the blocks are sealed with\n"
+"                         (HMAC-SHA256); must not be readable by others\n"
+"  --remote-insecure      no secret, with a warning (default false)\n"
+"  --remote-timeout-ms N  limit of every remote operation (default 100)\n"
+"  --remote-prefix WORD   item keys start with WORD (default kvc)\n"
 "  --foreground           run in the foreground (kvcached never forks;\n"
 "                         accepted for scripts that pass it)\n"
 "  --help, --version\n");
@@ -441,6 +455,48 @@ int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 			cfg->kv_events_connect = true;
 		else
 			BAD("must be bind or connect");
+	} else if (!strcmp(key, "remote")) {
+		struct kvd_rserver sv[KVD_REMOTE_MAX_SERVERS];
+		const char *why = NULL;
+		unsigned n;
+
+		if (!*val) {
+			cfg->remote[0] = 0;	/* none */
+		} else {
+			if (strlen(val) >= sizeof(cfg->remote))
+				BAD("longer than 2047 bytes");
+			if (kvd_remote_parse(val, sv, KVD_REMOTE_MAX_SERVERS, &n, &why))
+				BAD(why);
+			strcpy(cfg->remote, val);
+		}
+	} else if (!strcmp(key, "remote-write")) {
+		if (!strcmp(val, "publish"))
+			cfg->remote_write = KVD_REMOTE_PUBLISH;
+		else if (!strcmp(val, "evict"))
+			cfg->remote_write = KVD_REMOTE_EVICT;
+		else
+			BAD("must be publish or evict");
+	} else if (!strcmp(key, "remote-secret-file")) {
+		if (strlen(val) >= sizeof(cfg->remote_secret_file))
+			BAD("longer than 255 bytes");
+		if (*val && *val != '/')
+			BAD("must be an absolute path");
+		strcpy(cfg->remote_secret_file, val);
+	} else if (!strcmp(key, "remote-insecure")) {
+		if (!strcmp(val, "") || !strcmp(val, "true") || !strcmp(val, "yes") ||
+		    !strcmp(val, "1"))
+			cfg->remote_insecure = true;
+		else if (!strcmp(val, "false") || !strcmp(val, "no") || !strcmp(val, "0"))
+			cfg->remote_insecure = false;
+		else
+			BAD("must be true or false");
+	} else if (!strcmp(key, "remote-timeout-ms")) {
+		if (parse_u32(val, 1, 60000, &cfg->remote_timeout_ms, 10))
+			BAD("must be 1..60000");
+	} else if (!strcmp(key, "remote-prefix")) {
+		if (!kvd_rval_prefix_ok(val))
+			BAD("must be 1..63 letters, digits, '.', '_' or '-'");
+		strcpy(cfg->remote_prefix, val);
 	} else if (!strcmp(key, "allow-users")) {
 		return parse_ids(val, true, cfg, where);
 	} else if (!strcmp(key, "allow-groups")) {
@@ -465,8 +521,9 @@ static bool known_key(const char *key)
 		"kv-events-buffer", "kv-events-hash", "kv-events-hwm", "kv-events-mode",
 		"kv-events-replay", "kv-events-stall-ms", "kv-events-topic", "log-level",
 		"low-watermark", "max-clients", "max-per-process", "max-pins", "max-share",
-		"metrics-listen", "page-size", "pool", "pool-size", "socket", "socket-mode",
-		"spill-dir", "spill-io", "spill-size", "tick-ms",
+		"metrics-listen", "page-size", "pool", "pool-size", "remote", "remote-insecure",
+		"remote-prefix", "remote-secret-file", "remote-timeout-ms", "remote-write", "socket",
+		"socket-mode", "spill-dir", "spill-io", "spill-size", "tick-ms",
 	};
 	size_t i;
 
@@ -474,6 +531,12 @@ static bool known_key(const char *key)
 		if (!strcmp(key, keys[i]))
 			return true;
 	return false;
+}
+
+/* Keys that take no value on the command line. */
+static bool flag_key(const char *key)
+{
+	return !strcmp(key, "foreground") || !strcmp(key, "remote-insecure");
 }
 
 static char *trim(char *s)
@@ -621,6 +684,11 @@ int kvd_config_check(struct kvd_config *cfg)
 			cfg->kv_events_replay);
 		return -1;
 	}
+	if (cfg->remote[0] && !cfg->remote_secret_file[0] && !cfg->remote_insecure) {
+		fprintf(stderr, "kvcached: remote %s: needs remote-secret-file (blocks are sealed with the cluster secret), or remote-insecure to run without one\n",
+			cfg->remote);
+		return -1;
+	}
 	return 0;
 }
 
@@ -640,7 +708,7 @@ int kvd_config_args(struct kvd_config *cfg, int argc, char **argv)
 		} else if (!strncmp(argv[i], "--config=", 9)) {
 			file = argv[i] + 9;
 		} else if (!strncmp(argv[i], "--", 2) && !strchr(argv[i], '=') &&
-			   strcmp(argv[i], "--foreground") && known_key(argv[i] + 2)) {
+			   !flag_key(argv[i] + 2) && known_key(argv[i] + 2)) {
 			i++;	/* its value, even one that reads "--config" */
 		}
 	}
@@ -681,7 +749,7 @@ int kvd_config_args(struct kvd_config *cfg, int argc, char **argv)
 		}
 		if (eq) {
 			val = eq + 1;
-		} else if (!strcmp(key, "foreground")) {
+		} else if (flag_key(key)) {
 			val = "true";
 		} else {
 			if (i + 1 >= argc) {

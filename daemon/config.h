@@ -69,6 +69,18 @@ struct kvd_config {
 	uint32_t kv_events_stall_ms;		/* full queue tolerated; 0: ever */
 	int kv_events_hash;			/* enum kvd_events_hash */
 	bool kv_events_connect;			/* connect the PUB, not bind */
+	/* Remote tier (remote.c); remote empty: none. */
+	char remote[2048];		/* "memcached:HOST:PORT,..." as given */
+	int remote_write;		/* enum kvd_remote_write */
+	char remote_secret_file[256];	/* empty: none */
+	bool remote_insecure;		/* run without a secret (warned) */
+	uint32_t remote_timeout_ms;	/* every remote operation */
+	char remote_prefix[64];		/* item keys start with it */
+};
+
+enum kvd_remote_write {
+	KVD_REMOTE_PUBLISH = 0,		/* write a block when it is published */
+	KVD_REMOTE_EVICT = 1,		/* only when the pool evicts it */
 };
 
 /* Defaults: see kvd_config_usage(). */

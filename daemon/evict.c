@@ -22,6 +22,7 @@
 
 #include "../shm/index.h"
 #include "spill.h"
+#include "tier.h"
 
 #define BATCH 256
 
@@ -31,7 +32,7 @@ static void back_off(uint32_t page, void *arg)
 
 	/* A page whose spill write is in flight stays EVICTING until it is
 	 * done: a pin that names it now saw EVICTING (or will) and fails. */
-	if (kvd_spill_busy(d, page))
+	if (kvd_tiers_busy(d, page))
 		return;
 	kvshm_page_evict_back_off(d->h, page);
 	kvshm_pages(d->h)[page].ref = 1;
@@ -61,7 +62,7 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 		/* Without may_wait (the tick), take no more candidates than the
 		 * spill tier has writes free: the loop never waits on the disk,
 		 * and the next tick or completion goes on. */
-		limit = may_wait ? BATCH : kvd_spill_room(d);
+		limit = may_wait ? BATCH : kvd_tiers_room(d);
 		if (limit > BATCH)
 			limit = BATCH;
 		if (!limit) {
@@ -81,6 +82,9 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 				pages[p].ref = 0;
 				continue;
 			}
+			/* A tier still copying it (a remote put) lets it be. */
+			if (kvd_tiers_busy(d, p))
+				continue;
 			if (kvshm_page_evict_mark(d->h, p))
 				batch[nb++] = p;
 		}
@@ -92,7 +96,7 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 			    KVSHM_PAGE_EVICTING) {
 				/* To the spill tier (free when its write is
 				 * done), or plainly. */
-				if (!kvd_spill_page(d, batch[i])) {
+				if (!kvd_tiers_evicted(d, batch[i])) {
 					kvd_events_page_gone(d, batch[i]);
 					kvshm_page_evict_finish(d->h, batch[i]);
 				}
@@ -101,7 +105,7 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 				backed++;
 			}
 		}
-		kvd_spill_flush(d);
+		kvd_tiers_flush(d);
 	}
 	if (freed)
 		kvd_debug("evicted %u pages (wanted %u)", freed, want);
@@ -131,9 +135,10 @@ uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id)
 
 	/* No page of it may be under a spill write; its slots go too (the
 	 * row is about to name another model). */
-	kvd_spill_forget_ns(d, ns_id);
+	kvd_tiers_forget_ns(d, ns_id);
 	for (i = 0; i < d->h->geo.n_pages; i++)
-		if (__atomic_load_n(&pages[i].ns_id, __ATOMIC_RELAXED) == ns_id)
+		if (__atomic_load_n(&pages[i].ns_id, __ATOMIC_RELAXED) == ns_id &&
+		    !kvd_tiers_busy(d, i))
 			kvshm_page_evict_mark(d->h, i);
 	scan_ledgers(d);
 	for (i = 0; i < d->h->geo.n_pages; i++) {
@@ -208,6 +213,10 @@ static void on_holes(uint32_t first, uint32_t n, void *arg)
 			kvd_stat_add(&kvshm_stats(d->h)->index_entries, -1);
 		if (kvd_spill_cancel(d, p))
 			continue;
+		/* A tier still copying it (a remote put) must not see it freed
+		 * and reused under its copy: the evictor frees it after. */
+		if (kvd_tiers_busy(d, p))
+			continue;
 		if (kvshm_page_evict_mark(d->h, p)) {
 			scan_ledgers(d);
 			if (atomic_load_explicit(&pages[p].state, memory_order_relaxed) ==
@@ -225,7 +234,7 @@ void kvd_evict_tick(struct kvd *d)
 {
 	kvd_pool_holes(&d->pool, 64ull << 20, on_holes, d);
 	/* Pages being spilled are as good as free: they will be soon. */
-	uint32_t free_now = kvshm_free(d->h)->count + kvd_spill_pending(d);
+	uint32_t free_now = kvshm_free(d->h)->count + kvd_tiers_pending(d);
 
 	drain_rings(d);
 	if (free_now < d->low_pages)

@@ -25,6 +25,7 @@
 #include "config.h"
 #include "memfd.h"
 #include "pool.h"
+#include "tier.h"
 
 /* Namespace rows the daemon keeps (the segment's max_ns). */
 #define KVD_MAX_NS 64
@@ -63,6 +64,9 @@ struct kvd_client {
 	/* Replies not yet accepted by the socket. */
 	uint8_t *out;
 	uint32_t out_len, out_off, out_cap;
+	/* A restore whose reply waits for a tier (tier.c): nothing more is
+	 * read from the client until it is sent. */
+	struct kvd_restore *restore;
 };
 
 struct kvd {
@@ -90,6 +94,8 @@ struct kvd {
 	uint32_t evict_backoff;
 	struct kvd_metrics *metrics;	/* /metrics server, or NULL */
 	struct kvd_spill *spill;	/* spill tier (spill.c), or NULL */
+	struct kvd_remote *remote;	/* remote tier (remote.c), or NULL */
+	const struct kvd_tier *tier[KVD_TIER_MAX];	/* by level; NULL: none */
 	struct kvd_events *events;	/* KV events (events.c), or NULL */
 	uint64_t watchdog_usec;		/* 0: no systemd watchdog */
 	uint64_t watchdog_last;		/* CLOCK_MONOTONIC usec of the last ping */
@@ -109,8 +115,8 @@ enum {
 	KVD_EV_LISTEN = 1,
 	KVD_EV_SIGNAL,
 	KVD_EV_TIMER,
-	KVD_EV_SPILL,
-	KVD_EV_EVENTS,
+	KVD_EV_TIER,			/* + tier level (< KVD_TIER_MAX) */
+	KVD_EV_EVENTS = KVD_EV_TIER + KVD_TIER_MAX,
 	KVD_EV_CLIENT = 16,		/* + client id (max-clients <= 4096) */
 	KVD_EV_PIDFD = 16 + 8192,	/* + client id */
 };
@@ -165,6 +171,10 @@ void kvd_drain_close(int fd);
  * so that it fuzzes the dispatch the daemon runs.
  */
 int kvd_server_frame(struct kvd *d, struct kvd_client *c, const uint8_t *in);
+/* A restore is parked on c: read nothing more from it until its reply
+ * (only a hang-up is noticed meanwhile); resume once the reply is sent. */
+void kvd_client_park(struct kvd *d, struct kvd_client *c);
+void kvd_client_resume(struct kvd *d, struct kvd_client *c);
 /* Send an ERROR; fatal ones drop the client. */
 void kvd_reply_error(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		     int err, bool fatal, const char *fmt, ...)

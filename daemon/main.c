@@ -22,6 +22,7 @@
 #include "memcheck.h"
 #include "metrics.h"
 #include "notify.h"
+#include "remote.h"
 #include "spill.h"
 
 static int segment_open(struct kvd *d)
@@ -150,6 +151,8 @@ int main(int argc, char **argv)
 		goto out;
 	if (kvd_spill_open(&d))
 		goto out;
+	if (kvd_remote_open(&d))
+		goto out;
 	if (kvd_server_open(&d))
 		goto out;
 	kvd_info("ready: socket %s, %u KV pages of %llu bytes (page-size), %u-token blocks, %u index buckets, segment %llu bytes",
@@ -194,7 +197,7 @@ out:
 	kvd_metrics_stop(d.metrics);
 	kvd_server_close(&d);
 	kvd_events_close(&d);
-	kvd_spill_close(&d);
+	kvd_tiers_close(&d);
 	kvd_pool_close(&d.pool);
 	kvd_memfd_close(&d.seg);
 	free(d.mark);

@@ -31,7 +31,7 @@
 #include "closer.h"
 #include "events.h"
 #include "kvd.h"
-#include "spill.h"
+#include "tier.h"
 #include "log.h"
 #include "notify.h"
 
@@ -153,6 +153,7 @@ int kvd_server_open(struct kvd *d)
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct itimerspec it = { 0 };
 	sigset_t ss;
+	int lv;
 
 	if (strlen(d->cfg.socket) >= sizeof(sa.sun_path) || prepare_path(d->cfg.socket))
 		return -1;
@@ -192,12 +193,18 @@ int kvd_server_open(struct kvd *d)
 	if (ep_set(d, EPOLL_CTL_ADD, d->lfd, EPOLLIN, KVD_EV_LISTEN) ||
 	    ep_set(d, EPOLL_CTL_ADD, d->sigfd, EPOLLIN, KVD_EV_SIGNAL) ||
 	    ep_set(d, EPOLL_CTL_ADD, d->tfd, EPOLLIN, KVD_EV_TIMER) ||
-	    (kvd_spill_fd(d) >= 0 &&
-	     ep_set(d, EPOLL_CTL_ADD, kvd_spill_fd(d), EPOLLIN, KVD_EV_SPILL)) ||
 	    (kvd_events_fd(d) >= 0 &&	/* ZMQ_FD signals edges */
 	     ep_set(d, EPOLL_CTL_ADD, kvd_events_fd(d), EPOLLIN | EPOLLET, KVD_EV_EVENTS))) {
 		kvd_err("epoll: %s", strerror(errno));
 		return -1;
+	}
+	for (lv = 1; lv < KVD_TIER_MAX; lv++) {
+		int fd = kvd_tiers_fd(d, (enum kvd_tier_level)lv);
+
+		if (fd >= 0 && ep_set(d, EPOLL_CTL_ADD, fd, EPOLLIN, KVD_EV_TIER + (uint64_t)lv)) {
+			kvd_err("epoll: %s", strerror(errno));
+			return -1;
+		}
 	}
 	return 0;
 }
@@ -429,6 +436,20 @@ int kvd_reply(struct kvd *d, struct kvd_client *c, uint16_t type, uint32_t seq,
 	return 0;
 }
 
+void kvd_client_park(struct kvd *d, struct kvd_client *c)
+{
+	/* No EPOLLIN: level-triggered, unread input would wake us in a spin.
+	 * EPOLLHUP and EPOLLERR are reported regardless. */
+	ep_set(d, EPOLL_CTL_MOD, c->fd, 0, KVD_EV_CLIENT + c->id);
+}
+
+void kvd_client_resume(struct kvd *d, struct kvd_client *c)
+{
+	/* With a reply still queued, flush_out re-arms once it is sent. */
+	if (kvd_live(c) && !c->out_len)
+		ep_set(d, EPOLL_CTL_MOD, c->fd, EPOLLIN | EPOLLRDHUP, KVD_EV_CLIENT + c->id);
+}
+
 void kvd_reply_error(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		     int err, bool fatal, const char *fmt, ...)
 {
@@ -490,7 +511,8 @@ int kvd_server_frame(struct kvd *d, struct kvd_client *c, const uint8_t *in)
 	case KVPROTO_FREE:
 		return kvd_cache_free(d, c, h.seq, p, h.len);
 	case KVPROTO_RESTORE:
-		return kvd_spill_restore(d, c, h.seq, p, h.len);
+	case KVPROTO_FETCH:
+		return kvd_tiers_restore(d, c, h.type, h.seq, p, h.len);
 	case KVPROTO_POOL:
 		return kvd_registry_pool(d, c, h.seq, p);
 	case KVPROTO_DROP:
@@ -547,8 +569,9 @@ static void do_read(struct kvd *d, struct kvd_client *c)
 
 		if (!c->used || c->lingering)
 			return;	/* a handler dropped it */
-		if (c->out_len)
-			return;	/* replies pending: wait for EPOLLOUT */
+		if (c->out_len || c->restore)
+			return;	/* replies pending: wait for EPOLLOUT, or a
+				 * parked restore (kvd_client_park) */
 		if (c->in_len >= sizeof(h)) {
 			memcpy(&h, c->in, sizeof(h));
 			if (h.magic != KVPROTO_MAGIC || h.len > KVPROTO_MAX_LEN) {
@@ -652,13 +675,14 @@ int kvd_server_run(struct kvd *d)
 				do_accept(d);
 			} else if (tag == KVD_EV_SIGNAL) {
 				handle_signal(d);
-			} else if (tag == KVD_EV_SPILL) {
-				kvd_spill_reap(d);
+			} else if (tag >= KVD_EV_TIER && tag < KVD_EV_TIER + KVD_TIER_MAX) {
+				kvd_tiers_reap(d, (enum kvd_tier_level)(tag - KVD_EV_TIER));
 			} else if (tag == KVD_EV_EVENTS) {
 				kvd_events_service(d);
 			} else if (tag == KVD_EV_TIMER) {
 				if (read(d->tfd, &x, sizeof(x)) == sizeof(x)) {
 					kvd_evict_tick(d);
+					kvd_tiers_tick(d);
 					kvd_registry_tick(d);
 					kvd_nsstat_tick(d);
 					kvd_events_tick(d);
@@ -672,6 +696,12 @@ int kvd_server_run(struct kvd *d)
 				c = &d->clients[tag - KVD_EV_CLIENT];
 				if (!c->used || c->lingering)
 					continue;	/* dropped earlier in this batch */
+				if (c->restore) {
+					/* Parked: only a hang-up matters now. */
+					if (ev[i].events & (EPOLLHUP | EPOLLERR))
+						kvd_registry_drop(d, c, "hung up");
+					continue;
+				}
 				if ((ev[i].events & EPOLLOUT) && flush_out(d, c)) {
 					kvd_registry_drop(d, c, "hung up");
 					continue;

@@ -44,6 +44,7 @@
 #include "spill.h"
 #include "spill_fmt.h"
 #include "spill_io.h"
+#include "tier.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -670,134 +671,85 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-int kvd_spill_restore(struct kvd *d, struct kvd_client *c, uint32_t seq,
-		      const void *p, uint32_t len)
+int kvd_spill_claim(struct kvd *d, uint32_t ns_id, uint32_t loc, bool full,
+		    struct kvd_fetch *f)
 {
 	struct kvd_spill *sp = d->spill;
-	const uint8_t *rec = (const uint8_t *)p + sizeof(struct kvproto_count);
-	struct kvproto_count cnt;
-	uint32_t i, want = 0, cap, *slots;
-	uint64_t t0, bytes = 0;
-	int32_t *status;
-	int rc;
+	uint32_t slot = loc & ~KVSHM_LOC_SLOT;
 
-	(void)len;
-	memcpy(&cnt, p, sizeof(cnt));
-	/* No more than the client could pin, nor half the pool: one request
-	 * must not flush everyone else's pages out (or hold the loop long). */
-	cap = c->nslots > c->writing ? c->nslots - c->writing : 0;
-	if (cap > d->h->geo.n_pages / 2)
-		cap = d->h->geo.n_pages / 2;
-	status = malloc(cnt.n * sizeof(*status));
-	slots = malloc(cnt.n * sizeof(*slots));
-	if (!status || !slots) {
-		free(status);
-		free(slots);
-		kvd_reply_error(d, c, seq, -ENOMEM, false, "out of memory");
+	/* A tier-1 block of this client's namespace? */
+	if (!sp || !kvshm_loc_is_slot(loc) || slot >= sp->n ||
+	    sp->s[slot].state != KVSHM_SLOT_SPILLED || kvshm_slots(d->h)[slot].ns_id != ns_id)
 		return 0;
+	if (full || sp->io_dead) {
+		kvd_stat_add(&st_of(d)->restore_misses, 1);
+		return -ENOSPC;
 	}
-	/* Which keys are tier-1 blocks of this client's namespace. */
-	for (i = 0; i < cnt.n; i++) {
-		struct kvshm_key key;
-		uint32_t loc, slot;
+	shared_set(d, slot, KVSHM_SLOT_BUSY, NULL, NULL, 0);
+	f->ref = slot;
+	return 1;
+}
 
-		memcpy(&key, rec + (size_t)i * sizeof(key), sizeof(key));
-		status[i] = -ENOENT;
-		slots[i] = UINT32_MAX;
-		loc = kvshm_index_find(d->h, key);
-		if (loc < d->h->geo.n_pages) {
-			const struct kvshm_page *pg = &kvshm_pages(d->h)[loc];
+int kvd_spill_fetch(struct kvd *d, struct kvd_client *c, struct kvd_fetch *f, uint32_t n,
+		    struct kvd_restore *rq)
+{
+	struct kvd_spill *sp = d->spill;
+	uint64_t t0, bytes = 0;
+	uint32_t i;
 
-			if (atomic_load(&pg->state) == KVSHM_PAGE_READY && pg->ns_id == c->ns_id &&
-			    kvshm_key_eq(pg->key, key)) {
-				status[i] = 0;
-				/* In the run: spare it from the eviction below. */
-				kvshm_pages(d->h)[loc].ref = 1;
-			}
-			continue;
-		}
-		slot = loc & ~KVSHM_LOC_SLOT;
-		if (!sp || !kvshm_loc_is_slot(loc) || slot >= sp->n ||
-		    sp->s[slot].state != KVSHM_SLOT_SPILLED ||
-		    kvshm_slots(d->h)[slot].ns_id != c->ns_id)
-			continue;
-		if (want == cap || sp->io_dead) {
-			status[i] = -ENOSPC;
+	(void)c;
+	(void)rq;
+	t0 = now_ns();
+	for (i = 0; i < n; i++) {
+		uint32_t slot = f[i].ref, idx;
+		struct sop *o;
+
+		o = op_get(d, &idx);
+		if (!o) {
+			shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0);
+			*f[i].status = -EIO;
 			kvd_stat_add(&st_of(d)->restore_misses, 1);
 			continue;
 		}
-		shared_set(d, slot, KVSHM_SLOT_BUSY, NULL, NULL, 0);
-		slots[i] = slot;
-		want++;
+		if (kvshm_page_alloc(d->h, OWNER_SPILL, kvshm_slots(d->h)[slot].ns_id,
+				     &o->page, &o->gen)) {
+			op_put(sp, idx);
+			shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0);
+			*f[i].status = -ENOSPC;
+			kvd_stat_add(&st_of(d)->restore_misses, 1);
+			continue;
+		}
+		/* A page for the daemon, not handed to a client. */
+		kvd_stat_add(&st_of(d)->allocs, -1);
+		o->kind = OP_READ;
+		o->slot = slot;
+		o->len = aligned(kvshm_ns(d->h)[kvshm_slots(d->h)[slot].ns_id].page_bytes);
+		o->status = f[i].status;
+		if (op_queue(d, idx, false)) {
+			/* Cannot happen: op_get saw room for both parts. */
+			kvshm_page_free(d->h, o->page, o->gen, OWNER_SPILL);
+			op_put(sp, idx);
+			shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0);
+			*f[i].status = -EIO;
+			kvd_stat_add(&st_of(d)->restore_misses, 1);
+			continue;
+		}
+		bytes += o->len;
+		sp->reads++;
+		kvd_spill_flush(d);
 	}
-	if (want) {
-		struct kvshm_free *fr = kvshm_free(d->h);
+	while (sp->reads)
+		if (!reap_wait(d))
+			break;	/* the tier stopped; statuses say -EIO */
+	if (bytes) {
+		uint64_t dt = now_ns() - t0, bps, old;
 
-		/* Pages for them: evict (and spill) first if need be. */
-		if (fr->count < want) {
-			kvd_evict(d, want - fr->count, true);
-			kvd_spill_flush(d);
-			kvd_spill_drain(d);
-		}
-		t0 = now_ns();
-		for (i = 0; i < cnt.n; i++) {
-			uint32_t slot = slots[i], idx;
-			struct sop *o;
-
-			if (slot == UINT32_MAX)
-				continue;
-			o = op_get(d, &idx);
-			if (!o) {
-				shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0);
-				status[i] = -EIO;
-				kvd_stat_add(&st_of(d)->restore_misses, 1);
-				continue;
-			}
-			if (kvshm_page_alloc(d->h, OWNER_SPILL, kvshm_slots(d->h)[slot].ns_id,
-					     &o->page, &o->gen)) {
-				op_put(sp, idx);
-				shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0);
-				status[i] = -ENOSPC;
-				kvd_stat_add(&st_of(d)->restore_misses, 1);
-				continue;
-			}
-			/* A page for the daemon, not handed to a client. */
-			kvd_stat_add(&st_of(d)->allocs, -1);
-			o->kind = OP_READ;
-			o->slot = slot;
-			o->len = aligned(kvshm_ns(d->h)[kvshm_slots(d->h)[slot].ns_id].page_bytes);
-			o->status = &status[i];
-			if (op_queue(d, idx, false)) {
-				/* Cannot happen: op_get saw room for both parts. */
-				kvshm_page_free(d->h, o->page, o->gen, OWNER_SPILL);
-				op_put(sp, idx);
-				shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0);
-				status[i] = -EIO;
-				kvd_stat_add(&st_of(d)->restore_misses, 1);
-				continue;
-			}
-			bytes += o->len;
-			sp->reads++;
-			kvd_spill_flush(d);
-		}
-		while (sp->reads)
-			if (!reap_wait(d))
-				break;	/* the tier stopped; statuses say -EIO */
-		if (bytes) {
-			uint64_t dt = now_ns() - t0, bps, old;
-
-			bps = dt ? (uint64_t)((double)bytes * 1e9 / (double)dt) : 0;
-			old = atomic_load_explicit(&st_of(d)->spill_read_bps, memory_order_relaxed);
-			atomic_store_explicit(&st_of(d)->spill_read_bps, old ? (old * 3 + bps) / 4 : bps,
-					      memory_order_relaxed);
-		}
+		bps = dt ? (uint64_t)((double)bytes * 1e9 / (double)dt) : 0;
+		old = atomic_load_explicit(&st_of(d)->spill_read_bps, memory_order_relaxed);
+		atomic_store_explicit(&st_of(d)->spill_read_bps, old ? (old * 3 + bps) / 4 : bps,
+				      memory_order_relaxed);
 	}
-	cnt.pad = 0;
-	rc = kvd_reply(d, c, KVPROTO_RESTORE_R, seq, &cnt, sizeof(cnt), status,
-		       cnt.n * (uint32_t)sizeof(*status));
-	free(status);
-	free(slots);
-	return rc;
+	return 0;
 }
 
 /* ------------------------------------------------------------ open */
@@ -945,6 +897,29 @@ static void warm_file(struct kvd *d, uint32_t f, uint32_t *good, uint32_t *bad,
 	}
 }
 
+static bool spill_put(struct kvd *d, uint32_t page, enum kvd_tier_put why)
+{
+	/* Tier 1 takes evicted pages only. */
+	return why == KVD_PUT_EVICT && kvd_spill_page(d, page);
+}
+
+static const struct kvd_tier spill_tier = {
+	.name = "spill",
+	.fd = kvd_spill_fd,
+	.reap = kvd_spill_reap,
+	.put = spill_put,
+	.flush = kvd_spill_flush,
+	.room = kvd_spill_room,
+	.pending = kvd_spill_pending,
+	.busy = kvd_spill_busy,
+	.drain = kvd_spill_drain,
+	.claim = kvd_spill_claim,
+	.fetch = kvd_spill_fetch,
+	.unindex = kvd_spill_unindex,
+	.forget_ns = kvd_spill_forget_ns,
+	.close = kvd_spill_close,
+};
+
 /* mkdir -p, mode 0700 for what it creates. */
 static int mkdir_p(const char *dir)
 {
@@ -982,6 +957,8 @@ int kvd_spill_open(struct kvd *d)
 	d->spill = sp;
 	if (getrandom(&sp->tok_seed, sizeof(sp->tok_seed), 0) != sizeof(sp->tok_seed))
 		sp->tok_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+	/* Registered at once: a failed open is undone by kvd_tiers_close. */
+	kvd_tier_add(d, KVD_TIER_SPILL, &spill_tier);
 	snprintf(sp->dir, sizeof(sp->dir), "%s", d->cfg.spill_dir);
 	if (mkdir_p(sp->dir)) {
 		kvd_err("spill: cannot create %s: %s", sp->dir, strerror(errno));
@@ -1113,4 +1090,5 @@ void kvd_spill_close(struct kvd *d)
 	}
 	free(sp);
 	d->spill = NULL;
+	kvd_tier_remove(d, KVD_TIER_SPILL);
 }

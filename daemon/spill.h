@@ -3,7 +3,9 @@
  * spill.h - the NVMe spill tier (tier 1): evicted pages are written to
  * fixed-size slots in files under --spill-dir and read back on demand.
  * All of it runs on the daemon's main thread; the I/O itself goes through
- * spill_io.h. See spill.c for the life of a slot.
+ * spill_io.h. See spill.c for the life of a slot. The daemon reaches it
+ * through the tier interface (tier.h), which kvd_spill_open registers;
+ * the functions below are that interface's spill side.
  */
 #ifndef KVD_SPILL_H
 #define KVD_SPILL_H
@@ -16,6 +18,8 @@
 struct kvd;
 struct kvd_client;
 struct kvd_config;
+struct kvd_fetch;
+struct kvd_restore;
 
 /* Slots the configured spill-size holds (0 when there is no spill tier),
  * or -1 after a message when the settings do not fit. */
@@ -80,8 +84,15 @@ bool kvd_spill_cancel(struct kvd *d, uint32_t page);
 /* Drop every slot of namespace ns_id (its row is being reused). */
 void kvd_spill_forget_ns(struct kvd *d, uint32_t ns_id);
 
-/* RESTORE from client c. Returns 0, or -1 if c was dropped. */
-int kvd_spill_restore(struct kvd *d, struct kvd_client *c, uint32_t seq,
-		      const void *p, uint32_t len);
+/*
+ * A restore (tier.h): claim reserves a SPILLED slot of namespace ns_id
+ * that the index names (loc) for the fetch; fetch reads the claimed slots
+ * into free pages, checks them and makes them READY, and returns when
+ * every read is done (0).
+ */
+int kvd_spill_claim(struct kvd *d, uint32_t ns_id, uint32_t loc, bool full,
+		    struct kvd_fetch *f);
+int kvd_spill_fetch(struct kvd *d, struct kvd_client *c, struct kvd_fetch *f, uint32_t n,
+		    struct kvd_restore *rq);
 
 #endif

@@ -121,7 +121,6 @@ void kvd_slot_hdr_fill(void *buf, uint64_t hdr_bytes, uint64_t seq,
 int kvd_slot_hdr_check(const void *buf, size_t len, uint32_t bt, uint64_t page_bytes,
 		       const char **why)
 {
-	struct kvproto_hello hi;
 	struct kvd_slot_hdr h;
 	struct kvshm_ns ns;
 
@@ -139,16 +138,7 @@ int kvd_slot_hdr_check(const void *buf, size_t len, uint32_t bt, uint64_t page_b
 	if (h.version != KVD_SPILL_VERSION)
 		return bad(why, "slot format version differs from this build");
 	/* The namespace, checked exactly as a HELLO declaring it would be. */
-	memset(&hi, 0, sizeof(hi));
-	hi.dtype_bytes = h.ns.dtype_bytes;
-	hi.layers = h.ns.layers;
-	hi.kv_heads = h.ns.kv_heads;
-	hi.head_dim = h.ns.head_dim;
-	hi.block_tokens = h.ns.block_tokens;
-	hi.pos_kind = h.ns.pos_kind;
-	hi.shard = h.ns.shard;
-	memcpy(hi.model, h.ns.model, sizeof(hi.model));
-	if (kvproto_hello_ns(&hi, &ns) || ns.page_bytes != h.ns.page_bytes ||
+	if (kvproto_ns_declared(&h.ns, &ns) || ns.page_bytes != h.ns.page_bytes ||
 	    !kvshm_key_eq(ns.id, h.ns.id) || h.ns.block_tokens != bt)
 		return bad(why, "slot names an invalid namespace");
 	if (!h.payload_bytes || h.payload_bytes != h.ns.page_bytes ||

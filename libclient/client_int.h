@@ -76,6 +76,7 @@ struct kvc_req {
 	int stage;		/* 0 new, 1 looked up, 2 allocated, 3 published */
 	uint32_t hits;
 	size_t t1;		/* spilled run after the hits, not yet counted */
+	size_t t2;		/* then blocks that may be remote, not yet counted */
 	struct kvshm_key *keys;
 	uint32_t *tokens;	/* n * bt */
 	uint32_t *page;

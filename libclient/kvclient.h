@@ -244,9 +244,27 @@ int kvc_lookup(struct kvc_req *r);
 size_t kvc_req_spilled(const struct kvc_req *r);
 
 /*
- * Restore the spilled run: the daemon reads every block of it into free
- * pages (checking each slot's header and checksum: a bad one is dropped,
- * never served) and publishes them; then they are pinned like hits.
+ * The remote tier (tier 2). When the daemon shares blocks with other
+ * hosts through a remote store (kvcached --remote) and some server of it
+ * answers, every block after the hits and the spilled run may be there:
+ * the lookup cannot tell without the network, which only the daemon
+ * talks to. kvc_req_remote() is that run's length (0 for NULL, no remote
+ * tier, no server up, nothing missed, or outside the looked-up stage).
+ * kvc_restore() asks for it too, in the same single round trip: the
+ * daemon fetches what the store holds (each block checked against its
+ * key, parent, tokens and the cluster's MAC; anything that fails is
+ * dropped, never served), and the prefix ends at the first block it does
+ * not have. That round trip waits for the network, at most about twice
+ * the daemon's remote timeout.
+ */
+size_t kvc_req_remote(const struct kvc_req *r);
+
+/*
+ * Restore the spilled run, and the remote run after it (see
+ * kvc_req_remote): the daemon reads every block of them into free
+ * pages (checking each slot's header and checksum, each remote block's
+ * MAC and identity: a bad one is dropped, never served) and publishes
+ * them; then they are pinned like hits.
  * Returns the new number of leading hit blocks (at least what kvc_lookup
  * returned; a block that failed, or was evicted again at once, ends the
  * prefix there). Call after kvc_lookup and before kvc_alloc; the round
@@ -259,11 +277,15 @@ int kvc_restore(struct kvc_req *r);
 /*
  * Whether restoring the spilled run is expected to take less time than
  * prefilling its tokens, at the caller's prefill speed for this model
- * (prompt tokens per second): restore time = one round trip + blocks x
- * page bytes / restore bandwidth (as the daemon measured it on recent
- * restores; 1 GB/s before the first), prefill time = blocks x block tokens
- * / prefill_tokens_per_sec. Returns 1 (restore), 0 (prefill, or nothing
- * spilled), or -EINVAL (NULL request, speed not positive).
+ * (prompt tokens per second): restore time = one round trip + spilled
+ * blocks x page bytes / restore bandwidth (as the daemon measured it on
+ * recent restores; 1 GB/s before the first) + for a remote run, a round
+ * trip to the servers and its blocks' bytes / the remote fetch bandwidth
+ * the daemon measured (1.1 GB/s before the first), prefill time = blocks
+ * x block tokens / prefill_tokens_per_sec. The remote run is counted as
+ * if the store held all of it (a miss costs only the round trips).
+ * Returns 1 (restore), 0 (prefill, or nothing spilled or remote), or
+ * -EINVAL (NULL request, speed not positive).
  */
 int kvc_restore_pays(const struct kvc_req *r, double prefill_tokens_per_sec);
 

@@ -21,6 +21,9 @@
 /* Restore bandwidth assumed before the daemon has measured one (B/s): a
  * modest NVMe drive. */
 #define KVC_RESTORE_BPS_GUESS 1e9
+/* Remote fetch bandwidth assumed before the daemon has measured one: a
+ * 10 GbE link. */
+#define KVC_REMOTE_BPS_GUESS 1.1e9
 
 static int check_tokens(const uint32_t *tokens, size_t n_tokens,
 			const void *extra, size_t extra_len)
@@ -202,18 +205,26 @@ static size_t spilled_run(const struct kvc_req *r, size_t from)
 	return j - from;
 }
 
-/* Count the spilled run's blocks, now that their fate is known: `hit` of
- * them were restored and pinned, the rest are misses. */
+/* Count the spilled and remote runs' blocks, now that their fate is
+ * known: `hit` of them were restored and pinned, the rest are misses. */
 static void settle_spilled(struct kvc_req *r, size_t hit)
 {
 	struct kvshm_ledger *l = r->c->ledger;
 
-	if (!r->t1)
+	if (!r->t1 && !r->t2)
 		return;
 	atomic_fetch_add_explicit(&l->hit_blocks, hit, memory_order_relaxed);
-	atomic_fetch_add_explicit(&l->miss_blocks, r->t1 - hit, memory_order_relaxed);
+	atomic_fetch_add_explicit(&l->miss_blocks, r->t1 + r->t2 - hit, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->hit_tokens, (uint64_t)hit * r->c->bt, memory_order_relaxed);
-	r->t1 = 0;
+	r->t1 = r->t2 = 0;
+}
+
+/* May tier 2 hold blocks? While the daemon's remote tier has a server
+ * that answers (one relaxed load of a shared counter). */
+static bool remote_up(const kvc_t *c)
+{
+	return atomic_load_explicit(&kvshm_stats(c->seg)->remote_servers_up,
+				    memory_order_relaxed) != 0;
 }
 
 void kvci_settle_spilled(struct kvc_req *r)
@@ -239,13 +250,17 @@ int kvc_lookup(struct kvc_req *r)
 	/* Blocks on NVMe right after the hits: counted once the caller has
 	 * restored them or gone on without them. */
 	r->t1 = missed ? spilled_run(r, i) : 0;
+	/* Then every block after them may be in the remote tier: only the
+	 * daemon can ask, in the FETCH kvc_restore sends. */
+	r->t2 = missed && remote_up(r->c) ? r->n - i - r->t1 : 0;
 	if (i)
 		kvshm_ledger_hit(l, r->keys[0], (uint64_t)i * r->c->bt, r->label);
 	atomic_fetch_add_explicit(&l->lookup_tokens, r->n_tokens, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->hit_tokens, (uint64_t)i * r->c->bt, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->lookups, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->hit_blocks, i, memory_order_relaxed);
-	atomic_fetch_add_explicit(&l->miss_blocks, r->n - i - r->t1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&l->miss_blocks, r->n - i - r->t1 - r->t2,
+				  memory_order_relaxed);
 	return (int)i;
 }
 
@@ -254,11 +269,39 @@ size_t kvc_req_spilled(const struct kvc_req *r)
 	return r && r->stage == 1 ? r->t1 : 0;
 }
 
+size_t kvc_req_remote(const struct kvc_req *r)
+{
+	return r && r->stage == 1 ? r->t2 : 0;
+}
+
+/* FETCH: parent, then each block's key and tokens. */
+static uint8_t *fetch_msg(const struct kvc_req *r, size_t from, uint32_t n, uint32_t *len)
+{
+	const kvc_t *c = r->c;
+	struct kvproto_fetch fh = { n, 0, from ? r->keys[from - 1] : c->root };
+	size_t rec = sizeof(struct kvshm_key) + (size_t)c->bt * 4, i;
+	uint8_t *msg;
+
+	*len = (uint32_t)kvproto_fetch_bytes(n, c->bt);
+	msg = malloc(*len);
+	if (!msg)
+		return NULL;
+	memcpy(msg, &fh, sizeof(fh));
+	for (i = 0; i < n; i++) {
+		uint8_t *p = msg + sizeof(fh) + i * rec;
+
+		memcpy(p, &r->keys[from + i], sizeof(struct kvshm_key));
+		memcpy(p + sizeof(struct kvshm_key), r->tokens + (from + i) * c->bt,
+		       (size_t)c->bt * 4);
+	}
+	return msg;
+}
+
 int kvc_restore(struct kvc_req *r)
 {
 	struct kvproto_count cnt;
-	uint32_t rlen, n;
-	size_t from, i;
+	uint32_t rlen, n, mlen;
+	size_t from, i, fcap;
 	void *reply = NULL;
 	uint8_t *msg;
 	bool missed;
@@ -268,12 +311,18 @@ int kvc_restore(struct kvc_req *r)
 		return -EINVAL;
 	if ((rc = kvc_usable(r->c)))
 		return rc;
-	if (!r->t1)
+	if (!r->t1 && !r->t2)
 		return (int)r->hits;
 	from = r->hits;
 	/* No more than one frame carries, nor than we could pin: the rest
-	 * of the run stays on disk (counted as missed). */
-	n = (uint32_t)(r->t1 < KVPROTO_MAX_COUNT ? r->t1 : KVPROTO_MAX_COUNT);
+	 * of the run stays where it is (counted as missed). A run that may
+	 * reach tier 2 goes as a FETCH, with its tokens. */
+	fcap = r->t2 ? (KVPROTO_MAX_LEN - sizeof(struct kvproto_fetch)) /
+			       (sizeof(struct kvshm_key) + (size_t)r->c->bt * 4)
+		     : KVPROTO_MAX_COUNT;
+	if (fcap > KVPROTO_MAX_COUNT)
+		fcap = KVPROTO_MAX_COUNT;
+	n = (uint32_t)(r->t1 + r->t2 < fcap ? r->t1 + r->t2 : fcap);
 	pthread_mutex_lock(&r->c->slot_lock);
 	if (n > r->c->n_free_slots)
 		n = r->c->n_free_slots;
@@ -282,16 +331,23 @@ int kvc_restore(struct kvc_req *r)
 		settle_spilled(r, 0);
 		return (int)r->hits;
 	}
-	msg = malloc(sizeof(cnt) + (size_t)n * sizeof(struct kvshm_key));
+	if (r->t2) {
+		msg = fetch_msg(r, from, n, &mlen);
+	} else {
+		mlen = (uint32_t)(sizeof(cnt) + (size_t)n * sizeof(struct kvshm_key));
+		msg = malloc(mlen);
+		if (msg) {
+			cnt.n = n;
+			cnt.pad = 0;
+			memcpy(msg, &cnt, sizeof(cnt));
+			memcpy(msg + sizeof(cnt), r->keys + from,
+			       (size_t)n * sizeof(struct kvshm_key));
+		}
+	}
 	if (!msg)
 		return -ENOMEM;
-	cnt.n = n;
-	cnt.pad = 0;
-	memcpy(msg, &cnt, sizeof(cnt));
-	memcpy(msg + sizeof(cnt), r->keys + from, (size_t)n * sizeof(struct kvshm_key));
-	rc = kvc_rpc(r->c, KVPROTO_RESTORE, msg,
-		     (uint32_t)(sizeof(cnt) + (size_t)n * sizeof(struct kvshm_key)),
-		     KVPROTO_RESTORE_R, &reply, &rlen);
+	rc = kvc_rpc(r->c, r->t2 ? KVPROTO_FETCH : KVPROTO_RESTORE, msg, mlen,
+		     r->t2 ? KVPROTO_FETCH_R : KVPROTO_RESTORE_R, &reply, &rlen);
 	free(msg);
 	if (!rc) {
 		memcpy(&cnt, reply, sizeof(cnt));
@@ -309,7 +365,7 @@ int kvc_restore(struct kvc_req *r)
 	if (i > from)
 		kvshm_ledger_hit(r->c->ledger, r->keys[0], (uint64_t)(i - from) * r->c->bt,
 				 r->label);
-	settle_spilled(r, i - from < r->t1 ? i - from : r->t1);
+	settle_spilled(r, i - from < r->t1 + r->t2 ? i - from : r->t1 + r->t2);
 	r->hits = (uint32_t)i;
 	return (int)i;
 }
@@ -317,20 +373,28 @@ int kvc_restore(struct kvc_req *r)
 int kvc_restore_pays(const struct kvc_req *r, double prefill_tokens_per_sec)
 {
 	const kvc_t *c;
-	double bps, t_restore, t_prefill;
+	double bps, rbps, t_restore, t_prefill;
 
 	if (!r || !(prefill_tokens_per_sec > 0))
 		return -EINVAL;
-	if (r->stage != 1 || !r->t1)
+	if (r->stage != 1 || (!r->t1 && !r->t2))
 		return 0;
 	c = r->c;
 	bps = (double)atomic_load_explicit(&kvshm_stats(c->seg)->spill_read_bps,
 					   memory_order_relaxed);
 	if (bps <= 0)
 		bps = KVC_RESTORE_BPS_GUESS;
-	/* One round trip plus the bytes, against prefilling the tokens. */
+	rbps = (double)atomic_load_explicit(&kvshm_stats(c->seg)->remote_fetch_bps,
+					    memory_order_relaxed);
+	if (rbps <= 0)
+		rbps = KVC_REMOTE_BPS_GUESS;
+	/* One round trip (and one to the servers for tier 2) plus the bytes
+	 * (a remote item carries its header and tokens too), against
+	 * prefilling the tokens. */
 	t_restore = 100e-6 + (double)r->t1 * (double)(c->page_bytes + 4096) / bps;
-	t_prefill = (double)r->t1 * c->bt / prefill_tokens_per_sec;
+	if (r->t2)
+		t_restore += 200e-6 + (double)r->t2 * (double)(c->page_bytes + 256 + c->bt * 4) / rbps;
+	t_prefill = (double)(r->t1 + r->t2) * c->bt / prefill_tokens_per_sec;
 	return t_restore < t_prefill;
 }
 

@@ -105,7 +105,24 @@ int kvproto_decode(const struct kvproto_hdr *h, const void *payload,
 	case KVPROTO_RESTORE:
 		return counted(payload, h->len, sizeof(struct kvshm_key), &n, why);
 	case KVPROTO_RESTORE_R:
+	case KVPROTO_FETCH_R:
 		return counted(payload, h->len, sizeof(int32_t), &n, why);
+	case KVPROTO_FETCH: {
+		struct kvproto_fetch f;
+
+		if (!bt || bt > KVSHM_MAX_BLOCK_TOKENS)
+			return bad(why, "FETCH before a namespace is declared");
+		if (h->len < sizeof(f))
+			return bad(why, "FETCH shorter than its header");
+		memcpy(&f, payload, sizeof(f));
+		if (!f.n || f.n > KVPROTO_MAX_COUNT)
+			return bad(why, "FETCH count is 0 or over the limit");
+		if (f.flags)
+			return bad(why, "FETCH has unknown flags");
+		if (kvproto_fetch_bytes(f.n, bt) != h->len)
+			return bad(why, "FETCH length does not match its count");
+		return 0;
+	}
 	case KVPROTO_BYE:
 		if (h->len)
 			return bad(why, "BYE carries no payload");
@@ -246,6 +263,22 @@ int kvproto_hello_ns(const struct kvproto_hello *hi, struct kvshm_ns *ns)
 	ns->shard.pp_size = hi->shard.pp_size ? hi->shard.pp_size : 1;
 	ns->id = kvshm_ns_id(ns);
 	return 0;
+}
+
+int kvproto_ns_declared(const struct kvshm_ns *ns, struct kvshm_ns *out)
+{
+	struct kvproto_hello hi;
+
+	memset(&hi, 0, sizeof(hi));
+	hi.dtype_bytes = ns->dtype_bytes;
+	hi.layers = ns->layers;
+	hi.kv_heads = ns->kv_heads;
+	hi.head_dim = ns->head_dim;
+	hi.block_tokens = ns->block_tokens;
+	hi.pos_kind = ns->pos_kind;
+	hi.shard = ns->shard;
+	memcpy(hi.model, ns->model, sizeof(hi.model));
+	return kvproto_hello_ns(&hi, out);
 }
 
 int kvproto_client_socket_path(char *buf, size_t len)

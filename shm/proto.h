@@ -46,6 +46,16 @@
  *                 -EPERM)
  *   RESET_R d->c  struct kvproto_reset_r, then the daemon closes the
  *                 connection, as after STAT_R
+ *   FETCH   c->d  struct kvproto_fetch + n x (struct kvshm_key + bt tokens):
+ *                 a run of the client's blocks (each the child of the one
+ *                 before, the first of `parent`) to bring into pool pages
+ *                 from whichever tier holds them: spilled slots as with
+ *                 RESTORE, and from the remote tier those the index does
+ *                 not know (verified against these keys and tokens). The
+ *                 reply may wait for the network (at most about the
+ *                 remote timeout); the daemon serves others meanwhile
+ *   FETCH_R d->c  struct kvproto_count + n x int32 status, as RESTORE_R
+ *                 (also -ETIMEDOUT: its server did not answer in time)
  *
  * kvproto_decode() checks every length against the declared counts before
  * anything reads a record; it is the one function that ever parses bytes
@@ -90,6 +100,9 @@ enum kvproto_type {
 	KVPROTO_DROP_R = 51,
 	KVPROTO_RESET = 52,
 	KVPROTO_RESET_R = 53,
+	/* remote tier: numbered from 60 */
+	KVPROTO_FETCH = 60,
+	KVPROTO_FETCH_R = 61,
 };
 
 struct kvproto_hdr {
@@ -215,6 +228,19 @@ struct kvproto_reset_r {
 	uint32_t pad;
 };
 
+struct kvproto_fetch {
+	uint32_t n;		/* blocks, 1..KVPROTO_MAX_COUNT */
+	uint32_t flags;		/* none defined: must be 0 */
+	struct kvshm_key parent;	/* the first block's parent key */
+};
+
+/* Payload bytes of a FETCH with n blocks of bt tokens. */
+static inline uint64_t kvproto_fetch_bytes(uint32_t n, uint32_t bt)
+{
+	return sizeof(struct kvproto_fetch) +
+	       (uint64_t)n * (sizeof(struct kvshm_key) + (uint64_t)bt * 4);
+}
+
 struct kvproto_error {
 	int32_t err;		/* negative errno */
 	uint32_t fatal;		/* 1: the daemon closes the connection */
@@ -240,6 +266,7 @@ _Static_assert(sizeof(struct kvproto_hdr) == 16, "hdr");
 _Static_assert(sizeof(struct kvproto_hello) == 128, "hello");
 _Static_assert(sizeof(struct kvproto_pub) == 40, "pub");
 _Static_assert(sizeof(struct kvproto_pool_r) == 56, "pool_r");
+_Static_assert(sizeof(struct kvproto_fetch) == 24, "fetch");
 
 
 /*
@@ -264,6 +291,14 @@ int kvproto_hello_ns(const struct kvproto_hello *hi, struct kvshm_ns *ns);
  */
 bool kvproto_page_waste(char *buf, size_t len, const char *model, uint64_t ns_page,
 			uint64_t slot);
+
+/*
+ * A namespace identity read from outside (a spill slot, a remote item):
+ * into *out, the namespace a HELLO declaring ns's geometry, model and
+ * shard gives (page bytes and id recomputed, the rest zeroed as in a row).
+ * Returns 0, or -EINVAL when no HELLO could declare it.
+ */
+int kvproto_ns_declared(const struct kvshm_ns *ns, struct kvshm_ns *out);
 
 /*
  * The socket path both ends use when none is given: $KVCACHED_SOCKET, else

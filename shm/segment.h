@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 7u	/* 7: per-namespace statistics, KV events counters */
+#define KVSHM_VERSION 8u	/* 8: remote tier counters */
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -175,6 +175,30 @@ struct kvshm_stats {
 	_Atomic uint64_t kv_event_replay_errors;	/* malformed or refused */
 	_Atomic uint64_t kv_events_lossy;	/* 1 while a stalled subscriber
 						 * loses batches alone, uncounted */
+	/* Remote tier (tier 2, see daemon/remote.c); zero without one.
+	 * Clients read remote_servers_up in their lookups: while it is 0 no
+	 * lookup offers tier 2. Counters of blocks and bytes: */
+	_Atomic uint64_t remote_servers;	/* memcached servers configured */
+	_Atomic uint64_t remote_servers_up;	/* of those, answering now */
+	_Atomic uint64_t remote_write_mode;	/* enum kvshm_remote_write */
+	_Atomic uint64_t remote_puts;		/* blocks written */
+	_Atomic uint64_t remote_put_bytes;	/* item bytes written */
+	_Atomic uint64_t remote_put_skipped;	/* not written: queue full or server down */
+	_Atomic uint64_t remote_put_errors;	/* refused (too large) or failed */
+	_Atomic uint64_t remote_fetches;	/* blocks asked for */
+	_Atomic uint64_t remote_hits;		/* fetched, verified, placed */
+	_Atomic uint64_t remote_misses;		/* not there, server down, or late */
+	_Atomic uint64_t remote_dropped;	/* failed verification: never served */
+	_Atomic uint64_t remote_timeouts;	/* operations past remote-timeout-ms */
+	_Atomic uint64_t remote_fetch_bytes;	/* item bytes fetched */
+	_Atomic uint64_t remote_fetch_bps;	/* measured fetch bandwidth, B/s */
+};
+
+/* When the remote tier writes a block (remote_write_mode). */
+enum kvshm_remote_write {
+	KVSHM_REMOTE_OFF = 0,
+	KVSHM_REMOTE_PUBLISH = 1,	/* when it is published */
+	KVSHM_REMOTE_EVICT = 2,		/* when the pool evicts it */
 };
 
 /* How the spill tier does its I/O. */

@@ -71,6 +71,7 @@ size_t publish_page_bytes;
  * the table can name them; a NULL function means "not built". */
 void mode_spill(void) __attribute__((weak));
 void mode_ttft(void) __attribute__((weak));
+void mode_remote(void) __attribute__((weak));
 void mode_gpu(void) __attribute__((weak));
 
 struct mode {
@@ -86,6 +87,7 @@ static const struct mode modes[] = {
 	{ "pages", mode_pages, "page put/get/pin GB/s vs memcpy, Redis, memcached" },
 	{ "spill", mode_spill, "spill tier (tools/bench/spill.c)" },
 	{ "ttft", mode_ttft, "tinylm time to first token, warm vs cold prefill" },
+	{ "remote", mode_remote, "remote tier between two hosts vs raw memcached; cross-host TTFT" },
 	{ "gpu", mode_gpu, "gather/scatter kernels GB/s vs cuMemcpyDtoD (skipped: no GPU)" },
 	{ "python", mode_python, "the Python binding per request vs the same calls from C" },
 };
@@ -638,7 +640,7 @@ static void fmt_size(char *buf, size_t len, const struct row *r)
 	if (r->pct)
 		snprintf(buf, len, "%zu blk, %s%s", r->blocks, r->pct,
 			 strcmp(r->op, "hash_lookup") ? "" : ", hashed");
-	else if (!strcmp(r->mode, "ttft"))
+	else if (!strcmp(r->mode, "ttft") || !strcmp(r->op, "ttft_remote"))
 		snprintf(buf, len, "%zu-tok doc + question", r->blocks * BT);
 	else if (!strcmp(r->mode, "publish") || !strcmp(r->mode, "pages") ||
 		 !strcmp(r->mode, "gpu"))

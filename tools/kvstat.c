@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * kvstat.c - the operator's live view of kvcached: pool occupancy by page
- * state and tier, the spill tier's slots and health, hit ratios in blocks
+ * state and tier, the spill tier's slots and health, the remote tier's
+ * servers and traffic, hit ratios in blocks
  * and tokens, event counts and rates (byte rates for spill I/O), one row
  * per attached client and the hottest prefixes.
  *
@@ -176,6 +177,18 @@ static const char *spill_path_text(uint64_t p)
 	case KVSHM_SPILL_DEGRADED: return "DEGRADED: writes stopped after an error";
 	default: return "unknown I/O path";
 	}
+}
+
+/* A remote tier is configured when it has servers. */
+static bool remote_configured(const struct kvshm_snap *s)
+{
+	return V(s, remote_servers) > 0;
+}
+
+/* enum kvshm_remote_write */
+static const char *remote_write_name(uint64_t w)
+{
+	return w == KVSHM_REMOTE_PUBLISH ? "publish" : w == KVSHM_REMOTE_EVICT ? "evict" : "off";
 }
 
 /* -1 when there is nothing to divide by. */
@@ -475,6 +488,27 @@ static void print_json(FILE *f, const struct kvobs *o, const struct kvshm_snap *
 	} else {
 		fputs("{\"enabled\":false,\"path\":\"off\",\"slots\":0}", f);
 	}
+	fputs(",\"remote\":", f);
+	if (remote_configured(s))
+		fprintf(f, "{\"enabled\":true,\"servers\":%llu,\"servers_up\":%llu,\"write\":\"%s\","
+			"\"puts\":%llu,\"put_bytes\":%llu,\"put_skipped\":%llu,\"put_errors\":%llu,"
+			"\"fetches\":%llu,\"hits\":%llu,\"misses\":%llu,\"dropped\":%llu,"
+			"\"timeouts\":%llu,\"fetch_bytes\":%llu,\"fetch_bps\":%llu}",
+			(unsigned long long)V(s, remote_servers),
+			(unsigned long long)V(s, remote_servers_up),
+			remote_write_name(V(s, remote_write_mode)),
+			(unsigned long long)V(s, remote_puts),
+			(unsigned long long)V(s, remote_put_bytes),
+			(unsigned long long)V(s, remote_put_skipped),
+			(unsigned long long)V(s, remote_put_errors),
+			(unsigned long long)V(s, remote_fetches), (unsigned long long)V(s, remote_hits),
+			(unsigned long long)V(s, remote_misses),
+			(unsigned long long)V(s, remote_dropped),
+			(unsigned long long)V(s, remote_timeouts),
+			(unsigned long long)V(s, remote_fetch_bytes),
+			(unsigned long long)V(s, remote_fetch_bps));
+	else
+		fputs("{\"enabled\":false,\"servers\":0}", f);
 	fputs("}\n", f);
 }
 
@@ -538,6 +572,25 @@ static void spill_lines(FILE *f, const struct kvshm_snap *s)
 	fprintf(f, "            %llu dropped, %llu recycled, %llu clean evictions, %llu errors\n",
 		(unsigned long long)V(s, spill_dropped), (unsigned long long)V(s, spill_recycled),
 		(unsigned long long)V(s, spill_clean), (unsigned long long)V(s, spill_errors));
+}
+
+/* The remote tier's state: servers, when it writes, health. */
+static void remote_lines(FILE *f, const struct kvshm_snap *s)
+{
+	char b[32];
+
+	fprintf(f, "remote tier: %llu of %llu memcached servers up, blocks written on %s, ",
+		(unsigned long long)V(s, remote_servers_up), (unsigned long long)V(s, remote_servers),
+		remote_write_name(V(s, remote_write_mode)));
+	if (V(s, remote_fetch_bps))
+		fprintf(f, "fetch bandwidth %s (measured)\n",
+			fmt_bps(b, sizeof(b), (double)V(s, remote_fetch_bps)));
+	else
+		fputs("fetch bandwidth not measured yet\n", f);
+	fprintf(f, "             %llu dropped (failed verification), %llu timeouts, %llu puts skipped, %llu put errors\n",
+		(unsigned long long)V(s, remote_dropped), (unsigned long long)V(s, remote_timeouts),
+		(unsigned long long)V(s, remote_put_skipped),
+		(unsigned long long)V(s, remote_put_errors));
 }
 
 /* U+2581..U+2588; '.' for an interval without lookups. */
@@ -651,6 +704,10 @@ static void print_text(FILE *f, const struct kvshm_snap *s, const struct interva
 	} else {
 		fputs("spill tier: off\n", f);
 	}
+	if (remote_configured(s))
+		remote_lines(f, s);
+	else
+		fputs("remote tier: off\n", f);
 
 	fprintf(f, "\n%-14s %10s", "HIT RATIO", "OVERALL");
 	if (watch) {
@@ -701,6 +758,13 @@ static void print_text(FILE *f, const struct kvshm_snap *s, const struct interva
 		EV("restore misses", restore_misses);
 		EVB("spill written", spill_write_bytes);
 		EVB("spill read", spill_read_bytes);
+	}
+	if (remote_configured(s)) {
+		EV("remote puts", remote_puts);
+		EV("remote hits", remote_hits);
+		EV("remote misses", remote_misses);
+		EVB("remote written", remote_put_bytes);
+		EVB("remote fetched", remote_fetch_bytes);
 	}
 	if (V(s, kv_events_enabled) || V(s, kv_event_batches) || V(s, kv_event_drops)) {
 		EV("kv events", kv_events);
@@ -1054,6 +1118,7 @@ static void usage(FILE *f)
 "Shows what kvcached is doing: pool pages by state and tier, hit ratios in\n"
 "blocks and tokens, lookups, publishes, evictions, spills and restores with\n"
 "rates, the spill tier (slots, I/O path, bytes written and read, health),\n"
+"the remote tier (servers up, blocks written and fetched, verification),\n"
 "one row per attached client and the most hit prefixes. Reads the\n"
 "daemon's shared memory read-only, with no lock and no daemon round trip\n"
 "after attaching.\n"

@@ -3,7 +3,8 @@
  * config.c - fuzz target for kvcached's settings: the config file parser
  * (kvd_config_buf, the same line loop as kvd_config_file), the command
  * line (kvd_config_args, --config included) and the value parsers under
- * them (kvd_parse_size, kvd_parse_listen, ids, octal modes, enums).
+ * them (kvd_parse_size, kvd_parse_listen, ids, octal modes, enums, the
+ * remote tier's server list kvd_remote_parse and item-key prefix).
  *
  * Input: the whole input is a config file body (NULs and all). The bytes
  * after its first NUL are also a command line, one argument per
@@ -33,6 +34,7 @@
 #include "../../daemon/events.h"
 #include "../../daemon/memcheck.h"
 #include "../../daemon/log.h"
+#include "../../daemon/remote_fmt.h"
 #include "../../shm/segment.h"
 
 #include "check.h"
@@ -72,6 +74,22 @@ static void check_fields(const struct kvd_config *c)
 	CHECK(c->n_allow_gid >= 0 && c->n_allow_gid <= KVD_MAX_ALLOW);
 	for (i = 0; i < c->n_allow_gid; i++)
 		CHECK(c->allow_gid[i] != (gid_t)-1);
+	CHECK(memchr(c->remote, 0, sizeof(c->remote)));
+	if (c->remote[0]) {
+		struct kvd_rserver sv[KVD_REMOTE_MAX_SERVERS];
+		const char *why;
+		unsigned n;
+
+		CHECK(!kvd_remote_parse(c->remote, sv, KVD_REMOTE_MAX_SERVERS, &n, &why));
+		CHECK(n >= 1 && n <= KVD_REMOTE_MAX_SERVERS);
+		for (unsigned k = 0; k < n; k++)
+			CHECK(sv[k].host[0] && (sv[k].port || sv[k].host[0] == '/'));
+	}
+	CHECK(c->remote_write == KVD_REMOTE_PUBLISH || c->remote_write == KVD_REMOTE_EVICT);
+	CHECK(memchr(c->remote_secret_file, 0, sizeof(c->remote_secret_file)));
+	CHECK(!c->remote_secret_file[0] || c->remote_secret_file[0] == '/');
+	CHECK(c->remote_timeout_ms >= 1 && c->remote_timeout_ms <= 60000);
+	CHECK(kvd_rval_prefix_ok(c->remote_prefix));
 	CHECK(memchr(c->metrics_listen, 0, sizeof(c->metrics_listen)));
 	CHECK(memchr(c->kv_events, 0, sizeof(c->kv_events)));
 	CHECK(memchr(c->kv_events_replay, 0, sizeof(c->kv_events_replay)));
@@ -109,6 +127,7 @@ static void check_checked(const struct kvd_config *c)
 	CHECK(c->high_watermark >= c->low_watermark);
 	CHECK(!c->kv_events_replay[0] ||
 	      (c->kv_events[0] && strcmp(c->kv_events, c->kv_events_replay)));
+	CHECK(!c->remote[0] || c->remote_secret_file[0] || c->remote_insecure);
 	/* Accepted settings never fail later, at segment_open's layout. */
 	geo.page_bytes = c->page_size;
 	geo.n_pages = (uint32_t)pages;
@@ -142,6 +161,12 @@ static bool cfg_eq(const struct kvd_config *a, const struct kvd_config *b)
 	       a->kv_events_stall_ms == b->kv_events_stall_ms &&
 	       a->kv_events_hash == b->kv_events_hash &&
 	       a->kv_events_connect == b->kv_events_connect &&
+	       !strcmp(a->remote, b->remote) &&
+	       a->remote_write == b->remote_write &&
+	       !strcmp(a->remote_secret_file, b->remote_secret_file) &&
+	       a->remote_insecure == b->remote_insecure &&
+	       a->remote_timeout_ms == b->remote_timeout_ms &&
+	       !strcmp(a->remote_prefix, b->remote_prefix) &&
 	       (!a->metrics_listen[0] ||
 		!memcmp(&a->metrics_addr, &b->metrics_addr, sizeof(a->metrics_addr)));
 }
@@ -149,8 +174,8 @@ static bool cfg_eq(const struct kvd_config *a, const struct kvd_config *b)
 /* Settings as (key, value) pairs, values in a form the parsers take back. */
 struct kv {
 	int n;
-	char key[32][24];
-	char val[32][1200];
+	char key[40][24];
+	char val[40][2100];
 };
 
 static void put(struct kv *kv, const char *key, const char *fmt, ...)
@@ -160,7 +185,7 @@ static void put(struct kv *kv, const char *key, const char *fmt, ...)
 {
 	va_list ap;
 
-	CHECK(kv->n < 32);
+	CHECK(kv->n < 40);
 	snprintf(kv->key[kv->n], sizeof(kv->key[0]), "%s", key);
 	va_start(ap, fmt);
 	CHECK(vsnprintf(kv->val[kv->n], sizeof(kv->val[0]), fmt, ap) < (int)sizeof(kv->val[0]));
@@ -216,6 +241,12 @@ static void render(const struct kvd_config *c, struct kv *kv)
 	put(kv, "kv-events-hash", "%s", c->kv_events_hash == KVD_EVENTS_HASH_INT64 ? "int64" :
 					c->kv_events_hash == KVD_EVENTS_HASH_BYTES ? "bytes" : "uint64");
 	put(kv, "kv-events-mode", "%s", c->kv_events_connect ? "connect" : "bind");
+	put(kv, "remote", "%s", c->remote);
+	put(kv, "remote-write", "%s", c->remote_write == KVD_REMOTE_EVICT ? "evict" : "publish");
+	put(kv, "remote-secret-file", "%s", c->remote_secret_file);
+	put(kv, "remote-insecure", "%s", c->remote_insecure ? "true" : "false");
+	put(kv, "remote-timeout-ms", "%u", c->remote_timeout_ms);
+	put(kv, "remote-prefix", "%s", c->remote_prefix);
 }
 
 /* Write c back out as a file and as flags; both must parse to c. */
@@ -223,7 +254,7 @@ static void round_trip(const struct kvd_config *c, bool as_file)
 {
 	struct kv *kv = malloc(sizeof(*kv));
 	struct kvd_config back;
-	char *argv[2 + 2 * 32], *flags[32], *text;
+	char *argv[2 + 2 * 40], *flags[40], *text;
 	size_t len = 0, cap = 64 * 1024;
 	int i, argc = 0, rc;
 
@@ -244,7 +275,8 @@ static void round_trip(const struct kvd_config *c, bool as_file)
 	 * foreground, which takes no separate value). */
 	argv[argc++] = "kvcached";
 	for (i = 0; i < kv->n; i++) {
-		bool eq = !strcmp(kv->key[i], "foreground") || (i & 1) ||
+		bool eq = !strcmp(kv->key[i], "foreground") ||
+			  !strcmp(kv->key[i], "remote-insecure") || (i & 1) ||
 			  (!KVFUZZ_ARGS_CONFIG_VALUE && !strncmp(kv->val[i], "--config", 8));
 
 		flags[i] = malloc(strlen(kv->key[i]) + strlen(kv->val[i]) + 4);

@@ -34,7 +34,9 @@
  * area of N_SLOTS slots in a private folder (fresh for every input), its
  * I/O done inline (KVD_SIO_SYNC) and reaped after every operation as the
  * main loop would on the eventfd; FRAME_FIX then also points a RESTORE's
- * keys at blocks that are spilled now.
+ * or a FETCH's keys at blocks that are spilled now. (FETCH asks the remote
+ * tier too; there is none here, so tier.c's parsing, the spill part and
+ * the reply are what it reaches.)
  *
  * After every operation the whole state is checked: page table, free
  * stack, index (entries naming pages or spill slots, windows, spill
@@ -458,11 +460,12 @@ NO_COVERAGE static void check_replies(uint32_t row, const struct req *rq)
 			CHECK(r.dropped <= N_PAGES && r.left <= N_PAGES && r.slots <= N_SLOTS);
 			break;
 		}
-		case KVPROTO_RESTORE_R: {
+		case KVPROTO_RESTORE_R:
+		case KVPROTO_FETCH_R: {
 			struct kvproto_count cnt;
 			uint32_t i;
 
-			CHECK(rq->type == KVPROTO_RESTORE);
+			CHECK(rq->type == (h.type == KVPROTO_FETCH_R ? KVPROTO_FETCH : KVPROTO_RESTORE));
 			memcpy(&cnt, p, sizeof(cnt));
 			CHECK(cnt.n == rq->n);
 			/* Nothing damages a slot here: never -EBADMSG; no spill
@@ -869,16 +872,22 @@ static void fix_records(struct peer *pr, const struct kvproto_hdr *h, uint8_t *p
 {
 	size_t stride, i, n;
 
-	if (h->type == KVPROTO_RESTORE && h->len >= sizeof(struct kvproto_count) && d.spill) {
+	if ((h->type == KVPROTO_RESTORE || h->type == KVPROTO_FETCH) && d.spill) {
 		/* Keys of blocks spilled now, picked by each key's low byte. */
 		uint32_t sp[N_SLOTS], nsp = 0, s;
+		size_t head = h->type == KVPROTO_FETCH ? sizeof(struct kvproto_fetch)
+						       : sizeof(struct kvproto_count);
 
+		stride = sizeof(struct kvshm_key) +
+			 (h->type == KVPROTO_FETCH ? (size_t)d.h->geo.block_tokens * 4 : 0);
+		if (h->len < head)
+			return;
 		for (s = 0; s < d.h->geo.n_slots; s++)
 			if (atomic_load(&kvshm_slots(d.h)[s].state) == KVSHM_SLOT_SPILLED)
 				sp[nsp++] = s;
-		n = (h->len - sizeof(struct kvproto_count)) / sizeof(struct kvshm_key);
+		n = (h->len - head) / stride;
 		for (i = 0; nsp && i < n; i++) {
-			uint8_t *r = p + sizeof(struct kvproto_count) + i * sizeof(struct kvshm_key);
+			uint8_t *r = p + head + i * stride;
 			struct kvshm_key k;
 
 			memcpy(&k, r, sizeof(k));
@@ -949,7 +958,7 @@ static void op_frame(struct in *in, uint32_t row, bool fix, bool with_pidfd)
 		rq.type = h.type;
 		rq.bye = h.type == KVPROTO_BYE && c->hello;	/* else: HELLO first */
 		if (h.type == KVPROTO_ALLOC || h.type == KVPROTO_PUBLISH || h.type == KVPROTO_FREE ||
-		    h.type == KVPROTO_RESTORE)
+		    h.type == KVPROTO_RESTORE || h.type == KVPROTO_FETCH)
 			memcpy(&rq.n, buf + sizeof(h), sizeof(rq.n));
 	}
 	kvd_server_frame(&d, c, buf);

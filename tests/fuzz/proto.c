@@ -158,8 +158,21 @@ static void check_accepted(const struct kvproto_hdr *h, const uint8_t *p, uint32
 	case KVPROTO_FREE_R:
 		CHECK(len == sizeof(struct kvproto_count));
 		break;
+	case KVPROTO_FETCH: {
+		struct kvproto_fetch fh;
+
+		CHECK(bt >= 1 && bt <= KVSHM_MAX_BLOCK_TOKENS);
+		CHECK(len >= sizeof(fh));
+		memcpy(&fh, p, sizeof(fh));
+		CHECK(fh.n >= 1 && fh.n <= KVPROTO_MAX_COUNT && fh.flags == 0);
+		CHECK(len == 24 + (uint64_t)fh.n * (16 + 4 * (uint64_t)bt));
+		CHECK(len == kvproto_fetch_bytes(fh.n, bt));
+		read_records(p, sizeof(fh), fh.n, 16 + 4 * (uint64_t)bt);
+		break;
+	}
 	case KVPROTO_RESTORE:
-	case KVPROTO_RESTORE_R: {
+	case KVPROTO_RESTORE_R:
+	case KVPROTO_FETCH_R: {
 		uint64_t rec = h->type == KVPROTO_RESTORE ? sizeof(struct kvshm_key) : 4;
 
 		CHECK(len >= sizeof(struct kvproto_count));

@@ -19,6 +19,7 @@ FREE, FREE_R, ERROR, STAT, STAT_R, BYE = 7, 8, 9, 10, 11, 12
 RESTORE, RESTORE_R = 13, 14
 POOL, POOL_R = 32, 33
 DROP, DROP_R, RESET, RESET_R = 50, 51, 52, 53
+FETCH, FETCH_R = 60, 61
 
 
 def frame(typ, payload=b"", seq=1, magic=MAGIC, length=None):
@@ -358,6 +359,52 @@ def events_seeds():
           ev_replay([b"ab", b"", start0, b"more"]))
 
 
+# ------------------------------------------------------------ remote tier
+def fetch(ks, parent=0, bt=16, flags=0):
+    """FETCH: parent, then each key with bt tokens."""
+    out = struct.pack("<IIQQ", len(ks), flags, parent, 0)
+    for i, k in enumerate(ks):
+        out += struct.pack("<QQ", k, (k * 0x9E3779B97F4A7C15) % (1 << 64))
+        out += struct.pack("<%dI" % bt, *range(16 * i, 16 * i + bt))
+    return out
+
+
+def remote_seeds():
+    bt16 = struct.pack("<H", 16)
+    write("proto", "fetch", bt16 + frame(FETCH, fetch([0x1000, 0x1001])) +
+          frame(FETCH_R, struct.pack("<II2i", 2, 0, 0, -2)))
+    write("proto", "fetch-bt1", struct.pack("<H", 1) + frame(FETCH, fetch([7, 8, 9], bt=1)))
+    write("proto", "fetch-bad-flags", bt16 + frame(FETCH, fetch([1], flags=1)))
+    write("proto", "fetch-short", bt16 + frame(FETCH, fetch([1, 2])[:-4]))
+    # daemon_frames: FETCH with no remote tier (keys published, unknown,
+    # and, with the spill tier on, spilled ones: FIX points them there).
+    h = f(HELLO, hello())
+    write("daemon_frames", "fetch", b"\x00" + h + f(ALLOC, alloc(2), seq=2) +
+          f(PUBLISH, pub(chain(2)), seq=3, fix=True) +
+          f(FETCH, fetch([0x1000, 0x1001, 0x2000]), seq=4) + f(BYE))
+    full = b"\x04" + h + f(ALLOC, alloc(48), seq=2) + \
+        f(PUBLISH, pub(chain(48)), seq=3, fix=True) + op(OP_TICK) * 2
+    full += f(HELLO, hello(name=b"second"), row=1) + f(ALLOC, alloc(40), row=1, seq=2)
+    full += op(OP_TICK) * 2 + f(FETCH, fetch(list(range(8))), seq=4, fix=True)
+    write("daemon_frames", "spill-fetch", full)
+    # remote_val: byte 0 mode, byte 1 block tokens - 1, byte 2 secret.
+    write("remote_val", "raw-empty", b"\x00\x0f\x01")
+    write("remote_val", "raw-magic", b"\x00\x00\x01" + struct.pack("<QII", 0x31544F4D4552564B, 1, 1))
+    write("remote_val", "built", b"\x01\x03\x01" + bytes(range(256)) * 4)
+    write("remote_val", "built-damaged", b"\x01\x00\x02" + bytes(range(64)) + b"\x05\x00\xff")
+    write("remote_val", "built-insecure", b"\x01\x0f\x00" + bytes(200))
+    write("remote_val", "servers", b"\x02\x00\x00memcached:10.0.0.1:11211,[::1]:11212,/run/mc.sock,cache-3.example:1")
+    write("remote_val", "servers-bad", b"\x02\x00\x00memcached:a:0,b")
+    # config: every remote key, and the flag form of remote-insecure.
+    write("config", "remote", b"remote = memcached:127.0.0.1:11211,127.0.0.1:11212\n"
+          b"remote-write = evict\nremote-secret-file = /etc/kvcached/secret\n"
+          b"remote-insecure = no\nremote-timeout-ms = 250\nremote-prefix = fleet-1\n")
+    write("config", "remote-args", b"remote = memcached:[::1]:1\n\0--config\0x\0"
+          b"--remote-insecure\0--remote-write\0publish\0--remote-prefix=a.b_c")
+    write("config", "remote-bad", b"remote = redis:1.2.3.4:6379\nremote-timeout-ms = 0\n")
+    write("config", "remote-no-secret", b"remote = memcached:h:1\n")
+
+
 # ------------------------------------------------------ regression inputs
 def regress_inputs():
     """Inputs that once broke a promise; every run replays them."""
@@ -387,3 +434,4 @@ if __name__ == "__main__":
     daemon_seeds()
     config_seeds()
     events_seeds()
+    remote_seeds()

@@ -142,7 +142,7 @@ static void quick_json(void **state)
 {
 	const char *args[] = { "--quick", "--json", NULL };
 	bool have_redis = installed("redis-server"), have_mc = installed("memcached");
-	int rows = 0, by_mode[6] = { 0, 0, 0, 0, 0, 0 }, redis_rows = 0, mc_rows = 0;
+	int rows = 0, by_mode[7] = { 0, 0, 0, 0, 0, 0, 0 }, redis_rows = 0, mc_rows = 0;
 	char *out, *err, *line, *save = NULL;
 	int rc;
 
@@ -168,6 +168,15 @@ static void quick_json(void **state)
 		kv = num_field(line, "kvcached", &kv_null);
 		peer = num_field(line, "peer", &peer_null);
 		ratio = num_field(line, "ratio", &ratio_null);
+		if (strstr(line, "\"mode\":\"remote\"")) {
+			by_mode[6]++;
+			/* Without memcached: no figures and the reason. */
+			if (!have_mc) {
+				assert_true(kv_null && peer_null && ratio_null);
+				assert_non_null(strstr(line, "\"skipped\":\"memcached not found\""));
+				continue;
+			}
+		}
 		if (strstr(line, "\"mode\":\"gpu\"")) {
 			by_mode[4]++;
 			/* Without a CUDA build, driver or GPU: no figures and
@@ -233,6 +242,8 @@ static void quick_json(void **state)
 	 * scatter, measured or skipped. */
 	assert_int_equal(by_mode[3], 2);
 	assert_int_equal(by_mode[4], 2);
+	/* remote: write, fetch and the cross-host TTFT. */
+	assert_int_equal(by_mode[6], 3);
 	/* python: 1 and 256 blocks, each array tokens, what they add, list
 	 * tokens; or the two skipped rows of a sanitizer build. */
 	assert_int_equal(by_mode[5], SANITIZED ? 2 : 6);

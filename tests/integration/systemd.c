@@ -682,7 +682,7 @@ static int check_example_defaults(const char *help, const char *conf)
 	/* Shown values that are examples or depend on the user, not defaults. */
 	static const char *const not_default[] = {
 		"socket", "allow-users", "allow-groups", "metrics-listen", "foreground", "spill-dir",
-		"kv-events", "kv-events-replay", NULL,
+		"kv-events", "kv-events-replay", "remote", "remote-secret-file", NULL,
 	};
 	const char *p;
 	int nset = 0;
@@ -716,7 +716,9 @@ static int check_example_defaults(const char *help, const char *conf)
  * The example with every setting uncommented and the prose dropped; our
  * own uid and gid stand in for the names that exist once sysusers ran,
  * the metrics port is an ephemeral one and the spill directory one under
- * `dir`.
+ * `dir`; the remote tier's servers are one port on loopback where nobody
+ * listens (the tier starts with its servers down; no test reaches off
+ * this machine) and its secret a file made under `dir`.
  */
 static char *example_all_set(const char *conf, const char *dir)
 {
@@ -735,6 +737,19 @@ static char *example_all_set(const char *conf, const char *dir)
 	snprintf(idbuf, sizeof(idbuf), "%s/spill", dir);
 	a = b;
 	b = replace_all(a, "/var/lib/kvcached/spill", idbuf);
+	free(a);
+	a = replace_all(b, "memcached:10.0.0.11:11211,10.0.0.12:11211,10.0.0.13:11211",
+			"memcached:127.0.0.1:1");
+	free(b);
+	snprintf(idbuf, sizeof(idbuf), "%s/remote.secret", dir);
+	{
+		int fd = open(idbuf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+		assert_true(fd >= 0);
+		assert_int_equal(write(fd, "a test cluster secret, 32 bytes!", 32), 32);
+		close(fd);
+	}
+	b = replace_all(a, "/etc/kvcached/remote.secret", idbuf);
 	free(a);
 	out = calloc(1, strlen(b) + 1);
 	assert_non_null(out);

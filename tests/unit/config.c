@@ -696,6 +696,79 @@ static void test_args_forms(void **state)
 	assert_int_equal(cfg.pool_size, 1ull << 30);
 }
 
+/* The remote tier's keys: values, refusals that name the problem, the
+ * secret-or-insecure check, and --remote-insecure as a bare flag. */
+static void test_remote(void **state)
+{
+	static const struct {
+		const char *key, *val, *why;
+	} bad[] = {
+		{ "remote", "redis:10.0.0.1:6379", "must start with memcached:" },
+		{ "remote", "memcached:", "no server" },
+		{ "remote", "memcached:10.0.0.1", "HOST:PORT" },
+		{ "remote", "memcached:10.0.0.1:0", "port must be" },
+		{ "remote", "memcached:10.0.0.1:65536", "port must be" },
+		{ "remote", "memcached:10.0.0.1:11211,", "empty server entry" },
+		{ "remote", "memcached:[::1:11211", "[ADDR]:PORT" },
+		{ "remote", "memcached:[zz]:1", "IPv6" },
+		{ "remote", "memcached:a b:1", "host name" },
+		{ "remote-write", "always", "publish or evict" },
+		{ "remote-secret-file", "secret", "absolute" },
+		{ "remote-insecure", "maybe", "true or false" },
+		{ "remote-timeout-ms", "0", "1..60000" },
+		{ "remote-timeout-ms", "60001", "1..60000" },
+		{ "remote-prefix", "", "letters, digits" },
+		{ "remote-prefix", "a:b", "letters, digits" },
+	};
+	char *flag[] = { "kvcached", "--remote", "memcached:127.0.0.1:1", "--remote-insecure",
+			 "--remote-timeout-ms", "250", NULL };
+	char *nosecret[] = { "kvcached", "--remote", "memcached:127.0.0.1:1", NULL };
+	char many[2048] = "memcached:";
+	struct kvd_config cfg;
+	struct cap c;
+	size_t i;
+
+	(void)state;
+#define GOOD(k, v) do { if (set_cap(&cfg, &c, k, v, "")) \
+		fail_msg("%s = %s refused: %s", k, v, c.text); } while (0)
+	kvd_config_defaults(&cfg);
+	assert_string_equal(cfg.remote, "");
+	assert_int_equal(cfg.remote_write, KVD_REMOTE_PUBLISH);
+	assert_int_equal(cfg.remote_timeout_ms, 100);
+	assert_string_equal(cfg.remote_prefix, "kvc");
+	GOOD("remote", "memcached:10.0.0.1:11211,[fe80::1]:11212,/run/memcached.sock,cache-2:1");
+	assert_string_equal(cfg.remote,
+			    "memcached:10.0.0.1:11211,[fe80::1]:11212,/run/memcached.sock,cache-2:1");
+	GOOD("remote-write", "evict");
+	assert_int_equal(cfg.remote_write, KVD_REMOTE_EVICT);
+	GOOD("remote-secret-file", "/etc/kvcached/secret");
+	assert_string_equal(cfg.remote_secret_file, "/etc/kvcached/secret");
+	GOOD("remote-timeout-ms", "60000");
+	assert_int_equal(cfg.remote_timeout_ms, 60000);
+	GOOD("remote-prefix", "fleet-1.a_b");
+	assert_string_equal(cfg.remote_prefix, "fleet-1.a_b");
+	check_is(&cfg, 0, NULL);
+	GOOD("remote", "");	/* off again */
+	assert_string_equal(cfg.remote, "");
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		if (!set_cap(&cfg, &c, bad[i].key, bad[i].val, ""))
+			fail_msg("%s = %s accepted", bad[i].key, bad[i].val);
+		assert_has(c.text, bad[i].why);
+	}
+	/* More than 32 servers. */
+	for (i = 0; i < 33; i++)
+		snprintf(many + strlen(many), sizeof(many) - strlen(many), "%sh%zu:1", i ? "," : "", i);
+	assert_int_not_equal(set_cap(&cfg, &c, "remote", many, ""), 0);
+	assert_has(c.text, "more servers");
+	/* Without a secret file, only with --remote-insecure. */
+	assert_int_equal(args(&cfg, &c, 2, nosecret), -1);
+	assert_has(c.text, "needs remote-secret-file");
+	assert_int_equal(args(&cfg, &c, 2, flag), 0);
+	assert_true(cfg.remote_insecure);
+	assert_int_equal(cfg.remote_timeout_ms, 250);
+#undef GOOD
+}
+
 static void test_args_config_file(void **state)
 {
 	struct kvd_config cfg;
@@ -794,6 +867,7 @@ int main(void)
 		cmocka_unit_test(test_args_help),
 		cmocka_unit_test(test_args_forms),
 		cmocka_unit_test(test_args_config_file),
+		cmocka_unit_test(test_remote),
 		cmocka_unit_test(test_args_errors),
 	};
 

@@ -21,6 +21,10 @@
 
 #include "tinylm.h"
 
+/* Prompt tokens per second this engine prefills at, at best (a CPU
+ * engine: fewer in practice), for kvc_restore_pays. */
+#define TLM_PREFILL_TPS 4000.0
+
 int tlm_prefill(struct tlm_state *s, kvc_t *c, const uint32_t *tok, size_t n,
 		const void *extra, size_t extra_len, const char *label, unsigned flags,
 		struct tlm_run *run)
@@ -56,6 +60,16 @@ int tlm_prefill(struct tlm_state *s, kvc_t *c, const uint32_t *tok, size_t n,
 			if (hits < 0) {
 				run->cache_err = hits;
 				hits = 0;
+			}
+			/* Blocks on this host's disk or on other hosts: bring
+			 * them in when that beats computing them. */
+			if (!run->cache_err && (kvc_req_spilled(r) || kvc_req_remote(r)) &&
+			    kvc_restore_pays(r, TLM_PREFILL_TPS) == 1) {
+				rc = kvc_restore(r);
+				if (rc < 0)
+					run->cache_err = rc;
+				else
+					hits = rc;
 			}
 		}
 		/* The last token always runs: its logits are the output. */

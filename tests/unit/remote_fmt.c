@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: MIT
+/*
+ * remote_fmt.c - the remote tier's item format: the MAC against RFC 4231
+ * (and with the empty key of --remote-insecure), an item that checks as
+ * built, and each way one must not (damage, another secret, another
+ * namespace, key, parent or tokens, a forged namespace id, the wrong
+ * length or geometry), the item key and the prefix rule, the server list.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../daemon/remote_fmt.h"
+#include "../../shm/proto.h"
+
+static void hex(char *out, const uint8_t *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+/* buf holds data then room for the MAC; kvd_rval_seal writes it. */
+static void mac_is(const char *key, const char *data, const char *want)
+{
+	size_t n = strlen(data);
+	uint8_t *buf = calloc(1, n + KVD_RVAL_MAC);
+	struct kvd_rmac *m;
+	char got[2 * KVD_RVAL_MAC + 1];
+
+	assert_non_null(buf);
+	memcpy(buf, data, n);
+	assert_int_equal(kvd_rmac_new(&m, key, strlen(key)), 0);
+	assert_int_equal(kvd_rval_seal(m, buf, n + KVD_RVAL_MAC), 0);
+	hex(got, buf + n, KVD_RVAL_MAC);
+	assert_string_equal(got, want);
+	kvd_rmac_free(m);
+	free(buf);
+}
+
+static void test_hmac_known_answers(void **state)
+{
+	(void)state;
+	/* RFC 4231 test case 2. */
+	mac_is("Jefe", "what do ya want for nothing?",
+	       "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+	/* The empty key (--remote-insecure) and the empty message. */
+	mac_is("", "", "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad");
+}
+
+struct blk {
+	struct kvshm_ns ns;
+	uint32_t tokens[16];
+	struct kvd_rval_want w;
+	uint8_t *item;
+	size_t len;
+};
+
+static void make_ns(struct kvshm_ns *ns, const char *model, uint32_t layers)
+{
+	struct kvproto_hello hi = { .dtype_bytes = 2, .layers = layers, .kv_heads = 2,
+				    .head_dim = 32, .block_tokens = 16, .pos_kind = KVSHM_POS_ROPE };
+
+	strcpy(hi.model, model);
+	assert_int_equal(kvproto_hello_ns(&hi, ns), 0);
+}
+
+/* A block of the test model, sealed under m. */
+static void make_blk(struct blk *b, struct kvd_rmac *m)
+{
+	size_t off = kvd_rval_payload_off(16), i;
+
+	make_ns(&b->ns, "kvt-tiny", 1);
+	for (i = 0; i < 16; i++)
+		b->tokens[i] = (uint32_t)(1000 + i);
+	b->w = (struct kvd_rval_want){ &b->ns, { 11, 12 }, { 13, 14 }, b->tokens, 16 };
+	b->len = kvd_rval_bytes(16, b->ns.page_bytes);
+	assert_int_equal(b->len, sizeof(struct kvd_rval_hdr) + 64 + 4096 + 32);
+	b->item = malloc(b->len);
+	assert_non_null(b->item);
+	kvd_rval_fill(b->item, &b->ns, b->w.key, b->w.parent, b->tokens, 16, b->ns.page_bytes);
+	for (i = 0; i < b->ns.page_bytes; i++)
+		b->item[off + i] = (uint8_t)(i * 31);
+	assert_int_equal(kvd_rval_seal(m, b->item, b->len), 0);
+}
+
+static void refused(struct kvd_rmac *m, const struct blk *b, const struct kvd_rval_want *w,
+		    size_t len, enum kvd_rval_fail want)
+{
+	enum kvd_rval_fail fail;
+	const char *why = NULL;
+
+	assert_int_equal(kvd_rval_check(m, b->item, len, w, &fail, &why), -EBADMSG);
+	assert_int_equal(fail, want);
+	assert_non_null(why);
+}
+
+static void test_item_checks(void **state)
+{
+	struct kvd_rmac *m, *other, *none;
+	struct kvd_rval_want w;
+	enum kvd_rval_fail fail;
+	struct kvshm_ns ns2;
+	uint32_t tok2[16];
+	const char *why;
+	struct blk b;
+
+	(void)state;
+	assert_int_equal(kvd_rmac_new(&m, "cluster secret, thirty-two bytes", 32), 0);
+	assert_int_equal(kvd_rmac_new(&other, "another secret, thirty-two bytes", 32), 0);
+	assert_int_equal(kvd_rmac_new(&none, "", 0), 0);
+	make_blk(&b, m);
+	assert_int_equal(kvd_rval_check(m, b.item, b.len, &b.w, &fail, &why), 0);
+	assert_int_equal(fail, KVD_RVAL_OK);
+	/* Another secret, and none at all. */
+	refused(other, &b, &b.w, b.len, KVD_RVAL_BADMAC);
+	refused(none, &b, &b.w, b.len, KVD_RVAL_BADMAC);
+	/* Length and geometry. */
+	refused(m, &b, &b.w, b.len - 1, KVD_RVAL_FORMAT);
+	refused(m, &b, &b.w, 10, KVD_RVAL_FORMAT);
+	w = b.w;
+	make_ns(&ns2, "kvt-tiny", 2);	/* pages twice as big */
+	w.ns = &ns2;
+	refused(m, &b, &w, b.len, KVD_RVAL_FORMAT);
+	/* Same geometry, another model: the namespace differs. */
+	make_ns(&ns2, "kvt-other", 1);
+	w.ns = &ns2;
+	refused(m, &b, &w, b.len, KVD_RVAL_IDENTITY);
+	/* Another key, parent, tokens. */
+	w = b.w;
+	w.key.hi ^= 1;
+	refused(m, &b, &w, b.len, KVD_RVAL_IDENTITY);
+	w = b.w;
+	w.parent.lo ^= 1;
+	refused(m, &b, &w, b.len, KVD_RVAL_IDENTITY);
+	memcpy(tok2, b.tokens, sizeof(tok2));
+	tok2[15]++;
+	w = b.w;
+	w.tokens = tok2;
+	refused(m, &b, &w, b.len, KVD_RVAL_TOKENS);
+	/* Damage anywhere: payload, header, tokens, the MAC itself. */
+	for (size_t at = 0; at < b.len; at += 97) {
+		b.item[at] ^= 0x40;
+		/* magic, version, block tokens, payload length: refused
+		 * before the MAC is computed */
+		refused(m, &b, &b.w, b.len,
+			at < 16 || (at >= 48 && at < 56) ? KVD_RVAL_FORMAT : KVD_RVAL_BADMAC);
+		b.item[at] ^= 0x40;
+	}
+	/* A sealed item whose namespace id does not follow from its geometry
+	 * (a host with the secret, lying): refused. */
+	{
+		struct kvd_rval_hdr h;
+
+		memcpy(&h, b.item, sizeof(h));
+		h.ns.id.lo ^= 1;
+		memcpy(b.item, &h, sizeof(h));
+		assert_int_equal(kvd_rval_seal(m, b.item, b.len), 0);
+		refused(m, &b, &b.w, b.len, KVD_RVAL_IDENTITY);
+	}
+	/* Insecure on both ends: it checks. */
+	free(b.item);
+	make_blk(&b, none);
+	assert_int_equal(kvd_rval_check(none, b.item, b.len, &b.w, &fail, &why), 0);
+	free(b.item);
+	kvd_rmac_free(m);
+	kvd_rmac_free(other);
+	kvd_rmac_free(none);
+}
+
+static void test_keys_and_prefix(void **state)
+{
+	char k[KVD_RVAL_KEY_MAX], big[KVD_RVAL_PREFIX_MAX + 1];
+
+	(void)state;
+	assert_int_equal(kvd_rval_key(k, "kvc", (struct kvshm_key){ 1, 2 },
+				      (struct kvshm_key){ 0xfedcba9876543210ull, 0xf }),
+			 3 + 1 + 32 + 1 + 32);
+	assert_string_equal(k, "kvc:00000000000000020000000000000001:"
+			       "000000000000000ffedcba9876543210");
+	assert_true(kvd_rval_prefix_ok("fleet-1.a_B9"));
+	assert_false(kvd_rval_prefix_ok(""));
+	assert_false(kvd_rval_prefix_ok("a b"));
+	assert_false(kvd_rval_prefix_ok("a:b"));
+	assert_false(kvd_rval_prefix_ok("a\nb"));
+	memset(big, 'a', KVD_RVAL_PREFIX_MAX - 1);
+	big[KVD_RVAL_PREFIX_MAX - 1] = 0;
+	assert_true(kvd_rval_prefix_ok(big));
+	assert_true(kvd_rval_key(k, big, (struct kvshm_key){ 0, 0 }, (struct kvshm_key){ 0, 0 }) <
+		    KVD_RVAL_KEY_MAX);
+	big[KVD_RVAL_PREFIX_MAX - 1] = 'a';
+	big[KVD_RVAL_PREFIX_MAX] = 0;
+	assert_false(kvd_rval_prefix_ok(big));
+}
+
+static void test_server_list(void **state)
+{
+	struct kvd_rserver sv[KVD_REMOTE_MAX_SERVERS];
+	const char *why;
+	unsigned n;
+
+	(void)state;
+	assert_int_equal(kvd_remote_parse("memcached:10.0.0.1:11211,[::1]:7,/run/mc.sock,h-2.x:1",
+					  sv, KVD_REMOTE_MAX_SERVERS, &n, &why), 0);
+	assert_int_equal(n, 4);
+	assert_string_equal(sv[0].host, "10.0.0.1");
+	assert_int_equal(sv[0].port, 11211);
+	assert_string_equal(sv[1].host, "::1");
+	assert_int_equal(sv[1].port, 7);
+	assert_string_equal(sv[2].host, "/run/mc.sock");
+	assert_int_equal(sv[2].port, 0);
+	assert_string_equal(sv[3].host, "h-2.x");
+	assert_int_equal(kvd_remote_parse("memcached:a:1,b:2", sv, 1, &n, &why), -EINVAL);
+	assert_non_null(strstr(why, "more servers"));
+	assert_int_equal(kvd_remote_parse("memcached:a:1,,b:2", sv, 4, &n, &why), -EINVAL);
+	assert_int_equal(kvd_remote_parse("memcached:a:", sv, 4, &n, &why), -EINVAL);
+	assert_int_equal(kvd_remote_parse("memcached:a:1x", sv, 4, &n, &why), -EINVAL);
+	assert_int_equal(kvd_remote_parse("memcache:a:1", sv, 4, &n, &why), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_hmac_known_answers),
+		cmocka_unit_test(test_item_checks),
+		cmocka_unit_test(test_keys_and_prefix),
+		cmocka_unit_test(test_server_list),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
