@@ -121,11 +121,12 @@ int kvd_cache_alloc_keys(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	(void)len;
 	memcpy(&a, p, sizeof(a));
 	memcpy(&first, claims, sizeof(first));
-	/* Someone else is writing the first block since the caller's
-	 * lookup: it would rather wait for it than compute it too. */
-	if ((a.flags & KVPROTO_ALLOC_SINGLE) && kvd_flight_busy(d, c, &first)) {
+	/* Someone else began writing the first block (or published it)
+	 * since the caller's lookup: it would rather wait for it (or pin
+	 * it) than compute it too. */
+	if ((a.flags & KVPROTO_ALLOC_SINGLE) && kvd_flight_taken(d, c, &first)) {
 		kvd_reply_error(d, c, seq, -EINPROGRESS, false,
-				"the first block is being written by another client");
+				"the first block is being written by another client, or cached");
 		return c->used && !c->lingering ? 0 : -1;
 	}
 	return alloc_pages(d, c, seq, a.n, claims);

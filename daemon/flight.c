@@ -39,13 +39,21 @@
 
 #define RELAXED memory_order_relaxed
 
-bool kvd_flight_busy(struct kvd *d, const struct kvd_client *c,
-		     const struct kvproto_claim *cl)
+bool kvd_flight_taken(struct kvd *d, const struct kvd_client *c,
+		      const struct kvproto_claim *cl)
 {
-	uint32_t owner;
+	uint32_t loc = kvshm_index_find(d->h, cl->key), owner;
+	const struct kvshm_page *p;
 
-	return kvshm_page_inflight(d->h, kvshm_index_find(d->h, cl->key), c->ns_id, cl->key,
-				   cl->parent, kvd_owner(c), &owner);
+	if (loc >= d->h->geo.n_pages)
+		return false;
+	if (kvshm_page_inflight(d->h, loc, c->ns_id, cl->key, cl->parent, kvd_owner(c), &owner))
+		return true;
+	/* Published since the caller's lookup: it can pin it (the tokens,
+	 * which a claim does not carry, are the client's to verify). */
+	p = &kvshm_pages(d->h)[loc];
+	return atomic_load(&p->state) == KVSHM_PAGE_READY && p->ns_id == c->ns_id &&
+	       kvshm_key_eq(p->key, cl->key) && kvshm_key_eq(p->parent, cl->parent);
 }
 
 void kvd_flight_note(struct kvd *d, uint32_t page)

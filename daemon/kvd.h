@@ -193,9 +193,9 @@ int kvd_cache_alloc_keys(struct kvd *d, struct kvd_client *c, uint32_t seq,
 			 const void *p, uint32_t len);
 
 /* flight.c: single flight */
-/* Is the claimed block in flight by a client other than c? */
-bool kvd_flight_busy(struct kvd *d, const struct kvd_client *c,
-		     const struct kvproto_claim *cl);
+/* Is the claimed block in flight by a client other than c, or cached? */
+bool kvd_flight_taken(struct kvd *d, const struct kvd_client *c,
+		      const struct kvproto_claim *cl);
 /* Before a page may leave flight (publish, free, reclaim): note its
  * writer; _key notes the writer of the page the index names for key. */
 void kvd_flight_note(struct kvd *d, uint32_t page);

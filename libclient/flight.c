@@ -93,7 +93,7 @@ int kvc_wait(struct kvc_req *r, int timeout_ms)
 	const struct kvshm_header *h;
 	struct kvshm_ledger *l;
 	struct timespec deadline;
-	size_t from, run, seen = SIZE_MAX, i;
+	size_t from, run, seen, i;
 	enum wait_end end;
 	kvc_t *c;
 	int rc;
@@ -107,6 +107,8 @@ int kvc_wait(struct kvc_req *r, int timeout_ms)
 	l = c->ledger;
 	from = r->hits;
 	run = r->t2;
+	/* The block we last saw in flight: gone unpublished means lost. */
+	seen = run ? from : SIZE_MAX;
 	deadline_in(&deadline, timeout_ms);
 	for (;;) {
 		_Atomic uint32_t *w;

@@ -54,6 +54,32 @@ static int alloc_keys(struct kvc_req *r, uint32_t k0, struct kvproto_alloc *a,
 	return rc;
 }
 
+/*
+ * The daemon refused a single-flight ALLOC_KEYS: since our lookup another
+ * client began writing the first missed block, or published it. Pin what
+ * is published, note the run in flight, and go back to the looked-up
+ * stage for kvc_wait. When neither is there for us (a block published and
+ * evicted at once, or one whose tokens differ from ours), single flight
+ * ends for this request: false, and the caller allocates as usual.
+ */
+static bool race_lost(struct kvc_req *r)
+{
+	size_t from = r->hits;
+	bool missed;
+
+	r->hits = (uint32_t)kvci_pin_run(r, from, &missed);
+	if (r->hits > from)
+		kvshm_ledger_hit(r->c->ledger, r->keys[0], (uint64_t)(r->hits - from) * r->c->bt,
+				 r->label);
+	r->t2 = r->hits < r->n ? kvci_inflight_run(r, r->hits) : 0;
+	r->single = r->hits > from || r->t2;
+	if (!r->single)
+		return false;
+	r->stage = 1;
+	kvci_count(r);
+	return true;
+}
+
 int kvc_alloc(struct kvc_req *r)
 {
 	struct kvproto_alloc a = { 0, 0 };
@@ -124,15 +150,10 @@ int kvc_alloc(struct kvc_req *r)
 	if (!a.n)
 		return (int)k0;
 	rc = alloc_keys(r, k0, &a, &reply, &rlen);
-	if (rc == -EINPROGRESS) {
-		/* Another client began writing the first missed block since
-		 * our lookup: back to the looked-up stage, with that run in
-		 * flight, for kvc_wait. */
-		r->stage = 1;
-		r->t2 = kvci_inflight_run(r, r->hits);
-		kvci_count(r);
+	if (rc == -EINPROGRESS && race_lost(r))
 		return rc;
-	}
+	if (rc == -EINPROGRESS)	/* nothing there for us after all */
+		rc = alloc_keys(r, k0, &a, &reply, &rlen);
 	if (rc)
 		return k0 ? (int)k0 : rc;
 	memcpy(&cnt, reply, sizeof(cnt));

@@ -42,7 +42,7 @@
  *                 shm/page.h). Reply: ALLOC_R; with flags
  *                 KVPROTO_ALLOC_SINGLE, a non-fatal ERROR -EINPROGRESS
  *                 instead (nothing granted) when the first block is in
- *                 flight by another client
+ *                 flight by another client or cached already
  *
  * kvproto_decode() checks every length against the declared counts before
  * anything reads a record; it is the one function that ever parses bytes
@@ -135,7 +135,7 @@ struct kvproto_alloc {
 };
 
 /* ALLOC_KEYS flags: refuse (-EINPROGRESS) rather than grant pages when
- * the first claimed block is in flight by another client. */
+ * the first claimed block is in flight by another client, or cached. */
 #define KVPROTO_ALLOC_SINGLE 0x1u
 
 /* ALLOC_KEYS record: the block the page in the same place of the reply
