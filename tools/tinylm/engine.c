@@ -42,6 +42,7 @@ static int claim(struct kvc_req *r, unsigned flags, size_t blocks, size_t bt, in
 	int got = 0, h, from = *hits;
 
 	for (;;) {
+		got = 0;
 		if (wait) {
 			double left = deadline - tlm_now();
 
