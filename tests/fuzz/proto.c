@@ -71,7 +71,9 @@ static void check_hello(const uint8_t *p)
 	want = hi.flags == 0 && nl > 0 && nl < sizeof(hi.model) && dtype_ok &&
 	       hi.layers >= 1 && hi.layers <= 4096 && hi.kv_heads >= 1 && hi.kv_heads <= 4096 &&
 	       hi.head_dim >= 1 && hi.head_dim <= 65536 && hi.block_tokens >= 1 &&
-	       hi.block_tokens <= KVSHM_MAX_BLOCK_TOKENS && hi.pos_kind <= KVSHM_POS_MAX;
+	       hi.block_tokens <= KVSHM_MAX_BLOCK_TOKENS && hi.pos_kind <= KVSHM_POS_MAX &&
+	       hi.shard.tp_rank < (hi.shard.tp_size ? hi.shard.tp_size : 1) &&
+	       hi.shard.pp_rank < (hi.shard.pp_size ? hi.shard.pp_size : 1);
 	memset(&ns, 0xa5, sizeof(ns));
 	rc = kvproto_hello_ns(&hi, &ns);
 	CHECK(rc == 0 || rc == -EINVAL);
@@ -121,6 +123,16 @@ static void check_accepted(const struct kvproto_hdr *h, const uint8_t *p, uint32
 		CHECK(len == sizeof(a));
 		memcpy(&a, p, sizeof(a));
 		CHECK(a.n >= 1 && a.n <= KVPROTO_MAX_COUNT && a.flags == 0);
+		break;
+	}
+	case KVPROTO_ALLOC_KEYS: {
+		struct kvproto_alloc a;
+
+		CHECK(len >= sizeof(a));
+		memcpy(&a, p, sizeof(a));
+		CHECK(a.n >= 1 && a.n <= KVPROTO_MAX_COUNT && !(a.flags & ~KVPROTO_ALLOC_SINGLE));
+		CHECK(len == 8 + (uint64_t)a.n * 32);
+		read_records(p, sizeof(a), a.n, sizeof(struct kvproto_claim));
 		break;
 	}
 	case KVPROTO_ALLOC_R:
