@@ -25,6 +25,12 @@
  *   gpu      (bench/gpu.c)     gather/scatter kernels in GB/s against
  *            cuMemcpyDtoD of the same bytes; rows skipped, saying why,
  *            without a CUDA build, driver or GPU.
+ *   serve    (bench/serve.c)   N tinylm engine processes serving a
+ *            long-document QA and a multi-turn chat workload: prefill
+ *            tokens, hit ratios, TTFT p50/p99 and requests/s of one
+ *            shared kvcached pool (single flight on) against no cache,
+ *            a private cache per process of 1/N of the memory, and
+ *            kvcached with single flight off.
  *
  * Modes that other parts bring (the spill tier, the reference engine, a
  * GPU pool) are named in the table already with weak symbols: adding one
@@ -69,6 +75,9 @@ size_t publish_page_bytes;
 void mode_spill(void) __attribute__((weak));
 void mode_ttft(void) __attribute__((weak));
 void mode_gpu(void) __attribute__((weak));
+void mode_serve(void) __attribute__((weak));
+char mode_json[2048];
+char mode_text[4096];
 
 struct mode {
 	const char *name;
@@ -84,6 +93,7 @@ static const struct mode modes[] = {
 	{ "spill", mode_spill, "spill tier (tools/bench/spill.c)" },
 	{ "ttft", mode_ttft, "tinylm time to first token, warm vs cold prefill" },
 	{ "gpu", mode_gpu, "gather/scatter kernels GB/s vs cuMemcpyDtoD (skipped: no GPU)" },
+	{ "serve", mode_serve, "N tinylm engines serving: kvcached vs no cache, private caches" },
 };
 static bool mode_on[NELEM(modes)];
 
@@ -571,8 +581,12 @@ static uint32_t timer_overhead(void)
 
 static void fmt_val(char *buf, size_t len, double v, const char *unit)
 {
-	if (!strcmp(unit, "ns") || !strcmp(unit, "ns/page"))
+	if (!strcmp(unit, "ns") || !strcmp(unit, "ns/page") || !strcmp(unit, "tokens"))
 		snprintf(buf, len, "%.0f %s", v, unit);
+	else if (!strcmp(unit, "req/s"))
+		snprintf(buf, len, "%.2f req/s", v);
+	else if (!strcmp(unit, "ratio"))
+		snprintf(buf, len, "%.3f", v);
 	else if (!strcmp(unit, "ms"))
 		snprintf(buf, len, "%.1f ms", v);
 	else if (!strcmp(unit, "GB/s"))
@@ -590,6 +604,8 @@ static void fmt_size(char *buf, size_t len, const struct row *r)
 	if (r->pct)
 		snprintf(buf, len, "%zu blk, %s%s", r->blocks, r->pct,
 			 strcmp(r->op, "hash_lookup") ? "" : ", hashed");
+	else if (r->workload)
+		snprintf(buf, len, "%s, %d proc", r->workload, r->procs);
 	else if (!strcmp(r->mode, "ttft"))
 		snprintf(buf, len, "%zu-tok doc + question", r->blocks * BT);
 	else if (!strcmp(r->mode, "publish") || !strcmp(r->mode, "pages") ||
@@ -638,6 +654,7 @@ static void print_json(FILE *f, const char *cpu, long ncpu, const char *kernel, 
 	       "\"loadavg_start\":%.2f,\"loadavg_end\":%.2f,\"modes\":[",
 	       opt.seconds, opt.quick ? "true" : "false", opt.socket ? "external" : "spawned",
 	       BT, ROUNDS, publish_page_bytes, tmr, wall, load_start, load_end);
+	fputs(mode_json, f);
 	for (m = 0, k = 0; m < NELEM(modes); m++)
 		if (mode_on[m])
 			fprintf(f, "%s\"%s\"", k++ ? "," : "", modes[m].name);
@@ -657,8 +674,11 @@ static void print_json(FILE *f, const char *cpu, long ncpu, const char *kernel, 
 		const struct row *r = &rows[i];
 
 		fprintf(f, "%s\n{\"mode\":\"%s\",\"op\":\"%s\",\"procs\":%d,\"blocks\":%zu,"
-		       "\"page_bytes\":%zu,\"percentile\":", i ? "," : "", r->mode, r->op,
-		       r->procs, r->blocks, r->page_bytes);
+		       "\"page_bytes\":%zu,", i ? "," : "", r->mode, r->op, r->procs, r->blocks,
+		       r->page_bytes);
+		if (r->workload)
+			fprintf(f, "\"workload\":\"%s\",", r->workload);
+		fprintf(f, "\"percentile\":");
 		if (r->pct)
 			fprintf(f, "\"%s\"", r->pct);
 		else
@@ -719,13 +739,17 @@ static void print_table(const char *cpu, long ncpu, const char *kernel, uint32_t
 		else
 			printf(" %9.2e\n", x);
 	}
+	fputs(mode_text, stdout);
 	printf("\npeers: hashtable: in-process open-addressing table, same keys and checks;\n"
 	       "  memcpy: single-core memcpy of the same bytes; redis-*: redis-server over a\n"
 	       "  Unix socket through hiredis; memcached-*: memcached over a Unix socket\n"
 	       "  through libmemcached; cold-prefill: tinylm's prefill with no cache;\n"
-	       "  cuMemcpyDtoD: one contiguous device copy of the same bytes.\n"
-	       "  ratio = kvcached / peer (throughput: higher is better; latency and\n"
-	       "  ms: lower is better). Wall time %.1f s.\n", wall);
+	       "  cuMemcpyDtoD: one contiguous device copy of the same bytes;\n"
+	       "  none / private / kvcached-nowait (serve): no prefix cache, a private\n"
+	       "  in-process cache of 1/N of the memory per engine, kvcached with single\n"
+	       "  flight off.\n"
+	       "  ratio = kvcached / peer (throughput and hit ratios: higher is better;\n"
+	       "  latency, ms and prefill tokens: lower is better). Wall time %.1f s.\n", wall);
 }
 
 /* ------------------------------------------------------------- main */
@@ -803,7 +827,7 @@ static void parse_modes(const char *list)
 			if (!strcmp(tok, modes[m].name))
 				break;
 		if (m == NELEM(modes))
-			bad_usage("--mode %s: unknown mode (modes: lookup, publish, pages, spill, ttft, gpu)",
+			bad_usage("--mode %s: unknown mode (modes: lookup, publish, pages, spill, ttft, gpu, serve)",
 				  tok);
 		if (!modes[m].fn)
 			bad_usage("--mode %s: not built into this kvbench (no tools/bench/%s.c)",

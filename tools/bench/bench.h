@@ -54,8 +54,13 @@ struct row {
 	const char *peer_kind;	/* hashtable, memcpy, redis-get, ... */
 	double kv, peer;
 	const char *skipped;
+	const char *workload;	/* serve: "qa" or "chat"; else NULL */
 };
 void add_row(const struct row *r);
+/* A mode's own members of the JSON "config" object (",\"name\":{...}"),
+ * and lines printed after the table (its parameters); empty if none. */
+extern char mode_json[2048];
+extern char mode_text[4096];
 
 /* ---- helpers (kvbench.c) */
 void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt, ...);
@@ -152,5 +157,6 @@ void mode_pages(void);
 void mode_spill(void);
 void mode_ttft(void);
 void mode_gpu(void);
+void mode_serve(void);
 
 #endif
