@@ -403,6 +403,19 @@ static void test_kvdemo_all_workloads(void **state)
 	assert_non_null(strstr(out, "warm logits bitwise equal to the cold run's: 2 of 2"));
 	assert_non_null(strstr(out, "cached compositions bitwise equal"));
 	assert_non_null(strstr(out, "kvc_group order"));
+	/* multi: three processes given one new document at once compute it
+	 * once (single flight): five of the six prompts reuse its 12 full
+	 * blocks, whoever runs first. */
+	{
+		const char *m = strstr(out, "== multi:");
+		unsigned long reused = 0;
+
+		assert_non_null(m);
+		m = strstr(m, "tokens reused ");
+		assert_non_null(m);
+		assert_int_equal(sscanf(m, "tokens reused %lu", &reused), 1);
+		assert_true(reused >= 5 * 192);
+	}
 }
 
 static int setup(void **state)
