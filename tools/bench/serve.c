@@ -63,6 +63,7 @@ static const char *const wl_name[W_N] = { "qa", "chat" };
 /* Everything that shapes a run; printed, and in the JSON config. */
 struct params {
 	uint64_t seed;
+	int rounds;		/* traces per point (seed, seed + 1, ...) */
 	int procs[3], n_procs;
 	size_t mem;		/* total KV memory, bytes */
 	/* qa */
@@ -74,14 +75,14 @@ struct params {
 };
 
 static const struct params full = {
-	.seed = 1, .procs = { 1, 2, 4 }, .n_procs = 3, .mem = 12u << 20,
+	.seed = 1, .rounds = 2, .procs = { 1, 2, 4 }, .n_procs = 3, .mem = 12u << 20,
 	.docs = 24, .doc_tokens = 1024, .q_tokens = 32, .qa_requests = 120,
 	.zipf = 1.1, .qa_rate = 4.0,
 	.sessions = 12, .sys_tokens = 256, .turn_tokens = 64, .turns = 8, .chat_rate = 4.0,
 };
 
 static const struct params quick = {
-	.seed = 1, .procs = { 2 }, .n_procs = 1, .mem = 1u << 20,
+	.seed = 1, .rounds = 1, .procs = { 2 }, .n_procs = 1, .mem = 1u << 20,
 	.docs = 3, .doc_tokens = 128, .q_tokens = 16, .qa_requests = 16,
 	.zipf = 1.1, .qa_rate = 200.0,
 	.sessions = 2, .sys_tokens = 32, .turn_tokens = 16, .turns = 3, .chat_rate = 200.0,
@@ -117,6 +118,7 @@ struct sres {
 
 struct trace {
 	int w, n;
+	uint64_t seed;
 	struct sreq *rq;
 	size_t max_tokens;
 };
@@ -137,13 +139,15 @@ static double rng_exp(uint64_t *s, double rate)
 	return -log(rng_unit(s)) / rate;
 }
 
-static void make_trace(struct trace *t, int w, int nprocs)
+static void make_trace(struct trace *t, int w, int nprocs, int round)
 {
-	uint64_t s = P->seed * 1000003 + (uint64_t)w;
+	uint64_t s;
 	double at = 0;
 	int i;
 
 	t->w = w;
+	t->seed = P->seed + (uint64_t)round;
+	s = t->seed * 1000003 + (uint64_t)w;
 	if (w == W_QA) {
 		double *cdf = xmalloc(P->docs * sizeof(double)), sum = 0;
 
@@ -197,20 +201,21 @@ static size_t prompt_of(const struct trace *t, const struct sreq *r, uint32_t *t
 	uint32_t k;
 
 	if (t->w == W_QA) {
-		n = tlm_make_doc(tok, P->doc_tokens, P->seed * 1000 + r->a);
+		n = tlm_make_doc(tok, P->doc_tokens, t->seed * 1000 + r->a);
 		if (n != (size_t)P->doc_tokens)
 			die("serve: out of memory");
 		return n + tlm_make_question(tok + n, P->q_tokens, (int)r->b);
 	}
-	n = tlm_make_doc(tok, P->sys_tokens, P->seed * 1000 + 999);
+	n = tlm_make_doc(tok, P->sys_tokens, t->seed * 1000 + 999);
 	if (n != (size_t)P->sys_tokens)
 		die("serve: out of memory");
 	for (k = 0; k <= r->b; k++) {
 		/* The user's turn, then (before later turns) a fixed reply. */
-		n += tlm_make_question(tok + n, P->turn_tokens, (int)(r->a * 1000 + k * 2));
+		int id = (int)(t->seed % 1000 * 100000 + r->a * 1000 + k * 2);
+
+		n += tlm_make_question(tok + n, P->turn_tokens, id);
 		if (k < r->b)
-			n += tlm_make_question(tok + n, P->turn_tokens,
-					       (int)(r->a * 1000 + k * 2 + 1 + 500000));
+			n += tlm_make_question(tok + n, P->turn_tokens, id + 1);
 	}
 	return n;
 }
@@ -452,6 +457,14 @@ struct metrics {
 	double prefill, hit_tok, hit_blk, p50, p99, rps, wait_tokens, secs;
 };
 
+/* One configuration's requests over every round of a point. */
+struct acc {
+	double *ttft;		/* every request's, in seconds */
+	int n;
+	uint64_t tok, hit, blk, hblk, comp, wt;
+	double secs;		/* start to last first token, summed */
+};
+
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -466,15 +479,16 @@ static double pct(const double *sorted, int n, double p)
 	return sorted[k < 1 ? 0 : k > n ? n - 1 : k - 1];
 }
 
-static struct metrics run_config(const struct trace *t, int cfg, int nprocs, uint32_t *first)
+/* Serve trace t with configuration cfg on nprocs engines; add to *a.
+ * Returns the seconds from the start to the last first token. */
+static double run_config(const struct trace *t, int cfg, int nprocs, uint32_t *first,
+			 struct acc *a)
 {
 	struct shared *sh;
 	struct sres *res;
 	size_t bytes = sizeof(*sh) + (size_t)t->n * sizeof(*res);
 	const char *sock = NULL;
-	struct metrics m = { 0 };
-	double *ttft = xmalloc(t->n * sizeof(double)), last = 0;
-	uint64_t tok = 0, hit = 0, blk = 0, hblk = 0, comp = 0, wt = 0;
+	double last = 0;
 	pid_t *pid = xmalloc(nprocs * sizeof(pid_t));
 	int i, st, bad = 0, left;
 	void *mem;
@@ -536,13 +550,13 @@ static struct metrics run_config(const struct trace *t, int cfg, int nprocs, uin
 
 		if (!o->finished)
 			die("serve: request %d was not served", i);
-		ttft[i] = o->ttft;
-		tok += o->tokens;
-		hit += o->hit_tokens;
-		blk += o->blocks;
-		hblk += o->hit_blocks;
-		comp += o->computed;
-		wt += o->wait_tokens;
+		a->ttft[a->n++] = o->ttft;
+		a->tok += o->tokens;
+		a->hit += o->hit_tokens;
+		a->blk += o->blocks;
+		a->hblk += o->hit_blocks;
+		a->comp += o->computed;
+		a->wt += o->wait_tokens;
 		if (o->done > last)
 			last = o->done;
 		/* A cache may never change a result. */
@@ -552,18 +566,26 @@ static struct metrics run_config(const struct trace *t, int cfg, int nprocs, uin
 			die("serve: %s %s: request %d's first token %u differs from the uncached %u",
 			    wl_name[t->w], cfg_name[cfg], i, o->first, first[i]);
 	}
-	qsort(ttft, t->n, sizeof(double), cmp_double);
-	m.prefill = (double)comp;
-	m.hit_tok = tok ? (double)hit / tok : 0;
-	m.hit_blk = blk ? (double)hblk / blk : 0;
-	m.p50 = pct(ttft, t->n, 0.50) * 1e3;
-	m.p99 = pct(ttft, t->n, 0.99) * 1e3;
-	m.secs = last;
-	m.rps = last > 0 ? t->n / last : 0;
-	m.wait_tokens = (double)wt;
+	a->secs += last;
 	munmap(mem, bytes);
-	free(ttft);
 	free(pid);
+	return last;
+}
+
+/* Prefill tokens and tokens by waiting are per round (the mean). */
+static struct metrics summarize(struct acc *a, int rounds)
+{
+	struct metrics m = { 0 };
+
+	qsort(a->ttft, a->n, sizeof(double), cmp_double);
+	m.prefill = (double)a->comp / rounds;
+	m.hit_tok = a->tok ? (double)a->hit / a->tok : 0;
+	m.hit_blk = a->blk ? (double)a->hblk / a->blk : 0;
+	m.p50 = pct(a->ttft, a->n, 0.50) * 1e3;
+	m.p99 = pct(a->ttft, a->n, 0.99) * 1e3;
+	m.secs = a->secs;
+	m.rps = a->secs > 0 ? a->n / a->secs : 0;
+	m.wait_tokens = (double)a->wt / rounds;
 	return m;
 }
 
@@ -609,25 +631,25 @@ static void describe(void)
 	for (i = 0; i < P->n_procs; i++)
 		n += snprintf(procs + n, sizeof(procs) - n, "%s%d", i ? "," : "", P->procs[i]);
 	snprintf(mode_json, sizeof(mode_json),
-		 ",\"serve\":{\"seed\":%llu,\"procs\":[%s],\"kv_memory_bytes\":%zu,"
+ ",\"serve\":{\"seed\":%llu,\"rounds\":%d,\"procs\":[%s],\"kv_memory_bytes\":%zu,"
 		 "\"page_bytes\":%zu,\"model\":{\"layers\":%d,\"dim\":%d,\"hidden\":%d,"
 		 "\"heads\":%d,\"kv_heads\":%d},\"private\":\"in-process LRU of 1/N of the memory per engine\","
 		 "\"qa\":{\"docs\":%d,\"doc_tokens\":%d,\"question_tokens\":%d,\"requests\":%d,"
 		 "\"zipf\":%g,\"rate\":%g},\"chat\":{\"sessions\":%d,\"system_tokens\":%d,"
 		 "\"turn_tokens\":%d,\"turns\":%d,\"rate\":%g}}",
-		 (unsigned long long)P->seed, procs, P->mem, page_bytes, model_cfg.n_layers,
+		 (unsigned long long)P->seed, P->rounds, procs, P->mem, page_bytes, model_cfg.n_layers,
 		 model_cfg.dim, model_cfg.hidden_dim, model_cfg.n_heads, model_cfg.n_kv_heads,
 		 P->docs, P->doc_tokens, P->q_tokens, P->qa_requests, P->zipf, P->qa_rate,
 		 P->sessions, P->sys_tokens, P->turn_tokens, P->turns, P->chat_rate);
 	snprintf(mode_text, sizeof(mode_text),
-		 "\nserve: seed %llu, %s engine processes; tinylm %d layers, width %d, MLP %d, "
+		 "\nserve: seeds %llu.. (traces per point: %d), %s engine processes; tinylm %d layers, width %d, MLP %d, "
 		 "%d heads (%d KV), fp32, %zu KiB pages;\n"
 		 "  KV memory %zu MiB in all: one kvcached pool, or %zu MiB / N per private cache;\n"
 		 "  qa: %d documents x %d tokens, Zipf %.2f, %d requests of a document + a new %d-token "
 		 "question, Poisson %.1f/s, random routing;\n"
 		 "  chat: %d sessions x %d turns over a shared %d-token system prompt, %d-token "
 		 "user turns and replies, Poisson %.1f/s, random routing.\n",
-		 (unsigned long long)P->seed, procs, model_cfg.n_layers, model_cfg.dim,
+		 (unsigned long long)P->seed, P->rounds, procs, model_cfg.n_layers, model_cfg.dim,
 		 model_cfg.hidden_dim, model_cfg.n_heads, model_cfg.n_kv_heads, page_bytes >> 10,
 		 P->mem >> 20, P->mem >> 20, P->docs, P->doc_tokens, P->zipf, P->qa_requests,
 		 P->q_tokens, P->qa_rate, P->sessions, P->turns, P->sys_tokens, P->turn_tokens,
@@ -652,27 +674,53 @@ void mode_serve(void)
 	describe();
 	for (w = 0; w < W_N; w++) {
 		for (k = 0; k < P->n_procs; k++) {
-			int nprocs = P->procs[k];
+			int nprocs = P->procs[k], r;
+			struct acc a[C_N];
 			struct metrics m[C_N];
-			struct trace t;
-			uint32_t *first;
 
-			make_trace(&t, w, nprocs);
-			first = xmalloc(t.n * sizeof(uint32_t));
-			for (c = C_NONE; c < C_N; c++) {
-				m[c] = run_config(&t, c, nprocs, first);
+			memset(a, 0, sizeof(a));
+			for (r = 0; r < P->rounds; r++) {
+				struct trace t;
+				uint32_t *first;
+				int j;
+
+				make_trace(&t, w, nprocs, r);
+				first = xmalloc(t.n * sizeof(uint32_t));
+				for (c = 0; c < C_N; c++)
+					if (!a[c].ttft)
+						a[c].ttft = xmalloc((size_t)P->rounds * t.n *
+								    sizeof(double));
+				/* No cache first (the reference first tokens), then the
+				 * others in an order that turns every round, so that
+				 * none of them always runs at the same point of the
+				 * machine's other load. */
+				for (j = 0; j < C_N; j++) {
+					int cc = j ? 1 + (j - 1 + r) % (C_N - 1) : C_NONE;
+					uint64_t comp = a[cc].comp;
+					double secs = run_config(&t, cc, nprocs, first, &a[cc]);
+
+					fprintf(stderr, "serve %-4s N=%d round %d %-15s %4d req in %6.1f s: "
+						"prefill %8llu tokens\n", wl_name[w], nprocs, r,
+						cfg_name[cc], t.n, secs,
+						(unsigned long long)(a[cc].comp - comp));
+				}
+				free(first);
+				free(t.rq);
+			}
+			for (c = 0; c < C_N; c++) {
+				m[c] = summarize(&a[c], P->rounds);
 				fprintf(stderr,
-					"serve %-4s N=%d %-15s %4d req in %6.1f s: prefill %8.0f tokens, "
-					"hit %.3f tok %.3f blk, TTFT p50 %7.1f p99 %7.1f ms, %.2f req/s%s",
-					wl_name[w], nprocs, cfg_name[c], t.n, m[c].secs, m[c].prefill,
-					m[c].hit_tok, m[c].hit_blk, m[c].p50, m[c].p99, m[c].rps,
+					"serve %-4s N=%d %-15s prefill %8.0f tokens/round, hit %.3f tok "
+					"%.3f blk, TTFT p50 %7.1f p99 %7.1f ms, %.2f req/s%s",
+					wl_name[w], nprocs, cfg_name[c], m[c].prefill, m[c].hit_tok,
+					m[c].hit_blk, m[c].p50, m[c].p99, m[c].rps,
 					c == C_KVC ? "" : "\n");
 				if (c == C_KVC)
-					fprintf(stderr, ", %.0f tokens by waiting\n", m[c].wait_tokens);
+					fprintf(stderr, ", %.0f tokens/round by waiting\n",
+						m[c].wait_tokens);
+				free(a[c].ttft);
 			}
 			rows_for(w, nprocs, m);
-			free(first);
-			free(t.rq);
 		}
 	}
 	tlm_model_free(&model);
