@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "../lib/harness.h"
+#include "../lib/tlm_fixture.h"
 #include "../../libclient/observe.h"
 #include "../../tools/tinylm/tinylm.h"
 
@@ -52,22 +53,10 @@ static void sleep_ms(int ms)
 
 static kvc_t *open_tiny(const struct kvt_daemon *d)
 {
-	struct kvc_model km = tlm_kvc_model(&model, BT);
-	struct kvc_options o = { .size = sizeof(o), .socket_path = d->sock };
-	kvc_t *c = NULL;
-
-	return kvc_open(&km, &o, &c) ? NULL : c;
+	return kvt_tlm_open(&model, d->sock);
 }
 
-static void prompt(uint32_t *t, size_t n, uint32_t seed)
-{
-	uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-
-	for (size_t i = 0; i < n; i++) {
-		s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-		t[i] = TLM_BYTE0 + (s >> 24) % 256;
-	}
-}
+#define prompt kvt_tlm_prompt
 
 /* The daemon's stats, through an observer mapping kept for the test. */
 static struct kvobs obs;
@@ -460,12 +449,10 @@ static void test_wait_arguments(void **state)
 
 static int setup(void **state)
 {
-	struct tlm_config cfg = { .dim = 64, .hidden_dim = 128, .n_layers = 2, .n_heads = 4,
-				  .n_kv_heads = 2, .seq_len = 1024 };
 	char err[256];
 	struct kvt_daemon *d;
 
-	if (tlm_model_generate(&model, &cfg, 7, err, sizeof(err)) ||
+	if (kvt_tlm_model(&model, err, sizeof(err)) ||
 	    kvt_setup_args(state, daemon_args))
 		return -1;
 	d = *state;

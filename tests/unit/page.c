@@ -618,20 +618,27 @@ static void assert_inflight(struct seg *s, uint32_t page, uint32_t ns, struct kv
 	assert_false(kvshm_page_inflight(s->h, UINT32_MAX, ns, k, parent, 0, &o));
 }
 
+/* A fresh segment, a block from seed and its key, and a page WRITING for
+ * each of two writers (owners 1 and 2, namespace 2). */
+static struct kvshm_key two_writers(struct seg *s, uint32_t seed, uint32_t *tok, uint32_t *a,
+				    uint32_t *ga, uint32_t *b, uint32_t *gb)
+{
+	seg_new(s, NPAGES, 0);
+	block(tok, seed);
+	assert_int_equal(kvshm_page_alloc(s->h, 1, 2, a, ga), 0);
+	assert_int_equal(kvshm_page_alloc(s->h, 2, 2, b, gb), 0);
+	return key_of(root, tok);
+}
+
 /* Announce, then publish: the entry stays, the page turns READY, the
  * flight ends; a second announcement of the same key is not made. */
 static void test_announce_publish(void **state)
 {
 	struct seg s;
 	uint32_t a, ga, b, gb, w, wg, g, o, tok[BT];
-	struct kvshm_key k;
+	struct kvshm_key k = two_writers(&s, 60, tok, &a, &ga, &b, &gb);
 
 	(void)state;
-	seg_new(&s, NPAGES, 0);
-	block(tok, 60);
-	k = key_of(root, tok);
-	assert_int_equal(kvshm_page_alloc(s.h, 1, 2, &a, &ga), 0);
-	assert_int_equal(kvshm_page_alloc(s.h, 2, 2, &b, &gb), 0);
 	assert_int_equal(kvshm_page_announce(s.h, a, ga + 1, 1, k, root), -EINVAL);
 	assert_int_equal(kvshm_page_announce(s.h, a, ga, 2, k, root), -EINVAL);
 	assert_int_equal(kvshm_page_announce(s.h, a, ga, 1, k, root), 0);
@@ -666,14 +673,9 @@ static void test_announce_taken_over(void **state)
 {
 	struct seg s;
 	uint32_t a, ga, b, gb, w, wg, g, o, tok[BT];
-	struct kvshm_key k;
+	struct kvshm_key k = two_writers(&s, 61, tok, &a, &ga, &b, &gb);
 
 	(void)state;
-	seg_new(&s, NPAGES, 0);
-	block(tok, 61);
-	k = key_of(root, tok);
-	assert_int_equal(kvshm_page_alloc(s.h, 1, 2, &a, &ga), 0);
-	assert_int_equal(kvshm_page_alloc(s.h, 2, 2, &b, &gb), 0);
 	assert_int_equal(kvshm_page_announce(s.h, a, ga, 1, k, root), 0);
 	assert_int_equal(kvshm_page_publish(s.h, b, gb, 2, k, root, tok, &w, &wg),
 			 KVSHM_PUBLISHED);
