@@ -39,6 +39,14 @@
  * (a fresh daemon, empty private caches). Every request's first token
  * must be the same in every configuration, or kvbench fails: a cache may
  * never change a result.
+ *
+ * Each point (workload, N) runs `rounds` traces (seeds seed, seed + 1,
+ * ...); in each round the configurations run one after the other, no
+ * cache first, the others in an order that turns from round to round.
+ * Prefill tokens are the mean per round, hit ratios and requests/s are
+ * over all rounds, TTFT p50 and p99 the median of the rounds' figures: on
+ * a machine shared with other work a burst of load during one run would
+ * otherwise decide a configuration's tail.
  */
 #include <errno.h>
 #include <math.h>
@@ -75,10 +83,10 @@ struct params {
 };
 
 static const struct params full = {
-	.seed = 1, .rounds = 2, .procs = { 1, 2, 4 }, .n_procs = 3, .mem = 12u << 20,
-	.docs = 24, .doc_tokens = 1024, .q_tokens = 32, .qa_requests = 120,
-	.zipf = 1.1, .qa_rate = 4.0,
-	.sessions = 12, .sys_tokens = 256, .turn_tokens = 64, .turns = 8, .chat_rate = 4.0,
+	.seed = 1, .rounds = 3, .procs = { 1, 2, 4 }, .n_procs = 3, .mem = 6u << 20,
+	.docs = 24, .doc_tokens = 512, .q_tokens = 32, .qa_requests = 100,
+	.zipf = 1.1, .qa_rate = 8.0,
+	.sessions = 12, .sys_tokens = 256, .turn_tokens = 64, .turns = 8, .chat_rate = 8.0,
 };
 
 static const struct params quick = {
@@ -458,19 +466,13 @@ struct metrics {
 };
 
 /* One configuration's requests over every round of a point. */
+#define MAX_ROUNDS 8
 struct acc {
-	double *ttft;		/* every request's, in seconds */
-	int n;
+	double p50[MAX_ROUNDS], p99[MAX_ROUNDS];	/* each round's TTFT, s */
+	int rounds, n;
 	uint64_t tok, hit, blk, hblk, comp, wt;
 	double secs;		/* start to last first token, summed */
 };
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
 
 static double pct(const double *sorted, int n, double p)
 {
@@ -488,7 +490,7 @@ static double run_config(const struct trace *t, int cfg, int nprocs, uint32_t *f
 	struct sres *res;
 	size_t bytes = sizeof(*sh) + (size_t)t->n * sizeof(*res);
 	const char *sock = NULL;
-	double last = 0;
+	double last = 0, *ttft = xmalloc(t->n * sizeof(double));
 	pid_t *pid = xmalloc(nprocs * sizeof(pid_t));
 	int i, st, bad = 0, left;
 	void *mem;
@@ -550,7 +552,8 @@ static double run_config(const struct trace *t, int cfg, int nprocs, uint32_t *f
 
 		if (!o->finished)
 			die("serve: request %d was not served", i);
-		a->ttft[a->n++] = o->ttft;
+		ttft[i] = o->ttft;
+		a->n++;
 		a->tok += o->tokens;
 		a->hit += o->hit_tokens;
 		a->blk += o->blocks;
@@ -567,22 +570,30 @@ static double run_config(const struct trace *t, int cfg, int nprocs, uint32_t *f
 			    wl_name[t->w], cfg_name[cfg], i, o->first, first[i]);
 	}
 	a->secs += last;
+	qsort(ttft, t->n, sizeof(double), cmp_dbl);
+	a->p50[a->rounds] = pct(ttft, t->n, 0.50);
+	a->p99[a->rounds++] = pct(ttft, t->n, 0.99);
+	free(ttft);
 	munmap(mem, bytes);
 	free(pid);
 	return last;
 }
 
-/* Prefill tokens and tokens by waiting are per round (the mean). */
+/*
+ * Prefill tokens and tokens by waiting: the mean per round; hit ratios
+ * and requests/s: over all rounds; TTFT p50 and p99: the median over the
+ * rounds of each round's figure, so that one round hit by a burst of the
+ * machine's other load does not make a configuration's tail.
+ */
 static struct metrics summarize(struct acc *a, int rounds)
 {
 	struct metrics m = { 0 };
 
-	qsort(a->ttft, a->n, sizeof(double), cmp_double);
 	m.prefill = (double)a->comp / rounds;
 	m.hit_tok = a->tok ? (double)a->hit / a->tok : 0;
 	m.hit_blk = a->blk ? (double)a->hblk / a->blk : 0;
-	m.p50 = pct(a->ttft, a->n, 0.50) * 1e3;
-	m.p99 = pct(a->ttft, a->n, 0.99) * 1e3;
+	m.p50 = median(a->p50, a->rounds) * 1e3;
+	m.p99 = median(a->p99, a->rounds) * 1e3;
 	m.secs = a->secs;
 	m.rps = a->secs > 0 ? a->n / a->secs : 0;
 	m.wait_tokens = (double)a->wt / rounds;
@@ -668,6 +679,8 @@ void mode_serve(void)
 		return;
 	}
 	P = opt.quick ? &quick : &full;
+	if (P->rounds > MAX_ROUNDS)
+		die("serve: %d rounds, at most %d", P->rounds, MAX_ROUNDS);
 	if (tlm_model_generate(&model, &model_cfg, TLM_DEMO_SEED, err, sizeof(err)))
 		die("serve: model: %s", err);
 	page_bytes = (size_t)BT * model.cfg.n_layers * 2 * model.kv_dim * sizeof(float);
@@ -686,10 +699,6 @@ void mode_serve(void)
 
 				make_trace(&t, w, nprocs, r);
 				first = xmalloc(t.n * sizeof(uint32_t));
-				for (c = 0; c < C_N; c++)
-					if (!a[c].ttft)
-						a[c].ttft = xmalloc((size_t)P->rounds * t.n *
-								    sizeof(double));
 				/* No cache first (the reference first tokens), then the
 				 * others in an order that turns every round, so that
 				 * none of them always runs at the same point of the
@@ -718,7 +727,6 @@ void mode_serve(void)
 				if (c == C_KVC)
 					fprintf(stderr, ", %.0f tokens/round by waiting\n",
 						m[c].wait_tokens);
-				free(a[c].ttft);
 			}
 			rows_for(w, nprocs, m);
 		}
