@@ -49,6 +49,67 @@ static int check_pages(struct kvd *d, struct kvd_client *c, const uint8_t *rec,
 	return rc;
 }
 
+uint32_t kvd_share_pages(const struct kvd *d)
+{
+	uint32_t n = (uint32_t)((uint64_t)d->h->geo.n_pages * d->cfg.max_share / 100);
+
+	return n ? n : 1;
+}
+
+/*
+ * Distinct pages c's process holds pinned or writing, over all its handles
+ * (live or lingering), counted up to `share`: every page some slot of its
+ * ledgers names, or its WRITING pages if more (an honest client records
+ * them in its ledger too; one that wiped its ledger is still held to
+ * them). Several pins of one page count once. The ledgers are read only
+ * when the process's pin slots could name more pages than its share at
+ * all; d->mark is the scratch, cleared again from the list of what was
+ * marked (the ledgers may change meanwhile).
+ */
+static uint32_t process_holds(struct kvd *d, const struct kvd_client *c, uint32_t share)
+{
+	const uint32_t np = d->h->geo.n_pages;
+	uint64_t slots = 0, writing = 0;
+	uint32_t i, s, held = 0, cap = 0, *list = NULL;
+
+	for (i = 0; i < d->cfg.max_clients; i++)
+		if (kvd_pins_count(&d->clients[i]) && d->clients[i].pid == c->pid) {
+			slots += d->clients[i].nslots;
+			writing += d->clients[i].writing;
+		}
+	if (slots + writing <= share)
+		return 0;	/* cannot be over: below the share either way */
+	for (i = 0; i < d->cfg.max_clients && held < share; i++) {
+		const struct kvd_client *o = &d->clients[i];
+
+		if (!kvd_pins_count(o) || o->pid != c->pid)
+			continue;
+		for (s = 0; s < o->nslots && held < share; s++) {
+			uint32_t p = kvshm_slot_page(atomic_load_explicit(&o->l->slot[s],
+									  memory_order_relaxed));
+
+			if (p >= np || d->mark[p])
+				continue;
+			if (held == cap) {
+				uint32_t *nl = realloc(list, (cap ? cap * 2 : 256) * sizeof(*nl));
+
+				if (!nl) {
+					held = share;	/* cannot count: assume the worst */
+					break;
+				}
+				list = nl;
+				cap = cap ? cap * 2 : 256;
+			}
+			d->mark[p] = 1;
+			list[held++] = p;
+		}
+	}
+	for (s = 0; s < held && s < cap; s++)
+		d->mark[list[s]] = 0;
+	free(list);
+	return held > writing ? held : (uint32_t)writing;
+}
+
 /*
  * Grant up to `asked` pages. With claims (ALLOC_KEYS), page k is announced
  * in flight as the block of claim k (shm/page.h), unless that block is in
@@ -67,6 +128,21 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 	room = c->nslots > c->writing ? c->nslots - c->writing : 0;
 	if (n > room)
 		n = room;
+	/* And the process's share of the pool, so no process starves the
+	 * others of pages. */
+	if (n) {
+		uint32_t share = kvd_share_pages(d), held = process_holds(d, c, share);
+
+		if (held >= share) {
+			kvd_stat_add(&kvshm_stats(d->h)->share_refused, 1);
+			kvd_reply_error(d, c, seq, -EDQUOT, false,
+					"this process holds %u of the pool's %u pages pinned or writing, its max-share of %u%%",
+					held, d->h->geo.n_pages, d->cfg.max_share);
+			return c->used && !c->lingering ? 0 : -1;
+		}
+		if (n > share - held)
+			n = share - held;
+	}
 	if (n && fr->count < n + d->low_pages) {
 		uint32_t coming = fr->count + kvd_spill_pending(d);
 
@@ -84,6 +160,8 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 	for (k = 0; k < n; k++) {
 		if (kvshm_page_alloc(d->h, kvd_owner(c), c->ns_id, &out[k].page, &out[k].gen))
 			break;
+		if (d->damaged)	/* a hole found earlier was about its old use */
+			d->damaged[out[k].page] = 0;
 		if (claims) {
 			struct kvproto_claim cl;
 
@@ -162,11 +240,20 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 
 		memcpy(&pub, rec + i * stride, sizeof(pub));
 		memcpy(tokens, rec + i * stride + sizeof(pub), (size_t)c->bt * 4);
-		/* A tier-1 copy of the block gives way to the new page. */
-		kvd_spill_unindex(d, pub.key, pub.parent, c->ns_id);
 		/* Waiters for this block (ours or another writer's) wake after. */
 		kvd_flight_note(d, pub.page);
 		kvd_flight_note_key(d, pub.key);
+		if (d->damaged && d->damaged[pub.page]) {
+			/* A client punched this page out while it was being
+			 * written: its KV is gone, never to be indexed. */
+			d->damaged[pub.page] = 0;
+			kvshm_page_free(d->h, pub.page, pub.gen, kvd_owner(c));
+			res[i].status = -EIO;
+			c->writing--;
+			continue;
+		}
+		/* A tier-1 copy of the block gives way to the new page. */
+		kvd_spill_unindex(d, pub.key, pub.parent, tokens, c->ns_id);
 		st = kvshm_page_publish(d->h, pub.page, pub.gen, kvd_owner(c), pub.key,
 					pub.parent, tokens, &res[i].page, &res[i].gen);
 		res[i].status = st;

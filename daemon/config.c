@@ -21,6 +21,7 @@
 #include "../shm/segment.h"
 #include "config.h"
 #include "log.h"
+#include "memcheck.h"
 
 void kvd_config_defaults(struct kvd_config *cfg)
 {
@@ -34,6 +35,8 @@ void kvd_config_defaults(struct kvd_config *cfg)
 	cfg->max_clients = 64;
 	cfg->max_per_process = 16;
 	cfg->max_pins = 8192;
+	cfg->max_share = 50;
+	cfg->hello_timeout_ms = 5000;
 	cfg->low_watermark = 5;
 	cfg->high_watermark = 10;
 	cfg->socket_mode = 0660;
@@ -63,12 +66,18 @@ void kvd_config_usage(FILE *f)
 "  --pool host|cuda       where pages live (default host; cuda: GPU memory\n"
 "                         shared over CUDA VMM file descriptors)\n"
 "  --gpu N                CUDA device ordinal of a cuda pool (default 0)\n"
-"  --pool-size SIZE       pool bytes, suffix K M G T (default 1G)\n"
+"  --pool-size SIZE|PCT%%  pool bytes, suffix K M G T (default 1G), or a share\n"
+"                         of the memory available to kvcached (e.g. 40%%:\n"
+"                         of MemAvailable and any memory cgroup limit)\n"
 "  --page-size SIZE       bytes per page slot, a multiple of 4K (default 2M)\n"
 "  --block-tokens N       tokens per cached block (default 16)\n"
 "  --max-clients N        attached handles at once (default 64)\n"
 "  --max-per-process N    handles one process may attach (default 16)\n"
-"  --max-pins N           pin slots per client (default 8192)\n"
+"  --max-pins N           pin slots per client (default 8192; at most\n"
+"                         max-share of the pool)\n"
+"  --max-share PCT        pool share one process may use (default 50): pages\n"
+"                         pinned or writing, over all its handles\n"
+"  --hello-timeout-ms N   time to send HELLO (default 5000), then dropped\n"
 "  --low-watermark PCT    evict when free pages fall below PCT%% (default 5)\n"
 "  --high-watermark PCT   ...until PCT%% are free (default 10)\n"
 "  --allow-users LIST     user names or uids that may attach (default: own\n"
@@ -243,8 +252,28 @@ int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 		if (parse_u32(val, 0, 1023, &cfg->gpu, 10))
 			BAD("must be a CUDA device ordinal 0..1023");
 	} else if (!strcmp(key, "pool-size")) {
-		if (kvd_parse_size(val, &cfg->pool_size))
-			BAD("not a size (a number with an optional K, M, G or T suffix)");
+		size_t l = strlen(val);
+
+		if (l > 1 && val[l - 1] == '%') {
+			char num[16];
+
+			if (l - 1 >= sizeof(num))
+				BAD("a share must be 1%..100%");
+			memcpy(num, val, l - 1);
+			num[l - 1] = 0;
+			if (parse_u32(num, 1, 100, &cfg->pool_share, 10))
+				BAD("a share must be 1%..100%");
+		} else {
+			if (kvd_parse_size(val, &cfg->pool_size))
+				BAD("not a size (a number with an optional K, M, G or T suffix, or a share such as 40%)");
+			cfg->pool_share = 0;
+		}
+	} else if (!strcmp(key, "max-share")) {
+		if (parse_u32(val, 1, 100, &cfg->max_share, 10))
+			BAD("must be a percentage 1..100");
+	} else if (!strcmp(key, "hello-timeout-ms")) {
+		if (parse_u32(val, 1, 600000, &cfg->hello_timeout_ms, 10))
+			BAD("must be 1..600000");
 	} else if (!strcmp(key, "page-size")) {
 		if (kvd_parse_size(val, &cfg->page_size))
 			BAD("not a size (a number with an optional K, M, G or T suffix)");
@@ -350,8 +379,9 @@ int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 static bool known_key(const char *key)
 {
 	static const char *const keys[] = {
-		"allow-groups", "allow-users", "block-tokens", "foreground", "gpu", "high-watermark",
-		"hugepages", "log-level", "low-watermark", "max-clients", "max-per-process", "max-pins",
+		"allow-groups", "allow-users", "block-tokens", "foreground", "gpu", "hello-timeout-ms",
+		"high-watermark", "hugepages", "log-level", "low-watermark", "max-clients",
+		"max-per-process", "max-pins", "max-share",
 		"metrics-listen", "page-size", "pool", "pool-size", "socket", "socket-mode",
 		"spill-dir", "spill-io", "spill-size", "tick-ms",
 	};
@@ -453,7 +483,7 @@ int kvd_config_buf(struct kvd_config *cfg, const char *buf, size_t len, const ch
 	return rc;
 }
 
-int kvd_config_check(const struct kvd_config *cfg)
+int kvd_config_check(struct kvd_config *cfg)
 {
 	uint64_t pages;
 
@@ -470,6 +500,17 @@ int kvd_config_check(const struct kvd_config *cfg)
 		fprintf(stderr, "kvcached: page-size %llu: more than 1G (one I/O of the spill tier)\n",
 			(unsigned long long)cfg->page_size);
 		return -1;
+	}
+	if (cfg->pool_share) {
+		uint64_t avail;
+		char what[128] = "";
+
+		if (kvd_mem_available(&avail, what, sizeof(what))) {
+			fprintf(stderr, "kvcached: pool-size %u%%: cannot tell the memory available (no /proc/meminfo); give a size\n",
+				cfg->pool_share);
+			return -1;
+		}
+		cfg->pool_size = avail / 100 * cfg->pool_share / cfg->page_size * cfg->page_size;
 	}
 	pages = cfg->pool_size / cfg->page_size;
 	if (pages < 2) {

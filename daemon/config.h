@@ -21,7 +21,11 @@ struct kvd_config {
 	char socket[108];
 	char pool[8];			/* "host" or "cuda" */
 	uint32_t gpu;			/* cuda pool: device ordinal */
-	uint64_t pool_size;
+	uint64_t pool_size;		/* bytes (resolved from pool_share) */
+	uint32_t pool_share;		/* pool-size given as PCT%: 1..100, or 0 */
+	uint32_t max_share;		/* percent of the pool one process may
+					 * pin or hold writing */
+	uint32_t hello_timeout_ms;	/* a connection's time to say HELLO */
 	uint64_t page_size;
 	uint32_t block_tokens;
 	uint32_t max_clients;
@@ -72,8 +76,9 @@ int kvd_config_buf(struct kvd_config *cfg, const char *buf, size_t len,
 int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 		   const char *where);
 
-/* Cross-field checks after everything is applied. Returns 0 or -1. */
-int kvd_config_check(const struct kvd_config *cfg);
+/* Cross-field checks after everything is applied; resolves a pool-size
+ * share into bytes. Returns 0 or -1. */
+int kvd_config_check(struct kvd_config *cfg);
 
 /* Parse "127.0.0.1:9464" or "[::1]:9464" (IP literals only): 0 or -EINVAL. */
 int kvd_parse_listen(const char *s, struct sockaddr_storage *out);

@@ -17,6 +17,9 @@
 #include "../shm/page.h"
 #include "kvd.h"
 #include "log.h"
+#include <stdlib.h>
+
+#include "../shm/index.h"
 #include "spill.h"
 
 #define BATCH 256
@@ -167,8 +170,55 @@ static void drain_rings(struct kvd *d)
 	}
 }
 
+/*
+ * Pool pages a client punched out (kvd_pool_holes has backed them with
+ * zeroed memory again): their blocks are gone. A READY page leaves the
+ * index at once, so no lookup hits it again, and is freed unless pinned
+ * (then the evictor frees it later; it is never spilled). A page being
+ * spilled has that write cancelled. A WRITING page is marked, and its
+ * publish is refused (cache.c). Readers that had it pinned may have read
+ * zeros: that, a client that may write the pool can always do.
+ */
+static void on_holes(uint32_t first, uint32_t n, void *arg)
+{
+	struct kvd *d = arg;
+	struct kvshm_page *pages = kvshm_pages(d->h);
+	uint32_t p;
+
+	if (!d->damaged) {
+		d->damaged = calloc(d->h->geo.n_pages, 1);
+		if (!d->damaged)
+			return;
+	}
+	for (p = first; p < first + n && p < d->h->geo.n_pages; p++) {
+		uint32_t st = atomic_load_explicit(&pages[p].state, memory_order_relaxed);
+
+		if (st == KVSHM_PAGE_FREE)
+			continue;
+		kvd_stat_add(&kvshm_stats(d->h)->pool_holes, 1);
+		d->damaged[p] = 1;
+		if (st == KVSHM_PAGE_WRITING)
+			continue;
+		if (!kvshm_index_remove(d->h, pages[p].key, p))
+			kvd_stat_add(&kvshm_stats(d->h)->index_entries, -1);
+		if (kvd_spill_cancel(d, p))
+			continue;
+		if (kvshm_page_evict_mark(d->h, p)) {
+			scan_ledgers(d);
+			if (atomic_load_explicit(&pages[p].state, memory_order_relaxed) ==
+			    KVSHM_PAGE_EVICTING) {
+				kvshm_page_evict_finish(d->h, p);
+				d->damaged[p] = 0;
+			}
+		}
+	}
+	kvd_warn("pool: pages %u..%u were punched out by a client (fallocate / MADV_REMOVE); their blocks are dropped",
+		 first, first + n - 1);
+}
+
 void kvd_evict_tick(struct kvd *d)
 {
+	kvd_pool_holes(&d->pool, 64ull << 20, on_holes, d);
 	/* Pages being spilled are as good as free: they will be soon. */
 	uint32_t free_now = kvshm_free(d->h)->count + kvd_spill_pending(d);
 

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "../shm/ledger.h"
 #include "../shm/proto.h"
@@ -32,6 +33,7 @@ struct kvd_client {
 	uint32_t id;		/* row in d->clients; owner id is id + 1 */
 	int fd;
 	pid_t pid;
+	uint64_t since_ms;	/* kvd_now_ms() at accept: HELLO deadline */
 	uid_t uid;
 	gid_t gid;
 	uint32_t ns_id;
@@ -66,6 +68,8 @@ struct kvd {
 	struct kvd_client *clients;	/* cfg.max_clients rows */
 	uint32_t n_clients;
 	uint8_t *mark;			/* n_pages scratch for message checks */
+	uint8_t *damaged;		/* n_pages: punched out by a client (evict.c),
+					 * NULL until the first hole */
 	uint32_t hand;			/* CLOCK hand */
 	uint32_t low_pages, high_pages;
 
@@ -120,6 +124,15 @@ static inline bool kvd_pins_count(const struct kvd_client *c)
 static inline uint32_t kvd_owner(const struct kvd_client *c)
 {
 	return c->id + 1;
+}
+
+/* CLOCK_MONOTONIC in milliseconds. */
+static inline uint64_t kvd_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 /* Single-writer stat update (relaxed; see kvshm_stats). */
@@ -185,6 +198,8 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		      const void *p, uint32_t len);
 int kvd_cache_free(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		   const void *p, uint32_t len);
+/* Pages one process may hold pinned or writing: max-share of the pool. */
+uint32_t kvd_share_pages(const struct kvd *d);
 /* Give back every WRITING page of owner; returns how many. */
 uint32_t kvd_cache_reclaim(struct kvd *d, uint32_t owner);
 
@@ -207,6 +222,10 @@ void kvd_flight_fold(struct kvd *d);
 void kvd_flight_retire(struct kvd *d, const struct kvd_client *c);
 
 /* top.c */
+/* Pin slots of c's ledger naming a page right now (c's own word). */
+uint32_t kvd_ledger_pins(const struct kvd *d, const struct kvd_client *c);
+/* c holds pages: WRITING ones, or pins in its ledger. */
+bool kvd_client_holds(const struct kvd *d, const struct kvd_client *c);
 /* Feed c's new hit records into the top-prefix sketch. */
 void kvd_top_drain(struct kvd *d, struct kvd_client *c);
 /* Count pinned pages and pins in use over all ledgers. */
@@ -221,7 +240,8 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait);
 /* Evict every READY page of namespace ns_id that nobody pins; returns how
  * many are left (pinned or writing). */
 uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id);
-/* Drain access rings, then evict down to the watermarks. */
+/* Drain access rings, drop punched-out pages, then evict down to the
+ * watermarks. */
 void kvd_evict_tick(struct kvd *d);
 
 #endif

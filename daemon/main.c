@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "../shm/segment.h"
@@ -17,6 +18,7 @@
 
 #include "kvd.h"
 #include "log.h"
+#include "memcheck.h"
 #include "metrics.h"
 #include "notify.h"
 #include "spill.h"
@@ -70,6 +72,50 @@ static int segment_open(struct kvd *d)
 	return 0;
 }
 
+static const char *gib(char *buf, size_t len, uint64_t b)
+{
+	snprintf(buf, len, "%.1f GiB (%llu bytes)", (double)b / (1ull << 30),
+		 (unsigned long long)b);
+	return buf;
+}
+
+/*
+ * Refuse, before touching anything, a pool the kernel could only provide
+ * by OOM-killing someone (memcheck.h). A hugetlb pool comes from the huge
+ * page reserve, not from MemAvailable or the memory cgroup; a cuda pool
+ * takes host memory only for the spill staging ring.
+ */
+static int memory_fits(const struct kvd *d)
+{
+	const struct kvd_config *cfg = &d->cfg;
+	uint64_t pool = (uint64_t)(cfg->pool_size / cfg->page_size) * cfg->page_size;
+	uint64_t need, avail;
+	char what[160], a[64], b[64];
+	bool cuda = !strcmp(cfg->pool, "cuda");
+
+	if (!cuda && cfg->hugepages != KVD_HUGE_OFF && pool % (2ull << 20) == 0 &&
+	    kvd_hugetlb_free() >= pool)
+		return 0;	/* hugetlb: reserved pages, no OOM risk */
+	need = cuda ? (cfg->spill_dir[0] ? 64ull << 20 : 0) : pool;
+	if (kvd_mem_available(&avail, what, sizeof(what))) {
+		kvd_warn("memory: cannot tell how much is available; not checking pool-size");
+		return 0;
+	}
+	if (need > avail) {
+		if (cuda)
+			kvd_err("spill staging: needs %s of host memory but %s is available (%s)",
+				gib(a, sizeof(a), need), gib(b, sizeof(b), avail), what);
+		else
+			kvd_err("pool-size %s: more than the memory available to kvcached, %s (%s); give a smaller size or a share such as --pool-size 40%%",
+				gib(a, sizeof(a), need), gib(b, sizeof(b), avail), what);
+		return -1;
+	}
+	if (need > avail / 10 * 9)
+		kvd_warn("pool-size %s: leaves less than a tenth of the %s available (%s) to everything else",
+			 gib(a, sizeof(a), need), gib(b, sizeof(b), avail), what);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct kvd d;
@@ -84,6 +130,15 @@ int main(int argc, char **argv)
 		return rc > 0 ? 0 : 2;
 	kvd_log_level = d.cfg.log_level;
 	rc = 1;
+	/* A same-uid process could otherwise write our memory through
+	 * /proc/<pid>/mem or ptrace: the protection against lying clients
+	 * holds only for other uids (ARCHITECTURE.md, "Trust"), but nothing
+	 * needs it to be easier than it must. Also no core dump of the
+	 * index and every cached prompt. */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
+		kvd_warn("prctl(PR_SET_DUMPABLE): %s", strerror(errno));
+	if (memory_fits(&d))
+		goto out;
 	if (segment_open(&d))
 		goto out;
 	if (kvd_pool_open(&d.pool, &d.cfg, (uint64_t)d.h->geo.n_pages * d.cfg.page_size,
@@ -138,6 +193,7 @@ out:
 	kvd_pool_close(&d.pool);
 	kvd_memfd_close(&d.seg);
 	free(d.mark);
+	free(d.damaged);
 	free(d.clients);
 	if (!rc)
 		kvd_info("stopped cleanly");

@@ -26,7 +26,10 @@ struct kvd_pool {
 	pthread_t prefault_thread;
 	bool prefaulting;
 	atomic_bool stop_prefault;
+	atomic_bool prefault_done;	/* every page faulted in (pool_host.c) */
 	struct kvd_pool_cuda *cuda;	/* cuda pool (pool_cuda.c), else NULL */
+	uint64_t hole_cursor;		/* kvd_pool_holes: next hugetlb offset */
+	unsigned char *hole_vec;	/* kvd_pool_holes: mincore vector */
 };
 
 /*
@@ -44,6 +47,19 @@ int kvd_pool_open(struct kvd_pool *p, const struct kvd_config *cfg, uint64_t byt
  * having logged the reason.
  */
 int kvd_pool_host_open(struct kvd_pool *p, uint64_t bytes, enum kvd_hugepages mode);
+
+/*
+ * Find pages of a host pool that were punched out (fallocate PUNCH_HOLE or
+ * MADV_REMOVE by a client: no seal can forbid that to a process that may
+ * map the pool writable), back them with memory again, and call
+ * fn(first, n, arg) for each run of pool pages that lost its contents.
+ * Normal pages: SEEK_HOLE on the memfd (swapped-out pages are not holes).
+ * Hugetlb: mincore on the daemon's mapping (huge pages never swap), at
+ * most max_bytes of the pool from a rotating cursor per call. Returns the
+ * pages reported; 0 for a cuda pool.
+ */
+uint32_t kvd_pool_holes(struct kvd_pool *p, uint64_t max_bytes,
+			void (*fn)(uint32_t first, uint32_t n, void *arg), void *arg);
 
 /* Fault the whole pool in on a background thread (see pool_host.c). */
 void kvd_pool_prefault(struct kvd_pool *p);

@@ -7,8 +7,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -61,6 +63,77 @@ int kvd_pool_host_open(struct kvd_pool *p, uint64_t bytes, enum kvd_hugepages mo
 	return 0;
 }
 
+/* Back [off, off + len) with memory again and report its pool pages. */
+static uint32_t refill(struct kvd_pool *p, uint64_t off, uint64_t len,
+		       void (*fn)(uint32_t, uint32_t, void *), void *arg)
+{
+	uint64_t first = off / p->page_bytes, last = (off + len - 1) / p->page_bytes;
+
+	/* Fault them in through our mapping: allocated and up to date, so
+	 * the next scan does not see them as holes again. */
+	if (madvise((char *)p->mem.base + off, len, MADV_POPULATE_WRITE))
+		kvd_warn("pool: cannot back punched-out bytes %llu..%llu again: %s",
+			 (unsigned long long)off, (unsigned long long)(off + len),
+			 strerror(errno));
+	fn((uint32_t)first, (uint32_t)(last - first + 1), arg);
+	return (uint32_t)(last - first + 1);
+}
+
+uint32_t kvd_pool_holes(struct kvd_pool *p, uint64_t max_bytes,
+			void (*fn)(uint32_t first, uint32_t n, void *arg), void *arg)
+{
+	const uint64_t base = 4096, huge = HUGE_2M;
+	uint32_t found = 0;
+
+	/* Until the pool is faulted in, untouched pages read as holes. */
+	if (p->kind != KVSHM_POOL_HOST || p->mem.fd < 0 || !p->page_bytes ||
+	    !atomic_load(&p->prefault_done))
+		return 0;
+	if (!p->mem.huge) {
+		off_t pos = 0;
+
+		/* One lseek when there is no hole: the common case. */
+		while ((uint64_t)pos < p->bytes) {
+			off_t h = lseek(p->mem.fd, pos, SEEK_HOLE), e;
+
+			if (h < 0 || (uint64_t)h >= p->bytes)
+				break;
+			e = lseek(p->mem.fd, h, SEEK_DATA);
+			if (e < 0 || (uint64_t)e > p->bytes)
+				e = (off_t)p->bytes;
+			found += refill(p, (uint64_t)h, (uint64_t)(e - h), fn, arg);
+			pos = e;
+		}
+		return found;
+	}
+	if (!p->hole_vec) {
+		p->hole_vec = malloc(max_bytes / base + 1);
+		if (!p->hole_vec)
+			return 0;
+	}
+	{
+		uint64_t off = p->hole_cursor, n = p->bytes - off, i, run = 0;
+
+		if (n > max_bytes)
+			n = max_bytes;
+		if (mincore((char *)p->mem.base + off, n, p->hole_vec))
+			return 0;
+		for (i = 0; i <= n / huge; i++) {
+			bool hole = i < n / huge && !(p->hole_vec[i * (huge / base)] & 1);
+
+			if (hole) {
+				run++;
+				continue;
+			}
+			if (run)
+				found += refill(p, off + (i - run) * huge, run * huge, fn, arg);
+			run = 0;
+		}
+		p->hole_cursor = off + n >= p->bytes ? 0 : off + n;
+	}
+	return found;
+}
+
 /*
  * fallocate reserves the memory but leaves every page to be zeroed on its
  * first touch: measured here, a fresh pool takes its first writes at
@@ -83,15 +156,19 @@ static void *prefault(void *arg)
 			return NULL;
 		}
 	}
-	if (off >= p->bytes)
+	if (off >= p->bytes) {
 		kvd_debug("pool: all %llu bytes faulted in", (unsigned long long)p->bytes);
+		atomic_store(&p->prefault_done, true);
+	}
 	return NULL;
 }
 
 void kvd_pool_prefault(struct kvd_pool *p)
 {
-	if (p->mem.huge || p->kind != KVSHM_POOL_HOST)
-		return;	/* hugetlb fallocate already allocated every page */
+	/* hugetlb fallocate already allocated every page, but our mapping
+	 * is populated too, so that mincore shows a punched-out one. */
+	if (p->kind != KVSHM_POOL_HOST)
+		return;
 	p->prefaulting = !pthread_create(&p->prefault_thread, NULL, prefault, p);
 }
 
@@ -108,5 +185,7 @@ void kvd_pool_close(struct kvd_pool *p)
 		p->prefaulting = false;
 	}
 	kvd_memfd_close(&p->mem);
+	free(p->hole_vec);
+	p->hole_vec = NULL;
 	kvd_pool_cuda_close(p);
 }

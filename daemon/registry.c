@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "../shm/key.h"
+#include "closer.h"
 #include "kvd.h"
 #include "log.h"
 
@@ -331,10 +332,10 @@ static void end_connection(struct kvd *d, struct kvd_client *c, const char *why,
 	c->fd = -1;
 	if (c->hello)
 		retire_counters(d, c);
-	if (!bye && c->hello && process_alive(c->pidfd) &&
-	    !epoll_ctl(d->epfd, EPOLL_CTL_ADD, c->pidfd,
-		       &(struct epoll_event){ .events = EPOLLIN,
-					      .data.u64 = KVD_EV_PIDFD + c->id })) {
+	/* A process that lives on may still read the pages it pinned: they
+	 * stay in force until its pidfd (watched since accept) says it
+	 * exited. One that holds nothing has nothing to keep. */
+	if (!bye && c->hello && process_alive(c->pidfd) && kvd_client_holds(d, c)) {
 		c->lingering = true;
 		kvd_stat_add(&kvshm_stats(d->h)->clients_lingering, 1);
 		free(c->in);
@@ -361,9 +362,34 @@ void kvd_registry_bye(struct kvd *d, struct kvd_client *c)
 
 void kvd_registry_exited(struct kvd *d, struct kvd_client *c)
 {
-	if (c->used && c->lingering) {
+	if (!c->used)
+		return;
+	if (c->lingering) {
 		kvd_stat_add(&kvshm_stats(d->h)->clients_lingering, -1);
 		release(d, c, "process exited");
+		return;
+	}
+	/* Its socket is still open (a child it forked holds it): the
+	 * resources were the attaching process's, and it is gone. */
+	end_connection(d, c, "process exited (its socket lives on in another process)", true);
+}
+
+/* Connections that have not said HELLO (or STAT) in time hold a client
+ * row for nothing: drop them. */
+static void hello_deadline(struct kvd *d)
+{
+	uint64_t now = kvd_now_ms();
+	uint32_t i;
+
+	for (i = 0; i < d->cfg.max_clients; i++) {
+		struct kvd_client *c = &d->clients[i];
+
+		if (c->used && !c->hello && !c->lingering &&
+		    now - c->since_ms >= d->cfg.hello_timeout_ms) {
+			kvd_stat_add(&kvshm_stats(d->h)->clients_timed_out, 1);
+			kvd_reply_error(d, c, 0, -ETIMEDOUT, true, "no HELLO within %u ms (hello-timeout-ms)",
+					d->cfg.hello_timeout_ms);
+		}
 	}
 }
 
@@ -413,7 +439,9 @@ static void fold_stats(struct kvd *d)
 
 void kvd_registry_tick(struct kvd *d)
 {
+	hello_deadline(d);
 	fold_stats(d);
+	atomic_store_explicit(&kvshm_stats(d->h)->fds_passed, kvd_closer_passed_total(), RELAXED);
 	/* The census reads every ledger slot: every 5th tick is enough. */
 	if (d->ticks++ % 5 == 0)
 		kvd_pin_census(d);

@@ -22,10 +22,13 @@
 #include <sys/timerfd.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <grp.h>
+#include <pwd.h>
 #include <unistd.h>
 
 #include <time.h>
 
+#include "closer.h"
 #include "kvd.h"
 #include "spill.h"
 #include "log.h"
@@ -50,8 +53,19 @@ static int prepare_path(const char *path)
 	slash = strrchr(dir, '/');
 	if (slash && slash != dir) {
 		*slash = 0;
+		struct stat st;
+
 		if (mkdir(dir, 0755) && errno != EEXIST) {
 			kvd_err("socket %s: cannot create folder %s: %s", path, dir, strerror(errno));
+			return -1;
+		}
+		/* A folder someone else controls could have the socket
+		 * replaced under us (and clients would talk to them). */
+		if (lstat(dir, &st) || !S_ISDIR(st.st_mode) ||
+		    (st.st_uid != geteuid() && st.st_uid != 0) ||
+		    ((st.st_mode & 0002) && !(st.st_mode & S_ISVTX))) {
+			kvd_err("socket %s: folder %s is owned by uid %u with mode %04o: not ours (or root's) and closed to others; choose another --socket",
+				path, dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
 			return -1;
 		}
 	}
@@ -67,6 +81,69 @@ static int prepare_path(const char *path)
 	}
 	if (errno == ECONNREFUSED)
 		unlink(path);	/* stale socket of a daemon that died */
+	return 0;
+}
+
+/* Is uid (of a user with these groups) let through a file of st? */
+static bool may_write(const struct stat *st, uid_t uid, const gid_t *g, int ng)
+{
+	int i;
+
+	if (uid == 0 || st->st_mode & 0002)
+		return true;
+	if (uid == st->st_uid)
+		return st->st_mode & 0200;
+	for (i = 0; i < ng; i++)
+		if (g[i] == st->st_gid)
+			return st->st_mode & 0020;
+	return false;
+}
+
+/*
+ * allow-users / allow-groups name who may attach; the socket file's mode
+ * decides who can connect at all. A user allowed by one and kept out by
+ * the other would only ever see "permission denied": refuse to start
+ * instead, naming both.
+ */
+static int check_reach(const struct kvd *d)
+{
+	struct stat st;
+	int i;
+
+	if (stat(d->cfg.socket, &st))
+		return 0;
+	for (i = 0; i < d->cfg.n_allow_uid; i++) {
+		uid_t u = d->cfg.allow_uid[i];
+		struct passwd pw, *res = NULL;
+		char buf[2048];
+		gid_t g[256];
+		int ng = 256;
+
+		if (u == 0 || u == geteuid())
+			continue;
+		if (!getpwuid_r(u, &pw, buf, sizeof(buf), &res) && res) {
+			if (getgrouplist(res->pw_name, res->pw_gid, g, &ng) < 0)
+				ng = 0;
+		} else {
+			ng = 0;
+		}
+		if (!may_write(&st, u, g, ng)) {
+			kvd_err("allow-users: uid %u cannot connect to %s (mode %04o, owner uid %u gid %u): set socket-mode 0666, or give the socket a group of theirs",
+				(unsigned)u, d->cfg.socket, (unsigned)(st.st_mode & 07777),
+				(unsigned)st.st_uid, (unsigned)st.st_gid);
+			return -1;
+		}
+	}
+	for (i = 0; i < d->cfg.n_allow_gid; i++) {
+		gid_t g = d->cfg.allow_gid[i];
+
+		if (!(st.st_mode & 0002) && !(g == st.st_gid && (st.st_mode & 0020))) {
+			kvd_err("allow-groups: gid %u cannot connect to %s (mode %04o, owner uid %u gid %u): set socket-mode 0666, or run kvcached with that group",
+				(unsigned)g, d->cfg.socket, (unsigned)(st.st_mode & 07777),
+				(unsigned)st.st_uid, (unsigned)st.st_gid);
+			return -1;
+		}
+	}
 	return 0;
 }
 
@@ -91,6 +168,8 @@ int kvd_server_open(struct kvd *d)
 		kvd_err("socket %s: %s", d->cfg.socket, strerror(errno));
 		return -1;
 	}
+	if (check_reach(d))
+		return -1;
 
 	sigemptyset(&ss);
 	sigaddset(&ss, SIGTERM);
@@ -122,14 +201,11 @@ int kvd_server_open(struct kvd *d)
 
 void kvd_drain_close(int fd)
 {
-	char sink[4096];
-	int k;
-
 	/* Closing with unread input resets the peer, which would lose the
-	 * ERROR just sent: drain a bounded amount first. */
-	for (k = 0; k < 64 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; k++)
-		;
-	close(fd);
+	 * ERROR just sent: a bounded amount is drained first. Both happen
+	 * on a closer thread: the close drops whatever descriptors the peer
+	 * queued, and that can block for as long as the peer wants. */
+	kvd_closer_put(fd, true);
 }
 
 static bool peer_trusted(const struct kvd *d, int fd, const struct ucred *cr)
@@ -175,6 +251,27 @@ static void refuse(int fd, int err, const char *msg)
 	kvd_drain_close(fd);
 }
 
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77	/* Linux 6.5 (asm-generic/socket.h) */
+#endif
+
+/*
+ * A pidfd for the peer: SO_PEERPIDFD names the process that connected,
+ * with no window for its pid to be reused; before Linux 6.5, pidfd_open
+ * of the SO_PEERCRED pid. -1 if neither works.
+ */
+static int peer_pidfd(int fd, pid_t pid)
+{
+	socklen_t l = sizeof(int);
+	int pfd = -1;
+
+	if (!getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pfd, &l) && pfd >= 0) {
+		fcntl(pfd, F_SETFD, FD_CLOEXEC);
+		return pfd;
+	}
+	return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
 static void do_accept(struct kvd *d)
 {
 	for (;;) {
@@ -191,7 +288,7 @@ static void do_accept(struct kvd *d)
 			return;
 		}
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl)) {
-			close(fd);
+			kvd_drain_close(fd);
 			continue;
 		}
 		if (!peer_trusted(d, fd, &cr)) {
@@ -207,8 +304,12 @@ static void do_accept(struct kvd *d)
 		{
 			uint32_t mine = 0;
 
+			/* Rows of this process that hold something: a connection,
+			 * or pins and pages kept after one ended. */
 			for (i = 0; i < d->cfg.max_clients; i++)
-				mine += d->clients[i].used && d->clients[i].pid == cr.pid;
+				mine += d->clients[i].used && d->clients[i].pid == cr.pid &&
+					(!d->clients[i].lingering ||
+					 kvd_client_holds(d, &d->clients[i]));
 			if (mine >= d->cfg.max_per_process) {
 				kvd_stat_add(&kvshm_stats(d->h)->clients_refused, 1);
 				kvd_warn("refused pid %d: it has %u handles attached (max-per-process)",
@@ -240,14 +341,19 @@ static void do_accept(struct kvd *d)
 		c->id = i;
 		c->fd = fd;
 		/* Tells us when the process is gone even if it has handed the
-		 * socket on or closed it early (see kvd_registry_drop). */
-		c->pidfd = (int)syscall(SYS_pidfd_open, cr.pid, 0);
+		 * socket on (a forked child) or closed it early: its exit
+		 * releases everything it holds (see kvd_registry_exited). */
+		c->pidfd = peer_pidfd(fd, cr.pid);
 		c->pid = cr.pid;
+		c->since_ms = kvd_now_ms();
 		c->uid = cr.uid;
 		c->gid = cr.gid;
 		c->ledger.fd = -1;
-		if (ep_set(d, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, KVD_EV_CLIENT + i)) {
-			close(fd);
+		if (ep_set(d, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, KVD_EV_CLIENT + i) ||
+		    (c->pidfd >= 0 &&
+		     ep_set(d, EPOLL_CTL_ADD, c->pidfd, EPOLLIN, KVD_EV_PIDFD + i))) {
+			epoll_ctl(d->epfd, EPOLL_CTL_DEL, fd, NULL);
+			kvd_drain_close(fd);
 			if (c->pidfd >= 0)
 				close(c->pidfd);
 			c->used = false;
@@ -391,10 +497,16 @@ int kvd_server_frame(struct kvd *d, struct kvd_client *c, const uint8_t *in)
 	}
 }
 
-/* Receive into c->in, closing any descriptors that came along. */
-static ssize_t recv_some(struct kvd_client *c, uint32_t want)
+/*
+ * Receive into c->in. Descriptors are not part of the protocol: any that
+ * come along are handed to a closer thread (their close may block for as
+ * long as the sender likes) and *passed is set, for the caller to drop
+ * the client. The control buffer takes the most a message can carry
+ * (SCM_MAX_FD), since the kernel would close the excess right here.
+ */
+static ssize_t recv_some(struct kvd_client *c, uint32_t want, bool *passed)
 {
-	char cbuf[CMSG_SPACE(sizeof(int) * 8)];
+	char cbuf[CMSG_SPACE(sizeof(int) * 253)];
 	struct iovec iov = { c->in + c->in_len, want };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
 			     .msg_control = cbuf, .msg_controllen = sizeof(cbuf) };
@@ -402,14 +514,14 @@ static ssize_t recv_some(struct kvd_client *c, uint32_t want)
 	ssize_t n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 
 	for (cm = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm; cm = CMSG_NXTHDR(&mh, cm)) {
-		int k, cnt = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		int fds[253], cnt = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
 
-		for (k = 0; cm->cmsg_type == SCM_RIGHTS && k < cnt; k++) {
-			int f;
-
-			memcpy(&f, CMSG_DATA(cm) + k * sizeof(int), sizeof(int));
-			close(f);
-		}
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
+		    cnt <= 0 || cnt > 253)
+			continue;
+		memcpy(fds, CMSG_DATA(cm), (size_t)cnt * sizeof(int));
+		kvd_closer_passed(fds, cnt);
+		*passed = true;
 	}
 	return n;
 }
@@ -453,7 +565,14 @@ static void do_read(struct kvd *d, struct kvd_client *c)
 			c->in_cap = need;
 		}
 		if (c->in_len < need) {
-			n = recv_some(c, need - c->in_len);
+			bool passed = false;
+
+			n = recv_some(c, need - c->in_len, &passed);
+			if (passed) {
+				kvd_reply_error(d, c, 0, -EBADMSG, true,
+						"sent file descriptors, which are not part of the protocol");
+				return;
+			}
 			if (n < 0 && (errno == EAGAIN || errno == EINTR))
 				return;
 			if (n <= 0) {
@@ -537,6 +656,8 @@ int kvd_server_run(struct kvd *d)
 					watchdog(d);
 				}
 			} else if (tag >= KVD_EV_PIDFD && tag - KVD_EV_PIDFD < d->cfg.max_clients) {
+				/* The process that attached is gone, whoever
+				 * holds its socket now. */
 				kvd_registry_exited(d, &d->clients[tag - KVD_EV_PIDFD]);
 			} else if (tag >= KVD_EV_CLIENT && tag - KVD_EV_CLIENT < d->cfg.max_clients) {
 				c = &d->clients[tag - KVD_EV_CLIENT];

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,6 +43,9 @@
 #include "spill.h"
 #include "spill_fmt.h"
 #include "spill_io.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #define OPS 32			/* slots being written or read at once */
 #define FILE_BYTES (1ull << 30)	/* slots per file: about 1 GiB of them */
@@ -56,6 +60,7 @@ struct sslot {
 	uint32_t page;		/* BUSY: the page; BACKING: the page it backs */
 	uint32_t pgen;		/* BACKING: that page's gen */
 	uint64_t seq;		/* write order, from the header */
+	struct kvshm_key tok;	/* keyed hash of the block's tokens */
 };
 
 struct sop {
@@ -94,7 +99,21 @@ struct kvd_spill {
 	bool io_dead;		/* io_uring stopped taking submissions: the
 				 * ops in flight are abandoned, never reaped */
 	char dir[PATH_MAX];
+	uint64_t tok_seed;	/* secret per run: see tok_hash */
 };
+
+/*
+ * The tokens of a spilled block live on disk only; to tell a publish of
+ * the same block from a forgery under its key without reading the disk,
+ * each slot keeps a 128-bit hash of its tokens, seeded with a secret of
+ * this run that no client knows (so none can aim at a collision).
+ */
+static struct kvshm_key tok_hash(const struct kvd_spill *sp, const uint32_t *t, uint32_t bt)
+{
+	XXH128_hash_t h = XXH3_128bits_withSeed(t, (size_t)bt * sizeof(*t), sp->tok_seed);
+
+	return (struct kvshm_key){ h.low64, h.high64 };
+}
 
 static struct kvshm_stats *st_of(struct kvd *d)
 {
@@ -463,6 +482,12 @@ bool kvd_spill_page(struct kvd *d, uint32_t page)
 
 	if (!sp || sp->page_op[page])
 		return false;	/* (a write in flight: never a second one) */
+	if (d->damaged && d->damaged[page]) {
+		/* Punched out by a client: its contents are gone; evict it
+		 * plainly (and any clean copy on disk stays good). */
+		d->damaged[page] = 0;
+		return false;
+	}
 	slot = sp->backing[page];
 	if (slot--) {
 		sp->backing[page] = 0;
@@ -504,6 +529,7 @@ bool kvd_spill_page(struct kvd *d, uint32_t page)
 			  ns->page_bytes, kvd_payload_check(payload_of(d, idx, page), ns->page_bytes));
 	sp->s[slot].seq = sp->seq;
 	sp->s[slot].page = page;
+	sp->s[slot].tok = tok_hash(sp, kvshm_tokens(d->h, page), d->h->geo.block_tokens);
 	shared_set(d, slot, KVSHM_SLOT_BUSY, NULL, NULL, 0);
 	if (op_queue(d, idx, true)) {
 		/* Cannot happen: op_get saw room for both parts. */
@@ -522,6 +548,16 @@ void kvd_spill_flush(struct kvd *d)
 	/* A refused submit stays queued and is retried by the next reap. */
 	if (d->spill && !d->spill->io_dead)
 		kvd_sio_flush(d->spill->io);
+}
+
+bool kvd_spill_cancel(struct kvd *d, uint32_t page)
+{
+	struct kvd_spill *sp = d->spill;
+
+	if (!sp || !sp->page_op[page])
+		return false;
+	sp->ops[sp->page_op[page] - 1].cancel = true;
+	return true;
 }
 
 bool kvd_spill_busy(const struct kvd *d, uint32_t page)
@@ -564,28 +600,29 @@ int kvd_spill_fd(const struct kvd *d)
 }
 
 void kvd_spill_unindex(struct kvd *d, struct kvshm_key key, struct kvshm_key parent,
-		       uint32_t ns_id)
+		       const uint32_t *tokens, uint32_t ns_id)
 {
 	struct kvd_spill *sp = d->spill;
-	uint32_t loc;
+	uint32_t loc, bt = d->h->geo.block_tokens;
 
 	if (!sp)
 		return;
-	/* Only the same block (namespace, key, parent) gives way; anything
-	 * else is a collision, which the publish refuses as in tier 0. The
-	 * tokens are checked when the spilled copy is restored. */
+	/* Only the same block (namespace, parent, tokens) gives way; anything
+	 * else is a collision, which the publish then refuses as in tier 0. */
 	loc = kvshm_index_find(d->h, key);
 	if (kvshm_loc_is_slot(loc)) {
 		uint32_t slot = loc & ~KVSHM_LOC_SLOT;
 		const struct kvshm_slot *e = &kvshm_slots(d->h)[slot];
 
 		if (slot < sp->n && sp->s[slot].state == KVSHM_SLOT_SPILLED &&
-		    e->ns_id == ns_id && kvshm_key_eq(e->parent, parent))
+		    e->ns_id == ns_id && kvshm_key_eq(e->parent, parent) &&
+		    kvshm_key_eq(sp->s[slot].tok, tok_hash(sp, tokens, bt)))
 			slot_forget(d, slot);
 	} else if (loc < d->h->geo.n_pages && sp->page_op[loc]) {
 		const struct kvshm_page *pg = &kvshm_pages(d->h)[loc];
 
-		if (pg->ns_id != ns_id || !kvshm_key_eq(pg->parent, parent))
+		if (pg->ns_id != ns_id || !kvshm_key_eq(pg->parent, parent) ||
+		    memcmp(kvshm_tokens(d->h, loc), tokens, (size_t)bt * sizeof(*tokens)))
 			return;
 		sp->ops[sp->page_op[loc] - 1].cancel = true;
 		if (!kvshm_index_remove(d->h, key, loc))
@@ -887,6 +924,7 @@ static void warm_file(struct kvd *d, uint32_t f, uint32_t *good, uint32_t *bad,
 		kvd_stat_add(&st_of(d)->pages_spilled, 1);
 		shared_set(d, slot, KVSHM_SLOT_SPILLED, &h.key, &h.parent, (uint32_t)ns);
 		sp->s[slot].seq = h.seq;
+		sp->s[slot].tok = tok_hash(sp, (const uint32_t *)(sp->staging + sizeof(h)), bt);
 		if (h.seq > sp->seq)
 			sp->seq = h.seq;
 		(*good)++;
@@ -928,6 +966,8 @@ int kvd_spill_open(struct kvd *d)
 	if (!sp)
 		goto nomem;
 	d->spill = sp;
+	if (getrandom(&sp->tok_seed, sizeof(sp->tok_seed), 0) != sizeof(sp->tok_seed))
+		sp->tok_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 	snprintf(sp->dir, sizeof(sp->dir), "%s", d->cfg.spill_dir);
 	if (mkdir_p(sp->dir)) {
 		kvd_err("spill: cannot create %s: %s", sp->dir, strerror(errno));

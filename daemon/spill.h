@@ -65,11 +65,17 @@ void kvd_spill_drain(struct kvd *d);
 
 /*
  * Before key is published as a new page: if the index names a tier-1 slot
- * for it, or a page whose spill write is in flight, take that entry out
- * (the new page holds the same block).
+ * for it, or a page whose spill write is in flight, and that copy is the
+ * same block (namespace, parent and tokens), take that entry out: the new
+ * page replaces it. A different block under the key is left alone, and
+ * the publish then finds the key taken and refuses it as a collision.
  */
 void kvd_spill_unindex(struct kvd *d, struct kvshm_key key, struct kvshm_key parent,
-		       uint32_t ns_id);
+		       const uint32_t *tokens, uint32_t ns_id);
+
+/* A page whose spill write is in flight: that write will not make a
+ * slot (the page is freed when it completes). False if none. */
+bool kvd_spill_cancel(struct kvd *d, uint32_t page);
 
 /* Drop every slot of namespace ns_id (its row is being reused). */
 void kvd_spill_forget_ns(struct kvd *d, uint32_t ns_id);

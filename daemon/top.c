@@ -97,6 +97,23 @@ void kvd_top_drain(struct kvd *d, struct kvd_client *c)
 	}
 }
 
+uint32_t kvd_ledger_pins(const struct kvd *d, const struct kvd_client *c)
+{
+	uint32_t s, n = 0;
+
+	if (!kvd_pins_count(c))
+		return 0;
+	for (s = 0; s < c->nslots; s++)
+		n += kvshm_slot_page(atomic_load_explicit(&c->l->slot[s], memory_order_relaxed)) <
+		     d->h->geo.n_pages;
+	return n;
+}
+
+bool kvd_client_holds(const struct kvd *d, const struct kvd_client *c)
+{
+	return c->writing || kvd_ledger_pins(d, c);
+}
+
 void kvd_pin_census(struct kvd *d)
 {
 	const struct kvshm_page *pages = kvshm_pages(d->h);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "client_int.h"
+#include "connect.h"
 #include "../shm/key.h"
 
 static int send_all(int fd, const void *buf, size_t len)
@@ -434,7 +435,6 @@ static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options 
 	struct kvproto_hello hi;
 	struct kvproto_hello_r hr;
 	struct kvshm_ns ns;
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int fds[KVC_MAX_FDS], nfds = 0, rc, i;
 	void *reply = NULL, *p;
 	uint32_t rlen;
@@ -446,18 +446,14 @@ static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options 
 	hello_of(m, o ? o->max_pins : 0, &hi);
 	if (kvproto_hello_ns(&hi, &ns))
 		return -EINVAL;
-	if (o && o->socket_path) {
-		if (strlen(o->socket_path) >= sizeof(sa.sun_path))
-			return -ENAMETOOLONG;
-		strcpy(sa.sun_path, o->socket_path);
-	} else if ((rc = kvproto_client_socket_path(sa.sun_path, sizeof(sa.sun_path)))) {
+	/* Whom we reach is checked before any token leaves this process. */
+	c->fd = kvc_connect_daemon(o ? o->socket_path : NULL, o ? o->errbuf : NULL,
+				   o ? o->errbuf_len : 0);
+	if (c->fd < 0) {
+		rc = c->fd;
+		c->fd = -1;
 		return rc;
 	}
-	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (c->fd < 0)
-		return -errno;
-	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)))
-		return -errno;
 	rc = rpc_fds(c, KVPROTO_HELLO, &hi, sizeof(hi), KVPROTO_HELLO_R, &reply, &rlen,
 		     fds, &nfds, o ? o->errbuf : NULL, o ? o->errbuf_len : 0);
 	if (rc)
@@ -677,7 +673,9 @@ const char *kvc_strerror(int err)
 	case -ENAMETOOLONG: return "socket path too long";
 	case -ENOENT: return "no kvcached socket at that path (is the daemon running?)";
 	case -ECONNREFUSED: return "kvcached is not accepting connections";
-	case -EACCES: return "kvcached does not trust this user (allow-users / allow-groups)";
+	case -EACCES: return "permission denied: the socket's mode, or kvcached's allow-users / allow-groups, keep this user out (errbuf says which)";
+	case -EKEYREJECTED: return "refused to trust the socket: its folder, or the user the daemon runs as, is not this user's, root's or the kvcached service user's (errbuf says which)";
+	case -EDQUOT: return "this process holds its share of the pool (kvcached max-share)";
 	case -EPROTO: return "protocol or shared-memory version mismatch with kvcached";
 	case -EMEDIUMTYPE: return "model geometry does not fit the kvcached pool";
 	case -EUSERS: return "kvcached has too many clients (max-clients)";

@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "connect.h"
 #include "observe.h"
 #include "../shm/proto.h"
 
@@ -40,23 +41,9 @@ int kvobs_attach(const char *path, struct kvobs *o, char *err, size_t errlen)
 	void *p;
 
 	memset(o, 0, sizeof(*o));
-	if (path) {
-		if (strlen(path) >= sizeof(sa.sun_path))
-			return fail(err, errlen, -ENAMETOOLONG, "socket path too long: %s", path);
-		strcpy(sa.sun_path, path);
-	} else if (kvproto_client_socket_path(sa.sun_path, sizeof(sa.sun_path))) {
-		return fail(err, errlen, -ENAMETOOLONG, "socket path too long%s", "");
-	}
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	fd = kvc_connect_daemon(path, err, errlen);
 	if (fd < 0)
-		return fail(err, errlen, -errno, "socket: %s", strerror(errno));
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-		rc = -errno;
-		close(fd);
-		return fail(err, errlen, rc,
-			    "no kvcached at %s (is it running? set --socket or KVCACHED_SOCKET)",
-			    sa.sun_path);
-	}
+		return fd;
 	memcpy(buf, &h, sizeof(h));
 	memcpy(buf + sizeof(h), &st, sizeof(st));
 	/* If the send fails the reply below does not come either. */

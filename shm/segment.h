@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 5u	/* 5: single-flight (page flight, row flight, wait stats) */
+#define KVSHM_VERSION 6u	/* 6: single flight (page flight, row flight, wait stats) */
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -153,6 +153,11 @@ struct kvshm_stats {
 	_Atomic uint64_t restore_misses;	/* asked for, not restored */
 	_Atomic uint64_t spill_read_bps;	/* measured restore bandwidth, B/s */
 	_Atomic uint64_t spill_warm;		/* slots found at start (warm) */
+	/* Trust and limits (see docs/RELIABILITY.md). */
+	_Atomic uint64_t clients_timed_out;	/* no HELLO within hello-timeout-ms */
+	_Atomic uint64_t fds_passed;		/* descriptors clients sent (closed) */
+	_Atomic uint64_t pool_holes;		/* pool pages found punched out */
+	_Atomic uint64_t share_refused;		/* ALLOCs over a process's max-share */
 	/* Single-flight prefill (daemon/flight.c, libclient/flight.c). The
 	 * wait counters are folded in from the ledgers like the lookup ones. */
 	_Atomic uint64_t flights;		/* pages announced in flight */

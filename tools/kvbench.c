@@ -382,9 +382,11 @@ const char *daemon_start(const char *name, const char *page_size, const char *po
 const char *daemon_start_args(const char *name, const char *page_size, const char *pool_size,
 			      const char *const *extra)
 {
+	/* One benchmark process may fill the whole pool (max-share). */
 	const char *argv[32] = { dmn.path, "--socket", dmn.sock, "--page-size", page_size,
-				 "--pool-size", pool_size, "--hugepages", "off", NULL };
-	int i, st, fd, n = 9;
+				 "--pool-size", pool_size, "--hugepages", "off",
+				 "--max-share", "100", NULL };
+	int i, st, fd, n = 11;
 
 	for (i = 0; extra && extra[i] && n < 31; i++)
 		argv[n++] = extra[i];

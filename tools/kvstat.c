@@ -526,6 +526,11 @@ static void print_text(FILE *f, const struct kvshm_snap *s, const struct interva
 		(unsigned long long)V(s, clients_attached), (unsigned long long)V(s, clients_total),
 		(unsigned long long)V(s, clients_refused), (unsigned long long)V(s, clients_dropped),
 		(unsigned long long)V(s, pins));
+	if (V(s, clients_timed_out) || V(s, fds_passed) || V(s, pool_holes) || V(s, share_refused))
+		fprintf(f, "guards   %llu idle connections timed out, %llu passed fds closed, %llu punched pages dropped, %llu allocs over max-share\n",
+			(unsigned long long)V(s, clients_timed_out),
+			(unsigned long long)V(s, fds_passed), (unsigned long long)V(s, pool_holes),
+			(unsigned long long)V(s, share_refused));
 
 	fprintf(f, "\n%-9s %-9s %10s %12s %7s\n", "PAGES", "TIER", "COUNT", "BYTES", "SHARE");
 	page_row(f, "free", "0 pool", V(s, pages_free), s, "");

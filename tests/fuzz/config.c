@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "../../daemon/config.h"
+#include "../../daemon/memcheck.h"
 #include "../../daemon/log.h"
 #include "../../shm/segment.h"
 
@@ -228,10 +229,13 @@ static void round_trip(const struct kvd_config *c, bool as_file)
 	kvd_config_defaults(&back);
 	rc = kvd_config_args(&back, argc, argv);
 	/* Same settings; or the cross-field check refuses them both ways. */
-	if (rc == 0)
+	if (rc == 0) {
 		CHECK(cfg_eq(c, &back));
-	else
-		CHECK(rc == -1 && kvd_config_check(c) == -1);
+	} else {
+		struct kvd_config again = *c;
+
+		CHECK(rc == -1 && kvd_config_check(&again) == -1);
+	}
 	for (i = 0; i < kv->n; i++)
 		free(flags[i]);
 	free(kv);
@@ -250,6 +254,15 @@ static void direct_parsers(const char *s)
 		CHECK(s[0] >= '0' && s[0] <= '9');
 		snprintf(dec, sizeof(dec), "%llu", (unsigned long long)v);
 		CHECK(!kvd_parse_size(dec, &w) && w == v);
+	}
+	/* A cgroup limit file's text (memcheck.c): "max" or a number that
+	 * reads back, nothing else. */
+	if (!kvd_mem_parse_limit(s, &v)) {
+		const char *t = s;
+
+		while (*t == ' ' || (*t >= '\t' && *t <= '\r'))
+			t++;
+		CHECK(!strncmp(t, "max", 3) ? v == UINT64_MAX : (*t >= '0' && *t <= '9'));
 	}
 	if (!kvd_parse_listen(s, &a)) {
 		char host[INET6_ADDRSTRLEN];

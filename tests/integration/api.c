@@ -249,7 +249,8 @@ static void test_fork_does_not_share_a_handle(void **state)
  */
 static void test_largest_publish_fits_one_frame(void **state)
 {
-	const char *args[] = { "--block-tokens", "1024", "--pool-size", "24M", NULL };
+	const char *args[] = { "--block-tokens", "1024", "--pool-size", "24M",
+			       "--max-share", "100", NULL };
 	struct kvc_model m = kvt_model();
 	struct kvt_daemon d;
 	struct kvc_options o = { .size = sizeof(o) };

@@ -87,7 +87,7 @@ static void test_geometry_that_does_not_fit(void **state)
 static void test_untrusted_peer(void **state)
 {
 	struct kvt_daemon *d = *state, other;
-	const char *args[] = { "--allow-users", "65534", NULL };
+	const char *args[] = { "--allow-users", "65534", "--socket-mode", "0666", NULL };
 	struct kvc_model m = kvt_model();
 	char err[512];
 	struct kvc_options o = { .size = sizeof(o), .errbuf = err, .errbuf_len = sizeof(err) };
@@ -153,11 +153,7 @@ static bool closed_by_daemon(int fd, int32_t *err)
 
 static void send_frame(int fd, uint16_t type, const void *p, uint32_t len)
 {
-	struct kvproto_hdr h = { KVPROTO_MAGIC, type, 0, len, 7 };
-
-	assert_int_equal(write(fd, &h, sizeof(h)), sizeof(h));
-	if (len)
-		assert_int_equal(write(fd, p, len), (ssize_t)len);
+	assert_int_equal(kvt_send_frame(fd, type, p, len), 0);
 }
 
 static void hello(int fd)
@@ -290,23 +286,7 @@ static void test_garbage_and_lies_on_the_socket(void **state)
 /* HELLO by hand, keeping the descriptors: [segment, pool, ledger]. */
 static void hello_fds(int fd, int fds[3], struct kvproto_hello_r *hr)
 {
-	struct kvproto_hello hi = { .version = KVPROTO_VERSION, .dtype_bytes = 2, .layers = 1,
-				    .kv_heads = 2, .head_dim = 32, .block_tokens = BT,
-				    .pos_kind = 1, .model = "kvt-tiny" };
-	char buf[sizeof(struct kvproto_hdr) + sizeof(*hr)];
-	char cbuf[CMSG_SPACE(3 * sizeof(int))];
-	struct iovec iov = { buf, sizeof(buf) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-			     .msg_controllen = sizeof(cbuf) };
-	struct cmsghdr *cm;
-
-	send_frame(fd, KVPROTO_HELLO, &hi, sizeof(hi));
-	assert_int_equal(recvmsg(fd, &mh, MSG_WAITALL), (ssize_t)sizeof(buf));
-	cm = CMSG_FIRSTHDR(&mh);
-	assert_non_null(cm);
-	assert_int_equal(cm->cmsg_type, SCM_RIGHTS);
-	memcpy(fds, CMSG_DATA(cm), 3 * sizeof(int));
-	memcpy(hr, buf + sizeof(struct kvproto_hdr), sizeof(*hr));
+	assert_int_equal(kvt_raw_hello(fd, fds, hr), 0);
 }
 
 /*

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "../../shm/proto.h"
 
 const char *kvt_bin(const char *name)
 {
@@ -48,6 +49,38 @@ int kvt_raw_connect(const char *path)
 		return -1;
 	}
 	return fd;
+}
+
+int kvt_send_frame(int fd, uint16_t type, const void *p, uint32_t len)
+{
+	struct kvproto_hdr h = { KVPROTO_MAGIC, type, 0, len, 7 };
+
+	if (write(fd, &h, sizeof(h)) != (ssize_t)sizeof(h))
+		return -1;
+	return !len || write(fd, p, len) == (ssize_t)len ? 0 : -1;
+}
+
+int kvt_raw_hello(int fd, int fds[3], struct kvproto_hello_r *hr)
+{
+	struct kvproto_hello hi = { .version = KVPROTO_VERSION, .dtype_bytes = 2, .layers = 1,
+				    .kv_heads = 2, .head_dim = 32, .block_tokens = 16,
+				    .pos_kind = 1, .model = "kvt-tiny" };
+	char buf[sizeof(struct kvproto_hdr) + sizeof(*hr)];
+	char cbuf[CMSG_SPACE(3 * sizeof(int))];
+	struct iovec iov = { buf, sizeof(buf) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm;
+
+	if (kvt_send_frame(fd, KVPROTO_HELLO, &hi, sizeof(hi)) ||
+	    recvmsg(fd, &mh, MSG_WAITALL) != (ssize_t)sizeof(buf))
+		return -1;
+	cm = CMSG_FIRSTHDR(&mh);
+	if (!cm || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(3 * sizeof(int)))
+		return -1;
+	memcpy(fds, CMSG_DATA(cm), 3 * sizeof(int));
+	memcpy(hr, buf + sizeof(struct kvproto_hdr), sizeof(*hr));
+	return 0;
 }
 
 int kvt_run(const char *prog, const char *const *args, char *out, size_t outlen)

@@ -54,6 +54,12 @@ int kvt_daemon_stop(struct kvt_daemon *d);
 /* A plain connected socket to path (for tests that speak the protocol
  * themselves), or -1. */
 int kvt_raw_connect(const char *path);
+/* One frame (header with seq 7, then len payload bytes); 0 or -1. */
+int kvt_send_frame(int fd, uint16_t type, const void *p, uint32_t len);
+/* HELLO by hand as the test model (kvt_model): 0 with the reply and its
+ * descriptors [segment, pool, ledger] (which the caller closes), or -1. */
+struct kvproto_hello_r;
+int kvt_raw_hello(int fd, int fds[3], struct kvproto_hello_r *hr);
 /*
  * Run `prog` (NULL: $BUILD/kvcached) with the NULL-terminated args (at most
  * 14), stdout and stderr into out (NUL-terminated, outlen bytes at most),

@@ -520,7 +520,7 @@ static void test_file_missing(void **state)
 
 /* ------------------------------------------------------------ checks */
 
-static void check_is(const struct kvd_config *cfg, int rc, const char *want)
+static void check_is(struct kvd_config *cfg, int rc, const char *want)
 {
 	struct cap c;
 	int r;
