@@ -84,8 +84,8 @@ struct params {
 
 static const struct params full = {
 	.seed = 1, .rounds = 3, .procs = { 1, 2, 4 }, .n_procs = 3, .mem = 6u << 20,
-	.docs = 24, .doc_tokens = 512, .q_tokens = 32, .qa_requests = 100,
-	.zipf = 1.1, .qa_rate = 8.0,
+	.docs = 24, .doc_tokens = 512, .q_tokens = 32, .qa_requests = 200,
+	.zipf = 1.1, .qa_rate = 16.0,
 	.sessions = 12, .sys_tokens = 256, .turn_tokens = 64, .turns = 8, .chat_rate = 8.0,
 };
 
