@@ -653,10 +653,11 @@ static void print_json(FILE *f, const char *cpu, long ncpu, const char *kernel, 
 	fprintf(f, "},\"config\":{\"seconds_per_row\":%g,\"quick\":%s,\"daemon\":\"%s\","
 	       "\"block_tokens\":%d,\"rounds\":%d,\"lookup_page_bytes\":4096,"
 	       "\"publish_page_bytes\":%zu,\"timer_overhead_ns\":%u,\"wall_seconds\":%.1f,"
-	       "\"loadavg_start\":%.2f,\"loadavg_end\":%.2f,\"modes\":[",
+	       "\"loadavg_start\":%.2f,\"loadavg_end\":%.2f",
 	       opt.seconds, opt.quick ? "true" : "false", opt.socket ? "external" : "spawned",
 	       BT, ROUNDS, publish_page_bytes, tmr, wall, load_start, load_end);
 	fputs(mode_json, f);
+	fputs(",\"modes\":[", f);
 	for (m = 0, k = 0; m < NELEM(modes); m++)
 		if (mode_on[m])
 			fprintf(f, "%s\"%s\"", k++ ? "," : "", modes[m].name);
