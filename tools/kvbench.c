@@ -792,6 +792,10 @@ static void usage(FILE *f)
 "  --socket PATH    bench the kvcached already running there instead of\n"
 "                   starting one (it needs 16-token blocks and room for\n"
 "                   about 600 pages)\n"
+"  --serve-procs LIST      serve: engine process counts (default 1,2,4;\n"
+"                   --quick: 2), each 1 to 16\n"
+"  --serve-workloads LIST  serve: qa, chat or both (default qa,chat)\n"
+"  --serve-rounds N serve: traces per point, 1 to 8 (default 3; --quick: 1)\n"
 "  --help           this text\n"
 "\n"
 "Modes:\n");
@@ -849,6 +853,9 @@ static void parse_args(int argc, char **argv)
 		{ "daemon", required_argument, NULL, 'd' },
 		{ "socket", required_argument, NULL, 'S' },
 		{ "mode", required_argument, NULL, 'm' },
+		{ "serve-procs", required_argument, NULL, 'P' },
+		{ "serve-workloads", required_argument, NULL, 'W' },
+		{ "serve-rounds", required_argument, NULL, 'R' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -894,6 +901,16 @@ static void parse_args(int argc, char **argv)
 			parse_modes(optarg);
 			modes_set = true;
 			break;
+		case 'P':
+		case 'W':
+		case 'R': {
+			const char *why = serve_option(ch, optarg);
+
+			if (why)
+				bad_usage("--%s %s: %s", ch == 'P' ? "serve-procs" :
+					  ch == 'W' ? "serve-workloads" : "serve-rounds", optarg, why);
+			break;
+		}
 		case 'h':
 			usage(stdout);
 			exit(0);

@@ -259,6 +259,9 @@ static void bad_options(void **state)
 		{ { "--seconds", "0", NULL }, "--seconds 0: must be" },
 		{ { "--frobnicate", NULL }, "unknown option '--frobnicate'" },
 		{ { "extra", NULL }, "unexpected argument 'extra'" },
+		{ { "--serve-rounds", "0", NULL }, "--serve-rounds 0: must be" },
+		{ { "--serve-procs", "2,99", NULL }, "--serve-procs 2,99: a list" },
+		{ { "--serve-workloads", "qa,web", NULL }, "--serve-workloads qa,web: workloads are" },
 	};
 	char *out, *err;
 

@@ -158,5 +158,8 @@ void mode_spill(void);
 void mode_ttft(void);
 void mode_gpu(void);
 void mode_serve(void);
+/* serve's options (P: --serve-procs, W: --serve-workloads, R:
+ * --serve-rounds): NULL, or why the value is refused. */
+const char *serve_option(int opt, const char *value);
 
 #endif

@@ -98,6 +98,48 @@ static const struct params quick = {
 
 static const struct params *P;
 
+/* Command-line overrides (serve_option); 0 / empty: the defaults. */
+static struct {
+	int procs[3], n_procs, rounds;
+	unsigned workloads;	/* bit per workload */
+} ov;
+
+const char *serve_option(int o, const char *v)
+{
+	char buf[64], *tok, *save = NULL, *end;
+	long x;
+
+	if (strlen(v) >= sizeof(buf) || !*v)
+		return "empty or too long";
+	snprintf(buf, sizeof(buf), "%s", v);
+	if (o == 'R') {
+		x = strtol(v, &end, 10);
+		if (*end || x < 1 || x > 8)
+			return "must be a whole number from 1 to 8";
+		ov.rounds = (int)x;
+		return NULL;
+	}
+	if (o == 'P')
+		ov.n_procs = 0;
+	else
+		ov.workloads = 0;
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (o == 'W') {
+			if (strcmp(tok, "qa") && strcmp(tok, "chat"))
+				return "workloads are qa and chat";
+			ov.workloads |= 1u << (strcmp(tok, "qa") ? W_CHAT : W_QA);
+			continue;
+		}
+		x = strtol(tok, &end, 10);
+		if (*end || x < 1 || x > 16)
+			return "a list of at most 3 process counts from 1 to 16";
+		if (ov.n_procs == 3)
+			return "a list of at most 3 process counts from 1 to 16";
+		ov.procs[ov.n_procs++] = (int)x;
+	}
+	return NULL;
+}
+
 /* The engines' model: tinylm, small enough that a run takes seconds. */
 static const struct tlm_config model_cfg = {
 	.dim = 128, .hidden_dim = 384, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
@@ -670,6 +712,7 @@ static void describe(void)
 
 void mode_serve(void)
 {
+	static struct params cur;
 	char err[256];
 	int w, k, c;
 
@@ -678,14 +721,21 @@ void mode_serve(void)
 				"per configuration, sized like the private caches)\n");
 		return;
 	}
-	P = opt.quick ? &quick : &full;
-	if (P->rounds > MAX_ROUNDS)
-		die("serve: %d rounds, at most %d", P->rounds, MAX_ROUNDS);
+	cur = opt.quick ? quick : full;
+	if (ov.n_procs) {
+		memcpy(cur.procs, ov.procs, sizeof(cur.procs));
+		cur.n_procs = ov.n_procs;
+	}
+	if (ov.rounds)
+		cur.rounds = ov.rounds;
+	P = &cur;
 	if (tlm_model_generate(&model, &model_cfg, TLM_DEMO_SEED, err, sizeof(err)))
 		die("serve: model: %s", err);
 	page_bytes = (size_t)BT * model.cfg.n_layers * 2 * model.kv_dim * sizeof(float);
 	describe();
 	for (w = 0; w < W_N; w++) {
+		if (ov.workloads && !(ov.workloads & (1u << w)))
+			continue;
 		for (k = 0; k < P->n_procs; k++) {
 			int nprocs = P->procs[k], r;
 			struct acc a[C_N];
