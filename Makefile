@@ -60,6 +60,7 @@ KERNEL_SRC := $(sort $(wildcard kernels/*.c))
 UNIT_SRC   := $(sort $(wildcard tests/unit/*.c))
 INTEG_SRC  := $(sort $(wildcard tests/integration/*.c))
 GPU_SRC    := $(sort $(wildcard tests/gpu/*.c))
+HELPER_SRC := $(sort $(wildcard tests/helpers/*.c))
 TESTLIB_SRC:= $(sort $(wildcard tests/lib/*.c))
 
 SHM_OBJ    := $(SHM_SRC:%.c=$(BUILD)/%.o)
@@ -81,6 +82,8 @@ BENCH_OBJ  := $(BENCH_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%)
 INTEG_BIN  := $(INTEG_SRC:tests/integration/%.c=$(BUILD)/tests/integration/%)
 GPU_BIN    := $(GPU_SRC:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
+# Programs the Python suites run (tests/helpers/; never run as tests).
+HELPER_BIN := $(HELPER_SRC:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
 
 # Fuzz targets (libFuzzer): tests/fuzz/<target>.c, linked with the shm and
 # daemon objects built again with clang, coverage and ASan+UBSan in their
@@ -101,16 +104,27 @@ FUZZ_CFLAGS  := -std=gnu11 -g -O1 -Wall -Wextra -Werror -MMD -MP -D_GNU_SOURCE \
 		-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
 
 .SECONDARY:
-.PHONY: all deps run test test-asan test-tsan check bench clean fuzz fuzz-build
-all: $(KVCACHED) $(LIBA) $(LIBSO) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN) $(GPU_BIN)
+.PHONY: all deps deps-run run tools test test-asan test-tsan check bench clean fuzz fuzz-build
+all: $(KVCACHED) $(LIBA) $(LIBSO) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN) $(GPU_BIN) $(HELPER_BIN)
 
+# Every package: what `make test` and the benchmarks need too.
 deps:
 	$(Q)./tools/install-deps
 
-# Foreground daemon on the default socket and a host pool.
-run: deps
-	$(Q)$(MAKE) --no-print-directory all
+# Only what building and running the daemon and its tools needs.
+deps-run:
+	$(Q)./tools/install-deps run
+
+# Foreground daemon on the default socket and a host pool: the packages
+# running needs and the daemon alone, built in parallel (no tests, no
+# libraries or tools it does not link). kvstat and kvdemo: `make tools`.
+run: deps-run
+	$(Q)$(MAKE) --no-print-directory -j$(NPROC) $(KVCACHED)
 	$(Q)exec $(KVCACHED) --foreground $(ARGS)
+
+# What one runs next to the daemon: kvstat, kvdemo and libkvclient.
+tools: deps-run
+	$(Q)$(MAKE) --no-print-directory -j$(NPROC) $(BUILD)/kvstat $(KVDEMO) $(LIBSO)
 
 # The plain build and the ASan+UBSan build run the same suites, so every
 # run of CI also runs the sanitizers.
@@ -141,9 +155,11 @@ test-asan: deps
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) SAN=asan BUILD=build-asan all
 	$(Q)BUILDS=build-asan ./tests/run-tests
 
+# TSan runs several times slower: kvbench's smoke run needs more than the
+# default 120 s per binary on a loaded 2-core machine.
 test-tsan: deps
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) SAN=tsan BUILD=build-tsan all
-	$(Q)BUILDS=build-tsan ./tests/run-tests
+	$(Q)BUILDS=build-tsan KVT_TIMEOUT=$${KVT_TIMEOUT:-300} ./tests/run-tests
 
 # The crash storm's long form (issue #8) against the plain build:
 # STORM_KILLS client SIGKILLs, a daemon SIGKILL and restart every 200.
@@ -177,7 +193,11 @@ $(FUZZ_BUILD)/%.o: %.c
 
 $(FUZZ_BIN): $(FUZZ_BUILD)/%: $(FUZZ_BUILD)/tests/fuzz/%.o $(FUZZ_LIB_OBJ)
 	$(E) "  LD      $@"
-	$(Q)$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -pthread -o $@ $^ $(DAEMON_LIBS) -ldl
+	$(Q)$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -pthread -o $@ $^ $(DAEMON_LIBS) -ldl $(FUZZ_LIBS)
+
+# The events target decodes what it encodes with msgpack-c's unpacker (the
+# daemon itself uses only the header-only packer and dlopen()s libzmq).
+$(FUZZ_BUILD)/events: FUZZ_LIBS := -lmsgpackc
 
 $(BUILD)/%.o: %.c
 	$(E) "  CC      $<"
@@ -211,12 +231,21 @@ $(BUILD)/kvbench: TOOL_LIBS := -lhiredis -lmemcached -luring
 # Unit tests reach internals through the objects (jemalloc's JET idea).
 $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(SHM_OBJ) $(DAEMON_LIB) $(KERNEL_OBJ)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(DAEMON_LIBS) -ldl
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(DAEMON_LIBS) -ldl $(TEST_LIBS)
 
 # Integration tests drive the real daemon through the real library.
 $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o $(TESTLIB_OBJ) $(LIBA)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -ldl
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -ldl $(TEST_LIBS)
+
+# KV events (daemon/events.c): the tests subscribe with libzmq and decode
+# with msgpack-c; the daemon links neither.
+$(BUILD)/tests/unit/events: TEST_LIBS := -lmsgpackc
+$(BUILD)/tests/integration/events: TEST_LIBS := -lzmq -lmsgpackc
+
+$(HELPER_BIN): $(BUILD)/tests/helpers/%: $(BUILD)/tests/helpers/%.o $(TESTLIB_OBJ) $(LIBA)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ldl
 
 $(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(TESTLIB_OBJ) $(LIBA)
 	$(E) "  LD      $@"
@@ -242,6 +271,27 @@ $(BUILD)/kernels/fatbin.c: $(BUILD)/kernels/page_copy.fatbin
 $(BUILD)/kernels/fatbin.o: $(BUILD)/kernels/fatbin.c
 	$(E) "  CC      $<"
 	$(Q)$(CC) $(filter-out -Werror -MMD -MP,$(CFLAGS)) -c -o $@ $<
+
+# The programs the docs quote (tools/examples/), built against the library
+# the way a user's program is; tests/integration/examples runs them.
+EXAMPLE_SRC := $(sort $(wildcard tools/examples/*.c))
+EXAMPLES    := $(EXAMPLE_SRC:tools/examples/%.c=$(BUILD)/examples/%)
+all: $(EXAMPLES)
+$(EXAMPLES): $(BUILD)/examples/%: tools/examples/%.c $(LIBA)
+	$(E) "  CC      $<"
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -Ilibclient -o $@ $< $(LIBA) $(LDFLAGS) -ldl
+
+# Manual pages (man/NAME.SECTION.in): `all` stamps them with the version
+# into $(BUILD)/man/ (the docs test lints them there); `make install`
+# stamps them again with its own paths.
+MAN_SRC := $(sort $(wildcard man/*.in))
+MANS    := $(MAN_SRC:man/%.in=$(BUILD)/man/%)
+all: $(MANS)
+$(MANS): $(BUILD)/man/%: man/%.in libclient/kvclient.h
+	$(E) "  GEN     $@"
+	$(Q)mkdir -p $(@D)
+	$(Q)$(SUBST) $< >$@.tmp && mv $@.tmp $@
 
 # kvbench-gpu and kvbench's gpu mode share the measurement (gpucopy.c).
 $(BUILD)/kvbench-gpu: $(BUILD)/tools/bench/gpucopy.o
@@ -276,13 +326,26 @@ $(BUILD)/tests/unit/tinylm $(BUILD)/tests/unit/group: $(BUILD)/tests/unit/%: $(B
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm
 
+# The Python binding (libclient/python/kvclient) builds nothing: it loads
+# libkvclient.so with ctypes. Its tests (tests/python/test_*.py, run by
+# tests/run-tests) use small C programs (tests/python/*.c) built here to
+# write and check pages from C.
+PYTEST_SRC := $(sort $(wildcard tests/python/*.c))
+PYTEST_BIN := $(PYTEST_SRC:tests/python/%.c=$(BUILD)/tests/python/%)
+all: $(PYTEST_BIN)
+
+$(PYTEST_BIN): $(BUILD)/tests/python/%: $(BUILD)/tests/python/%.o $(TESTLIB_OBJ) $(LIBA)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ldl
+
 clean:
 	rm -rf build build-asan build-tsan $(FUZZ_BUILD)
 
 # `make install [PREFIX=/usr] [DESTDIR=/tmp/stage]`: programs, libkvclient
-# (shared with its soname links, static, header, pkg-config), the systemd
-# unit and sysusers.d file, and the example config, which becomes
-# $(SYSCONFDIR)/kvcached/kvcached.conf only if there is none yet.
+# (shared with its soname links, static, header, pkg-config), the manual
+# pages, the systemd unit and sysusers.d file, the example config, which
+# becomes $(SYSCONFDIR)/kvcached/kvcached.conf only if there is none yet,
+# and the Python package kvclient (in PYTHONDIR, below).
 BINDIR      ?= $(PREFIX)/bin
 LIBDIR      ?= $(PREFIX)/lib
 INCLUDEDIR  ?= $(PREFIX)/include
@@ -290,10 +353,25 @@ PKGCONFIGDIR?= $(LIBDIR)/pkgconfig
 UNITDIR     ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 DOCDIR      ?= $(PREFIX)/share/doc/kvcached
+MANDIR      ?= $(PREFIX)/share/man
 SYSCONFDIR  ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
-KVC_VERSION := $(shell sed -n 's/^.define KVC_VERSION_STRING "\(.*\)"/\1/p' libclient/kvclient.h)
+# The one version, from libclient/kvclient.h's KVC_VERSION_MAJOR/MINOR/PATCH.
+kvc_ver_part = $(shell sed -n 's/^\#define KVC_VERSION_$(1) \([0-9][0-9]*\)$$/\1/p' libclient/kvclient.h)
+KVC_VERSION := $(call kvc_ver_part,MAJOR).$(call kvc_ver_part,MINOR).$(call kvc_ver_part,PATCH)
 LIBREAL     := libkvclient.so.$(KVC_VERSION)
 INSTALL     ?= install
+# The Python package goes where the distribution's python3 looks: for
+# PREFIX=/usr Debian's $(PREFIX)/lib/python3/dist-packages (any Python 3),
+# else the interpreter's own folder under PREFIX (on Debian
+# /usr/local/lib/python3.X/dist-packages), else its site-packages there.
+# Evaluated by install only: `make` and `make run` need no Python.
+PYTHON      ?= $(firstword $(wildcard /usr/bin/python3) python3)
+PY_PKG      := $(sort $(wildcard libclient/python/kvclient/*.py)) libclient/python/kvclient/py.typed
+PYTHONDIR   ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(shell \
+	$(PYTHON) -c 'import sys, sysconfig; p = sys.argv[1].rstrip("/"); \
+	d = [x for x in sys.path if x.startswith(p + "/lib/python") and x.endswith("-packages")]; \
+	print(d[0] if d else sysconfig.get_path("purelib", "posix_prefix", {"base": p, "platbase": p}))' \
+	$(PREFIX) 2>/dev/null || echo $(PREFIX)/lib/python3/dist-packages))
 SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BINDIR@|$(BINDIR)|g' \
 	    -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
 	    -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' \
@@ -320,6 +398,19 @@ install: all
 	$(Q)$(INSTALL) -m 0644 daemon/kvcached.sysusers $(DESTDIR)$(SYSUSERSDIR)/kvcached.conf
 	$(Q)$(INSTALL) -m 0644 $(BUILD)/install/kvcached.conf $(DESTDIR)$(DOCDIR)/kvcached.conf.example
 	$(Q)$(INSTALL) -m 0644 docs/INSTALL.md $(DESTDIR)$(DOCDIR)/INSTALL.md
+	$(Q)mkdir -p $(BUILD)/install/man
+	$(Q)for m in $(notdir $(MAN_SRC:%.in=%)); do \
+		sec=$${m##*.}; \
+		$(SUBST) man/$$m.in >$(BUILD)/install/man/$$m && \
+		$(INSTALL) -d $(DESTDIR)$(MANDIR)/man$$sec && \
+		$(INSTALL) -m 0644 $(BUILD)/install/man/$$m $(DESTDIR)$(MANDIR)/man$$sec/$$m || exit 1; \
+	done
+	$(Q)pydir='$(PYTHONDIR)'; $(INSTALL) -d "$(DESTDIR)$$pydir/kvclient" && \
+		$(INSTALL) -m 0644 $(PY_PKG) "$(DESTDIR)$$pydir/kvclient/" && \
+		printf '# Written by make install: where it put libkvclient.\nLIBDIR = "%s"\n' \
+			'$(LIBDIR)' >"$(DESTDIR)$$pydir/kvclient/_installed.py" && \
+		chmod 0644 "$(DESTDIR)$$pydir/kvclient/_installed.py"
+	$(Q)$(INSTALL) -m 0644 docs/PYTHON.md $(DESTDIR)$(DOCDIR)/PYTHON.md
 	$(Q)if [ -e $(DESTDIR)$(SYSCONFDIR)/kvcached/kvcached.conf ]; then \
 		echo "  KEEP    $(DESTDIR)$(SYSCONFDIR)/kvcached/kvcached.conf (exists; new example in $(DESTDIR)$(DOCDIR))"; \
 	else \
@@ -333,7 +424,13 @@ uninstall:
 		$(addprefix $(DESTDIR)$(LIBDIR)/,$(LIBREAL) $(SONAME) libkvclient.so libkvclient.a) \
 		$(DESTDIR)$(INCLUDEDIR)/kvclient.h $(DESTDIR)$(PKGCONFIGDIR)/kvclient.pc \
 		$(DESTDIR)$(UNITDIR)/kvcached.service $(DESTDIR)$(SYSUSERSDIR)/kvcached.conf \
-		$(DESTDIR)$(DOCDIR)/kvcached.conf.example $(DESTDIR)$(DOCDIR)/INSTALL.md
+		$(DESTDIR)$(DOCDIR)/kvcached.conf.example $(DESTDIR)$(DOCDIR)/INSTALL.md \
+		$(foreach m,$(notdir $(MAN_SRC:%.in=%)),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(m)) \
+		$(DESTDIR)$(DOCDIR)/PYTHON.md
+	pydir='$(PYTHONDIR)'; rm -f $(addprefix "$(DESTDIR)$$pydir/kvclient/",$(notdir $(PY_PKG))) \
+		"$(DESTDIR)$$pydir/kvclient/_installed.py" && \
+		rm -rf "$(DESTDIR)$$pydir/kvclient/__pycache__" && \
+		{ rmdir "$(DESTDIR)$$pydir/kvclient" 2>/dev/null || true; }
 	-rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null
 
 -include $(shell find $(BUILD) $(FUZZ_BUILD) -name '*.d' 2>/dev/null)

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../shm/page.h"
+#include "events.h"
 #include "kvd.h"
 #include "log.h"
 #include "spill.h"
@@ -256,6 +257,7 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		kvd_spill_unindex(d, pub.key, pub.parent, tokens, c->ns_id);
 		st = kvshm_page_publish(d->h, pub.page, pub.gen, kvd_owner(c), pub.key,
 					pub.parent, tokens, &res[i].page, &res[i].gen);
+		kvd_events_published(d, pub.page, st);
 		res[i].status = st;
 		/* Published, shared or refused: the page is no longer ours. */
 		c->writing--;

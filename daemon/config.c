@@ -20,6 +20,7 @@
 #include "../shm/proto.h"
 #include "../shm/segment.h"
 #include "config.h"
+#include "events.h"
 #include "log.h"
 #include "memcheck.h"
 
@@ -44,6 +45,10 @@ void kvd_config_defaults(struct kvd_config *cfg)
 	cfg->hugepages = KVD_HUGE_AUTO;
 	cfg->log_level = KVD_LOG_INFO;
 	cfg->spill_size = 16ull << 30;
+	strcpy(cfg->kv_events_topic, "kv@{host}@{model}");
+	cfg->kv_events_buffer = 10000;
+	cfg->kv_events_hwm = 10000;
+	cfg->kv_events_stall_ms = 1000;
 	/* Our own user, and root: root can read any process's memory
 	 * anyway, and `sudo kvstat` should simply work. */
 	cfg->allow_uid[0] = geteuid();
@@ -94,6 +99,24 @@ void kvd_config_usage(FILE *f)
 "                         pread/pwrite on worker threads)\n"
 "  --metrics-listen IP:PORT  serve Prometheus /metrics over HTTP there\n"
 "                         (default off; e.g. 127.0.0.1:9464)\n"
+"  --kv-events ENDPOINT   publish KV events for cluster routers (vLLM's\n"
+"                         format, docs/EVENTS.md) on a ZMQ PUB socket, e.g.\n"
+"                         tcp://*:5557 or ipc:///run/kvcached/events\n"
+"                         (default off; libzmq is loaded only then)\n"
+"  --kv-events-replay ENDPOINT  ROUTER socket that resends buffered batches\n"
+"                         from a requested sequence number (default off)\n"
+"  --kv-events-buffer N   batches kept for replay (default 10000)\n"
+"  --kv-events-topic T    (default kv@{host}@{model}) topic of a namespace's\n"
+"                         batches; {host} and {model} are replaced\n"
+"  --kv-events-hash uint64|int64|bytes  (default uint64) block hash form:\n"
+"                         as vLLM sends it, signed (Dynamo), the 16-byte key\n"
+"  --kv-events-hwm N      (default 10000) batches queued per subscriber;\n"
+"                         more are dropped and counted\n"
+"  --kv-events-stall-ms N  (default 1000) how long one subscriber's full\n"
+"                         queue may drop every batch before it alone loses\n"
+"                         them (0: never)\n"
+"  --kv-events-mode bind|connect  (default bind) bind the endpoint, or\n"
+"                         connect to a subscriber that binds\n"
 "  --foreground           run in the foreground (kvcached never forks;\n"
 "                         accepted for scripts that pass it)\n"
 "  --help, --version\n");
@@ -139,6 +162,27 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out, int
 	if (errno || *end || v < lo || v > hi)
 		return -EINVAL;
 	*out = (uint32_t)v;
+	return 0;
+}
+
+int kvd_endpoint_check(const char *s)
+{
+	bool tcp = !strncmp(s, "tcp://", 6);
+	const char *rest = s + 6, *colon;
+	uint32_t port;
+	size_t i;
+
+	if ((!tcp && strncmp(s, "ipc://", 6)) || !*rest || strlen(s) >= KVD_ENDPOINT)
+		return -EINVAL;
+	for (i = 0; s[i]; i++)
+		if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f)
+			return -EINVAL;
+	if (!tcp)
+		return 0;
+	/* HOST:PORT, HOST may be * or [v6]. */
+	colon = strrchr(rest, ':');
+	if (!colon || colon == rest || parse_u32(colon + 1, 0, 65535, &port, 10))
+		return -EINVAL;
 	return 0;
 }
 
@@ -360,6 +404,43 @@ int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 				BAD("must be IP:PORT, e.g. 127.0.0.1:9464 or [::1]:9464");
 			strcpy(cfg->metrics_listen, val);
 		}
+	} else if (!strcmp(key, "kv-events") || !strcmp(key, "kv-events-replay")) {
+		char *dst = key[9] ? cfg->kv_events_replay : cfg->kv_events;
+
+		if (*val && kvd_endpoint_check(val))
+			BAD("must be a ZMQ endpoint tcp://HOST:PORT or ipc://PATH (printable, under 256 bytes)");
+		strcpy(dst, val);
+	} else if (!strcmp(key, "kv-events-topic")) {
+		const char *why = NULL;
+
+		if (kvd_events_topic_check(val, &why))
+			BAD(why);
+		strcpy(cfg->kv_events_topic, val);
+	} else if (!strcmp(key, "kv-events-buffer")) {
+		if (parse_u32(val, 0, 1000000, &cfg->kv_events_buffer, 10))
+			BAD("must be 0..1000000 batches");
+	} else if (!strcmp(key, "kv-events-hwm")) {
+		if (parse_u32(val, 1, 1000000, &cfg->kv_events_hwm, 10))
+			BAD("must be 1..1000000 batches");
+	} else if (!strcmp(key, "kv-events-stall-ms")) {
+		if (parse_u32(val, 0, 3600000, &cfg->kv_events_stall_ms, 10))
+			BAD("must be 0..3600000 ms");
+	} else if (!strcmp(key, "kv-events-hash")) {
+		if (!strcmp(val, "uint64"))
+			cfg->kv_events_hash = KVD_EVENTS_HASH_UINT64;
+		else if (!strcmp(val, "int64"))
+			cfg->kv_events_hash = KVD_EVENTS_HASH_INT64;
+		else if (!strcmp(val, "bytes"))
+			cfg->kv_events_hash = KVD_EVENTS_HASH_BYTES;
+		else
+			BAD("must be uint64, int64 or bytes");
+	} else if (!strcmp(key, "kv-events-mode")) {
+		if (!strcmp(val, "bind"))
+			cfg->kv_events_connect = false;
+		else if (!strcmp(val, "connect"))
+			cfg->kv_events_connect = true;
+		else
+			BAD("must be bind or connect");
 	} else if (!strcmp(key, "allow-users")) {
 		return parse_ids(val, true, cfg, where);
 	} else if (!strcmp(key, "allow-groups")) {
@@ -379,9 +460,11 @@ int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 static bool known_key(const char *key)
 {
 	static const char *const keys[] = {
-		"allow-groups", "allow-users", "block-tokens", "foreground", "gpu", "hello-timeout-ms",
-		"high-watermark", "hugepages", "log-level", "low-watermark", "max-clients",
-		"max-per-process", "max-pins", "max-share",
+		"allow-groups", "allow-users", "block-tokens", "foreground", "gpu",
+		"hello-timeout-ms", "high-watermark", "hugepages", "kv-events",
+		"kv-events-buffer", "kv-events-hash", "kv-events-hwm", "kv-events-mode",
+		"kv-events-replay", "kv-events-stall-ms", "kv-events-topic", "log-level",
+		"low-watermark", "max-clients", "max-per-process", "max-pins", "max-share",
 		"metrics-listen", "page-size", "pool", "pool-size", "socket", "socket-mode",
 		"spill-dir", "spill-io", "spill-size", "tick-ms",
 	};
@@ -526,6 +609,16 @@ int kvd_config_check(struct kvd_config *cfg)
 	if (cfg->high_watermark < cfg->low_watermark) {
 		fprintf(stderr, "kvcached: high-watermark %u: below low-watermark %u\n",
 			cfg->high_watermark, cfg->low_watermark);
+		return -1;
+	}
+	if (cfg->kv_events_replay[0] && !cfg->kv_events[0]) {
+		fprintf(stderr, "kvcached: kv-events-replay %s: needs kv-events (the PUB endpoint)\n",
+			cfg->kv_events_replay);
+		return -1;
+	}
+	if (cfg->kv_events_replay[0] && !strcmp(cfg->kv_events_replay, cfg->kv_events)) {
+		fprintf(stderr, "kvcached: kv-events-replay %s: the same endpoint as kv-events\n",
+			cfg->kv_events_replay);
 		return -1;
 	}
 	return 0;

@@ -12,10 +12,23 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
-#define KVD_VERSION "0.1.0"
+#include "../libclient/kvclient.h"
+
+/* One version for everything: kvclient.h's (the Makefile reads it there). */
+#define KVD_VERSION KVC_VERSION_STRING
 #define KVD_MAX_ALLOW 32
 
 enum kvd_hugepages { KVD_HUGE_AUTO, KVD_HUGE_ON, KVD_HUGE_OFF };
+
+/* How KV events write a block hash (docs/EVENTS.md). */
+enum kvd_events_hash {
+	KVD_EVENTS_HASH_UINT64,		/* vLLM's int form: 0 .. 2^64-1 */
+	KVD_EVENTS_HASH_INT64,		/* the same bits as a signed 64-bit int */
+	KVD_EVENTS_HASH_BYTES,		/* the 16-byte key, big-endian */
+};
+
+#define KVD_ENDPOINT 256		/* ZMQ endpoint bytes, NUL included */
+#define KVD_TOPIC 128			/* topic template bytes, NUL included */
 
 struct kvd_config {
 	char socket[108];
@@ -47,6 +60,15 @@ struct kvd_config {
 	int spill_io;			/* enum kvd_sio_kind: auto, uring, threads */
 	char metrics_listen[64];		/* as given; empty = off */
 	struct sockaddr_storage metrics_addr;	/* parsed */
+	/* KV events for cluster routers (events.c); empty: none. */
+	char kv_events[KVD_ENDPOINT];		/* PUB endpoint */
+	char kv_events_replay[KVD_ENDPOINT];	/* ROUTER endpoint, or empty */
+	char kv_events_topic[KVD_TOPIC];	/* template: {host}, {model} */
+	uint32_t kv_events_buffer;		/* batches kept for replay */
+	uint32_t kv_events_hwm;			/* ZMQ_SNDHWM, batches */
+	uint32_t kv_events_stall_ms;		/* full queue tolerated; 0: ever */
+	int kv_events_hash;			/* enum kvd_events_hash */
+	bool kv_events_connect;			/* connect the PUB, not bind */
 };
 
 /* Defaults: see kvd_config_usage(). */
@@ -82,6 +104,10 @@ int kvd_config_check(struct kvd_config *cfg);
 
 /* Parse "127.0.0.1:9464" or "[::1]:9464" (IP literals only): 0 or -EINVAL. */
 int kvd_parse_listen(const char *s, struct sockaddr_storage *out);
+
+/* A ZMQ endpoint kvcached takes: tcp://HOST:PORT or ipc://PATH, printable,
+ * under KVD_ENDPOINT bytes: 0 or -EINVAL. */
+int kvd_endpoint_check(const char *s);
 
 /* Parse "4G", "512MiB", "65536": 0 or -EINVAL. */
 int kvd_parse_size(const char *s, uint64_t *out);

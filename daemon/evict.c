@@ -15,6 +15,7 @@
  * free pages, synchronously before it answers.
  */
 #include "../shm/page.h"
+#include "events.h"
 #include "kvd.h"
 #include "log.h"
 #include <stdlib.h>
@@ -91,8 +92,10 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 			    KVSHM_PAGE_EVICTING) {
 				/* To the spill tier (free when its write is
 				 * done), or plainly. */
-				if (!kvd_spill_page(d, batch[i]))
+				if (!kvd_spill_page(d, batch[i])) {
+					kvd_events_page_gone(d, batch[i]);
 					kvshm_page_evict_finish(d->h, batch[i]);
+				}
 				freed++;
 			} else {
 				backed++;
@@ -143,6 +146,7 @@ uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id)
 		else if (st != KVSHM_PAGE_FREE)
 			left++;
 	}
+	kvd_events_ns_cleared(d, ns_id);
 	return left;
 }
 
@@ -199,6 +203,7 @@ static void on_holes(uint32_t first, uint32_t n, void *arg)
 		d->damaged[p] = 1;
 		if (st == KVSHM_PAGE_WRITING)
 			continue;
+		kvd_events_page_gone(d, p);
 		if (!kvshm_index_remove(d->h, pages[p].key, p))
 			kvd_stat_add(&kvshm_stats(d->h)->index_entries, -1);
 		if (kvd_spill_cancel(d, p))

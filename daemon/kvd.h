@@ -7,7 +7,9 @@
  * only writer of the shared segment, which is what lets the index and page
  * table be read by clients with no lock at all. (One helper thread exists
  * for a while after start: it pre-faults pool memory and touches nothing
- * else; see pool_host.c.)
+ * else; see pool_host.c. With --kv-events, libzmq's I/O thread moves the
+ * event batches from its queues to the network; it never sees the
+ * segment; see events.c.)
  */
 #ifndef KVD_H
 #define KVD_H
@@ -23,6 +25,11 @@
 #include "config.h"
 #include "memfd.h"
 #include "pool.h"
+
+/* Namespace rows the daemon keeps (the segment's max_ns). */
+#define KVD_MAX_NS 64
+/* Ledger counters folded into per-namespace statistics (nsstat.c). */
+#define KVD_NS_FOLD 6
 
 struct kvd_client {
 	bool used;
@@ -45,6 +52,10 @@ struct kvd_client {
 	uint32_t nslots;	/* our own record of the ledger's size */
 	uint64_t ring_seen;
 	uint64_t hit_seen;	/* hit ring records consumed */
+	/* nsstat.c: this client's ledger counters already added to its
+	 * namespace's statistics; drop.c: d->ticks + 1 at its last DROP. */
+	uint64_t ns_seen[KVD_NS_FOLD];
+	uint64_t drop_tick;
 
 	/* Framing: one message at a time is read into `in`. */
 	uint8_t *in;
@@ -82,6 +93,7 @@ struct kvd {
 	uint32_t evict_backoff;
 	struct kvd_metrics *metrics;	/* /metrics server, or NULL */
 	struct kvd_spill *spill;	/* spill tier (spill.c), or NULL */
+	struct kvd_events *events;	/* KV events (events.c), or NULL */
 	uint64_t watchdog_usec;		/* 0: no systemd watchdog */
 	uint64_t watchdog_last;		/* CLOCK_MONOTONIC usec of the last ping */
 
@@ -89,6 +101,10 @@ struct kvd {
 	uint64_t gone_lookups, gone_hits, gone_misses, gone_pinfail;
 	uint64_t gone_lookup_tokens, gone_hit_tokens;
 
+	/* nsstat.c: the sweep counting each namespace's READY pages, a
+	 * slice of the page table per tick: where it is, counts so far. */
+	uint32_t ns_sweep_at;
+	uint32_t ns_sweep_pages[KVD_MAX_NS];
 	/* Single flight (flight.c): writers (owner ids) whose waiters to
 	 * wake once the message being handled is done; all of them when
 	 * more were noted than fit. Wait counters of clients that left. */
@@ -104,6 +120,7 @@ enum {
 	KVD_EV_SIGNAL,
 	KVD_EV_TIMER,
 	KVD_EV_SPILL,
+	KVD_EV_EVENTS,
 	KVD_EV_CLIENT = 16,		/* + client id (max-clients <= 4096) */
 	KVD_EV_PIDFD = 16 + 8192,	/* + client id */
 };
@@ -243,5 +260,27 @@ uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id);
 /* Drain access rings, drop punched-out pages, then evict down to the
  * watermarks. */
 void kvd_evict_tick(struct kvd *d);
+
+/* nsstat.c: per-namespace statistics, and resetting all the counters. */
+/* On the tick: fold the live clients' new ledger counts into their
+ * namespaces' statistics, count clients, sweep a slice of the pages. */
+void kvd_nsstat_tick(struct kvd *d);
+/* A client leaves: fold what it counted since the last tick. */
+void kvd_nsstat_retire(struct kvd *d, struct kvd_client *c);
+/* Zero row ns_id's statistics (before the row is written for a
+ * namespace). */
+void kvd_nsstat_clear(struct kvd *d, uint32_t ns_id);
+/* Zero every counter: daemon-wide, per namespace, the top-prefix sketch. */
+void kvd_stats_reset(struct kvd *d);
+/* RESET from c (before HELLO): reset if c is root or the daemon's own
+ * user, else refuse. Always ends c's connection: returns -1. */
+int kvd_nsstat_reset_req(struct kvd *d, struct kvd_client *c, uint32_t seq, const void *p);
+
+/* drop.c: DROP from c: evict every unpinned block of c's namespace (pool
+ * pages and spill slots). Returns 0, or -1 if c was dropped. */
+int kvd_drop_ns(struct kvd *d, struct kvd_client *c, uint32_t seq, const void *p);
+
+/* top.c: empty the top-prefix sketch (a reset of the statistics). */
+void kvd_top_reset(struct kvd *d);
 
 #endif

@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include "events.h"
 #include "kvd.h"
 #include "log.h"
 #include "memcheck.h"
@@ -39,7 +40,7 @@ static int segment_open(struct kvd *d)
 	/* Room for both tiers: a block is indexed once, page or slot. */
 	geo.n_buckets = kvshm_buckets_for((uint64_t)geo.n_pages + geo.n_slots);
 	geo.max_clients = d->cfg.max_clients;
-	geo.max_ns = 64;
+	geo.max_ns = KVD_MAX_NS;
 	geo.ledger_slots = d->cfg.max_pins;
 	if (kvshm_layout(&h, &geo)) {
 		kvd_err("segment: geometry out of range");
@@ -144,11 +145,14 @@ int main(int argc, char **argv)
 	if (kvd_pool_open(&d.pool, &d.cfg, (uint64_t)d.h->geo.n_pages * d.cfg.page_size,
 			  d.cfg.page_size))
 		goto out;
+	/* Before the spill tier: its warm restart announces what it finds. */
+	if (kvd_events_open(&d))
+		goto out;
 	if (kvd_spill_open(&d))
 		goto out;
 	if (kvd_server_open(&d))
 		goto out;
-	kvd_info("ready: socket %s, %u pages of %llu bytes, %u-token blocks, %u index buckets, segment %llu bytes",
+	kvd_info("ready: socket %s, %u KV pages of %llu bytes (page-size), %u-token blocks, %u index buckets, segment %llu bytes",
 		 d.cfg.socket, d.h->geo.n_pages, (unsigned long long)d.h->geo.page_bytes,
 		 d.h->geo.block_tokens, d.h->geo.n_buckets,
 		 (unsigned long long)d.h->segment_bytes);
@@ -189,6 +193,7 @@ int main(int argc, char **argv)
 out:
 	kvd_metrics_stop(d.metrics);
 	kvd_server_close(&d);
+	kvd_events_close(&d);
 	kvd_spill_close(&d);
 	kvd_pool_close(&d.pool);
 	kvd_memfd_close(&d.seg);

@@ -38,9 +38,12 @@ int kvd_pool_host_open(struct kvd_pool *p, uint64_t bytes, enum kvd_hugepages mo
 					(unsigned long long)bytes, strerror(-rc));
 				return rc;
 			}
-			kvd_info("pool: no hugetlb pages for %llu bytes (%s); using normal pages with transparent-hugepage advice",
-				 (unsigned long long)bytes,
-				 bytes % HUGE_2M ? "size not a multiple of 2M" : strerror(-rc));
+			/* Not an error: the normal case on a host that
+			 * reserved none. Said as such. */
+			kvd_info("pool: hugepages = auto: using normal memory (transparent huge pages advised) because %s; that is fine (reserve hugetlb pages in /proc/sys/vm/nr_hugepages for fewer TLB misses, or set hugepages = off to skip the try)",
+				 bytes % HUGE_2M ? "the pool size is not a multiple of 2 MiB" :
+				 rc == -ENOSPC || rc == -ENOMEM ? "no hugetlb pages are reserved for it" :
+				 strerror(-rc));
 		}
 	}
 	if (rc) {
@@ -58,8 +61,9 @@ int kvd_pool_host_open(struct kvd_pool *p, uint64_t bytes, enum kvd_hugepages mo
 		kvd_memfd_close(&p->mem);
 		return rc;
 	}
-	kvd_info("pool: host, %llu bytes, %s pages", (unsigned long long)bytes,
-		 p->mem.huge ? "2 MiB hugetlb" : "4 KiB");
+	/* The kernel's memory pages, not the pool's KV pages (page-size). */
+	kvd_info("pool: host memory, %llu bytes, backed by %s memory pages", (unsigned long long)bytes,
+		 p->mem.huge ? "2 MiB hugetlb" : "4 KiB (or transparent huge)");
 	return 0;
 }
 

@@ -85,6 +85,7 @@ int kvd_registry_ns(struct kvd *d, const struct kvshm_ns *want, bool may_reclaim
 			return (int)i;
 	}
 	if (i < d->h->geo.max_ns) {
+		kvd_nsstat_clear(d, i);
 		ns_write(&t[i], want);
 		kvd_info("namespace %u: %s, %u layers x %u kv heads x %u head dim, %u-byte dtype, %llu-byte pages",
 			 i, want->model, want->layers, want->kv_heads, want->head_dim,
@@ -97,6 +98,7 @@ int kvd_registry_ns(struct kvd *d, const struct kvshm_ns *want, bool may_reclaim
 	kvd_info("namespace %d: %s replaces %s, which had no clients (its pages evicted)",
 		 idle, want->model, t[idle].model);
 	atomic_store_explicit(&t[idle].used, 0, memory_order_release);
+	kvd_nsstat_clear(d, (uint32_t)idle);
 	ns_write(&t[idle], want);
 	return idle;
 }
@@ -137,6 +139,23 @@ int kvd_registry_stat(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		kvd_debug("client %u (pid %d): STAT reply not delivered", c->id, (int)c->pid);
 	kvd_registry_drop(d, c, "observer served");
 	return -1;
+}
+
+/*
+ * A model whose page fills at most half of a pool page leaves the rest of
+ * every page it takes unused. It is attached anyway (one daemon serves
+ * models of different sizes, e.g. a draft model beside its target, and a
+ * refusal would force a daemon and a pool per size); the log says so here,
+ * the library copies the same sentence into the client's errbuf, and
+ * kvstat shows each namespace's share of the page and the bytes wasted.
+ */
+static void hello_page_waste(const struct kvd *d, const struct kvd_client *c,
+			     const struct kvshm_ns *ns)
+{
+	char msg[300];
+
+	if (kvproto_page_waste(msg, sizeof(msg), ns->model, ns->page_bytes, d->h->geo.page_bytes))
+		kvd_warn("client %u (pid %d, %s): %s", c->id, (int)c->pid, c->comm, msg);
 }
 
 static int refuse_hello(struct kvd *d, struct kvd_client *c, uint32_t seq, int err,
@@ -242,6 +261,7 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	kvd_stat_add(&kvshm_stats(d->h)->clients_total, 1);
 	kvd_info("client %u attached: pid %d (%s) uid %u, namespace %u, %u pin slots",
 		 c->id, (int)c->pid, c->comm, c->uid, c->ns_id, nslots);
+	hello_page_waste(d, c, &ns);
 	return 0;
 }
 
@@ -285,6 +305,7 @@ static void retire_counters(struct kvd *d, struct kvd_client *c)
 	d->gone_pinfail += atomic_load_explicit(&l->pin_failures, RELAXED);
 	d->gone_lookup_tokens += atomic_load_explicit(&l->lookup_tokens, RELAXED);
 	d->gone_hit_tokens += atomic_load_explicit(&l->hit_tokens, RELAXED);
+	kvd_nsstat_retire(d, c);
 	kvd_flight_retire(d, c);
 	kvd_top_drain(d, c);
 	atomic_store_explicit(&row->pid, 0, memory_order_release);

@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "closer.h"
+#include "events.h"
 #include "kvd.h"
 #include "spill.h"
 #include "log.h"
@@ -192,7 +193,9 @@ int kvd_server_open(struct kvd *d)
 	    ep_set(d, EPOLL_CTL_ADD, d->sigfd, EPOLLIN, KVD_EV_SIGNAL) ||
 	    ep_set(d, EPOLL_CTL_ADD, d->tfd, EPOLLIN, KVD_EV_TIMER) ||
 	    (kvd_spill_fd(d) >= 0 &&
-	     ep_set(d, EPOLL_CTL_ADD, kvd_spill_fd(d), EPOLLIN, KVD_EV_SPILL))) {
+	     ep_set(d, EPOLL_CTL_ADD, kvd_spill_fd(d), EPOLLIN, KVD_EV_SPILL)) ||
+	    (kvd_events_fd(d) >= 0 &&	/* ZMQ_FD signals edges */
+	     ep_set(d, EPOLL_CTL_ADD, kvd_events_fd(d), EPOLLIN | EPOLLET, KVD_EV_EVENTS))) {
 		kvd_err("epoll: %s", strerror(errno));
 		return -1;
 	}
@@ -460,6 +463,8 @@ int kvd_server_frame(struct kvd *d, struct kvd_client *c, const uint8_t *in)
 	}
 	if (!c->hello && h.type == KVPROTO_STAT)
 		return kvd_registry_stat(d, c, h.seq, p);
+	if (!c->hello && h.type == KVPROTO_RESET)
+		return kvd_nsstat_reset_req(d, c, h.seq, p);
 	if (!c->hello && h.type != KVPROTO_HELLO) {
 		kvd_reply_error(d, c, h.seq, -EPROTO, true, "expected HELLO first");
 		return -1;
@@ -490,6 +495,8 @@ int kvd_server_frame(struct kvd *d, struct kvd_client *c, const uint8_t *in)
 		return kvd_spill_restore(d, c, h.seq, p, h.len);
 	case KVPROTO_POOL:
 		return kvd_registry_pool(d, c, h.seq, p);
+	case KVPROTO_DROP:
+		return kvd_drop_ns(d, c, h.seq, p);
 	default:
 		kvd_reply_error(d, c, h.seq, -EPROTO, true, "message type %u is not a request",
 				h.type);
@@ -649,10 +656,14 @@ int kvd_server_run(struct kvd *d)
 				handle_signal(d);
 			} else if (tag == KVD_EV_SPILL) {
 				kvd_spill_reap(d);
+			} else if (tag == KVD_EV_EVENTS) {
+				kvd_events_service(d);
 			} else if (tag == KVD_EV_TIMER) {
 				if (read(d->tfd, &x, sizeof(x)) == sizeof(x)) {
 					kvd_evict_tick(d);
 					kvd_registry_tick(d);
+					kvd_nsstat_tick(d);
+					kvd_events_tick(d);
 					watchdog(d);
 				}
 			} else if (tag >= KVD_EV_PIDFD && tag - KVD_EV_PIDFD < d->cfg.max_clients) {

@@ -38,6 +38,7 @@
 
 #include "../shm/index.h"
 #include "../shm/page.h"
+#include "events.h"
 #include "kvd.h"
 #include "log.h"
 #include "spill.h"
@@ -228,10 +229,12 @@ static uint32_t slot_get(struct kvd *d)
 			s->ref = 0;
 			continue;
 		}
-		if (s->state == KVSHM_SLOT_SPILLED)
+		if (s->state == KVSHM_SLOT_SPILLED) {
+			kvd_events_slot_gone(d, k);
 			slot_forget(d, k);
-		else
+		} else {
 			backing_drop(d, k);
+		}
 		kvd_stat_add(&st_of(d)->spill_recycled, 1);
 		return sp->freel[--sp->nfree];
 	}
@@ -367,6 +370,7 @@ static void write_done(struct kvd *d, uint32_t idx)
 	if (o->err && !o->cancel)
 		degrade(d, o->err);
 	if (o->err || o->cancel) {
+		kvd_events_page_gone(d, o->page);
 		kvshm_page_evict_finish(d->h, o->page);
 		slot_free(d, o->slot);
 		op_put(sp, idx);
@@ -375,9 +379,11 @@ static void write_done(struct kvd *d, uint32_t idx)
 	shared_set(d, o->slot, KVSHM_SLOT_SPILLED, &p->key, &p->parent, p->ns_id);
 	if (kvshm_page_evict_to_slot(d->h, o->page, o->slot)) {
 		/* Not indexed any more: nothing to keep. */
+		kvd_events_page_gone(d, o->page);
 		kvshm_page_evict_finish(d->h, o->page);
 		slot_free(d, o->slot);
 	} else {
+		kvd_events_spilled(d, o->page, o->slot);
 		kvd_stat_add(&st_of(d)->spills, 1);
 		kvd_stat_add(&st_of(d)->pages_spilled, 1);
 		kvd_stat_add(&st_of(d)->spill_write_bytes, (int64_t)(sp->hdr_bytes + o->len));
@@ -425,6 +431,7 @@ static void read_done(struct kvd *d, uint32_t idx)
 			kvd_warn("spill: slot %u dropped on restore: %s; served as a miss", o->slot,
 				 why);
 			kvd_stat_add(&st_of(d)->spill_dropped, 1);
+			kvd_events_slot_gone(d, o->slot);
 			slot_forget(d, o->slot);
 		} else {
 			/* The copy on disk may be whole: keep it for later. */
@@ -442,6 +449,7 @@ static void read_done(struct kvd *d, uint32_t idx)
 		s->pgen = o->gen;
 		s->ref = 1;
 		sp->backing[o->page] = o->slot + 1;
+		kvd_events_restored(d, o->page, o->slot);
 		kvd_stat_add(&st_of(d)->pages_spilled, -1);
 		kvd_stat_add(&st_of(d)->restores, 1);
 		kvd_stat_add(&st_of(d)->spill_read_bytes, (int64_t)(sp->hdr_bytes + o->len));
@@ -496,6 +504,7 @@ bool kvd_spill_page(struct kvd *d, uint32_t page)
 			/* A clean copy is on disk: no write. */
 			shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0);
 			if (!kvshm_page_evict_to_slot(d->h, page, slot)) {
+				kvd_events_spilled(d, page, slot);
 				kvd_stat_add(&st_of(d)->pages_spilled, 1);
 				kvd_stat_add(&st_of(d)->spill_clean, 1);
 				return true;
@@ -616,8 +625,10 @@ void kvd_spill_unindex(struct kvd *d, struct kvshm_key key, struct kvshm_key par
 
 		if (slot < sp->n && sp->s[slot].state == KVSHM_SLOT_SPILLED &&
 		    e->ns_id == ns_id && kvshm_key_eq(e->parent, parent) &&
-		    kvshm_key_eq(sp->s[slot].tok, tok_hash(sp, tokens, bt)))
+		    kvshm_key_eq(sp->s[slot].tok, tok_hash(sp, tokens, bt))) {
+			kvd_events_slot_gone(d, slot);
 			slot_forget(d, slot);
+		}
 	} else if (loc < d->h->geo.n_pages && sp->page_op[loc]) {
 		const struct kvshm_page *pg = &kvshm_pages(d->h)[loc];
 
@@ -625,6 +636,7 @@ void kvd_spill_unindex(struct kvd *d, struct kvshm_key key, struct kvshm_key par
 		    memcmp(kvshm_tokens(d->h, loc), tokens, (size_t)bt * sizeof(*tokens)))
 			return;
 		sp->ops[sp->page_op[loc] - 1].cancel = true;
+		kvd_events_page_gone(d, loc);
 		if (!kvshm_index_remove(d->h, key, loc))
 			kvd_stat_add(&st_of(d)->index_entries, -1);
 	}
@@ -914,6 +926,7 @@ static void warm_file(struct kvd *d, uint32_t f, uint32_t *good, uint32_t *bad,
 			/* Two copies of a block: the newer one stays. */
 			if (sp->s[have & ~KVSHM_LOC_SLOT].seq > h.seq)
 				continue;
+			kvd_events_slot_gone(d, have & ~KVSHM_LOC_SLOT);
 			slot_forget(d, have & ~KVSHM_LOC_SLOT);
 		}
 		if (kvshm_index_insert(d->h, h.key, KVSHM_LOC_SLOT | slot)) {
@@ -923,6 +936,7 @@ static void warm_file(struct kvd *d, uint32_t f, uint32_t *good, uint32_t *bad,
 		kvd_stat_add(&st_of(d)->index_entries, 1);
 		kvd_stat_add(&st_of(d)->pages_spilled, 1);
 		shared_set(d, slot, KVSHM_SLOT_SPILLED, &h.key, &h.parent, (uint32_t)ns);
+		kvd_events_slot_found(d, slot, (const uint32_t *)(sp->staging + sizeof(h)));
 		sp->s[slot].seq = h.seq;
 		sp->s[slot].tok = tok_hash(sp, (const uint32_t *)(sp->staging + sizeof(h)), bt);
 		if (h.seq > sp->seq)

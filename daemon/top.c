@@ -146,3 +146,19 @@ void kvd_pin_census(struct kvd *d)
 	atomic_store_explicit(&kvshm_stats(d->h)->pages_pinned, pinned, memory_order_relaxed);
 	atomic_store_explicit(&kvshm_stats(d->h)->pins, pins, memory_order_relaxed);
 }
+
+void kvd_top_reset(struct kvd *d)
+{
+	struct kvshm_top *t = kvshm_top(d->h);
+	uint32_t i, k;
+
+	kvshm_seq_write_begin(&t->seq);
+	for (i = 0; i < t->n; i++) {
+		__atomic_store_n(&t->e[i].hit_tokens, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&t->e[i].err, 0, __ATOMIC_RELAXED);
+		for (k = 0; k < KVSHM_LABEL; k++)
+			__atomic_store_n(&t->e[i].label[k], 0, __ATOMIC_RELAXED);
+	}
+	__atomic_store_n(&t->n, 0, __ATOMIC_RELAXED);
+	kvshm_seq_write_end(&t->seq);
+}

@@ -521,6 +521,9 @@ static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options 
 	rc = 0;
 	if (c->pool_kind == KVSHM_POOL_CUDA)
 		rc = attach_cuda(c, &hr, o);
+	/* Attached, but most of each page wasted: say so (kvc_open). */
+	if (!rc && o && o->errbuf && o->errbuf_len)
+		kvproto_page_waste(o->errbuf, o->errbuf_len, m->name, hr.ns_page_bytes, hr.page_bytes);
 out:
 	for (i = 0; i < KVC_MAX_FDS; i++)
 		if (fds[i] >= 0)

@@ -41,12 +41,24 @@
 extern "C" {
 #endif
 
+/*
+ * The version of kvcached: the daemon, the tools, this library (its file
+ * name libkvclient.so.MAJOR.MINOR.PATCH), kvclient.pc and the manual pages
+ * all take it from the three numbers below (the Makefile reads them here);
+ * the rest is derived.
+ */
 #define KVC_VERSION_MAJOR 0
 #define KVC_VERSION_MINOR 2
 #define KVC_VERSION_PATCH 0
 /* major * 1000000 + minor * 1000 + patch, as kvc_version() returns */
-#define KVC_VERSION_NUMBER 2000
-#define KVC_VERSION_STRING "0.2.0"
+#define KVC_VERSION_NUMBER \
+	(KVC_VERSION_MAJOR * 1000000 + KVC_VERSION_MINOR * 1000 + KVC_VERSION_PATCH)
+#define KVC_STRINGIFY_(x) #x
+#define KVC_STRINGIFY(x) KVC_STRINGIFY_(x)
+/* "MAJOR.MINOR.PATCH", as kvc_version_string() returns */
+#define KVC_VERSION_STRING                                                   \
+	KVC_STRINGIFY(KVC_VERSION_MAJOR) "." KVC_STRINGIFY(KVC_VERSION_MINOR) "." \
+	KVC_STRINGIFY(KVC_VERSION_PATCH)
 
 /* Largest prompt a request takes, in tokens. */
 #define KVC_MAX_TOKENS (1u << 22)
@@ -128,7 +140,10 @@ struct kvc_options {
 	uint32_t max_pins;	/* pin slots wanted; 0: daemon default */
 	uint32_t pad;
 	/* Where the daemon's reason for refusing a connection is copied
-	 * (NUL-terminated), if not NULL. */
+	 * (NUL-terminated), if not NULL. After a kvc_open that succeeded it
+	 * is empty, or holds a warning: the model's page fills at most half
+	 * of the pool's page, so most of every page it takes stays unused
+	 * (the daemon logs the same; kvstat shows the waste). */
 	char *errbuf;
 	size_t errbuf_len;
 	uint64_t resv[4];
@@ -196,6 +211,13 @@ int kvc_req_label(struct kvc_req *r, const char *label);
 
 /* Full blocks in the request (0 for NULL). */
 size_t kvc_req_blocks(const struct kvc_req *r);
+
+/*
+ * The request's key chain, as kvc_keys computed it for its tokens and
+ * extra keys: writes min(blocks, max_keys) keys, returns the number of
+ * full blocks. Errors: -EINVAL (NULL request, NULL keys with max_keys > 0).
+ */
+int kvc_req_keys(const struct kvc_req *r, struct kvc_key *keys, size_t max_keys);
 
 /*
  * Find and pin the longest cached prefix: no system call, no lock shared
@@ -460,6 +482,19 @@ int kvc_scatter(struct kvc_req *r, size_t first_block, size_t n_blocks,
 int kvc_group(const uint32_t *const *prompts, const size_t *lens, size_t n,
 	      size_t block_tokens, size_t *order, size_t *group_of);
 
+/*
+ * Drop every cached block of this handle's namespace (its model geometry
+ * and name, every salt): the pool pages nobody pins and its spill slots,
+ * in one round trip; pages pinned or being written (by this or another
+ * client) stay. For tools that fill a shared daemon with data nobody will
+ * look up again (kvbench does this when it is done). Free this handle's
+ * requests first, or their pinned pages stay. Returns the number of pool
+ * pages dropped. Errors: -EINVAL (NULL), -ENOTCONN, -ECHILD, -EAGAIN (a
+ * DROP from this handle in the same daemon tick already), -EPROTO /
+ * -EBADMSG, -ENOMEM, or an error the daemon sent.
+ */
+int kvc_drop_namespace(kvc_t *c);
+
 /* Bytes of one page of this handle's namespace, and of a pool slot. */
 size_t kvc_page_bytes(const kvc_t *c);
 /* Tokens per block. */
@@ -483,6 +518,38 @@ struct kvc_stats {
 
 /* Errors: -EINVAL. */
 int kvc_stats(const kvc_t *c, struct kvc_stats *out);
+
+/*
+ * The daemon's own statistics, as kvstat shows them (bindings use these to
+ * offer what `kvstat --json` and /metrics show). Both read the handle's
+ * read-only mapping of shared memory: no round trip, no lock; counters may
+ * be a daemon tick apart from each other, never torn. A handle whose
+ * connection ended still reads them.
+ */
+
+/* One daemon-wide counter or gauge. */
+struct kvc_stat {
+	const char *name;	/* as in kvstat --json "counters"; static */
+	uint64_t value;
+};
+
+/*
+ * Fill out[0..min(n, max)) with every counter and gauge, in kvstat's
+ * order, and return n, how many this library knows (call with max 0 to
+ * size the array). Errors: -EINVAL (NULL handle, NULL out with max > 0),
+ * -ECHILD (handle inherited across fork).
+ */
+int kvc_daemon_stats(const kvc_t *c, struct kvc_stat *out, size_t max);
+
+/*
+ * The same snapshot with the per-client rows and the hottest prefixes, in
+ * the Prometheus text format the daemon's /metrics serves (what `kvstat
+ * --prometheus` prints). Writes at most len bytes, NUL-terminated when len
+ * > 0, and returns the length of the whole text, like snprintf (call
+ * again with a larger buffer when it is >= len). Errors: -EINVAL (NULL
+ * handle, NULL buf with len > 0), -ECHILD, -ENOMEM.
+ */
+int64_t kvc_daemon_metrics(const kvc_t *c, char *buf, size_t len);
 
 /* Text for a negative return value of any kvc_ function. */
 const char *kvc_strerror(int err);

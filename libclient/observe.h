@@ -26,4 +26,12 @@ struct kvobs {
 int kvobs_attach(const char *path, struct kvobs *o, char *err, size_t errlen);
 void kvobs_detach(struct kvobs *o);
 
+/*
+ * Zero the daemon's statistics counters (RESET): allowed to root and the
+ * daemon's own user. Returns 0, or a negative errno with a sentence in
+ * err: -EPERM with the daemon's reason for anyone else, no daemon, or a
+ * daemon that does not know RESET.
+ */
+int kvobs_reset(const char *path, char *err, size_t errlen);
+
 #endif

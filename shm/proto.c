@@ -148,6 +148,28 @@ int kvproto_decode(const struct kvproto_hdr *h, const void *payload,
 			return bad(why, "POOL reply: chunk count, chunk size or pool size out of range");
 		return 0;
 	}
+	case KVPROTO_DROP:
+	case KVPROTO_RESET: {
+		struct kvproto_drop q;	/* the same shape as kvproto_reset */
+
+		_Static_assert(sizeof(struct kvproto_drop) == sizeof(struct kvproto_reset), "op");
+		if (h->len != sizeof(q))
+			return bad(why, h->type == KVPROTO_DROP ? "DROP has the wrong size"
+								: "RESET has the wrong size");
+		memcpy(&q, payload, sizeof(q));
+		if (q.flags)
+			return bad(why, h->type == KVPROTO_DROP ? "DROP has unknown flags"
+								: "RESET has unknown flags");
+		return 0;
+	}
+	case KVPROTO_DROP_R:
+		if (h->len != sizeof(struct kvproto_drop_r))
+			return bad(why, "DROP reply has the wrong size");
+		return 0;
+	case KVPROTO_RESET_R:
+		if (h->len != sizeof(struct kvproto_reset_r))
+			return bad(why, "RESET reply has the wrong size");
+		return 0;
 	case KVPROTO_ERROR:
 		if (h->len < sizeof(struct kvproto_error))
 			return bad(why, "ERROR shorter than its header");
@@ -155,6 +177,36 @@ int kvproto_decode(const struct kvproto_hdr *h, const void *payload,
 	default:
 		return bad(why, "unknown message type");
 	}
+}
+
+/* "64 KiB", "2 MiB", "12345 bytes"; and the page-size flag value. */
+static void human(char *out, size_t len, uint64_t b)
+{
+	if (b && b % (1u << 20) == 0)
+		snprintf(out, len, "%llu MiB", (unsigned long long)(b >> 20));
+	else if (b && b % 1024 == 0)
+		snprintf(out, len, "%llu KiB", (unsigned long long)(b >> 10));
+	else
+		snprintf(out, len, "%llu bytes", (unsigned long long)b);
+}
+
+bool kvproto_page_waste(char *buf, size_t len, const char *model, uint64_t ns_page,
+			uint64_t slot)
+{
+	uint64_t fit = (ns_page + 4095) / 4096 * 4;	/* KiB, page-size's 4K steps */
+	char a[32], b[32];
+
+	/* Only when a daemon with fitting pages would at least halve it. */
+	if (!ns_page || fit * 1024 * 2 > slot)
+		return false;
+	human(a, sizeof(a), ns_page);
+	human(b, sizeof(b), slot);
+	if (len)
+		snprintf(buf, len,
+			 "model %s fills %s of each %s pool page (%.1f%%): the rest of every page it takes stays unused; a kvcached with --page-size %lluK fits it",
+			 model, a, b, 100.0 * (double)ns_page / (double)slot,
+			 (unsigned long long)fit);
+	return true;
 }
 
 int kvproto_socket_path(char *buf, size_t len)

@@ -36,6 +36,16 @@
  *   POOL_R  d->c  struct kvproto_pool_r + n_chunks fds: the CUDA VMM chunks
  *                 of the pool (cuMemExportToShareableHandle POSIX fds), in
  *                 pool order
+ *   DROP    c->d  struct kvproto_drop, after HELLO: drop every cached block
+ *                 of the client's namespace that nobody pins (pool pages
+ *                 and spill slots; every salt of it)
+ *   DROP_R  d->c  struct kvproto_drop_r: what was dropped and what is left
+ *   RESET   c->d  struct kvproto_reset, instead of HELLO: an operator zeroes
+ *                 the statistics' counters (allowed to root and the
+ *                 daemon's own user, by SO_PEERCRED; others get ERROR
+ *                 -EPERM)
+ *   RESET_R d->c  struct kvproto_reset_r, then the daemon closes the
+ *                 connection, as after STAT_R
  *   ALLOC_KEYS    c->d  struct kvproto_alloc + n x struct kvproto_claim: an
  *                 ALLOC that says which block each page is for, so that the
  *                 daemon announces the pages in flight (single flight,
@@ -51,6 +61,7 @@
 #ifndef KVSHM_PROTO_H
 #define KVSHM_PROTO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -80,6 +91,12 @@ enum kvproto_type {
 	 * after BYE without a clash. */
 	KVPROTO_POOL = 32,
 	KVPROTO_POOL_R = 33,
+	/* Dropping a namespace and resetting the statistics; numbered from
+	 * 50, apart from the other ranges. */
+	KVPROTO_DROP = 50,
+	KVPROTO_DROP_R = 51,
+	KVPROTO_RESET = 52,
+	KVPROTO_RESET_R = 53,
 	/* single flight; numbered from 40 for the same reason */
 	KVPROTO_ALLOC_KEYS = 40,
 };
@@ -196,6 +213,28 @@ struct kvproto_pool_r {
 	uint32_t pad;
 };
 
+struct kvproto_drop {
+	uint32_t version;
+	uint32_t flags;		/* none defined: must be 0 */
+};
+
+struct kvproto_drop_r {
+	uint32_t dropped;	/* pool pages of the namespace freed */
+	uint32_t left;		/* its pages still pinned or being written */
+	uint32_t slots;		/* spill slots of the namespace given up */
+	uint32_t pad;
+};
+
+struct kvproto_reset {
+	uint32_t version;
+	uint32_t flags;		/* none defined: must be 0 */
+};
+
+struct kvproto_reset_r {
+	uint32_t version;
+	uint32_t pad;
+};
+
 struct kvproto_error {
 	int32_t err;		/* negative errno */
 	uint32_t fatal;		/* 1: the daemon closes the connection */
@@ -233,6 +272,19 @@ _Static_assert(sizeof(struct kvproto_pool_r) == 56, "pool_r");
  * left 0). Returns 0 or -EINVAL.
  */
 int kvproto_hello_ns(const struct kvproto_hello *hi, struct kvshm_ns *ns);
+
+/*
+ * Does a namespace whose pages are ns_page bytes waste a pool of slot-byte
+ * pages? True when its page, rounded up to the 4 KiB steps of page-size,
+ * is at most half a pool page: at least half of every page it takes stays
+ * unused, and a daemon with pages that fit would at least halve the
+ * memory it needs. Then the sentence the daemon logs and
+ * the library puts in the caller's errbuf (NUL-terminated, cut to len) is
+ * written to buf: the model, both sizes, the share used and the
+ * --page-size that would fit it. False (buf untouched) otherwise.
+ */
+bool kvproto_page_waste(char *buf, size_t len, const char *model, uint64_t ns_page,
+			uint64_t slot);
 
 /*
  * The socket path both ends use when none is given: $KVCACHED_SOCKET, else

@@ -66,6 +66,7 @@ int kvshm_layout(struct kvshm_header *h, const struct kvshm_geometry *geo)
 	h->ledger_header_bytes = sizeof(struct kvshm_ledger);
 	h->top_bytes = sizeof(struct kvshm_top);
 	h->slot_entry_bytes = sizeof(struct kvshm_slot);
+	h->ns_stats_bytes = sizeof(struct kvshm_ns_stats);
 	h->geo = *geo;
 	h->geo.pool_bytes = geo->page_bytes * geo->n_pages;
 
@@ -83,6 +84,8 @@ int kvshm_layout(struct kvshm_header *h, const struct kvshm_geometry *geo)
 			 &h->off_free);
 	rc |= add_region(&off, sizeof(struct kvshm_top), &h->off_top);
 	rc |= add_region(&off, (uint64_t)geo->n_slots * sizeof(struct kvshm_slot), &h->off_slots);
+	rc |= add_region(&off, (uint64_t)geo->max_ns * sizeof(struct kvshm_ns_stats),
+			 &h->off_ns_stats);
 	if (rc)
 		return -EINVAL;
 	tmp = (off + 4095) & ~4095ull;
@@ -139,7 +142,8 @@ int kvshm_validate(const void *base, uint64_t bytes, const char **why)
 		   want.client_row_bytes != h->client_row_bytes ||
 		   want.ledger_header_bytes != h->ledger_header_bytes ||
 		   want.top_bytes != h->top_bytes ||
-		   want.slot_entry_bytes != h->slot_entry_bytes) {
+		   want.slot_entry_bytes != h->slot_entry_bytes ||
+		   want.ns_stats_bytes != h->ns_stats_bytes) {
 		w = "segment struct sizes differ from this build";
 		rc = -EPROTO;
 	} else if (want.off_stats != h->off_stats || want.off_ns != h->off_ns ||
@@ -149,6 +153,7 @@ int kvshm_validate(const void *base, uint64_t bytes, const char **why)
 		   want.off_tokens != h->off_tokens ||
 		   want.off_free != h->off_free || want.off_top != h->off_top ||
 		   want.off_slots != h->off_slots ||
+		   want.off_ns_stats != h->off_ns_stats ||
 		   want.segment_bytes != h->segment_bytes ||
 		   h->segment_bytes > bytes) {
 		w = "segment offsets do not match its geometry";

@@ -26,7 +26,8 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 6u	/* 6: single flight (page flight, row flight, wait stats) */
+#define KVSHM_VERSION 8u	/* 7: per-namespace statistics, KV events counters;
+				 * 8: single flight (page flight, row flight, wait stats) */
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -89,6 +90,10 @@ struct kvshm_header {
 	uint64_t start_time_ns;		/* CLOCK_REALTIME at creation */
 	/* Daemon, relaxed store: bumped every tick so readers see it is alive. */
 	_Atomic uint64_t heartbeat;
+	/* Since layout 6 (after heartbeat, whose offset readers rely on). */
+	uint32_t ns_stats_bytes;	/* sizeof(struct kvshm_ns_stats) */
+	uint32_t pad1;
+	uint64_t off_ns_stats;		/* max_ns entries */
 };
 
 enum kvshm_pool_kind {
@@ -158,6 +163,19 @@ struct kvshm_stats {
 	_Atomic uint64_t fds_passed;		/* descriptors clients sent (closed) */
 	_Atomic uint64_t pool_holes;		/* pool pages found punched out */
 	_Atomic uint64_t share_refused;		/* ALLOCs over a process's max-share */
+	/* CLOCK_REALTIME ns of the last reset of the counters (kvstat
+	 * --reset); 0: never reset, they count from start_time_ns. */
+	_Atomic uint64_t reset_time_ns;
+	/* KV events for cluster routers (daemon/events.c); zero while
+	 * --kv-events is not set. */
+	_Atomic uint64_t kv_events_enabled;	/* 1 while publishing */
+	_Atomic uint64_t kv_events;		/* events in batches sent */
+	_Atomic uint64_t kv_event_batches;	/* batches sent */
+	_Atomic uint64_t kv_event_drops;	/* batches dropped: queue full */
+	_Atomic uint64_t kv_event_replays;	/* replay requests served */
+	_Atomic uint64_t kv_event_replay_errors;	/* malformed or refused */
+	_Atomic uint64_t kv_events_lossy;	/* 1 while a stalled subscriber
+						 * loses batches alone, uncounted */
 	/* Single-flight prefill (daemon/flight.c, libclient/flight.c). The
 	 * wait counters are folded in from the ledgers like the lookup ones. */
 	_Atomic uint64_t flights;		/* pages announced in flight */
@@ -178,6 +196,37 @@ enum kvshm_spill_path {
 };
 
 /* ------------------------------------------------------------ namespaces */
+
+/*
+ * A namespace's statistics: entry i of this parallel array belongs to
+ * namespace row i (the rows themselves are also the spill tier's on-disk
+ * identity, so they stay as they are). Writer: the daemon's main thread
+ * only, relaxed atomic stores on its tick (daemon/nsstat.c); readers load
+ * them relaxed for a row whose `used` they saw set (acquire), so two of
+ * them may be a tick apart. The daemon zeroes an entry before it writes
+ * its row for a new namespace. The counters (not the gauges) go back to
+ * zero when an operator resets the statistics (kvstat --reset).
+ */
+struct kvshm_ns_stats {
+	/* Counters, from what the namespace's clients count in their
+	 * ledgers (as the daemon-wide ones in struct kvshm_stats). */
+	_Atomic uint64_t lookups;
+	_Atomic uint64_t hit_blocks;
+	_Atomic uint64_t miss_blocks;
+	_Atomic uint64_t lookup_tokens;
+	_Atomic uint64_t hit_tokens;
+	_Atomic uint64_t published;	/* pages its clients published */
+	_Atomic uint64_t dropped;	/* pages dropped at a client's request */
+	/* Gauges. pages: READY pool pages of the namespace, counted by a
+	 * sweep over the page table a slice per tick (so up to n_pages /
+	 * KVSHM_NS_SWEEP ticks old). clients: attached with it now. */
+	_Atomic uint64_t pages;
+	_Atomic uint64_t clients;
+	uint64_t resv[7];
+};
+
+/* Page-table entries the per-namespace page count reads per tick. */
+#define KVSHM_NS_SWEEP 16384u
 
 /* Position encoding kinds a namespace can declare. */
 enum kvshm_pos_kind {
@@ -416,6 +465,11 @@ static inline struct kvshm_ns *kvshm_ns(const struct kvshm_header *h)
 	return kvshm_at(h, h->off_ns);
 }
 
+static inline struct kvshm_ns_stats *kvshm_ns_stats(const struct kvshm_header *h)
+{
+	return kvshm_at(h, h->off_ns_stats);
+}
+
 static inline struct kvshm_client_row *kvshm_clients(const struct kvshm_header *h)
 {
 	return kvshm_at(h, h->off_clients);
@@ -518,5 +572,7 @@ _Static_assert(sizeof(struct kvshm_client_row) == 80, "client row");
 _Static_assert(sizeof(struct kvshm_top_entry) == 64, "top entry");
 _Static_assert(sizeof(struct kvshm_slot) == 48, "slot entry");
 _Static_assert(offsetof(struct kvshm_header, heartbeat) == 192, "hdr");
+_Static_assert(sizeof(struct kvshm_ns_stats) == 128, "ns stats");
+_Static_assert(sizeof(struct kvshm_header) == 216, "hdr size");
 
 #endif

@@ -118,6 +118,26 @@ const struct kvshm_metric kvshm_metrics[] = {
 	M("kvcached_share_refused_total", "counter",
 	  "ALLOCs refused because the process holds its max-share of the pool.", NULL,
 	  "share_refused", share_refused),
+	M("kvcached_kv_events_enabled", "gauge",
+	  "1 while KV events for cluster routers are published (--kv-events).", NULL,
+	  "kv_events_enabled", kv_events_enabled),
+	M("kvcached_kv_events_total", "counter",
+	  "KV events (BlockStored, BlockRemoved, AllBlocksCleared) in batches sent.", NULL,
+	  "kv_events", kv_events),
+	M("kvcached_kv_event_batches_total", "counter",
+	  "KV event batches, by outcome; dropped: a subscriber's queue was full.",
+	  "result=\"sent\"", "kv_event_batches", kv_event_batches),
+	M("kvcached_kv_event_batches_total", "counter", NULL, "result=\"dropped\"",
+	  "kv_event_drops", kv_event_drops),
+	M("kvcached_kv_events_subscriber_stalled", "gauge",
+	  "1 while a subscriber that stopped reading loses KV event batches alone "
+	  "(uncounted) so that the others get them.", NULL, "kv_events_lossy",
+	  kv_events_lossy),
+	M("kvcached_kv_event_replays_total", "counter",
+	  "KV event replay requests from subscribers, by outcome.", "result=\"served\"",
+	  "kv_event_replays", kv_event_replays),
+	M("kvcached_kv_event_replays_total", "counter", NULL, "result=\"refused\"",
+	  "kv_event_replay_errors", kv_event_replay_errors),
 	M("kvcached_flights_total", "counter",
 	  "Pages announced in flight: granted for a block other clients may wait for.", NULL,
 	  "flights", flights),
@@ -186,8 +206,9 @@ int kvshm_snap_take(const struct kvshm_header *h, struct kvshm_snap *s)
 
 	s->ns = calloc(h->geo.max_ns, sizeof(*s->ns));
 	s->ns_name = calloc(h->geo.max_ns, sizeof(*s->ns_name));
+	s->ns_st = calloc(h->geo.max_ns, sizeof(*s->ns_st));
 	s->clients = calloc(h->geo.max_clients, sizeof(*s->clients));
-	if (!s->ns || !s->ns_name || !s->clients) {
+	if (!s->ns || !s->ns_name || !s->ns_st || !s->clients) {
 		kvshm_snap_free(s);
 		return -ENOMEM;
 	}
@@ -197,6 +218,7 @@ int kvshm_snap_take(const struct kvshm_header *h, struct kvshm_snap *s)
 		if (!atomic_load_explicit(&r->used, memory_order_acquire))
 			continue;	/* free, or being rewritten for a reuse */
 		copy_relaxed(&s->ns[i], r, sizeof(*r));
+		copy_relaxed(&s->ns_st[i], &kvshm_ns_stats(h)[i], sizeof(s->ns_st[i]));
 		s->ns[i].model[KVSHM_MODEL_NAME - 1] = 0;
 		ns_name(&s->ns[i], s->ns_name[i]);
 		s->n_ns = i + 1;
@@ -254,7 +276,9 @@ void kvshm_snap_free(struct kvshm_snap *s)
 {
 	free(s->ns);
 	free(s->ns_name);
+	free(s->ns_st);
 	free(s->clients);
+	s->ns_st = NULL;
 	s->ns_name = NULL;
 	s->ns = NULL;
 	s->clients = NULL;
@@ -345,6 +369,61 @@ static void family(struct out *o, const char *name, const char *type, const char
 	put(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* Per namespace: one family per field of struct kvshm_ns_stats; the row
+ * label keeps two namespaces of one model name apart. */
+static void ns_series(struct out *o, const struct kvshm_snap *s)
+{
+	static const struct {
+		const char *name, *type, *help;
+		size_t off;
+	} f[] = {
+#define F(n, t, h, field) { n, t, h, offsetof(struct kvshm_ns_stats, field) }
+		F("kvcached_namespace_lookups_total", "counter", "Prefix lookups, per namespace.",
+		  lookups),
+		F("kvcached_namespace_hit_blocks_total", "counter",
+		  "Blocks found in the cache, per namespace.", hit_blocks),
+		F("kvcached_namespace_miss_blocks_total", "counter",
+		  "Blocks looked up and not found, per namespace.", miss_blocks),
+		F("kvcached_namespace_lookup_tokens_total", "counter",
+		  "Prompt tokens looked up, per namespace.", lookup_tokens),
+		F("kvcached_namespace_hit_tokens_total", "counter",
+		  "Prompt tokens served from the cache, per namespace.", hit_tokens),
+		F("kvcached_namespace_published_total", "counter",
+		  "Pages published, per namespace.", published),
+		F("kvcached_namespace_dropped_total", "counter",
+		  "Pages dropped at a client's request, per namespace.", dropped),
+		F("kvcached_namespace_pages", "gauge", "Ready pool pages, per namespace.", pages),
+		F("kvcached_namespace_clients", "gauge", "Clients attached, per namespace.",
+		  clients),
+#undef F
+	};
+	size_t k;
+	uint32_t i;
+
+	family(o, "kvcached_namespace_page_bytes", "gauge",
+	       "Bytes of a namespace's page (at most a pool page; the rest of the pool page is unused).");
+	for (i = 0; i < s->n_ns; i++) {
+		if (!kvshm_snap_ns_used(s, i))
+			continue;
+		put(o, "kvcached_namespace_page_bytes{namespace=\"");
+		put_escaped(o, s->ns_name[i]);
+		put(o, "\",row=\"%u\"} %llu\n", i, (unsigned long long)s->ns[i].page_bytes);
+	}
+	for (k = 0; k < sizeof(f) / sizeof(f[0]); k++) {
+		family(o, f[k].name, f[k].type, f[k].help);
+		for (i = 0; i < s->n_ns; i++) {
+			uint64_t v;
+
+			if (!kvshm_snap_ns_used(s, i))
+				continue;
+			memcpy(&v, (const char *)&s->ns_st[i] + f[k].off, sizeof(v));
+			put(o, "%s{namespace=\"", f[k].name);
+			put_escaped(o, s->ns_name[i]);
+			put(o, "\",row=\"%u\"} %llu\n", i, (unsigned long long)v);
+		}
+	}
+}
+
 static void client_labels(struct out *o, const struct kvshm_snap *s,
 			  const struct kvshm_snap_client *c)
 {
@@ -427,5 +506,6 @@ size_t kvshm_prometheus(const struct kvshm_snap *s, char *buf, size_t len)
 		put_escaped(&o, kvshm_snap_model(s, e->ns_id));
 		put(&o, "\"} %llu\n", (unsigned long long)e->hit_tokens);
 	}
+	ns_series(&o, s);
 	return o.need;
 }

@@ -44,12 +44,19 @@ struct kvshm_snap {
 	uint64_t v[KVSHM_STAT_N];	/* indexed by KVSHM_STAT_ID(field) */
 	uint32_t n_ns;
 	struct kvshm_ns *ns;		/* rows in use, model NUL-terminated */
+	struct kvshm_ns_stats *ns_st;	/* per row: its statistics */
 	char (*ns_name)[KVSHM_NS_NAME];	/* per row: model, and its shard if any */
 	uint32_t n_clients;
 	struct kvshm_snap_client *clients;
 	uint32_t n_top;			/* sorted, most hit tokens first */
 	struct kvshm_top_entry top[KVSHM_TOP];
 };
+
+/* Namespace row i of a snapshot is in use (n_ns counts up to the last). */
+static inline int kvshm_snap_ns_used(const struct kvshm_snap *s, uint32_t i)
+{
+	return i < s->n_ns && s->ns_name[i][0];
+}
 
 /* Take a snapshot; 0 or -ENOMEM. Free with kvshm_snap_free. */
 int kvshm_snap_take(const struct kvshm_header *h, struct kvshm_snap *s);

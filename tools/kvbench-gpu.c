@@ -23,12 +23,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../libclient/kvclient.h"
 #include "bench/gpucopy.h"
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: kvbench-gpu [--gpu N] [--blocks N] [--iters N] [--layers N] [--kv-heads N]\n"
-		   "                   [--head-dim N] [--dtype N] [--block-tokens N] [--layout kv|flash]\n");
+		   "                   [--head-dim N] [--dtype N] [--block-tokens N] [--layout kv|flash]\n"
+		   "       kvbench-gpu --help | --version\n");
 }
 
 int main(int argc, char **argv)
@@ -45,6 +47,10 @@ int main(int argc, char **argv)
 
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			usage(stdout);
+			return 0;
+		}
+		if (!strcmp(argv[i], "--version")) {
+			printf("kvbench-gpu %s\n", KVC_VERSION_STRING);
 			return 0;
 		}
 		if (!strcmp(argv[i], "--layout") && i + 1 < argc) {

@@ -54,7 +54,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../libclient/kvclient.h"
 #include "../libclient/observe.h"
+#include "../shm/proto.h"
 #include "../shm/segment.h"
 #include "../shm/stats.h"
 
@@ -62,6 +64,7 @@
 #define STALL_S		3.0	/* heartbeat silence that means "gone" */
 #define ATTACH_S	3	/* how long one attach may wait for a reply */
 #define TOP_ROWS	10	/* top prefixes in the table (JSON: all) */
+#define NOTE_S		10.0	/* a terminal shows the reattach note this long */
 
 #define V(s, f) ((s)->v[KVSHM_STAT_ID(f)])
 
@@ -71,6 +74,7 @@ static struct {
 	bool prom;
 	double watch;		/* 0: one-shot */
 	unsigned long count;	/* 0: until interrupted */
+	bool reset;		/* --reset: zero the daemon's counters */
 } opt;
 
 static volatile sig_atomic_t stop_sig;
@@ -89,7 +93,8 @@ struct watch {
 	double hist[HIST];		/* block hit ratio; < 0: no lookups */
 	unsigned int n_hist;
 	char last_msg[512];
-	char note[128];			/* kept atop terminal frames */
+	char note[128];			/* atop terminal frames ... */
+	double note_until;		/* ... until then (CLOCK_MONOTONIC s) */
 };
 
 /* Counter deltas between two snapshots of the same daemon. */
@@ -117,6 +122,21 @@ static double uptime_s(const struct kvshm_snap *s)
 	clock_gettime(CLOCK_REALTIME, &ts);
 	now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 	now -= (double)s->start_time_ns / 1e9;
+	return now > 0 ? now : 0;
+}
+
+/* Seconds the counters have been counting: since the start, or since
+ * the last reset (kvstat --reset). */
+static double counted_s(const struct kvshm_snap *s)
+{
+	uint64_t r = s->v[KVSHM_STAT_ID(reset_time_ns)];
+	struct timespec ts;
+	double now;
+
+	if (!r)
+		return uptime_s(s);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 - (double)r / 1e9;
 	return now > 0 ? now : 0;
 }
 
@@ -329,13 +349,20 @@ static void print_json(FILE *f, const struct kvobs *o, const struct kvshm_snap *
 		       const struct interval *iv)
 {
 	const struct kvshm_geometry *g = &s->geo;
-	double up = uptime_s(s);
+	double up = uptime_s(s), counted = counted_s(s);
+	uint64_t reset = V(s, reset_time_ns);
 	uint32_t i;
 	size_t k;
 
-	fprintf(f, "{\"kvstat\":1,\"shm_version\":%u,\"daemon_pid\":%d,\"uptime_seconds\":%.3f,"
-		"\"start_time_seconds\":%.3f,\"heartbeat\":%llu,",
-		o->h->version, s->daemon_pid, up, (double)s->start_time_ns / 1e9,
+	fprintf(f, "{\"kvstat\":1,\"version\":\"%s\",\"shm_version\":%u,\"daemon_pid\":%d,"
+		"\"uptime_seconds\":%.3f,\"start_time_seconds\":%.3f,\"reset_time_seconds\":",
+		KVC_VERSION_STRING, o->h->version, s->daemon_pid, up,
+		(double)s->start_time_ns / 1e9);
+	if (reset)
+		fprintf(f, "%.3f", (double)reset / 1e9);
+	else
+		fputs("null", f);
+	fprintf(f, ",\"counted_seconds\":%.3f,\"heartbeat\":%llu,", counted,
 		(unsigned long long)s->heartbeat);
 	fprintf(f, "\"pool\":{\"bytes\":%llu,\"page_bytes\":%llu,\"pages\":%u,\"block_tokens\":%u,"
 		"\"kind\":\"%s\"},",
@@ -355,7 +382,7 @@ static void print_json(FILE *f, const struct kvobs *o, const struct kvshm_snap *
 	fputs(",\"tokens\":", f);
 	json_num(f, ratio(V(s, hit_tokens), V(s, lookup_tokens)), 6);
 	fputs("},\"rates_since_start\":", f);
-	json_rates(f, s, NULL, up);
+	json_rates(f, s, NULL, counted);
 	fputs(",\"interval\":", f);
 	if (iv && iv->valid) {
 		fprintf(f, "{\"seconds\":%.3f,\"hit_ratio\":{\"blocks\":", iv->dt);
@@ -381,6 +408,34 @@ static void print_json(FILE *f, const struct kvobs *o, const struct kvshm_snap *
 			(unsigned long long)c->lookups, (unsigned long long)c->hit_blocks,
 			(unsigned long long)c->miss_blocks, (unsigned long long)c->pins_held,
 			(unsigned long long)c->published, (unsigned long long)c->writing);
+	}
+	fputs("],\"namespaces\":[", f);
+	for (i = 0, k = 0; i < s->n_ns; i++) {
+		const struct kvshm_ns_stats *n = &s->ns_st[i];
+		uint64_t slot = g->page_bytes, pb = s->ns[i].page_bytes;
+
+		if (!kvshm_snap_ns_used(s, i))
+			continue;
+		fprintf(f, "%s{\"row\":%u,\"name\":", k++ ? "," : "", i);
+		json_str(f, s->ns_name[i]);
+		fputs(",\"model\":", f);
+		json_str(f, s->ns[i].model);
+		fprintf(f, ",\"page_bytes\":%llu,\"page_use\":", (unsigned long long)pb);
+		json_num(f, ratio(pb, slot), 6);
+		fprintf(f, ",\"pages\":%llu,\"wasted_bytes\":%llu,\"clients\":%llu,"
+			"\"lookups\":%llu,\"hit_blocks\":%llu,\"miss_blocks\":%llu,"
+			"\"lookup_tokens\":%llu,\"hit_tokens\":%llu,\"published\":%llu,"
+			"\"dropped\":%llu,\"hit_ratio\":{\"blocks\":",
+			(unsigned long long)n->pages,
+			(unsigned long long)(n->pages * (slot > pb ? slot - pb : 0)),
+			(unsigned long long)n->clients, (unsigned long long)n->lookups,
+			(unsigned long long)n->hit_blocks, (unsigned long long)n->miss_blocks,
+			(unsigned long long)n->lookup_tokens, (unsigned long long)n->hit_tokens,
+			(unsigned long long)n->published, (unsigned long long)n->dropped);
+		json_num(f, ratio(n->hit_blocks, n->hit_blocks + n->miss_blocks), 6);
+		fputs(",\"tokens\":", f);
+		json_num(f, ratio(n->hit_tokens, n->lookup_tokens), 6);
+		fputs("}}", f);
 	}
 	fputs("],\"top_prefixes\":[", f);
 	for (i = 0; i < s->n_top; i++) {
@@ -503,13 +558,61 @@ static void sparkline(FILE *f, const struct watch *w)
 	}
 }
 
+/*
+ * NAMESPACES: per model, its page size and the share of a pool page it
+ * fills (a smaller page leaves the rest of every page it takes unused:
+ * WASTED), its ready pages, clients, lookups, hit ratios, publishes and
+ * drops; then the daemon's own warning for each namespace that fills at
+ * most half a page.
+ */
+static void print_namespaces(FILE *f, const struct kvshm_snap *s)
+{
+	uint64_t slot = s->geo.page_bytes;
+	char b1[32], b2[32], p1[16], p2[16], p3[16], name[KVSHM_NS_NAME], msg[300], out[300];
+	uint32_t i, n = 0;
+	int wn = 9;
+
+	for (i = 0; i < s->n_ns; i++) {
+		if (!kvshm_snap_ns_used(s, i))
+			continue;
+		n++;
+		if ((int)strlen(s->ns_name[i]) > wn)
+			wn = (int)strlen(s->ns_name[i]);
+	}
+	fprintf(f, "\nNAMESPACES (%u)\n", n);
+	if (!n)
+		return;
+	fprintf(f, "%-*s %10s %6s %8s %10s %7s %10s %7s %7s %10s %8s\n", wn, "NAMESPACE", "PAGE",
+		"USE", "PAGES", "WASTED", "CLIENTS", "LOOKUPS", "HIT%", "TOK%", "PUBLISHED",
+		"DROPPED");
+	for (i = 0; i < s->n_ns; i++) {
+		const struct kvshm_ns_stats *st = &s->ns_st[i];
+		uint64_t pb = s->ns[i].page_bytes;
+
+		if (!kvshm_snap_ns_used(s, i))
+			continue;
+		fprintf(f, "%-*s %10s %6s %8llu %10s %7llu %10llu %7s %7s %10llu %8llu\n", wn,
+			safe(name, sizeof(name), s->ns_name[i]), fmt_bytes(b1, sizeof(b1), pb),
+			fmt_pct(p1, sizeof(p1), ratio(pb, slot)), (unsigned long long)st->pages,
+			fmt_bytes(b2, sizeof(b2), st->pages * (slot > pb ? slot - pb : 0)),
+			(unsigned long long)st->clients, (unsigned long long)st->lookups,
+			fmt_pct(p2, sizeof(p2), ratio(st->hit_blocks, st->hit_blocks + st->miss_blocks)),
+			fmt_pct(p3, sizeof(p3), ratio(st->hit_tokens, st->lookup_tokens)),
+			(unsigned long long)st->published, (unsigned long long)st->dropped);
+	}
+	for (i = 0; i < s->n_ns; i++)
+		if (kvshm_snap_ns_used(s, i) &&
+		    kvproto_page_waste(msg, sizeof(msg), s->ns_name[i], s->ns[i].page_bytes, slot))
+			fprintf(f, "! %s\n", safe(out, sizeof(out), msg));
+}
+
 static void print_text(FILE *f, const struct kvshm_snap *s, const struct interval *iv,
 		       const struct watch *w)
 {
 	const struct kvshm_geometry *g = &s->geo;
 	const char *sock = opt.socket ? opt.socket : getenv("KVCACHED_SOCKET");
 	bool watch = w != NULL;
-	double up = uptime_s(s);
+	double up = uptime_s(s), counted = counted_s(s);
 	char b1[32], b2[32], b3[32], t[64];
 	int wc = 4, wn = 9, wl = 5;
 	uint32_t i, ntop = s->n_top < TOP_ROWS ? s->n_top : TOP_ROWS;
@@ -518,6 +621,9 @@ static void print_text(FILE *f, const struct kvshm_snap *s, const struct interva
 	fprintf(f, "kvcached pid %d%s%s, up %s, segment v%u, heartbeat %llu\n", s->daemon_pid,
 		sock && *sock ? " on " : "", sock && *sock ? sock : "",
 		fmt_uptime(t, sizeof(t), up), KVSHM_VERSION, (unsigned long long)s->heartbeat);
+	if (V(s, reset_time_ns))
+		fprintf(f, "counters reset %s ago (kvstat --reset): totals and rates since then\n",
+			fmt_uptime(t, sizeof(t), counted));
 	fprintf(f, "pool     %s, %s = %u pages x %s, %u-token blocks, %llu index entries\n",
 		pool_kind(s->pool_kind), fmt_bytes(b1, sizeof(b1), g->pool_bytes), g->n_pages,
 		fmt_bytes(b2, sizeof(b2), g->page_bytes), g->block_tokens,
@@ -568,14 +674,15 @@ static void print_text(FILE *f, const struct kvshm_snap *s, const struct interva
 		fprintf(f, "  (block hit ratio per interval, oldest first, '.' idle)\n");
 	}
 
-	fprintf(f, "\n%-14s %14s %18s", "EVENTS", "TOTAL", "AVG/S SINCE START");
+	fprintf(f, "\n%-14s %14s %18s", "EVENTS", "TOTAL",
+		V(s, reset_time_ns) ? "AVG/S SINCE RESET" : "AVG/S SINCE START");
 	if (watch) {
 		snprintf(t, sizeof(t), "/S LAST %.1fs", iv && iv->valid ? iv->dt : opt.watch);
 		fprintf(f, " %16s", t);
 	}
 	fputc('\n', f);
 #define EV(name, field) \
-	event_row(f, name, V(s, field), up, iv ? &D(iv, field) : NULL, iv, watch)
+	event_row(f, name, V(s, field), counted, iv ? &D(iv, field) : NULL, iv, watch)
 	EV("lookups", lookups);
 	EV("lookup tokens", lookup_tokens);
 	EV("hit tokens", hit_tokens);
@@ -587,13 +694,22 @@ static void print_text(FILE *f, const struct kvshm_snap *s, const struct interva
 	EV("publish dups", publish_dups);
 	EV("evictions", evictions);
 #define EVB(name, field) \
-	event_bytes_row(f, name, V(s, field), up, iv ? &D(iv, field) : NULL, iv, watch)
+	event_bytes_row(f, name, V(s, field), counted, iv ? &D(iv, field) : NULL, iv, watch)
 	if (spill_configured(s)) {
 		EV("spills", spills);
 		EV("restores", restores);
 		EV("restore misses", restore_misses);
 		EVB("spill written", spill_write_bytes);
 		EVB("spill read", spill_read_bytes);
+	}
+	if (V(s, kv_events_enabled) || V(s, kv_event_batches) || V(s, kv_event_drops)) {
+		EV("kv events", kv_events);
+		EV("kv batches", kv_event_batches);
+		EV("kv drops", kv_event_drops);
+		EV("kv replays", kv_event_replays);
+		EV("kv replay errs", kv_event_replay_errors);
+		if (V(s, kv_events_lossy))
+			fputs("kv events: a subscriber stopped reading; it alone loses batches now\n", f);
 	}
 #undef EVB
 #undef EV
@@ -617,6 +733,7 @@ static void print_text(FILE *f, const struct kvshm_snap *s, const struct interva
 		wl = a > wl ? a : wl;
 		wn = b > wn ? b : wn;
 	}
+	print_namespaces(f, s);
 	fprintf(f, "\nCLIENTS (%u)\n", s->n_clients);
 	if (s->n_clients)
 		fprintf(f, "%8s  %-*s  %-*s %10s %10s %10s %7s %7s %10s\n", "PID", wc, "COMM", wn,
@@ -685,6 +802,27 @@ static int attach(struct kvobs *o, char *err, size_t len)
 }
 
 /* ---------------------------------------------------------------- modes */
+
+/* --reset: one RESET round trip (the daemon checks who asks). */
+static int reset(void)
+{
+	char err[512];
+	int rc;
+
+	alarmed = 0;
+	alarm(ATTACH_S);
+	rc = kvobs_reset(opt.socket, err, sizeof(err));
+	alarm(0);
+	if (rc && alarmed)
+		snprintf(err, sizeof(err), "kvcached did not answer within %d s (stopped or overloaded?)",
+			 ATTACH_S);
+	if (rc) {
+		fprintf(stderr, "kvstat: --reset: %s\n", err);
+		return 1;
+	}
+	printf("kvstat: counters of kvcached reset (totals, rates, hit ratios, namespaces, top prefixes)\n");
+	return 0;
+}
 
 static int one_shot(void)
 {
@@ -809,10 +947,12 @@ static bool watch_frame(struct watch *w, unsigned long n)
 
 			strftime(hms, sizeof(hms), "%H:%M:%S", localtime(&t));
 			status(w, "reattached to kvcached pid %d", w->o.h->daemon_pid);
-			/* A redraw would wipe that line at once on a terminal. */
+			/* A redraw would wipe that line at once on a terminal:
+			 * it stays atop the frames for a few seconds. */
 			snprintf(w->note, sizeof(w->note),
 				 "kvstat: reattached to kvcached pid %d at %s (the previous one stopped)",
 				 w->o.h->daemon_pid, hms);
+			w->note_until = mono_now() + NOTE_S;
 		}
 	}
 	if (kvshm_snap_take(w->o.h, &s)) {
@@ -846,7 +986,7 @@ static bool watch_frame(struct watch *w, unsigned long n)
 	if (opt.json) {
 		print_json(f, &w->o, &s, &iv);
 	} else {
-		if (w->tty && w->note[0])
+		if (w->tty && w->note[0] && now < w->note_until)
 			fprintf(f, "%s\n", w->note);
 		print_text(f, &s, &iv, w);
 	}
@@ -914,6 +1054,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 "usage: kvstat [--socket PATH] [--json | --prometheus] [--watch SECONDS [--count N]]\n"
+"       kvstat [--socket PATH] --reset\n"
 "\n"
 "Shows what kvcached is doing: pool pages by state and tier, hit ratios in\n"
 "blocks and tokens, lookups, publishes, evictions, spills and restores with\n"
@@ -932,10 +1073,14 @@ static void usage(FILE *f)
 "                     interval's hit ratio and rates and a hit-ratio\n"
 "                     sparkline; Ctrl-C stops\n"
 "  --count N          with --watch: stop after N frames\n"
+"  --reset            zero the daemon's counters (totals, rates, hit ratios,\n"
+"                     per namespace, top prefixes); allowed to root and\n"
+"                     the daemon's own user\n"
 "  --help             this text\n"
+"  --version          kvstat's version\n"
 "\n"
-"Exit status: 0 ok, 1 no kvcached (or a segment version this kvstat does not\n"
-"read), 2 bad usage.\n");
+"Exit status: 0 ok, 1 no kvcached, a segment version this kvstat does not\n"
+"read or a refused --reset, 2 bad usage.\n");
 }
 
 static void __attribute__((noreturn, format(printf, 1, 2))) bad_usage(const char *fmt, ...)
@@ -959,6 +1104,8 @@ static void parse_args(int argc, char **argv)
 		{ "watch", required_argument, NULL, 'w' },
 		{ "count", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "reset", no_argument, NULL, 'r' },
 		{ NULL, 0, NULL, 0 },
 	};
 	bool watch_set = false;
@@ -1003,6 +1150,12 @@ static void parse_args(int argc, char **argv)
 		case 'h':
 			usage(stdout);
 			exit(0);
+		case 'V':
+			printf("kvstat %s (shm layout %u)\n", KVC_VERSION_STRING, KVSHM_VERSION);
+			exit(0);
+		case 'r':
+			opt.reset = true;
+			break;
 		case ':':
 			bad_usage("%s needs a value", argv[optind - 1]);
 		default:
@@ -1019,6 +1172,8 @@ static void parse_args(int argc, char **argv)
 		bad_usage("--prometheus prints one scrape; it takes no --watch");
 	if (opt.count && !watch_set)
 		bad_usage("--count needs --watch");
+	if (opt.reset && (watch_set || opt.json || opt.prom))
+		bad_usage("--reset only resets (with --socket): run kvstat again to watch");
 }
 
 int main(int argc, char **argv)
@@ -1031,6 +1186,8 @@ int main(int argc, char **argv)
 	sigemptyset(&sa.sa_mask);
 	sa.sa_handler = on_alarm;
 	sigaction(SIGALRM, &sa, NULL);
+	if (opt.reset)
+		return reset();
 	if (!opt.watch)
 		return one_shot();
 	sa.sa_handler = on_stop;

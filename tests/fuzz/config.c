@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "../../daemon/config.h"
+#include "../../daemon/events.h"
 #include "../../daemon/memcheck.h"
 #include "../../daemon/log.h"
 #include "../../shm/segment.h"
@@ -72,6 +73,20 @@ static void check_fields(const struct kvd_config *c)
 	for (i = 0; i < c->n_allow_gid; i++)
 		CHECK(c->allow_gid[i] != (gid_t)-1);
 	CHECK(memchr(c->metrics_listen, 0, sizeof(c->metrics_listen)));
+	CHECK(memchr(c->kv_events, 0, sizeof(c->kv_events)));
+	CHECK(memchr(c->kv_events_replay, 0, sizeof(c->kv_events_replay)));
+	CHECK(!c->kv_events[0] || !kvd_endpoint_check(c->kv_events));
+	CHECK(!c->kv_events_replay[0] || !kvd_endpoint_check(c->kv_events_replay));
+	{
+		const char *why = NULL;
+
+		CHECK(!kvd_events_topic_check(c->kv_events_topic, &why));
+	}
+	CHECK(c->kv_events_buffer <= 1000000);
+	CHECK(c->kv_events_hwm >= 1 && c->kv_events_hwm <= 1000000);
+	CHECK(c->kv_events_stall_ms <= 3600000);
+	CHECK(c->kv_events_hash >= KVD_EVENTS_HASH_UINT64 &&
+	      c->kv_events_hash <= KVD_EVENTS_HASH_BYTES);
 	if (c->metrics_listen[0]) {
 		struct sockaddr_storage a;
 
@@ -92,6 +107,8 @@ static void check_checked(const struct kvd_config *c)
 	pages = c->pool_size / c->page_size;
 	CHECK(pages >= 2 && pages <= (1u << 30));
 	CHECK(c->high_watermark >= c->low_watermark);
+	CHECK(!c->kv_events_replay[0] ||
+	      (c->kv_events[0] && strcmp(c->kv_events, c->kv_events_replay)));
 	/* Accepted settings never fail later, at segment_open's layout. */
 	geo.page_bytes = c->page_size;
 	geo.n_pages = (uint32_t)pages;
@@ -118,6 +135,13 @@ static bool cfg_eq(const struct kvd_config *a, const struct kvd_config *b)
 	       !memcmp(a->allow_uid, b->allow_uid, sizeof(uid_t) * (size_t)a->n_allow_uid) &&
 	       !memcmp(a->allow_gid, b->allow_gid, sizeof(gid_t) * (size_t)a->n_allow_gid) &&
 	       !strcmp(a->metrics_listen, b->metrics_listen) &&
+	       !strcmp(a->kv_events, b->kv_events) &&
+	       !strcmp(a->kv_events_replay, b->kv_events_replay) &&
+	       !strcmp(a->kv_events_topic, b->kv_events_topic) &&
+	       a->kv_events_buffer == b->kv_events_buffer && a->kv_events_hwm == b->kv_events_hwm &&
+	       a->kv_events_stall_ms == b->kv_events_stall_ms &&
+	       a->kv_events_hash == b->kv_events_hash &&
+	       a->kv_events_connect == b->kv_events_connect &&
 	       (!a->metrics_listen[0] ||
 		!memcmp(&a->metrics_addr, &b->metrics_addr, sizeof(a->metrics_addr)));
 }
@@ -125,8 +149,8 @@ static bool cfg_eq(const struct kvd_config *a, const struct kvd_config *b)
 /* Settings as (key, value) pairs, values in a form the parsers take back. */
 struct kv {
 	int n;
-	char key[24][24];
-	char val[24][1200];
+	char key[32][24];
+	char val[32][1200];
 };
 
 static void put(struct kv *kv, const char *key, const char *fmt, ...)
@@ -136,7 +160,7 @@ static void put(struct kv *kv, const char *key, const char *fmt, ...)
 {
 	va_list ap;
 
-	CHECK(kv->n < 24);
+	CHECK(kv->n < 32);
 	snprintf(kv->key[kv->n], sizeof(kv->key[0]), "%s", key);
 	va_start(ap, fmt);
 	CHECK(vsnprintf(kv->val[kv->n], sizeof(kv->val[0]), fmt, ap) < (int)sizeof(kv->val[0]));
@@ -183,6 +207,15 @@ static void render(const struct kvd_config *c, struct kv *kv)
 	put(kv, "allow-users", "%s", buf);
 	ids(buf, sizeof(buf), (const uint32_t *)c->allow_gid, c->n_allow_gid);
 	put(kv, "allow-groups", "%s", buf);
+	put(kv, "kv-events", "%s", c->kv_events);
+	put(kv, "kv-events-replay", "%s", c->kv_events_replay);
+	put(kv, "kv-events-topic", "%s", c->kv_events_topic);
+	put(kv, "kv-events-buffer", "%u", c->kv_events_buffer);
+	put(kv, "kv-events-hwm", "%u", c->kv_events_hwm);
+	put(kv, "kv-events-stall-ms", "%u", c->kv_events_stall_ms);
+	put(kv, "kv-events-hash", "%s", c->kv_events_hash == KVD_EVENTS_HASH_INT64 ? "int64" :
+					c->kv_events_hash == KVD_EVENTS_HASH_BYTES ? "bytes" : "uint64");
+	put(kv, "kv-events-mode", "%s", c->kv_events_connect ? "connect" : "bind");
 }
 
 /* Write c back out as a file and as flags; both must parse to c. */
@@ -190,7 +223,7 @@ static void round_trip(const struct kvd_config *c, bool as_file)
 {
 	struct kv *kv = malloc(sizeof(*kv));
 	struct kvd_config back;
-	char *argv[2 + 2 * 24], *flags[24], *text;
+	char *argv[2 + 2 * 32], *flags[32], *text;
 	size_t len = 0, cap = 64 * 1024;
 	int i, argc = 0, rc;
 

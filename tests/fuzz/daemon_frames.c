@@ -66,6 +66,7 @@
 #include <unistd.h>
 
 #include "../lib/utf8_oracle.h"
+#include "../../daemon/closer.h"
 #include "../../daemon/kvd.h"
 #include "../../daemon/log.h"
 #include "../../daemon/spill.h"
@@ -92,6 +93,13 @@
 
 static char spill_dir[64];	/* the spill area's folder, for the process */
 static bool spill_on;		/* this input has a spill tier */
+/*
+ * A RESET zeroed the counters: the pages READY and WRITING then are what
+ * the conservation laws below start from (reset_seen: a RESET_R came in
+ * this operation; the bases are taken at the next check).
+ */
+static bool reset_seen;
+static uint64_t base_ready, base_writing;
 
 static struct kvd d;
 static struct kvd_memfd seg;
@@ -442,6 +450,20 @@ NO_COVERAGE static void check_replies(uint32_t row, const struct req *rq)
 		case KVPROTO_STAT_R:
 			CHECK(rq->type == KVPROTO_STAT && !c->used);
 			break;
+		case KVPROTO_RESET_R:
+			/* Served, then closed; this target is root (or the
+			 * daemon's own user): never refused for who it is. */
+			CHECK(rq->type == KVPROTO_RESET && !c->used);
+			reset_seen = true;
+			break;
+		case KVPROTO_DROP_R: {
+			struct kvproto_drop_r r;
+
+			CHECK(rq->type == KVPROTO_DROP && kvd_live(c));
+			memcpy(&r, p, sizeof(r));
+			CHECK(r.dropped <= N_PAGES && r.left <= N_PAGES && r.slots <= N_SLOTS);
+			break;
+		}
 		case KVPROTO_RESTORE_R: {
 			struct kvproto_count cnt;
 			uint32_t i;
@@ -485,6 +507,9 @@ static void pump(int target, const struct req *rq)
 	static const struct req none;
 	uint32_t i;
 
+	/* The daemon closes client connections on its closer threads
+	 * (closer.h): let them finish before looking for the hang-up. */
+	CHECK(kvd_closer_flush(10000));
 	for (i = 0; i < MAX_CLIENTS; i++) {
 		struct peer *pr = &peers[i];
 		struct kvd_client *c = &d.clients[i];
@@ -648,11 +673,19 @@ NO_COVERAGE static void check_state(void)
 	CHECK(st->pages_ready == count[KVSHM_PAGE_READY]);
 	CHECK(st->index_entries == count[KVSHM_PAGE_READY] + spilled);
 	CHECK(st->pages_spilled == spilled);
-	CHECK(st->allocs == st->publishes + st->publish_dups + st->publish_refused + st->frees +
-			    st->reclaimed + count[KVSHM_PAGE_WRITING]);
+	if (reset_seen) {
+		reset_seen = false;
+		base_ready = count[KVSHM_PAGE_READY];
+		base_writing = count[KVSHM_PAGE_WRITING];
+		CHECK(st->allocs == 0 && st->publishes == 0 && st->evictions == 0 &&
+		      st->lookups == 0 && st->hit_tokens == 0 && st->reset_time_ns);
+		CHECK(top->n == 0);
+	}
+	CHECK(st->allocs + base_writing == st->publishes + st->publish_dups + st->publish_refused +
+			    st->frees + st->reclaimed + count[KVSHM_PAGE_WRITING]);
 	/* A READY page was published or restored; it leaves by eviction
 	 * (to a slot or not). */
-	CHECK(st->publishes + st->restores == st->evictions + count[KVSHM_PAGE_READY]);
+	CHECK(st->publishes + st->restores + base_ready == st->evictions + count[KVSHM_PAGE_READY]);
 	/* Nothing here damages a slot: none fails its checks. */
 	CHECK(st->spill_dropped == 0 && st->spill_errors == 0);
 	CHECK(!spill_on || st->spill_slots == N_SLOTS);
@@ -686,7 +719,18 @@ NO_COVERAGE static void check_state(void)
 	CHECK(st->clients_attached == live);
 	CHECK(st->clients_lingering == used - live - not_hello);
 
-	/* Namespace rows: what HELLO checked, still so. */
+	/* Namespace rows: what HELLO checked, still so; their statistics
+	 * count no more pages and clients than there are. */
+	{
+		uint64_t pages_sum = 0, clients_sum = 0;
+
+		for (i = 0; i < h->geo.max_ns; i++) {
+			pages_sum += kvshm_ns_stats(h)[i].pages;
+			clients_sum += kvshm_ns_stats(h)[i].clients;
+			CHECK(kvshm_ns_stats(h)[i].dropped <= st->evictions);
+		}
+		CHECK(pages_sum <= N_PAGES && clients_sum <= MAX_CLIENTS);
+	}
 	for (i = 0; i < h->geo.max_ns; i++) {
 		if (!atomic_load(&ns[i].used))
 			continue;
@@ -1062,6 +1106,7 @@ static void run_ops(struct in *in)
 		case OP_TICK:
 			kvd_evict_tick(&d);
 			kvd_registry_tick(&d);
+			kvd_nsstat_tick(&d);
 			if (d.ticks <= 3)	/* rendering is slow; the end checks too */
 				check_metrics();
 			break;
@@ -1137,6 +1182,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	base_fds = count_fds();
 	CHECK(base_fds > 0);
 	reset(bts[first & 3], first & 4);
+	reset_seen = false;
+	base_ready = base_writing = 0;
 	check_state();
 	run_ops(&in);
 

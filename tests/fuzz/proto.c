@@ -72,6 +72,7 @@ static void check_hello(const uint8_t *p)
 	       hi.layers >= 1 && hi.layers <= 4096 && hi.kv_heads >= 1 && hi.kv_heads <= 4096 &&
 	       hi.head_dim >= 1 && hi.head_dim <= 65536 && hi.block_tokens >= 1 &&
 	       hi.block_tokens <= KVSHM_MAX_BLOCK_TOKENS && hi.pos_kind <= KVSHM_POS_MAX &&
+	       /* a rank below its size (0 meaning 1) */
 	       hi.shard.tp_rank < (hi.shard.tp_size ? hi.shard.tp_size : 1) &&
 	       hi.shard.pp_rank < (hi.shard.pp_size ? hi.shard.pp_size : 1);
 	memset(&ns, 0xa5, sizeof(ns));
@@ -215,6 +216,22 @@ static void check_accepted(const struct kvproto_hdr *h, const uint8_t *p, uint32
 		      q.pool_bytes <= q.chunk_bytes * q.n_chunks);
 		break;
 	}
+	case KVPROTO_DROP:
+	case KVPROTO_RESET: {
+		struct kvproto_drop q;
+
+		CHECK(len == sizeof(q) && sizeof(q) == sizeof(struct kvproto_reset));
+		memcpy(&q, p, sizeof(q));
+		CHECK(q.flags == 0);
+		break;
+	}
+	case KVPROTO_DROP_R:
+		CHECK(len == sizeof(struct kvproto_drop_r));
+		read_records(p, 0, 1, len);
+		break;
+	case KVPROTO_RESET_R:
+		CHECK(len == sizeof(struct kvproto_reset_r));
+		break;
 	default:
 		CHECK(0);	/* an unknown type was accepted */
 	}

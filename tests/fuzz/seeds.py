@@ -18,6 +18,7 @@ HELLO, HELLO_R, ALLOC, ALLOC_R, PUBLISH, PUBLISH_R = 1, 2, 3, 4, 5, 6
 FREE, FREE_R, ERROR, STAT, STAT_R, BYE = 7, 8, 9, 10, 11, 12
 RESTORE, RESTORE_R = 13, 14
 POOL, POOL_R = 32, 33
+DROP, DROP_R, RESET, RESET_R = 50, 51, 52, 53
 ALLOC_KEYS = 40
 ALLOC_SINGLE = 1
 VERSION = 2  # KVPROTO_VERSION
@@ -30,6 +31,7 @@ def frame(typ, payload=b"", seq=1, magic=MAGIC, length=None):
 
 def hello(model=b"llama-3-8b", bt=16, layers=1, kv=1, hd=64, dtype=2,
           pos=1, pins=0, name=b"fuzz", version=VERSION, flags=0, shard=(0, 0, 0, 0)):
+    """struct kvproto_hello of protocol 2: the shard follows the name."""
     return struct.pack("<10I", version, flags, dtype, layers, kv, hd, bt,
                        pos, pins, 0) + model.ljust(64, b"\0")[:64] + \
         name.ljust(16, b"\0")[:16] + struct.pack("<4H", *shard)
@@ -75,6 +77,7 @@ def keys(ks):
 
 
 def stat(version=VERSION, flags=0):
+    """STAT, and DROP and RESET, which have the same shape."""
     return struct.pack("<II", version, flags)
 
 
@@ -130,6 +133,12 @@ def proto_seeds():
     write("proto", "pool", bt16 + frame(POOL, struct.pack("<II", 1, 0)) +
           frame(POOL_R, struct.pack("<IIQQQ16siI", 1, 3, 4 << 20, 2 << 20, 10 << 20,
                                     bytes(range(16)), 0, 0)))
+    # Dropping a namespace and resetting the statistics, with replies;
+    # then one with flags set and one a byte short.
+    write("proto", "drop-reset", bt16 + frame(DROP, stat()) +
+          frame(DROP_R, struct.pack("<4I", 12, 1, 3, 0)) + frame(RESET, stat()) +
+          frame(RESET_R, struct.pack("<II", 2, 0)) + frame(DROP, stat(flags=1)) +
+          frame(RESET, stat()[:7]))
 
 
 # ---------------------------------------------------------- daemon_frames
@@ -250,6 +259,27 @@ def daemon_seeds():
     write("daemon_frames", "violations", bad)
     write("daemon_frames", "bt1024", b"\x03" + f(HELLO, hello(bt=1024, hd=1, dtype=1)) +
           f(ALLOC, alloc(2), seq=2) + f(PUBLISH, pub(chain(2), 1024), seq=3, fix=True))
+    # A client drops its namespace while another pins part of it: the
+    # second DROP in the same tick is refused (-EAGAIN), the one after a
+    # tick goes through; with the spill tier on, slots are dropped too.
+    dr = bt16 + h + f(ALLOC, alloc(8), seq=2) + f(PUBLISH, pub(chain(8)), seq=3, fix=True)
+    dr += f(HELLO, hello(name=b"second"), row=1)
+    dr += op(OP_PIN, 1) + struct.pack("<HBB", 0, 0, 0)
+    dr += f(DROP, stat(), seq=4) + f(DROP, stat(), seq=5) + op(OP_TICK)
+    dr += f(DROP, stat(), seq=6) + f(DROP, stat(), row=1, seq=2) + op(OP_TICK)
+    write("daemon_frames", "drop", dr)
+    write("daemon_frames", "spill-drop", b"\x04" + full[1:] + op(OP_TICK) * 2 +
+          f(DROP, stat(), seq=4) + op(OP_TICK) + f(HELLO, hello(name=b"third"), row=2) +
+          f(RESTORE, keys([0, 1]), row=2, seq=2, fix=True))
+    # RESET from an observer in the middle of traffic, then more traffic:
+    # counting starts again from zero; a RESET of another protocol
+    # version, and one after HELLO (not an observer's), are refused.
+    rs = bt16 + h + f(ALLOC, alloc(4), seq=2) + f(PUBLISH, pub(chain(4)), seq=3, fix=True)
+    rs += op(OP_HIT) + struct.pack("<HIB", 0x1000, 64, 3) + b"doc" + op(OP_TICK)
+    rs += f(RESET, stat(), row=1) + op(OP_TICK)
+    rs += f(ALLOC, alloc(2), seq=4) + f(FREE, pgs([(4, 0), (5, 0)]), seq=5, fix=True)
+    rs += f(RESET, stat(version=9), row=2) + f(RESET, stat(), seq=6) + op(OP_TICK)
+    write("daemon_frames", "reset", rs)
     # Single flight: the first client announces a chain; the second is
     # refused (single) and then granted unannounced pages for it; the first
     # publishes (its entries stay), the second's publish is a duplicate.
@@ -313,6 +343,56 @@ allow-groups = 0
     write("config", "args-bad", b"\0--block-tokens\0" b"1025\0--tick-ms=0\0stray")
     write("config", "size", b"512MiB")
     write("config", "listen", b"192.168.0.1:65535")
+    write("config", "kv-events", b"kv-events = tcp://*:5557\nkv-events-replay = tcp://*:5558\n"
+          b"kv-events-buffer = 100\nkv-events-topic = kv@{host}@{model}\n"
+          b"kv-events-hash = int64\nkv-events-hwm = 64\nkv-events-stall-ms = 0\n"
+          b"kv-events-mode = connect\n")
+    write("config", "kv-events-bad", b"kv-events = udp://x:1\nkv-events-topic = a {b}\n"
+          b"kv-events-replay = ipc://\n")
+    write("config", "args-kv-events", b"\0--kv-events\0ipc:///tmp/ev\0--kv-events-replay="
+          b"ipc:///tmp/rp\0--kv-events-hash\0bytes\0--kv-events-topic={model}")
+    write("config", "args-replay-alone", b"\0--kv-events-replay\0tcp://*:1")
+
+
+# ------------------------------------------------------------ kv events
+def ev_publish(ns, blocks, seed, chained=0):
+    return bytes([0, ns, blocks - 1, seed, chained])
+
+
+def ev_replay(frames, verdict=0):
+    out = bytes([7, len(frames)])
+    for fr in frames:
+        out += bytes([len(fr)]) + (b"\x00" if len(fr) > 8 else b"") + fr
+    return out + bytes([verdict])
+
+
+EV_TICK = b"\x06"
+
+
+def events_seeds():
+    """tests/fuzz/events.c: a mode byte, then operations."""
+    start0 = b"\x00" * 8
+    write("events", "publish-tick", b"\x00" + ev_publish(0, 3, 1) + EV_TICK +
+          ev_publish(0, 2, 2, 1) + EV_TICK)
+    write("events", "evict", b"\x00" + ev_publish(0, 6, 1) + ev_publish(1, 6, 2) +
+          ev_publish(2, 6, 3) + b"\x01\x07" + EV_TICK + b"\x01\x07")
+    write("events", "spill-restore", b"\x00" + ev_publish(0, 4, 1) + EV_TICK +
+          b"\x02\x00\x02\x01\x02\x02" + EV_TICK + b"\x03\x00\x04\x01" + EV_TICK)
+    write("events", "clear", b"\x00" + ev_publish(0, 4, 1) + ev_publish(1, 2, 2) + EV_TICK +
+          b"\x02\x00" + b"\x05\x00" + EV_TICK)
+    write("events", "shared-topic-clear", b"\x04" + ev_publish(0, 4, 1) + ev_publish(1, 2, 2) +
+          EV_TICK + b"\x05\x01" + EV_TICK)
+    write("events", "muted-rank", b"\x00" + ev_publish(3, 4, 1) + ev_publish(0, 4, 1) + EV_TICK)
+    write("events", "int64", b"\x02" + ev_publish(0, 6, 9) + EV_TICK)
+    write("events", "bytes", b"\x03" + ev_publish(0, 6, 9) + b"\x02\x01" + EV_TICK)
+    write("events", "replay", bytes([7 << 3]) + ev_publish(0, 2, 1) + EV_TICK +
+          ev_publish(1, 2, 2) + EV_TICK + ev_publish(2, 2, 3) + EV_TICK +
+          ev_replay([b"ab", b"", start0]) + ev_replay([b"ab", b"", start0], 1) +
+          ev_replay([b"ab", b"", b"\x00" * 7 + b"\x01"], 2))
+    write("events", "replay-bad", bytes([2 << 3]) + ev_publish(0, 2, 1) + EV_TICK +
+          ev_replay([b"ab", b"x", start0]) + ev_replay([b"ab", b"", b"\x00" * 7]) +
+          ev_replay([b"", b"", start0]) + ev_replay([b"ab", b""]) +
+          ev_replay([b"ab", b"", start0, b"more"]))
 
 
 # ------------------------------------------------------ regression inputs
@@ -330,6 +410,12 @@ def regress_inputs():
     # A flag's value that reads "--config=..." is that flag's value, not a
     # config file (the round trip writes socket as "--socket" "--config=").
     write("config", "args-config-as-value", b"socket = --config=", "regress")
+    # Namespaces that share one topic share one queue of events: a block
+    # removed in one and the same hash stored in another reach subscribers
+    # in the order they happened (one queue per namespace row sent the
+    # store first, then the removal).
+    write("events", "shared-topic-order", bytes.fromhex(
+        "7f36000000000000151515152f1515151500000000000000051515151515151515151526151515150000f0010112668d15151502000605010100000000030006"), "regress")
 
 
 if __name__ == "__main__":
@@ -337,3 +423,4 @@ if __name__ == "__main__":
     proto_seeds()
     daemon_seeds()
     config_seeds()
+    events_seeds()

@@ -6,6 +6,9 @@
  * its peer was skipped (gpu rows without a GPU: no figures, the reason); bad options exit 2 naming the problem; SIGINT in
  * the middle of a run leaves no server running and no folder behind.
  *
+ * Against a daemon it did not start, kvbench leaves the user's blocks
+ * alone and drops its own when done.
+ *
  * Nothing here asserts a speed: the figures depend on the machine.
  * A peer server that is not installed is a printed note, not a failure
  * (its rows must then say "skipped: <server> not found").
@@ -29,6 +32,8 @@
 #include <unistd.h>
 
 #include "../lib/harness.h"
+#include "../../libclient/observe.h"
+#include "../../shm/stats.h"
 
 /* Run kvbench with args (NULL-terminated) and TMPDIR=tmpdir (if not NULL);
  * stdout into *out (malloc'd, NUL-terminated). Returns the exit status. */
@@ -127,11 +132,17 @@ static double num_field(const char *line, const char *name, bool *is_null)
 	return strtod(p, NULL);
 }
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED 1
+#else
+#define SANITIZED 0
+#endif
+
 static void quick_json(void **state)
 {
 	const char *args[] = { "--quick", "--json", NULL };
 	bool have_redis = installed("redis-server"), have_mc = installed("memcached");
-	int rows = 0, by_mode[6] = { 0, 0, 0, 0, 0, 0 }, redis_rows = 0, mc_rows = 0;
+	int rows = 0, by_mode[7] = { 0, 0, 0, 0, 0, 0, 0 }, redis_rows = 0, mc_rows = 0;
 	char *out, *err, *line, *save = NULL;
 	int rc;
 
@@ -167,6 +178,23 @@ static void quick_json(void **state)
 				continue;
 			}
 		}
+		if (strstr(line, "\"mode\":\"python\"")) {
+			by_mode[5]++;
+			/* The Python binding's rows: figures against C, except in
+			 * a sanitizer build, whose library python3 cannot load. */
+			if (!strstr(line, "\"skipped\":null")) {
+				assert_true(SANITIZED);
+				assert_true(kv_null && peer_null && ratio_null);
+				assert_non_null(strstr(line, "\"skipped\":\"sanitizer build"));
+				continue;
+			}
+			/* A difference of two noisy figures: any sign. */
+			if (strstr(line, "\"op\":\"py_added\"")) {
+				assert_false(kv_null);
+				assert_true(peer == 2000 && !ratio_null);
+				continue;
+			}
+		}
 		assert_false(kv_null);
 		assert_true(kv > 0);
 		if (strstr(line, "\"skipped\":null")) {
@@ -195,7 +223,7 @@ static void quick_json(void **state)
 		else if (strstr(line, "\"mode\":\"ttft\""))
 			by_mode[3]++;
 		else if (strstr(line, "\"mode\":\"serve\"")) {
-			by_mode[5]++;
+			by_mode[6]++;
 			assert_true(strstr(line, "\"workload\":\"qa\"") ||
 				    strstr(line, "\"workload\":\"chat\""));
 			/* A cache never makes an engine compute more. */
@@ -206,18 +234,21 @@ static void quick_json(void **state)
 		redis_rows += !!strstr(line, "\"peer_kind\":\"redis-");
 		mc_rows += !!strstr(line, "\"peer_kind\":\"memcached-");
 	}
-	printf("kvbench --quick --json: %d rows (lookup %d, publish %d, pages %d, ttft %d, gpu %d, serve %d; redis %d, memcached %d)\n",
+	printf("kvbench --quick --json: %d rows (lookup %d, publish %d, pages %d, ttft %d, gpu %d, python %d, serve %d; redis %d, memcached %d)\n",
 	       rows, by_mode[0], by_mode[1], by_mode[2], by_mode[3], by_mode[4], by_mode[5],
-	       redis_rows, mc_rows);
+	       by_mode[6], redis_rows, mc_rows);
 	assert_true(by_mode[0] > 0 && by_mode[1] > 0 && by_mode[2] > 0);
 	/* ttft: warm and miss rows against the cold prefill; gpu: gather and
 	 * scatter, measured or skipped. */
 	assert_int_equal(by_mode[3], 2);
 	assert_int_equal(by_mode[4], 2);
+	/* python: 1 and 256 blocks, each array tokens, what they add, list
+	 * tokens; or the two skipped rows of a sanitizer build. */
+	assert_int_equal(by_mode[5], SANITIZED ? 2 : 6);
 	/* serve (--quick: N = 2): per workload, prefill tokens, TTFT p50 and
 	 * p99, requests/s against none, private and kvcached-nowait, and two
 	 * hit ratios against private and kvcached-nowait. */
-	assert_int_equal(by_mode[5], 2 * (4 * 3 + 2 * 2));
+	assert_int_equal(by_mode[6], 2 * (4 * 3 + 2 * 2));
 	assert_non_null(strstr(out, "\"serve\":{\"seed\":"));
 	assert_true(redis_rows > 0 && mc_rows > 0);
 	free(out);
@@ -358,10 +389,90 @@ static void sigint_cleans_up(void **state)
 	assert_int_equal(rmdir(tmp), 0);
 }
 
+/*
+ * Against a daemon it did not start (a user's, with the user's blocks in
+ * it), kvbench works in namespaces of its own and drops their blocks when
+ * it is done: the user's namespace keeps every page it holds pinned and
+ * none of it is dropped, kvbench's have none left, and kvstat's namespace
+ * rows say what was dropped.
+ */
+static bool ns_stats(const char *sock, const char *prefix, uint64_t *pages, uint64_t *dropped,
+		     uint64_t *published)
+{
+	struct kvshm_snap s;
+	struct kvobs o;
+	char err[256];
+	bool found = false;
+
+	*pages = *dropped = *published = 0;
+	assert_int_equal(kvobs_attach(sock, &o, err, sizeof(err)), 0);
+	assert_int_equal(kvshm_snap_take(o.h, &s), 0);
+	for (uint32_t i = 0; i < s.n_ns; i++) {
+		if (!kvshm_snap_ns_used(&s, i) || strncmp(s.ns[i].model, prefix, strlen(prefix)))
+			continue;
+		found = true;
+		*pages += s.ns_st[i].pages;
+		*dropped += s.ns_st[i].dropped;
+		*published += s.ns_st[i].published;
+	}
+	kvshm_snap_free(&s);
+	kvobs_detach(&o);
+	return found;
+}
+
+static void external_daemon_left_clean(void **state)
+{
+	const char *dargs[] = { "--page-size", "64K", "--pool-size", "64M", NULL };
+	const char *args[] = { "--quick", "--mode", "lookup,publish", "--socket", NULL, NULL };
+	uint64_t pages = 0, dropped, published;
+	struct kvc_req *held;
+	struct kvt_daemon d;
+	char *out, *err;
+	uint32_t t[160];
+	kvc_t *c;
+	int rc;
+
+	(void)state;
+	assert_int_equal(kvt_daemon_start(&d, dargs), 0);
+	c = kvt_open(&d, NULL);
+	assert_non_null(c);
+	kvt_tokens(t, 160, 0, 7);
+	assert_int_equal(kvt_put(c, t, 160, NULL), 0);	/* the user's 10 blocks */
+	/* Held pinned while kvbench runs (its publishes would evict them:
+	 * a shared cache); what must not happen is that kvbench drops them. */
+	assert_int_equal(kvc_req_new(c, t, 160, NULL, 0, &held), 0);
+	assert_int_equal(kvc_lookup(held), 10);
+	args[4] = d.sock;
+	rc = run_kvbench(args, NULL, &out, &err);
+	if (rc)
+		printf("kvbench exited %d; stderr:\n%s\n", rc, err);
+	assert_int_equal(rc, 0);
+	assert_non_null(strstr(out, "pages dropped at the end"));
+	/* The pages are counted by a sweep on the tick: wait for one. */
+	for (int i = 0; i < 200; i++) {
+		assert_true(ns_stats(d.sock, "kvt-tiny", &pages, &dropped, &published));
+		if (pages == 10)
+			break;
+		usleep(10000);
+	}
+	assert_int_equal(pages, 10);
+	assert_int_equal(dropped, 0);
+	kvc_req_free(held);
+	assert_int_equal(kvt_get(c, t, 160), 10);	/* still all there */
+	assert_true(ns_stats(d.sock, "kvbench-", &pages, &dropped, &published));
+	assert_int_equal(pages, 0);
+	assert_true(dropped > 0 && dropped <= published);
+	kvc_close(c);
+	free(out);
+	free(err);
+	assert_int_equal(kvt_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(quick_json),
+		cmocka_unit_test(external_daemon_left_clean),
 		cmocka_unit_test(gpu_mode),
 		cmocka_unit_test(bad_options),
 		cmocka_unit_test(sigint_cleans_up),

@@ -682,7 +682,7 @@ static int check_example_defaults(const char *help, const char *conf)
 	/* Shown values that are examples or depend on the user, not defaults. */
 	static const char *const not_default[] = {
 		"socket", "allow-users", "allow-groups", "metrics-listen", "foreground", "spill-dir",
-		NULL,
+		"kv-events", "kv-events-replay", NULL,
 	};
 	const char *p;
 	int nset = 0;
@@ -802,6 +802,9 @@ static void test_example_config(void **state)
 /* ---- 4. make install -------------------------------------------------- */
 
 /* What `make install DESTDIR=... PREFIX=/usr` must put there, and only that. */
+#define PY_SRC "libclient/python/kvclient"
+#define PY_SITE "/usr/lib/python3/dist-packages"
+#define PY_DIR PY_SITE "/kvclient"
 struct want_file {
 	char path[128];		/* under DESTDIR */
 	mode_t mode;		/* 0: a symlink */
@@ -810,7 +813,7 @@ struct want_file {
 };
 
 static struct {
-	struct want_file f[32];
+	struct want_file f[48];
 	size_t n;
 	size_t root_len;
 	char wrong[4096];
@@ -886,6 +889,13 @@ static void check_tree(const char *root, const char *make_out)
 	want("/usr/share/doc/kvcached/INSTALL.md", 0644, NULL);
 	want("/usr/bin/kvcached", 0755, NULL);
 	want("/usr/bin/kvdemo", 0755, NULL);	/* tinylm's driver */
+	/* The manual pages, one per man/NAME.SECTION.in. */
+	want("/usr/share/man/man8/kvcached.8", 0644, NULL);
+	want("/usr/share/man/man5/kvcached.conf.5", 0644, NULL);
+	want("/usr/share/man/man1/kvstat.1", 0644, NULL);
+	want("/usr/share/man/man1/kvdemo.1", 0644, NULL);
+	want("/usr/share/man/man1/kvbench.1", 0644, NULL);
+	want("/usr/share/man/man3/libkvclient.3", 0644, NULL);
 	/* Every tools/NAME.c is a program that `all` builds and install
 	 * installs. */
 	dir = opendir("tools");
@@ -901,6 +911,22 @@ static void check_tree(const char *root, const char *make_out)
 	}
 	closedir(dir);
 	assert_true(tools >= 1);
+	/* The Python package: every file of libclient/python/kvclient, and
+	 * the note of where the library went. */
+	dir = opendir(PY_SRC);
+	assert_non_null(dir);
+	while ((e = readdir(dir))) {
+		size_t n = strlen(e->d_name);
+
+		if (n > 64 || (strcmp(e->d_name, "py.typed") &&
+			       (n < 4 || strcmp(e->d_name + n - 3, ".py"))))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", PY_DIR, e->d_name);
+		want(path, 0644, NULL);
+	}
+	closedir(dir);
+	want(PY_DIR "/_installed.py", 0644, NULL);
+	want("/usr/share/doc/kvcached/PYTHON.md", 0644, NULL);
 
 	tree.root_len = strlen(root);
 	assert_int_equal(nftw(root, tree_cb, 16, FTW_PHYS), 0);
@@ -939,6 +965,14 @@ static void check_contents(const char *root)
 	assert_false(has_placeholder(a));
 	assert_non_null(strstr(a, "# Installed as /etc/kvcached/kvcached.conf"));
 	assert_non_null(strstr(a, "\nallow-groups = kvcached\n"));
+	free(a);
+	/* The manual pages carry the version and the installed paths. */
+	snprintf(path, sizeof(path), "%s/usr/share/man/man5/kvcached.conf.5", root);
+	a = slurp(path);
+	assert_non_null(a);
+	assert_false(has_placeholder(a));
+	assert_non_null(strstr(a, "\"kvcached " KVC_VERSION_STRING "\""));
+	assert_non_null(strstr(a, "/etc/kvcached/kvcached.conf"));
 	free(a);
 }
 
@@ -1032,19 +1066,13 @@ static const char tiny_c[] =
 	"\treturn kvc_version() == KVC_VERSION_NUMBER ? 0 : 1;\n"
 	"}\n";
 
-/* The program of docs/INSTALL.md section 6, as printed there. */
+/* The program of docs/INSTALL.md section 6 (tools/examples/hello-kvc.c,
+ * which tests/python/test_docs.py checks the doc quotes verbatim). */
 static char *install_md_program(void)
 {
-	char *md = slurp("docs/INSTALL.md"), *p, *e, *prog;
+	char *prog = slurp("tools/examples/hello-kvc.c");
 
-	assert_non_null(md);
-	p = strstr(md, "```c\n/* hello-kvc.c */\n");
-	assert_non_null(p);
-	p += strlen("```c\n");
-	e = strstr(p, "```");
-	assert_non_null(e);
-	prog = strndup(p, (size_t)(e - p));
-	free(md);
+	assert_non_null(prog);
 	return prog;
 }
 
@@ -1095,6 +1123,46 @@ static void check_linking(const char *root, const char *work, const char *flags)
 		fail_msg("docs/INSTALL.md example: status %d (want 1: no daemon)\n%s", rc, out);
 }
 
+/*
+ * The distribution's python3 imports the staged package with PYTHONPATH
+ * set, and (not in sanitizer builds: their runtime would have to come
+ * first in the interpreter) loads the staged library through it.
+ */
+static void check_python(const char *root)
+{
+	static const char code[] =
+		"import sys, kvclient, kvclient._installed as i\n"
+		"print(kvclient.__file__)\n"
+		"print('libdir', i.LIBDIR)\n"
+		"if sys.argv[1:] == ['load']:\n"
+		"    print('version', kvclient.version(), kvclient.library_path())\n";
+	const char *argv[] = { "/usr/bin/python3", "-c", code, SAN_CFLAG[0] ? "noload" : "load",
+			       NULL };
+	const char *unset[] = { "PYTHONHOME", NULL };
+	char pypath[256], lib[256], want[512], out[8192];
+	const char *set[] = { pypath, lib, "PYTHONDONTWRITEBYTECODE=1", NULL };
+	int rc;
+
+	if (access(argv[0], X_OK)) {
+		print_message("skip part: %s not found; not importing the Python package\n",
+			      argv[0]);
+		return;
+	}
+	snprintf(pypath, sizeof(pypath), "PYTHONPATH=%s" PY_SITE, root);
+	snprintf(lib, sizeof(lib), "KVCLIENT_LIB=%s/usr/lib/libkvclient.so.0", root);
+	rc = run(argv, set, unset, out, sizeof(out));
+	snprintf(want, sizeof(want), "%s%s/__init__.py\nlibdir /usr/lib\n", root, PY_DIR);
+	if (rc || strncmp(out, want, strlen(want)))
+		fail_msg("python3 -c 'import kvclient' against the install: status %d\n%s", rc,
+			 out);
+	if (!SAN_CFLAG[0]) {
+		snprintf(want, sizeof(want), "version %s %s/usr/lib/libkvclient.so.0\n",
+			 KVC_VERSION_STRING, root);
+		if (!strstr(out, want))
+			fail_msg("the package did not load the installed library:\n%s", out);
+	}
+}
+
 static void test_make_install(void **state)
 {
 	char top[] = "/tmp/kvt-install.XXXXXX", root[64], work[64], path[128];
@@ -1116,6 +1184,7 @@ static void test_make_install(void **state)
 		fail_msg("make install: status %d\n%s", rc, out);
 	check_tree(root, out);
 	check_contents(root);
+	check_python(root);
 	if (have_tool("pkg-config")) {
 		pkg_flags(root, flags, sizeof(flags));
 		check_linking(root, work, flags);

@@ -85,14 +85,14 @@ int kvt_raw_hello(int fd, int fds[3], struct kvproto_hello_r *hr)
 
 int kvt_run(const char *prog, const char *const *args, char *out, size_t outlen)
 {
-	const char *argv[16];
+	const char *argv[48];
 	int pfd[2], n = 0, st;
 	size_t got = 0;
 	ssize_t r;
 	pid_t p;
 
 	argv[n++] = prog ? prog : kvt_bin("kvcached");
-	while (*args && n < 15)
+	while (*args && n < 47)
 		argv[n++] = *args++;
 	argv[n] = NULL;
 	if (pipe(pfd))

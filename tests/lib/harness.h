@@ -62,7 +62,7 @@ struct kvproto_hello_r;
 int kvt_raw_hello(int fd, int fds[3], struct kvproto_hello_r *hr);
 /*
  * Run `prog` (NULL: $BUILD/kvcached) with the NULL-terminated args (at most
- * 14), stdout and stderr into out (NUL-terminated, outlen bytes at most),
+ * 46), stdout and stderr into out (NUL-terminated, outlen bytes at most),
  * under a 20 s alarm. Returns its exit status, 128 + signal, or -1.
  */
 int kvt_run(const char *prog, const char *const *args, char *out, size_t outlen);

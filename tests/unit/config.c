@@ -201,6 +201,11 @@ static void test_defaults(void **state)
 	assert_int_equal(cfg.allow_uid[0], geteuid());
 	assert_int_equal(cfg.n_allow_gid, 0);
 	assert_false(cfg.foreground);
+	assert_string_equal(cfg.kv_events, "");	/* no events, no libzmq */
+	assert_string_equal(cfg.kv_events_topic, "kv@{host}@{model}");
+	assert_int_equal(cfg.kv_events_buffer, 10000);
+	assert_int_equal(cfg.kv_events_hash, KVD_EVENTS_HASH_UINT64);
+	assert_false(cfg.kv_events_connect);
 	/* The defaults pass the checks. */
 	assert_int_equal(kvd_config_check(&cfg), 0);
 }
@@ -285,6 +290,32 @@ static void test_set_good(void **state)
 	assert_int_equal(cfg.allow_uid[0], 1000);
 	assert_int_equal(cfg.allow_uid[1], 1001);
 	assert_int_equal(cfg.allow_uid[2], 0);
+	GOOD("kv-events", "tcp://*:5557");
+	assert_string_equal(cfg.kv_events, "tcp://*:5557");
+	GOOD("kv-events", "tcp://[::1]:5557");
+	GOOD("kv-events", "ipc:///run/kvcached/events");
+	assert_string_equal(cfg.kv_events, "ipc:///run/kvcached/events");
+	GOOD("kv-events-replay", "tcp://10.0.0.1:5558");
+	assert_string_equal(cfg.kv_events_replay, "tcp://10.0.0.1:5558");
+	GOOD("kv-events-replay", "");
+	assert_string_equal(cfg.kv_events_replay, "");
+	GOOD("kv-events-topic", "kv@pod-7@{model}");
+	assert_string_equal(cfg.kv_events_topic, "kv@pod-7@{model}");
+	GOOD("kv-events-topic", "");		/* vLLM's default: no topic */
+	GOOD("kv-events-buffer", "0");
+	assert_int_equal(cfg.kv_events_buffer, 0);
+	GOOD("kv-events-hwm", "1000000");
+	assert_int_equal(cfg.kv_events_hwm, 1000000);
+	GOOD("kv-events-stall-ms", "0");
+	assert_int_equal(cfg.kv_events_stall_ms, 0);
+	GOOD("kv-events-hash", "int64");
+	assert_int_equal(cfg.kv_events_hash, KVD_EVENTS_HASH_INT64);
+	GOOD("kv-events-hash", "bytes");
+	assert_int_equal(cfg.kv_events_hash, KVD_EVENTS_HASH_BYTES);
+	GOOD("kv-events-mode", "connect");
+	assert_true(cfg.kv_events_connect);
+	GOOD("kv-events", "");		/* off again */
+	assert_string_equal(cfg.kv_events, "");
 	GOOD("allow-groups", "root,27");
 	assert_int_equal(cfg.n_allow_gid, 2);
 	assert_int_equal(cfg.allow_gid[0], 0);
@@ -338,6 +369,21 @@ static void test_set_bad(void **state)
 		{ "allow-users", "kvt-no-such-user-zz" },
 		{ "allow-groups", "kvt-no-such-group-zz" },
 		{ "allow-users", "4294967295" },
+		{ "kv-events", "udp://*:5557" },
+		{ "kv-events", "tcp://*" },
+		{ "kv-events", "tcp://:5557" },
+		{ "kv-events", "tcp://*:65536" },
+		{ "kv-events", "ipc://" },
+		{ "kv-events", "ipc:///tmp/a b" },
+		{ "kv-events-replay", "inproc://x" },
+		{ "kv-events-topic", "kv@{pod}" },
+		{ "kv-events-topic", "kv {model}" },
+		{ "kv-events-topic", "kv}" },
+		{ "kv-events-buffer", "1000001" },
+		{ "kv-events-hwm", "0" },
+		{ "kv-events-stall-ms", "-1" },
+		{ "kv-events-hash", "int" },
+		{ "kv-events-mode", "listen" },
 	};
 	struct kvd_config cfg, before;
 	struct cap c;
@@ -575,6 +621,15 @@ static void test_check(void **state)
 	kvd_config_defaults(&cfg);
 	cfg.socket[0] = 0;
 	check_is(&cfg, -1, "socket");
+
+	/* A replay endpoint needs the PUB endpoint, and another one. */
+	kvd_config_defaults(&cfg);
+	strcpy(cfg.kv_events_replay, "tcp://*:5558");
+	check_is(&cfg, -1, "kv-events-replay");
+	strcpy(cfg.kv_events, "tcp://*:5558");
+	check_is(&cfg, -1, "same endpoint");
+	strcpy(cfg.kv_events, "tcp://*:5557");
+	check_is(&cfg, 0, NULL);
 }
 
 /* ------------------------------------------------------------ arguments */

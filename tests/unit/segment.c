@@ -96,7 +96,7 @@ static int cmp_region(const void *a, const void *b)
 static void check_layout(const struct kvshm_geometry *g)
 {
 	struct kvshm_header h;
-	struct region r[9];
+	struct region r[10];
 	int i;
 
 	memset(&h, 0xa5, sizeof(h));
@@ -135,17 +135,20 @@ static void check_layout(const struct kvshm_geometry *g)
 	r[7] = (struct region){ h.off_top, sizeof(struct kvshm_top), "top" };
 	r[8] = (struct region){ h.off_slots, (uint64_t)g->n_slots * sizeof(struct kvshm_slot),
 		"slots" };
+	r[9] = (struct region){ h.off_ns_stats,
+		(uint64_t)g->max_ns * sizeof(struct kvshm_ns_stats), "ns stats" };
 	assert_int_equal(h.slot_entry_bytes, sizeof(struct kvshm_slot));
-	for (i = 0; i < 9; i++)
+	assert_int_equal(h.ns_stats_bytes, sizeof(struct kvshm_ns_stats));
+	for (i = 0; i < 10; i++)
 		assert_int_equal(r[i].off % KVSHM_CACHELINE, 0);
-	qsort(r, 9, sizeof(r[0]), cmp_region);
+	qsort(r, 10, sizeof(r[0]), cmp_region);
 	assert_true(r[0].off >= sizeof(struct kvshm_header));
-	for (i = 0; i + 1 < 9; i++)
+	for (i = 0; i + 1 < 10; i++)
 		assert_true(r[i].off + r[i].len <= r[i + 1].off);
-	assert_true(r[8].off + r[8].len <= h.segment_bytes);
+	assert_true(r[9].off + r[9].len <= h.segment_bytes);
 	assert_int_equal(h.segment_bytes % 4096, 0);
 	/* No more than one 4 KiB page of slack at the end. */
-	assert_true(h.segment_bytes - (r[8].off + r[8].len) < 4096);
+	assert_true(h.segment_bytes - (r[9].off + r[9].len) < 4096);
 }
 
 static void test_layout_regions(void **state)

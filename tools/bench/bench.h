@@ -107,6 +107,16 @@ int try_open_flags(const char *sock, const struct kvc_model *m, uint32_t flags, 
 struct kvc_model big_model(const char *name, uint32_t layers);
 /* 1 layer, 2 kv heads, head dim 32, 2 bytes: 4 KiB pages. */
 struct kvc_model tiny_model(const char *name);
+/*
+ * Every namespace kvbench opens is its own (kvbench-<mode>-<pid>). Against
+ * a daemon it did not start (--socket) it drops what it published there
+ * when a mode is done: bench_close drops the handle's namespace, then
+ * closes it; bench_drop_model does the same for a model no handle is
+ * open for any more. Counted in bench_dropped_pages for the summary.
+ */
+void bench_close(kvc_t *c);
+void bench_drop_model(const char *sock, const struct kvc_model *m);
+extern uint64_t bench_dropped_pages;
 
 /* ---- publish (publish.c), shared with pages.c */
 struct pubctx {
@@ -157,6 +167,8 @@ void mode_pages(void);
 void mode_spill(void);
 void mode_ttft(void);
 void mode_gpu(void);
+/* The Python binding's cost per request vs C (bench/python.c). */
+void mode_python(void);
 void mode_serve(void);
 /* serve's options (P: --serve-procs, W: --serve-workloads, R:
  * --serve-rounds): NULL, or why the value is refused. */

@@ -843,6 +843,11 @@ void mode_lookup(void)
 	publish_prefixes(sock);
 	bench_lookup(sock, sizes, nsizes);
 	bench_latency(sock, sizes, nsizes);
-	if (!opt.socket)
+	if (opt.socket) {
+		struct kvc_model m = tiny_model(lookup_name);
+
+		bench_drop_model(sock, &m);
+	} else {
 		daemon_stop(false);
+	}
 }

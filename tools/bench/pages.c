@@ -429,7 +429,7 @@ static void bench_size(const char *sock, uint32_t layers, const char *name)
 		memcached_result_free(&g.mres);
 		memcached_free(g.mc);
 	}
-	kvc_close(g.c);
+	bench_close(g.c);
 	munmap(g.ring, RING_BYTES);
 	free(g.src);
 	free(g.buf);

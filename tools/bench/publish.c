@@ -209,7 +209,7 @@ static void bench_publish_small(const char *sock)
 	kvc_t *c = open_model(sock, &m);
 
 	bench_publish(c, small_pub_sizes, NELEM(small_pub_sizes), 64ull << 20, false);
-	kvc_close(c);
+	bench_close(c);
 }
 
 static void bench_publish_big(const char *sock)
@@ -235,7 +235,7 @@ static void bench_publish_big(const char *sock)
 	publish_page_bytes = kvc_page_bytes(c);
 	bench_publish(c, pub_sizes, NELEM(pub_sizes),
 		      opt.quick ? (64ull << 20) : (128ull << 20), true);
-	kvc_close(c);
+	bench_close(c);
 }
 
 void mode_publish(void)

@@ -77,7 +77,7 @@ void mode_ttft(void)
 	struct ttft t = { 0 };
 	const char *sock;
 	float *cold_logits;
-	char err[512] = "", psz[32];
+	char err[512] = "", psz[32], name[64];
 	uint64_t seed = now_ns();
 	int rc;
 
@@ -97,6 +97,9 @@ void mode_ttft(void)
 	snprintf(psz, sizeof(psz), "%zuK", (pb + 4095) / 4096 * 4);
 	sock = opt.socket ? opt.socket : daemon_start("ttft", psz, "64M");
 	km = tlm_kvc_model(&t.m, BT);
+	/* kvbench's own namespace, not tinylm's (which kvdemo uses). */
+	snprintf(name, sizeof(name), "kvbench-ttft-%d", (int)main_pid);
+	km.name = name;
 	rc = try_open(sock, &km, &t.c, err, sizeof(err));
 	if (rc)
 		die("ttft: kvc_open(%s, %zu-byte pages) on %s failed: %s%s%s%s", km.name, pb, sock,
@@ -136,7 +139,7 @@ void mode_ttft(void)
 			die("ttft: logits through the cache (%zu tokens hit) differ from the cold prefill's",
 			    run.hit_tokens);
 	}
-	kvc_close(t.c);
+	bench_close(t.c);
 	if (!opt.socket)
 		daemon_stop(false);
 

@@ -36,22 +36,31 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../libclient/observe.h"
+#include "../../shm/proto.h"
 #include "compose.h"
 #include "schema.h"
 #include "tinylm.h"
+
+/* Most --prompt and --prompt-file options. */
+#define MAX_PROMPTS 256
 
 static struct {
 	const char *socket, *daemon, *checkpoint, *schema, *pool_size, *user;
 	char *modules;
 	struct tlm_arg args[16];
 	int nargs;
-	bool spawn;
+	bool spawn, compare_cold, block_tokens_set, workloads_set;
 	uint64_t seed;
 	struct tlm_config cfg;
 	int doc_tokens, question_tokens, gen, procs, questions, turns, cold_runs;
+	int prompt_procs;	/* processes your prompts are spread over */
 	int group_docs, group_doc_tokens;
 	uint32_t block_tokens;
 	char workloads[64];
+	/* --prompt TEXT and --prompt-file FILE, in the order given. */
+	struct { const char *arg; bool file; } prompts[MAX_PROMPTS];
+	int nprompts;
 } opt = {
 	.seed = TLM_DEMO_SEED,
 	.cfg = TLM_DEMO_CONFIG,
@@ -68,7 +77,7 @@ static struct {
 	char dir[64], sock[108], log[128];
 } dmn;
 
-static void die(const char *fmt, ...)
+static void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -91,28 +100,44 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 "usage: kvdemo [--socket PATH | --spawn] [options]\n"
+"       kvdemo [--socket PATH | --spawn] --prompt-file FILE [--prompt-file FILE...]\n"
+"              [--prompt TEXT...] [--procs N] [--compare-cold] [--max-tokens N]\n"
 "\n"
 "Runs tinylm, a small transformer, against kvcached and shows what the\n"
 "cache saves: time to first token cold and warm, tokens reused, hit ratio.\n"
-"qa and modules check warm results bit for bit against cold ones.\n"
+"Your own prompts go through plain automatic prefix caching (the cached\n"
+"prefix of each prompt's tokens is reused); the seed workloads are below.\n"
+"tinylm's weights are random unless --checkpoint: answers are not\n"
+"meaningful text, the timings and the reuse are real.\n"
 "\n"
+"  --prompt TEXT        a prompt (repeat for more)\n"
+"  --prompt-file FILE   a prompt, the file's bytes exactly (repeat for more);\n"
+"                       prompts run in the order given, one at a time\n"
+"  --procs N            processes the prompts are spread over, each attached\n"
+"                       on its own, prompt i in process i mod N (default 1);\n"
+"                       also the processes of multi and group (default 3)\n"
+"  --compare-cold       also run each prompt with no cache and check that its\n"
+"                       logits are bitwise those of the cached run\n"
+"  --max-tokens N       tokens generated per answer (default 16; --gen N)\n"
 "  --socket PATH        kvcached's socket (default $KVCACHED_SOCKET, else the\n"
 "                       default path)\n"
 "  --spawn              start a private kvcached for the run (the one next to\n"
 "                       kvdemo, or --daemon PATH), page size fitted to the model\n"
 "  --pool-size SIZE     with --spawn (default 256M)\n"
-"  --workload LIST      comma-separated: qa,chat,multi,modules,group (default all)\n"
+"  --workload LIST      comma-separated, run in the order given: prompts, qa,\n"
+"                       chat, multi, modules, group (default: prompts when\n"
+"                       given, else qa,chat,multi,modules,group)\n"
 "  --seed N             weights seed (default 42)\n"
 "  --layers N --dim N --hidden N --heads N --kv-heads N\n"
 "                       model size (default 4, 256, 768, 8, 4)\n"
 "  --checkpoint FILE    a llama2.c checkpoint instead of generated weights\n"
-"  --block-tokens N     must equal the daemon's (default 16)\n"
+"  --block-tokens N     must equal the daemon's (default: the daemon's, 16\n"
+"                       with --spawn)\n"
 "  --doc-tokens N       document length (default 2000)\n"
 "  --question-tokens N  question length (default 32)\n"
 "  --questions N        questions per document (default 4)\n"
 "  --cold-runs N        qa: cold runs, interleaved with the warm ones (default 1)\n"
 "  --turns N            chat turns (default 4)\n"
-"  --procs N            processes for multi and group (default 3)\n"
 "  --group-docs N       documents in the group batch (default 4; questions:\n"
 "                       --questions)\n"
 "  --group-doc-tokens N their length (default 512)\n"
@@ -122,8 +147,10 @@ static void usage(FILE *f)
 "                       each union and every other module)\n"
 "  --arg NAME=VALUE     a param's value (repeat for more)\n"
 "  --user TEXT          the user text after the modules\n"
-"  --help\n");
+"  --help, --version\n");
 }
+
+static bool want(const char *w);
 
 static long parse_num(const char *name, const char *v, long min, long max)
 {
@@ -149,11 +176,15 @@ static void parse_args(int argc, char **argv)
 		{ "turns", 1, 0, 'T' }, { "procs", 1, 0, 'p' }, { "gen", 1, 0, 'g' },
 		{ "schema", 1, 0, 'x' }, { "group-docs", 1, 0, 'G' },
 		{ "group-doc-tokens", 1, 0, 'j' }, { "cold-runs", 1, 0, 'C' },
-		{ "modules", 1, 0, 'M' }, { "arg", 1, 0, 'A' }, { "user", 1, 0, 'U' }, { "help", 0, 0, 'h' }, { 0 },
+		{ "modules", 1, 0, 'M' }, { "arg", 1, 0, 'A' }, { "user", 1, 0, 'U' }, { "help", 0, 0, 'h' },
+		{ "version", 0, 0, 'V' }, { "prompt", 1, 0, 'r' }, { "prompt-file", 1, 0, 'F' },
+		{ "compare-cold", 0, 0, 'o' }, { "max-tokens", 1, 0, 'K' }, { 0 },
 	};
+	bool procs_set = false;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+	opterr = 0;	/* one line naming the bad option, not the whole help */
+	while ((c = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
 		switch (c) {
 		case 'S': opt.socket = optarg; break;
 		case 's': opt.spawn = true; break;
@@ -163,7 +194,17 @@ static void parse_args(int argc, char **argv)
 			if (strlen(optarg) >= sizeof(opt.workloads))
 				die("--workload %s: too long", optarg);
 			strcpy(opt.workloads, optarg);
+			opt.workloads_set = true;
 			break;
+		case 'r':
+		case 'F':
+			if (opt.nprompts == MAX_PROMPTS)
+				die("--%s %s: at most %d prompts", c == 'r' ? "prompt" : "prompt-file",
+				    optarg, MAX_PROMPTS);
+			opt.prompts[opt.nprompts].arg = optarg;
+			opt.prompts[opt.nprompts++].file = c == 'F';
+			break;
+		case 'o': opt.compare_cold = true; break;
 		case 'e': opt.seed = parse_num("seed", optarg, 0, 0x7fffffffl); break;
 		case 'L': opt.cfg.n_layers = parse_num("layers", optarg, 1, 64); break;
 		case 'd': opt.cfg.dim = parse_num("dim", optarg, 8, 4096); break;
@@ -171,13 +212,17 @@ static void parse_args(int argc, char **argv)
 		case 'n': opt.cfg.n_heads = parse_num("heads", optarg, 1, 256); break;
 		case 'k': opt.cfg.n_kv_heads = parse_num("kv-heads", optarg, 1, 256); break;
 		case 'c': opt.checkpoint = optarg; break;
-		case 'b': opt.block_tokens = parse_num("block-tokens", optarg, 1, 4096); break;
+		case 'b':
+			opt.block_tokens = parse_num("block-tokens", optarg, 1, 1024);
+			opt.block_tokens_set = true;
+			break;
 		case 't': opt.doc_tokens = parse_num("doc-tokens", optarg, 2, 1 << 20); break;
 		case 'q': opt.question_tokens = parse_num("question-tokens", optarg, 1, 4096); break;
 		case 'Q': opt.questions = parse_num("questions", optarg, 1, 1000); break;
 		case 'T': opt.turns = parse_num("turns", optarg, 1, 100); break;
-		case 'p': opt.procs = parse_num("procs", optarg, 1, 64); break;
+		case 'p': opt.procs = parse_num("procs", optarg, 1, 64); procs_set = true; break;
 		case 'g': opt.gen = parse_num("gen", optarg, 0, 4096); break;
+		case 'K': opt.gen = parse_num("max-tokens", optarg, 0, 4096); break;
 		case 'x': opt.schema = optarg; break;
 		case 'M': opt.modules = optarg; break;
 		case 'U': opt.user = optarg; break;
@@ -197,21 +242,38 @@ static void parse_args(int argc, char **argv)
 		case 'G': opt.group_docs = parse_num("group-docs", optarg, 1, 256); break;
 		case 'j': opt.group_doc_tokens = parse_num("group-doc-tokens", optarg, 2, 1 << 20); break;
 		case 'h': usage(stdout); exit(0);
-		default: usage(stderr); exit(2);
+		case 'V': printf("kvdemo %s\n", KVC_VERSION_STRING); exit(0);
+		case ':': die("%s needs a value (see kvdemo --help)", argv[optind - 1]);
+		default:
+			if (optopt)
+				die("unknown option '-%c' (see kvdemo --help)", optopt);
+			die("unknown option '%s' (see kvdemo --help)", argv[optind - 1]);
 		}
 	}
 	if (optind < argc)
 		die("unexpected argument '%s' (see --help)", argv[optind]);
+	/* Your prompts, alone unless --workload says more; over one process
+	 * unless --procs says more (multi and group keep their 3). */
+	if (opt.nprompts && !opt.workloads_set)
+		strcpy(opt.workloads, "prompts");
+	opt.prompt_procs = procs_set ? opt.procs : 1;
 	{
 		char buf[sizeof(opt.workloads)], *save, *t;
 
 		strcpy(buf, opt.workloads);
 		for (t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
 			if (strcmp(t, "qa") && strcmp(t, "chat") && strcmp(t, "multi") &&
-			    strcmp(t, "modules") && strcmp(t, "group"))
-				die("--workload %s: unknown workload '%s' (qa, chat, multi, modules, group)",
+			    strcmp(t, "modules") && strcmp(t, "group") && strcmp(t, "prompts"))
+				die("--workload %s: unknown workload '%s' (prompts, qa, chat, multi, modules, group)",
 				    opt.workloads, t);
 	}
+	if (want("prompts") && !opt.nprompts)
+		die("--workload prompts: give prompts with --prompt TEXT or --prompt-file FILE");
+	if (opt.nprompts && !want("prompts"))
+		die("--workload %s: add prompts to the list to run the --prompt/--prompt-file prompts",
+		    opt.workloads);
+	if (opt.compare_cold && !want("prompts"))
+		die("--compare-cold goes with --prompt or --prompt-file (qa and modules always compare)");
 	if (opt.spawn && opt.socket)
 		die("--spawn and --socket exclude each other");
 	if ((opt.modules || opt.nargs || opt.user) && !opt.schema)
@@ -331,19 +393,63 @@ static void stop_daemon(void)
 	rmdir(dmn.dir);
 }
 
+/* The socket kvdemo attaches to: --socket, else the library's default. */
+static const char *socket_path(void)
+{
+	static char path[108];
+
+	if (opt.socket)
+		return opt.socket;
+	if (!path[0] && kvproto_client_socket_path(path, sizeof(path)))
+		die("the default socket path is too long ($XDG_RUNTIME_DIR?); pass --socket PATH");
+	return path;
+}
+
 static kvc_t *open_cache(void)
 {
+	static bool warned;
 	struct kvc_model km = tlm_kvc_model(&model, opt.block_tokens);
-	char err[256] = "";
-	struct kvc_options o = { .size = sizeof(o), .socket_path = opt.socket, .errbuf = err,
+	char err[400] = "";
+	struct kvc_options o = { .size = sizeof(o), .socket_path = socket_path(), .errbuf = err,
 				 .errbuf_len = sizeof(err) };
 	kvc_t *c;
 	int rc = kvc_open(&km, &o, &c);
 
+	if (rc == -ENOENT || rc == -ECONNREFUSED)
+		die("kvc_open (%s): %s: start one there (`make run`, or build/kvcached --socket %s), or let kvdemo start its own with --spawn",
+		    o.socket_path, kvc_strerror(rc), o.socket_path);
 	if (rc)
-		die("kvc_open (%s): %s%s%s", opt.socket ? opt.socket : "default socket",
-		    kvc_strerror(rc), err[0] ? ": " : "", err);
+		die("kvc_open (%s): %s%s%s", o.socket_path, kvc_strerror(rc), err[0] ? ": " : "",
+		    err);
+	/* Attached, but its pages are much smaller than the daemon's. */
+	if (err[0] && !warned)
+		printf("kvdemo: note: %s (or kvdemo --spawn starts a private one)\n", err);
+	warned = true;
 	return c;
+}
+
+/*
+ * A daemon kvdemo did not start: take its block size (unless
+ * --block-tokens), and say how to start one that fits when its pages are
+ * too small for the model's (kvc_open's refusal would only say that).
+ */
+static void fit_daemon(size_t page_of_bt1)
+{
+	struct kvobs o;
+	char err[512];
+	uint64_t slot, need;
+
+	if (kvobs_attach(socket_path(), &o, err, sizeof(err)))
+		die("%s; start one (`make run`), or let kvdemo start its own with --spawn", err);
+	if (!opt.block_tokens_set)
+		opt.block_tokens = o.h->geo.block_tokens;
+	slot = o.h->geo.page_bytes;
+	kvobs_detach(&o);
+	need = (uint64_t)page_of_bt1 * opt.block_tokens;
+	if (need > slot)
+		die("kvcached at %s has %llu-byte pages; this model needs %llu-byte pages (%u tokens per block): start one that fits, e.g. build/kvcached --socket /tmp/kvdemo.sock --page-size %lluK --block-tokens %u (then kvdemo --socket /tmp/kvdemo.sock), or use kvdemo --spawn",
+		    socket_path(), (unsigned long long)slot, (unsigned long long)need,
+		    opt.block_tokens, (unsigned long long)(need + 4095) / 4096 * 4, opt.block_tokens);
 }
 
 /* ---- text (the prompts are tinylm's: tools/tinylm/prompts.c) ---- */
@@ -378,9 +484,11 @@ static double cpu_now(void)
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Prefill (timed, with the first token) then greedy decode into gen. */
+/* Prefill (timed, with the first token; its logits into `logits` if not
+ * NULL) then greedy decode into gen. */
 static struct result answer(struct tlm_state *s, kvc_t *c, const uint32_t *tok, size_t n,
-			    const char *label, unsigned flags, uint32_t *gen, int ngen)
+			    const char *label, unsigned flags, uint32_t *gen, int ngen,
+			    float *logits)
 {
 	struct result res = { 0 };
 	struct tlm_run run;
@@ -402,6 +510,8 @@ static struct result answer(struct tlm_state *s, kvc_t *c, const uint32_t *tok, 
 	res.hit = run.hit_tokens;
 	res.first = t;
 	res.cache_err = run.cache_err;
+	if (logits)
+		memcpy(logits, s->logits, model.cfg.vocab_size * sizeof(float));
 	for (i = 0; i < ngen; i++) {
 		if (gen)
 			gen[i] = t;
@@ -468,7 +578,7 @@ static void run_qa(kvc_t *c)
 			/* Its own question, so the warm question after it is
 			 * new too: a warm run reuses the document only. */
 			make_question(tok + dn, qn, 1000 + q);
-			r = answer(&s, c, tok, n, "doc:tables", TLM_NO_LOOKUP, NULL, 0);
+			r = answer(&s, c, tok, n, "doc:tables", TLM_NO_LOOKUP, NULL, 0, NULL);
 			cold[q] = r.ttft;
 			ccpu[q] = r.cpu;
 			memcpy(cold_logits, s.logits, model.cfg.vocab_size * sizeof(float));
@@ -478,7 +588,7 @@ static void run_qa(kvc_t *c)
 		if (q >= opt.questions)
 			continue;
 		make_question(tok + dn, qn, q);
-		r = answer(&s, c, tok, n, "doc:tables", 0, gen, ng);
+		r = answer(&s, c, tok, n, "doc:tables", 0, gen, ng, NULL);
 		if (r.cache_err)
 			printf("  (cache error: %s)\n", kvc_strerror(r.cache_err));
 		warm[q] = r.ttft;
@@ -551,7 +661,7 @@ static void run_chat(kvc_t *c)
 			       "User: turn %d - how many valves are left in bin %d, and where?\nAssistant:",
 			       t, 7 * t + 3);
 		n += tlm_tokenize(line, len, 0, tok + n, cap - n);
-		r = answer(&s, c, tok, n, "chat", 0, gen, opt.gen);
+		r = answer(&s, c, tok, n, "chat", 0, gen, opt.gen, NULL);
 		printf("  turn %d: %4zu tokens, reused %4zu, TTFT %7.1f ms\n", t, n, r.hit,
 		       r.ttft * 1e3);
 		reused += r.hit;
@@ -577,11 +687,16 @@ struct slot {
 	int bad;		/* warm result differed from the cold reference */
 };
 
+/* Set (in shared memory) when a worker failed: the others stop waiting
+ * for a turn that will not come. */
+static int *workers_abort;
+
 /* fork n workers running fn(i) with a fresh handle each; wait for all. */
 static void run_workers(int n, void (*fn)(int))
 {
 	pid_t *pids = calloc(n, sizeof(pid_t));
-	int i, st;
+	int i, k, st, left = n;
+	pid_t w;
 
 	if (!pids)
 		die("out of memory");
@@ -599,10 +714,21 @@ static void run_workers(int n, void (*fn)(int))
 			_exit(0);
 		}
 	}
-	for (i = 0; i < n; i++) {
-		if (waitpid(pids[i], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
-			printf("  worker %d failed (status %d)\n", i, st);
+	/* In the order they end: one that fails may hold up the others. */
+	while (left > 0 && (w = waitpid(-1, &st, 0)) > 0) {
+		for (k = 0; k < n && pids[k] != w; k++)
+			;
+		if (k == n) {
+			if (w == dmn.pid)	/* the daemon we spawned ended */
+				dmn.pid = 0;
+			continue;
+		}
+		left--;
+		if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+			printf("  worker %d failed (status %d)\n", k, st);
 			failures++;
+			if (workers_abort)
+				__atomic_store_n(workers_abort, 1, __ATOMIC_RELEASE);
 		}
 	}
 	free(pids);
@@ -627,7 +753,7 @@ static void multi_worker(int p)
 		struct result r;
 
 		make_question(tok + shared_doc_n, opt.question_tokens, 100 + p * 2 + q);
-		r = answer(&s, c, tok, n, "doc:multi", 0, NULL, 0);
+		r = answer(&s, c, tok, n, "doc:multi", 0, NULL, 0, NULL);
 		sl->ttft = r.ttft;
 		sl->tokens = r.tokens;
 		sl->hit = r.hit;
@@ -852,7 +978,7 @@ static void group_worker(int p)
 			usleep(500);
 		snprintf(label, sizeof(label), "grp:%s:d%zu", gwait ? "grouped" : "arrival",
 			 i / opt.questions);
-		r = answer(&s, c, gprompt[i], glen[i], label, 0, NULL, 0);
+		r = answer(&s, c, gprompt[i], glen[i], label, 0, NULL, 0, NULL);
 		slots[i].ttft = r.ttft;
 		slots[i].tokens = r.tokens;
 		slots[i].hit = r.hit;
@@ -964,9 +1090,195 @@ static void show_kvstat(void)
 		printf("  (kvstat failed)\n");
 }
 
+/* ---- (0) your prompts: plain automatic prefix caching ---- */
+
+/* What one prompt did, in shared memory (its process may be a worker). */
+struct pres {
+	double ttft, cold;	/* seconds */
+	uint64_t tokens, hit;
+	int done, differ;
+};
+
+static struct {
+	int next;		/* the prompt whose turn it is */
+	int abort;		/* a worker failed: stop waiting */
+	struct pres r[MAX_PROMPTS];
+} *psh;
+static uint32_t *ptok[MAX_PROMPTS];
+static size_t plen[MAX_PROMPTS], pmax;
+static char pname[MAX_PROMPTS][48];
+
+static void load_prompts(void)
+{
+	for (int i = 0; i < opt.nprompts; i++) {
+		const char *a = opt.prompts[i].arg;
+		char *text = NULL;
+		size_t len = 0;
+
+		if (opt.prompts[i].file) {
+			FILE *f = fopen(a, "rb");
+			const char *base = strrchr(a, '/') ? strrchr(a, '/') + 1 : a;
+			size_t cap = 0, n;
+
+			if (!f)
+				die("--prompt-file %s: %s", a, strerror(errno));
+			do {
+				if (len == cap) {
+					cap = cap ? cap * 2 : 65536;
+					if (cap > (size_t)model.cfg.seq_len * 2 + 65536)
+						die("--prompt-file %s: longer than the model's %d positions",
+						    a, model.cfg.seq_len);
+					text = realloc(text, cap);
+					if (!text)
+						die("out of memory");
+				}
+				n = fread(text + len, 1, cap - len, f);
+				len += n;
+			} while (n);
+			if (ferror(f))
+				die("--prompt-file %s: %s", a, strerror(errno));
+			fclose(f);
+			if (!len)
+				die("--prompt-file %s: empty", a);
+			snprintf(pname[i], sizeof(pname[i]), "%s", base);
+		} else {
+			len = strlen(a);
+			if (!len)
+				die("--prompt: empty text");
+			snprintf(pname[i], sizeof(pname[i]), "\"%.*s%s\"", 24, a,
+				 len > 24 ? "..." : "");
+		}
+		/* BOS, then one token per byte. */
+		if (len + 1 + (size_t)opt.gen > (size_t)model.cfg.seq_len)
+			die("prompt %d (%s): %zu tokens + %d to generate exceed the model's %d positions",
+			    i + 1, pname[i], len + 1, opt.gen, model.cfg.seq_len);
+		ptok[i] = malloc((len + 1) * sizeof(uint32_t));
+		if (!ptok[i])
+			die("out of memory");
+		plen[i] = tlm_tokenize(opt.prompts[i].file ? text : a, len, 1, ptok[i], len + 1);
+		if (plen[i] > pmax)
+			pmax = plen[i];
+		free(text);
+	}
+}
+
+/* Prompt i through the cache (its prefix found, its new blocks published),
+ * then, with --compare-cold, with no cache: same logits, same answer. */
+static void run_prompt(kvc_t *c, struct tlm_state *s, int i, int proc)
+{
+	size_t vb = model.cfg.vocab_size * sizeof(float);
+	float *warm = malloc(vb), *cold = malloc(vb);
+	uint32_t *gw = calloc(opt.gen + 1, sizeof(uint32_t)), *gc = calloc(opt.gen + 1, sizeof(uint32_t));
+	struct pres *pr = &psh->r[i];
+	char label[KVC_MAX_LABEL + 1], procs[32] = "";
+	struct result r;
+
+	if (!warm || !cold || !gw || !gc)
+		die("out of memory");
+	snprintf(label, sizeof(label), "prompt:%d", i + 1);
+	r = answer(s, c, ptok[i], plen[i], label, 0, gw, opt.gen, warm);
+	pr->ttft = r.ttft;
+	pr->tokens = r.tokens;
+	pr->hit = r.hit;
+	if (opt.prompt_procs > 1)
+		snprintf(procs, sizeof(procs), ", process %d", proc);
+	printf("  prompt %d (%s%s): %zu tokens, %zu hit tokens (%.1f%%), TTFT %.1f ms", i + 1,
+	       pname[i], procs, r.tokens, r.hit, 100.0 * (double)r.hit / (double)r.tokens,
+	       r.ttft * 1e3);
+	if (r.cache_err)
+		printf(" (cache error: %s)", kvc_strerror(r.cache_err));
+	if (opt.compare_cold) {
+		struct result k = answer(s, NULL, ptok[i], plen[i], label, 0, gc, opt.gen, cold);
+
+		pr->cold = k.ttft;
+		pr->differ = memcmp(warm, cold, vb) || memcmp(gw, gc, opt.gen * sizeof(uint32_t));
+		printf("; cold %.1f ms", k.ttft * 1e3);
+		if (r.hit)
+			printf(" (cached %.1fx faster)", k.ttft / r.ttft);
+		printf(", logits %s", pr->differ ? "DIFFER FROM THE CACHED RUN'S" : "bitwise equal");
+	}
+	printf("\n    answer: \"");
+	print_text(gw, opt.gen);
+	printf("\"\n");
+	__atomic_store_n(&pr->done, 1, __ATOMIC_RELEASE);
+	free(warm);
+	free(cold);
+	free(gw);
+	free(gc);
+}
+
+/* Worker p of --procs: prompts p, p + procs, ..., each when its turn
+ * comes (the one before it has published), on its own handle. */
+static void prompt_worker(int p)
+{
+	kvc_t *c = open_cache();
+	struct tlm_state s;
+
+	if (tlm_state_init(&s, &model, pmax + opt.gen + 1))
+		die("out of memory");
+	for (int i = p; i < opt.nprompts; i += opt.prompt_procs) {
+		while (__atomic_load_n(&psh->next, __ATOMIC_ACQUIRE) != i)
+			if (__atomic_load_n(&psh->abort, __ATOMIC_ACQUIRE))
+				_exit(3);
+			else
+				usleep(500);
+		run_prompt(c, &s, i, p);
+		fflush(stdout);
+		__atomic_store_n(&psh->next, i + 1, __ATOMIC_RELEASE);
+	}
+	tlm_state_free(&s);
+	kvc_close(c);
+}
+
+static void run_prompts(kvc_t *c)
+{
+	uint64_t tokens = 0, hit = 0;
+	double warm = 0, cold = 0;
+	int differ = 0;
+
+	printf("\n== prompts: %d, in order, through automatic prefix caching%s%s\n", opt.nprompts,
+	       opt.prompt_procs > 1 ? ", spread over processes" : "",
+	       opt.compare_cold ? ", each also run cold" : "");
+	psh = mmap(NULL, sizeof(*psh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (psh == MAP_FAILED)
+		die("out of memory");
+	if (opt.prompt_procs > 1) {
+		workers_abort = &psh->abort;
+		run_workers(opt.prompt_procs, prompt_worker);
+		workers_abort = NULL;
+	} else {
+		struct tlm_state s;
+
+		if (tlm_state_init(&s, &model, pmax + opt.gen + 1))
+			die("out of memory");
+		for (int i = 0; i < opt.nprompts; i++)
+			run_prompt(c, &s, i, 0);
+		tlm_state_free(&s);
+	}
+	for (int i = 0; i < opt.nprompts; i++) {
+		if (!psh->r[i].done)
+			continue;
+		tokens += psh->r[i].tokens;
+		hit += psh->r[i].hit;
+		warm += psh->r[i].ttft;
+		cold += psh->r[i].cold;
+		differ += psh->r[i].differ;
+	}
+	printf("  tokens %llu, hit tokens %llu (hit ratio %.3f), TTFT total %.1f ms",
+	       (unsigned long long)tokens, (unsigned long long)hit,
+	       tokens ? (double)hit / (double)tokens : 0.0, warm * 1e3);
+	if (opt.compare_cold)
+		printf(" (cold %.1f ms); cached runs %s their cold runs", cold * 1e3,
+		       differ ? "DIFFER FROM" : "bitwise equal to");
+	printf("\n");
+	failures += differ;
+	munmap(psh, sizeof(*psh));
+}
+
 int main(int argc, char **argv)
 {
-	char err[512];
+	char err[512], list[sizeof(opt.workloads)], *save, *w;
+	size_t page1;
 	int rc;
 	kvc_t *c;
 
@@ -982,23 +1294,37 @@ int main(int argc, char **argv)
 	    (size_t)opt.doc_tokens + opt.question_tokens + opt.gen + 1 > (size_t)model.cfg.seq_len)
 		die("--doc-tokens %d + --question-tokens %d + --gen %d exceed the model's seq_len %d",
 		    opt.doc_tokens, opt.question_tokens, opt.gen, model.cfg.seq_len);
-	printf("model %s: %d layers, dim %d, MLP %d, %d heads (%d KV), vocab %d; %zu-byte pages\n",
+	if (opt.nprompts)
+		load_prompts();
+	/* KV bytes of one token: the page is block_tokens of them. */
+	page1 = (size_t)model.cfg.n_layers * 2 * model.kv_dim * 4;
+	if (opt.spawn)
+		spawn_daemon(page1 * opt.block_tokens);
+	else
+		fit_daemon(page1);
+	printf("model %s: %d layers, dim %d, MLP %d, %d heads (%d KV), vocab %d; %zu-byte pages of %u tokens\n",
 	       model.name, model.cfg.n_layers, model.cfg.dim, model.cfg.hidden_dim,
 	       model.cfg.n_heads, model.cfg.n_kv_heads, model.cfg.vocab_size,
-	       (size_t)opt.block_tokens * model.cfg.n_layers * 2 * model.kv_dim * 4);
-	if (opt.spawn)
-		spawn_daemon((size_t)opt.block_tokens * model.cfg.n_layers * 2 * model.kv_dim * 4);
+	       page1 * opt.block_tokens, opt.block_tokens);
+	if (!opt.checkpoint)
+		printf("(its weights are random, drawn from seed %llu: answers are not meaningful text; the KV, the timings and the reuse are real)\n",
+		       (unsigned long long)opt.seed);
 	c = open_cache();
-	if (want("qa"))
-		run_qa(c);
-	if (want("chat"))
-		run_chat(c);
-	if (want("multi"))
-		run_multi();
-	if (want("modules"))
-		run_modules(c);
-	if (want("group"))
-		run_group();
+	strcpy(list, opt.workloads);
+	for (w = strtok_r(list, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+		if (!strcmp(w, "prompts"))
+			run_prompts(c);
+		else if (!strcmp(w, "qa"))
+			run_qa(c);
+		else if (!strcmp(w, "chat"))
+			run_chat(c);
+		else if (!strcmp(w, "multi"))
+			run_multi();
+		else if (!strcmp(w, "modules"))
+			run_modules(c);
+		else if (!strcmp(w, "group"))
+			run_group();
+	}
 	kvc_close(c);
 	show_kvstat();
 	stop_daemon();

@@ -1,0 +1,840 @@
+# SPDX-License-Identifier: MIT
+"""Model, Client, Request and PagedKV: the C contract of kvclient.h in Python.
+
+One request's life, as in C (kvclient.h)::
+
+    with kvclient.Client(model) as c:
+        with c.request(tokens) as r:       # kvc_req_new
+            hits = r.lookup()              # pinned blocks 0..hits-1
+            r.gather(kv, table[:hits])     # hit pages -> engine cache
+            ...prefill the rest...
+            got = r.alloc()                # pages for hits..hits+got-1
+            r.scatter(kv, table[hits:hits + got])
+            r.publish()
+                                           # kvc_req_free on exit
+
+Threads: a Client may be shared by threads; one Request is used by one
+thread at a time (as in C). Calls that can wait release the GIL (see
+``_lib``).
+"""
+from __future__ import annotations
+
+import array
+import ctypes
+import enum
+import errno as _errno
+import os
+from ctypes import byref, c_char, c_void_p
+from typing import Any
+
+from . import _buffers as _b
+from . import _lib as _L
+from .errors import (ClientClosedError, DeviceMemoryError, ForkedHandleError,
+                     KvcError, NoPageError, NotSupportedError,
+                     RequestReleasedError, RequestStateError, TensorDeviceError, TensorError,
+                     WrongDeviceError, error_class)
+
+# Bumped in a child after fork (os.register_at_fork), like the C library's
+# own generation: a page view of an inherited Client is refused here, as
+# every C call on it is refused there.
+_fork_gen = [0]
+
+
+def _after_fork_in_child():
+    _fork_gen[0] += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _error(rc: int, call: str, reason: str | None = None, what: str | None = None) -> KvcError:
+    """The exception for negative return value rc of C function `call`."""
+    err = -rc
+    cls = error_class(err, call)
+    text = _L.lib().strerror(rc).decode("utf-8", "replace")
+    if err == _errno.ECHILD:
+        text = ("this Client was opened by another process (this one was forked from "
+                "it); open a new kvclient.Client in this process")
+    msg = f"{what or call}: {text}"
+    if reason:
+        msg += f": {reason}"
+    return cls(err, msg, reason)
+
+
+class PosKind(enum.IntEnum):
+    """How positions are encoded (enum kvc_pos_kind); part of the namespace."""
+    NONE = 0
+    ROPE = 1
+    ALIBI = 2
+    LEARNED = 3
+
+
+def _u(name: str, v: Any, lo: int, hi: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+    if not lo <= v <= hi:
+        raise ValueError(f"{name} {v}: must be {lo}..{hi}")
+    return v
+
+
+class Model:
+    """A model geometry and identity: its namespace (struct kvc_model).
+
+    KV never crosses namespaces: clients hit each other's blocks only when
+    name, dtype size, layers, kv_heads, head_dim, block_tokens, position
+    kind and shard are all equal. Note that the namespace knows the dtype's
+    size, not its kind: name the revision and precision in ``name``
+    ("llama-3-8b@main/bf16") so that float16 and bfloat16 KV of one model
+    stay apart.
+
+    ``dtype``: a name ("float16", "bf16", "float32", "fp8", ...), a numpy or
+    torch dtype, or a number of bytes (1, 2, 4, 8) for raw pages. The shard
+    (``tp_rank``/``tp_size``, ``pp_rank``/``pp_size``) says which part of a
+    model parallelised across processes this client holds; the defaults
+    (0 of 1) mean not sharded.
+    """
+
+    __slots__ = ("name", "dtype", "dtype_bytes", "layers", "kv_heads", "head_dim",
+                 "block_tokens", "pos", "tp_rank", "tp_size", "pp_rank", "pp_size")
+
+    def __init__(self, name: str, dtype: Any, layers: int, kv_heads: int, head_dim: int,
+                 block_tokens: int, pos: PosKind | str | int = PosKind.ROPE, *,
+                 tp_rank: int = 0, tp_size: int = 1, pp_rank: int = 0, pp_size: int = 1):
+        if not isinstance(name, str):
+            raise TypeError("name must be a str")
+        if not 1 <= len(name.encode()) <= 63 or "\0" in name:
+            raise ValueError(f"model name {name!r}: must be 1..63 bytes of UTF-8, no NUL")
+        self.name = name
+        self.dtype, self.dtype_bytes = _b.parse_dtype(dtype)
+        self.layers = _u("layers", layers, 1, 4096)
+        self.kv_heads = _u("kv_heads", kv_heads, 1, 4096)
+        self.head_dim = _u("head_dim", head_dim, 1, 65536)
+        self.block_tokens = _u("block_tokens", block_tokens, 1, 2**32 - 1)
+        if isinstance(pos, str):
+            try:
+                pos = PosKind[pos.upper()]
+            except KeyError:
+                raise ValueError(f"pos {pos!r}: one of none, rope, alibi, learned") from None
+        self.pos = PosKind(pos)
+        self.tp_size = _u("tp_size", tp_size, 0, 65535)
+        self.tp_rank = _u("tp_rank", tp_rank, 0, max(self.tp_size - 1, 0))
+        self.pp_size = _u("pp_size", pp_size, 0, 65535)
+        self.pp_rank = _u("pp_rank", pp_rank, 0, max(self.pp_size - 1, 0))
+
+    @property
+    def page_shape(self) -> tuple[int, int, int, int, int]:
+        """Shape of one block's page: [layers, 2 (K, V), block_tokens, kv_heads, head_dim]."""
+        return (self.layers, 2, self.block_tokens, self.kv_heads, self.head_dim)
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes of one block's page."""
+        return (self.block_tokens * self.layers * 2 * self.kv_heads * self.head_dim *
+                self.dtype_bytes)
+
+    def _struct(self) -> _L.ModelStruct:
+        m = _L.ModelStruct()
+        m.size = ctypes.sizeof(m)
+        m.name = self.name.encode()
+        m.dtype_bytes = self.dtype_bytes
+        m.layers = self.layers
+        m.kv_heads = self.kv_heads
+        m.head_dim = self.head_dim
+        m.block_tokens = self.block_tokens
+        m.pos_kind = int(self.pos)
+        m.shard.tp_rank, m.shard.tp_size = self.tp_rank, self.tp_size
+        m.shard.pp_rank, m.shard.pp_size = self.pp_rank, self.pp_size
+        return m
+
+    def _geometry(self) -> tuple:
+        return (self.dtype, self.dtype_bytes, self.layers, self.kv_heads, self.head_dim,
+                self.block_tokens)
+
+    def __repr__(self) -> str:
+        shard = ""
+        if self.tp_size > 1:
+            shard += f", tp_rank={self.tp_rank}, tp_size={self.tp_size}"
+        if self.pp_size > 1:
+            shard += f", pp_rank={self.pp_rank}, pp_size={self.pp_size}"
+        return (f"Model({self.name!r}, {self.dtype or self.dtype_bytes!r}, layers={self.layers}"
+                f", kv_heads={self.kv_heads}, head_dim={self.head_dim}, block_tokens="
+                f"{self.block_tokens}, pos={self.pos.name.lower()!r}{shard})")
+
+
+def _bytes_arg(v: Any, what: str) -> bytes | None:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v.encode()
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v)
+    raise TypeError(f"{what} must be bytes or str, not {type(v).__name__}")
+
+
+def _stream_of(stream: Any) -> int:
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        return stream
+    cs = getattr(stream, "cuda_stream", None)	# torch.cuda.Stream / ExternalStream
+    if isinstance(cs, int):
+        return cs
+    raise TypeError(f"stream must be None, an int (cudaStream_t) or a torch.cuda.Stream, "
+                    f"not {type(stream).__name__}")
+
+
+_U32 = _b._U32
+_array = array.array
+_I64 = _b._I64
+_new_request = object.__new__
+
+# Request stages (the C library's, plus released).
+_NEW, _LOOKED_UP, _ALLOCATED, _PUBLISHED, _RELEASED = 0, 1, 2, 3, 4
+
+
+class Client:
+    """An attachment to kvcached (kvc_open): one per process and model.
+
+    ``socket``: the daemon's socket path; None means ``$KVCACHED_SOCKET``,
+    else the default path. ``salt``: tenant secret mixed into every key
+    chain (only clients with the same salt hit each other's blocks).
+    ``max_pins``: pin slots wanted, 0 for the daemon's default.
+    ``alloc_ahead``: after each publish, ask for as many pages again without
+    waiting (KVC_OPEN_ALLOC_AHEAD), for engines that publish continuously.
+
+    Raises NoDaemonError, NotTrustedError, GeometryError (with the daemon's
+    reason), ProtocolError, TooManyClientsError, TooManyModelsError,
+    InvalidArgumentError, and, for a cuda pool, NotSupportedError or
+    NoDeviceError.
+
+    Use it as a context manager, or call close(); a Client belongs to the
+    process that opened it (a forked child gets ForkedHandleError from
+    every call and opens its own).
+    """
+
+    def __init__(self, model: Model, socket: str | os.PathLike | None = None,
+                 salt: bytes | str = b"", max_pins: int = 0, alloc_ahead: bool = False):
+        if not isinstance(model, Model):
+            raise TypeError("model must be a kvclient.Model")
+        L = _L.lib()
+        self._h = None
+        self.model = model
+        m = model._struct()
+        o = _L.Options()
+        o.size = ctypes.sizeof(o)
+        o.flags = _L.OPEN_ALLOC_AHEAD if alloc_ahead else 0
+        path = os.fsencode(socket) if socket is not None else None
+        o.socket_path = path
+        salt_b = _bytes_arg(salt, "salt") or b""
+        if salt_b:
+            o.salt = ctypes.cast(ctypes.c_char_p(salt_b), c_void_p)
+            o.salt_len = len(salt_b)
+        o.max_pins = _u("max_pins", max_pins, 0, 2**32 - 1)
+        eb = _L.errbuf()
+        o.errbuf = ctypes.cast(eb, c_void_p)
+        o.errbuf_len = len(eb)
+        h = c_void_p()
+        rc = L.open(byref(m), byref(o), byref(h))
+        if rc < 0:
+            reason = eb.value.decode("utf-8", "replace") or None
+            where = os.fsdecode(path) if path else "the default socket"
+            raise _error(rc, "kvc_open", reason, f"attach to kvcached at {where}")
+        self._h = h
+        self._pid = os.getpid()
+        self._fork = _fork_gen[0]
+        self._live: set[int] = set()	# C requests not yet freed
+        self.page_bytes: int = L.page_bytes(h)
+        self.block_tokens: int = L.block_tokens(h)
+        kind = L.pool_kind(h)
+        self.pool_kind: str = "cuda" if kind == _L.POOL_CUDA else "host"
+        dev = L.pool_device(h)
+        self.pool_device: int | None = dev if dev >= 0 else None
+        self._geom = model._geometry()
+        # Hot-path functions, bound once.
+        self._req_new = L.req_new
+        self._lookup = L.lookup
+        self._free_nowait = L.req_free_nowait
+        self._free_wait = L.req_free
+
+    # -------------------------------------------------------------- life
+
+    def close(self) -> None:
+        """Detach (kvc_close): releases every request still open, then every
+        pin and unpublished page of this Client. Harmless when closed."""
+        h, self._h = self._h, None
+        if h is None:
+            return
+        L = _L.lib()
+        for r in list(self._live):
+            L.req_free(c_void_p(r))
+        self._live.clear()
+        L.close(h)
+
+    @property
+    def closed(self) -> bool:
+        return self._h is None
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass	# interpreter shutdown: the process exit releases everything
+
+    def __repr__(self) -> str:
+        state = "closed" if self._h is None else f"{self.pool_kind} pool"
+        return f"<kvclient.Client {self.model.name!r} {state}>"
+
+    def _handle(self):
+        h = self._h
+        if h is None:
+            raise ClientClosedError(_errno.EBADF, "the Client is closed")
+        return h
+
+    # ---------------------------------------------------------- requests
+
+    def request(self, tokens: Any, extra: bytes | str | None = None,
+                label: str | None = None) -> "Request":
+        """Start a request for one prompt (kvc_req_new): its full blocks'
+        tokens are copied and keyed; a trailing partial block is not cached.
+
+        ``tokens``: a list/tuple/range of ints, an ``array.array``, a numpy
+        array or a torch tensor (uint32/int32 buffers are passed without a
+        copy). ``extra``: bytes mixed into every block's key (a LoRA id,
+        multimodal hashes). ``label``: names the prefix for kvstat's top
+        prefixes (at most 23 bytes).
+        """
+        h = self._h
+        if h is None:
+            raise ClientClosedError(_errno.EBADF, "the Client is closed")
+        if type(tokens) is _array and tokens.typecode in "Ii":	# the cheapest input
+            addr, n = tokens.buffer_info()
+        else:
+            conv = _U32.get(type(tokens))
+            addr, n, keep = conv(tokens) if conv else _b.u32(tokens)
+        if extra is not None:
+            extra = _bytes_arg(extra, "extra")
+        r = c_void_p()
+        rc = self._req_new(h, addr, n, extra, len(extra) if extra else 0, r)
+        if rc < 0:
+            raise _error(rc, "kvc_req_new")
+        # Request.__init__, inlined: this is the per-prompt path.
+        req = _new_request(Request)
+        req._c = self
+        req._r = r
+        req._key = key = r.value
+        req._stage = _NEW
+        req.hits = req.granted = 0
+        self._live.add(key)
+        if label is not None:
+            rc = _L._lib.req_label(r, label.encode())
+            if rc < 0:
+                req.release()
+                raise _error(rc, "kvc_req_label", what=f"label {label!r}")
+        return req
+
+    def keys(self, tokens: Any, extra: bytes | str | None = None) -> list[int]:
+        """The key chain of the full blocks of ``tokens`` (kvc_keys), each a
+        128-bit int (hi << 64 | lo, as kvstat prints keys in hex). Not a hot
+        path: one Python int per block."""
+        h = self._handle()
+        addr, n, keep = _b.u32(tokens)
+        ex = _bytes_arg(extra, "extra")
+        nb = n // self.block_tokens
+        out = (_L.Key * max(nb, 1))()
+        rc = _L.lib().keys(h, addr, n, ex, len(ex) if ex else 0, out, nb)
+        if rc < 0:
+            raise _error(rc, "kvc_keys")
+        return _keys_list(out, rc)
+
+    def _stream(self, stream: Any, kv: "PagedKV"):
+        """The stream argument of kvc_gather/kvc_scatter (None on a host pool,
+        which ignores it; the type is checked either way)."""
+        if stream is not None:
+            s = _stream_of(stream)
+            return s if self.pool_kind == "cuda" else None
+        if self.pool_kind != "cuda":
+            return None
+        if kv._torch:
+            import torch
+            return torch.cuda.current_stream(self.pool_device).cuda_stream
+        return None	# the legacy default stream
+
+    # ------------------------------------------------------------- stats
+
+    def stats(self) -> dict:
+        """What kvstat reads, as a dict, from one snapshot of shared memory.
+
+        ``counters``: every daemon-wide counter and gauge by the names of
+        ``kvstat --json``'s "counters"; ``pages`` and ``hit_ratio`` as in
+        kvstat --json; ``pool``: pages, block_tokens, kind; ``client``:
+        this Client's own counters (struct kvc_stats). No round trip.
+        """
+        h = self._handle()
+        L = _L.lib()
+        n = L.daemon_stats(h, None, 0)
+        if n < 0:
+            raise _error(n, "kvc_daemon_stats")
+        arr = (_L.Stat * n)()
+        n = L.daemon_stats(h, arr, n)
+        if n < 0:
+            raise _error(n, "kvc_daemon_stats")
+        counters = {s.name.decode(): s.value for s in arr}
+        own = _L.Stats()
+        rc = L.stats(h, byref(own))
+        if rc < 0:
+            raise _error(rc, "kvc_stats")
+        client = {f: getattr(own, f) for f, _ in _L.Stats._fields_}
+        hb, mb = counters.get("hit_blocks", 0), counters.get("miss_blocks", 0)
+        ht, lt = counters.get("hit_tokens", 0), counters.get("lookup_tokens", 0)
+        return {
+            "counters": counters,
+            "pages": {k: counters.get("pages_" + k, 0)
+                      for k in ("free", "writing", "ready", "pinned", "spilled")},
+            "hit_ratio": {"blocks": hb / (hb + mb) if hb + mb else None,
+                          "tokens": ht / lt if lt else None},
+            "pool": {"pages": client["pages_total"], "block_tokens": self.block_tokens,
+                     "kind": self.pool_kind},
+            "client": client,
+        }
+
+    def metrics(self) -> str:
+        """The same snapshot with per-client rows and the hottest prefixes,
+        in the Prometheus text format of the daemon's /metrics (what
+        ``kvstat --prometheus`` prints): for an engine's own exporter."""
+        h = self._handle()
+        L = _L.lib()
+        size = 1 << 16
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = L.daemon_metrics(h, buf, size)
+            if n < 0:
+                raise _error(int(n), "kvc_daemon_metrics")
+            if n < size:
+                return buf.raw[:n].decode("utf-8", "replace")
+            size = int(n) + 1
+
+
+def _keys_list(arr, n: int) -> list[int]:
+    raw = bytes(arr)[:16 * n]
+    return [int.from_bytes(raw[i:i + 16], "little") for i in range(0, 16 * n, 16)]
+
+
+class Request:
+    """One prompt's blocks (struct kvc_req), from Client.request().
+
+    Use it as a context manager (or call release()): on exit its pins are
+    released and pages granted but not published go back to the daemon.
+    The order of calls is C's: lookup(), then restore() if ``spilled``,
+    then alloc(), then publish(); gather() after lookup, scatter() after
+    alloc. Out of order raises RequestStateError; any call after release
+    raises RequestReleasedError.
+    """
+
+    __slots__ = ("_c", "_r", "_key", "_stage", "hits", "granted", "__weakref__")
+
+    def __init__(self, client: Client, r: c_void_p):
+        self._c = client
+        self._r = r
+        self._key = r.value
+        self._stage = _NEW
+        #: leading blocks that are cached and pinned (after lookup/restore/publish)
+        self.hits = 0
+        #: blocks alloc() granted pages for, from block ``hits`` on
+        self.granted = 0
+        client._live.add(self._key)
+
+    # -------------------------------------------------------------- life
+
+    def release(self) -> None:
+        """Unpin every page and give back granted pages never published
+        (kvc_req_free). Harmless when released. Page views obtained from this
+        request must not be used afterwards."""
+        self.__exit__(None, None, None)
+
+    def __enter__(self) -> "Request":
+        return self
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        stage = ("new", "looked up", "allocated", "published", "released")[self._stage]
+        return f"<kvclient.Request {self.blocks} blocks, {stage}, hits={self.hits}>"
+
+    def _req(self, call: str):
+        """The C request, if this request may still be used."""
+        if self._stage == _RELEASED or self._c._h is None:
+            raise RequestReleasedError(_errno.EINVAL, f"{call}: the request was released")
+        return self._r
+
+    def _stage_error(self, call: str, need: str) -> RequestStateError:
+        if self._stage == _RELEASED or self._c._h is None:
+            return RequestReleasedError(_errno.EINVAL, f"{call}: the request was released")
+        stage = ("new", "looked up", "allocated", "published")[self._stage]
+        return RequestStateError(_errno.EINVAL, f"{call}: {need} (the request is {stage})")
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # release(); the body is here because this runs once per prompt.
+        stage = self._stage
+        if stage == _RELEASED:
+            return
+        self._stage = _RELEASED
+        c = self._c
+        if c._h is not None:
+            c._live.discard(self._key)
+            if stage == _ALLOCATED and self.granted:
+                c._free_wait(self._r)
+            else:
+                c._free_nowait(self._r)
+
+    # -------------------------------------------------------------- info
+
+    @property
+    def blocks(self) -> int:
+        """Full blocks in the prompt (a trailing partial block is not cached)."""
+        return _L.lib().req_blocks(self._req("blocks"))
+
+    @property
+    def spilled(self) -> int:
+        """Blocks right after the hits that wait in the daemon's spill tier
+        (after lookup, before alloc); restore() brings them back."""
+        return _L.lib().req_spilled(self._req("spilled"))
+
+    def keys(self) -> list[int]:
+        """The request's key chain, one 128-bit int per full block."""
+        r = self._req("keys")
+        L = _L.lib()
+        n = L.req_blocks(r)
+        out = (_L.Key * max(n, 1))()
+        rc = L.req_keys(r, out, n)
+        if rc < 0:
+            raise _error(rc, "kvc_req_keys")
+        return _keys_list(out, rc)
+
+    # ----------------------------------------------------------- lookup
+
+    def lookup(self) -> int:
+        """Find and pin the longest cached prefix (kvc_lookup): no system
+        call. Returns the number of leading blocks hit (also ``hits``)."""
+        if self._stage != _NEW or self._c._h is None:
+            raise self._stage_error("lookup", "call it once, first")
+        rc = self._c._lookup(self._r)
+        if rc < 0:
+            raise _error(rc, "kvc_lookup")
+        self._stage = _LOOKED_UP
+        self.hits = rc
+        return rc
+
+    # Single-flight waiting (blocks another client is writing right now)
+    # belongs here, between lookup() and restore()/alloc(): a call that
+    # waits, through ctypes.CDLL so the GIL is released, and updates
+    # self.hits like restore() does.
+
+    def restore(self) -> int:
+        """Bring the spilled run back from the daemon's spill tier (one round
+        trip that waits for the disk reads) and pin it; returns the new
+        number of leading hits (also ``hits``)."""
+        if self._stage != _LOOKED_UP or self._c._h is None:
+            raise self._stage_error("restore", "call it after lookup() and before alloc()")
+        rc = _L.lib().restore(self._r)
+        if rc < 0:
+            raise _error(rc, "kvc_restore")
+        self.hits = rc
+        return rc
+
+    def restore_pays(self, prefill_tokens_per_s: float) -> bool:
+        """Whether restoring the spilled run should take less time than
+        prefilling its tokens at this engine's prefill speed (tokens/s)."""
+        r = self._req("restore_pays")
+        rc = _L.lib().restore_pays(r, float(prefill_tokens_per_s))
+        if rc < 0:
+            raise _error(rc, "kvc_restore_pays",
+                         what=f"restore_pays({prefill_tokens_per_s!r}): the speed must be > 0")
+        return bool(rc)
+
+    # ------------------------------------------------------------ write
+
+    def alloc(self) -> int:
+        """Ask for pages for every block after the hits, in one round trip.
+        Returns how many were granted (also ``granted``), for blocks
+        ``hits .. hits + granted - 1``; fewer than asked when the pool is
+        full of pinned pages or this Client's pin slots run out."""
+        if self._stage > _LOOKED_UP or self._c._h is None:
+            raise self._stage_error("alloc", "call it once, before publish()")
+        rc = _L.lib().alloc(self._r)
+        if rc < 0:
+            raise _error(rc, "kvc_alloc")
+        self._stage = _ALLOCATED
+        self.granted = rc
+        return rc
+
+    def publish(self) -> int:
+        """Publish every granted block, in one round trip; returns how many
+        blocks of the request are now cached and pinned (hits included)."""
+        if self._stage != _ALLOCATED or self._c._h is None:
+            raise self._stage_error("publish", "call it once, after alloc()")
+        if not self.granted:
+            raise RequestStateError(_errno.EINVAL,
+                                    "publish: alloc() granted no pages: nothing to publish")
+        rc = _L.lib().publish(self._r)
+        if rc < 0:
+            raise _error(rc, "kvc_publish")
+        self._stage = _PUBLISHED
+        self.hits = rc
+        self.granted = 0
+        return rc
+
+    # ----------------------------------------------------- page views
+
+    def _page(self, i: int, call: str):
+        r = self._req(call)
+        c = self._c
+        if _fork_gen[0] != c._fork:
+            raise ForkedHandleError(_errno.ECHILD, f"{call}: this Client was opened by "
+                                    "another process; open a new kvclient.Client here")
+        if c.pool_kind != "host":
+            raise NotSupportedError(_errno.ENOTSUP, f"{call}: the pool is in GPU memory: "
+                                    "use gather()/scatter() to move pages")
+        n = _L.lib().req_blocks(r)
+        if not 0 <= i < n:
+            raise IndexError(f"{call}: block {i} of a request of {n} blocks")
+        addr = _L.lib().block(r, i)
+        if not addr:
+            raise NoPageError(_errno.ENOENT, f"{call}: block {i} has no page (not a hit, "
+                              "not granted)")
+        buf = (c_char * c.page_bytes).from_address(addr)
+        writable = self._stage == _ALLOCATED and self.hits <= i < self.hits + self.granted
+        return buf, writable
+
+    def page(self, i: int) -> memoryview:
+        """Block i's page in the pool, without a copy: a memoryview of
+        ``page_bytes`` bytes, laid out [layers][K|V][token][kv_head][head_dim].
+        Writable for a block alloc() granted (before publish), read-only for
+        a hit. Valid until the request is released."""
+        buf, writable = self._page(i, "page")
+        mv = memoryview(buf).cast("B")
+        return mv if writable else mv.toreadonly()
+
+    def page_array(self, i: int):
+        """Block i's page as a numpy array view [layers, 2, block_tokens,
+        kv_heads, head_dim] of the model's dtype (raw unsigned ints of its
+        width for dtypes numpy lacks, such as bfloat16). Read-only for a hit."""
+        import numpy
+        buf, writable = self._page(i, "page_array")
+        m = self._c.model
+        mv = memoryview(buf) if writable else memoryview(buf).toreadonly()
+        return numpy.frombuffer(mv, dtype=_b.numpy_dtype(m.dtype, m.dtype_bytes)).reshape(
+            m.page_shape)
+
+    def page_tensor(self, i: int):
+        """Block i's page as a CPU torch tensor view [layers, 2, block_tokens,
+        kv_heads, head_dim] of the model's dtype. torch has no read-only
+        tensors: a hit's page is shared with every client and must not be
+        written."""
+        import torch
+        buf, _ = self._page(i, "page_tensor")
+        m = self._c.model
+        return torch.frombuffer(buf, dtype=_b.torch_dtype(m.dtype, m.dtype_bytes)).view(
+            m.page_shape)
+
+    def page_index(self, i: int) -> int:
+        """Pool page number of block i (kvc_block_page)."""
+        rc = _L.lib().block_page(self._req("page_index"), i)
+        if rc < 0:
+            raise _error(int(rc), "kvc_block_page", what=f"page_index({i})")
+        return rc
+
+    # --------------------------------------------------- gather/scatter
+
+    def gather(self, kv: "PagedKV", block_ids: Any, first: int = 0, stream: Any = None) -> None:
+        """Copy the KV of blocks ``first .. first + len(block_ids) - 1``
+        (hits) from their pool pages into the engine's cache ``kv``, block
+        ``first + j`` into engine block ``block_ids[j]``, all layers, K and V,
+        in one C call. Host pool: done on return. Cuda pool: queued on
+        ``stream`` (default: torch's current stream of the pool's GPU);
+        synchronize it before release()."""
+        self._copy(_L._lib.gather, "kvc_gather", kv, block_ids, first, stream)
+
+    def scatter(self, kv: "PagedKV", block_ids: Any, first: int | None = None,
+                stream: Any = None) -> None:
+        """The other way: engine blocks ``block_ids[j]`` into the pages alloc()
+        granted for blocks ``first + j`` (``first`` defaults to ``hits``, the
+        first granted block), before publish(). Cuda pool: synchronize the
+        stream before publish()."""
+        self._copy(_L._lib.scatter, "kvc_scatter", kv, block_ids,
+                   self.hits if first is None else first, stream)
+
+    def _copy(self, fn, call: str, kv: "PagedKV", block_ids, first: int, stream) -> None:
+        r = self._req(call[4:])
+        c = self._c
+        if type(kv) is not PagedKV:
+            raise TypeError(f"{call[4:]}: kv must be a kvclient.PagedKV")
+        if kv._geom != c._geom or kv._pool != (c.pool_kind, c.pool_device):
+            raise TensorError(_errno.EINVAL, f"{call[4:]}: this PagedKV was checked against "
+                              "another model or pool than this request's Client")
+        conv = _I64.get(type(block_ids))
+        addr, n, keep = conv(block_ids) if conv else _b.i64(block_ids)
+        nb = _L._lib.req_blocks(r)
+        if first < 0 or first + n > nb:
+            raise TensorError(_errno.EINVAL, f"{call[4:]}: blocks {first}..{first + n - 1} "
+                              f"are outside the request's {nb} blocks")
+        s = c._stream(stream, kv) if stream is not None or c.pool_kind == "cuda" else None
+        rc = fn(r, first, n, kv._layout, addr, s)
+        if rc < 0:
+            what = None
+            if rc == -_errno.EINVAL:
+                what = (f"{call[4:]}: refused before any copy: an engine block id outside "
+                        f"0..{kv.num_blocks - 1}")
+            raise _error(rc, call, what=what)
+
+
+# ---------------------------------------------------------- paged KV
+
+
+
+class PagedKV:
+    """An engine's paged KV cache, checked once against a Client's model and
+    pool, for Request.gather() and Request.scatter().
+
+    ``layout="flash"`` (vLLM's FlashAttention layout): ``k`` is a sequence of
+    one tensor per layer, each [2, num_blocks, block_tokens, kv_heads,
+    head_dim] (K then V), or one tensor [layers, 2, num_blocks, ...].
+    ``layout="kv"``: ``k`` and ``v`` are each a sequence of one tensor per
+    layer, [num_blocks, block_tokens, kv_heads, head_dim], or one tensor
+    [layers, num_blocks, ...]. The layout defaults to "kv" when ``v`` is
+    given.
+
+    torch tensors or numpy arrays of the model's dtype; within a block dense,
+    between blocks any stride (padding) the same for every tensor; CPU
+    memory for a host pool, the pool's GPU for a cuda pool. Anything else
+    raises TensorError / TensorDeviceError here, before any copy. The
+    tensors are referenced, not copied: keep using them.
+    """
+
+    def __init__(self, client: Client, k: Any, v: Any = None, *, layout: str | None = None):
+        if not isinstance(client, Client):
+            raise TypeError("client must be a kvclient.Client")
+        client._handle()
+        layout = layout or ("kv" if v is not None else "flash")
+        if layout not in ("kv", "flash"):
+            raise ValueError(f"layout {layout!r}: 'kv' or 'flash'")
+        if layout == "flash" and v is not None:
+            raise ValueError("layout 'flash' keeps K and V in one tensor per layer: no v")
+        if layout == "kv" and v is None:
+            raise ValueError("layout 'kv' needs v, the V tensors")
+        m = client.model
+        self.layout = layout
+        self.layers = m.layers
+        self._geom = client._geom
+        self._pool = (client.pool_kind, client.pool_device)
+        lead = (2,) if layout == "flash" else ()
+        ks, kinfo = self._tensors(client, k, "k", lead)
+        if layout == "kv":
+            vs, vinfo = self._tensors(client, v, "v", lead)
+        else:
+            vs, vinfo = [], []
+        infos = kinfo + vinfo
+        self.num_blocks: int = infos[0][1].shape[len(lead)]
+        stride = infos[0][1].strides[len(lead)]
+        for what, t in infos:
+            if t.shape[len(lead)] != self.num_blocks:
+                raise TensorError(_errno.EINVAL, f"{what}: {t.shape[len(lead)]} blocks, "
+                                  f"{infos[0][0]} has {self.num_blocks}")
+            if t.strides[len(lead)] != stride:
+                raise TensorError(_errno.EINVAL, f"{what}: block stride {t.strides[len(lead)]}"
+                                  f" elements, {infos[0][0]} has {stride}: one stride for all")
+        #: bytes from one block to the next in each tensor
+        self.block_stride: int = stride * m.dtype_bytes
+        self._torch = infos[0][1].lib == "torch"
+        kp = (c_void_p * m.layers)(*ks)
+        vp = (c_void_p * m.layers)(*vs) if vs else None
+        lay = _L.Layout()
+        lay.size = ctypes.sizeof(lay)
+        lay.kind = _L.LAYOUT_FLASH if layout == "flash" else _L.LAYOUT_KV
+        lay.layers = m.layers
+        lay.num_blocks = self.num_blocks
+        lay.block_stride = self.block_stride
+        lay.k = kp
+        if vp is not None:
+            lay.v = vp
+        self._layout = lay
+        self._keep = (k, v, kp, vp)
+
+    def _tensors(self, client: Client, x: Any, name: str, lead: tuple):
+        """Per-layer start addresses and infos of `x` (a sequence of one tensor
+        per layer, or one tensor with a leading layers dimension)."""
+        m = client.model
+        inner = (m.block_tokens, m.kv_heads, m.head_dim)
+        want = "[" + ", ".join(["2"] * len(lead) + ["num_blocks", "block_tokens", "kv_heads",
+                                                     "head_dim"]) + "]"
+        if isinstance(x, (list, tuple)):
+            if len(x) != m.layers:
+                raise TensorError(_errno.EINVAL, f"{name}: {len(x)} tensors for a model of "
+                                  f"{m.layers} layers: one per layer")
+            infos = [(f"{name}[{i}]", _b.TensorInfo(t, f"{name}[{i}]")) for i, t in enumerate(x)]
+            for what, t in infos:
+                self._check(client, what, t, lead, inner, want)
+            return [t.ptr for _, t in infos], infos
+        t = _b.TensorInfo(x, name)
+        if len(t.shape) != len(lead) + 5 or t.shape[0] != m.layers:
+            raise TensorError(_errno.EINVAL, f"{name}: shape {t.shape}, want one tensor per "
+                              f"layer {want} or [layers={m.layers}] + {want}")
+        sub = _b.TensorInfo.__new__(_b.TensorInfo)
+        for f in _b.TensorInfo.__slots__:
+            setattr(sub, f, getattr(t, f))
+        sub.shape, sub.strides = t.shape[1:], t.strides[1:]
+        self._check(client, name, sub, lead, inner, want)
+        step = t.strides[0] * t.itemsize
+        return [t.ptr + i * step for i in range(m.layers)], [(name, sub)]
+
+    @staticmethod
+    def _check(client: Client, what: str, t: "_b.TensorInfo", lead: tuple, inner: tuple,
+               want: str) -> None:
+        m = client.model
+        if client.pool_kind == "host":
+            if t.device != "cpu":
+                raise TensorDeviceError(_errno.EINVAL, f"{what} is on {t.device}: the pool is"
+                                        " host memory, gather/scatter take CPU tensors")
+        elif t.device != "cuda":
+            raise DeviceMemoryError(_errno.EFAULT, f"{what} is on {t.device}: the pool is on "
+                                    f"cuda:{client.pool_device}")
+        elif t.index != client.pool_device:
+            raise WrongDeviceError(_errno.EXDEV, f"{what} is on cuda:{t.index}: the pool is "
+                                   f"on cuda:{client.pool_device}")
+        if not _b._dtype_matches(m.dtype, m.dtype_bytes, t.dtype, t.itemsize, t.integer,
+                                 t.lib):
+            raise TensorError(_errno.EINVAL, f"{what}: dtype {t.dtype} ({t.itemsize} bytes), "
+                              f"the model's is {m.dtype or f'{m.dtype_bytes} bytes'}")
+        if not t.writable:
+            raise TensorError(_errno.EINVAL, f"{what} is read-only; gather writes into it")
+        n = len(lead)
+        if len(t.shape) != n + 4 or t.shape[:n] != lead or t.shape[n + 1:] != inner:
+            raise TensorError(_errno.EINVAL, f"{what}: shape {t.shape}, want {want} with "
+                              f"block_tokens, kv_heads, head_dim = {inner}")
+        bt, kvh, hd = inner
+        s = t.strides
+        dense = (kvh * hd, hd, 1)
+        if any(size > 1 and st != d for size, st, d in zip(inner, s[n + 1:], dense)):
+            raise TensorError(_errno.EINVAL, f"{what}: strides {s}: a block must be dense "
+                              f"[block_tokens, kv_heads, head_dim]")
+        if s[n] < bt * kvh * hd:
+            raise TensorError(_errno.EINVAL, f"{what}: block stride {s[n]} elements, smaller "
+                              f"than a block ({bt * kvh * hd})")
+        if n and s[0] != t.shape[1] * s[1]:
+            raise TensorError(_errno.EINVAL, f"{what}: V must start right after K's "
+                              f"num_blocks blocks (stride of the K/V dimension {s[0]}, want "
+                              f"{t.shape[1] * s[1]})")
+        if not t.ptr:
+            raise TensorError(_errno.EINVAL, f"{what}: no data (an empty tensor)")
+
+    def __repr__(self) -> str:
+        return (f"<kvclient.PagedKV {self.layout} {self.layers} layers x {self.num_blocks} "
+                f"blocks>")

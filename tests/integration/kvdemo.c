@@ -1,0 +1,268 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvdemo.c - kvdemo as a user runs it, against the real daemon:
+ *   - prompt files (a long shared prefix, different tails) through plain
+ *     automatic prefix caching, in one process and spread over two: each
+ *     prompt reports its tokens and hit tokens (the second hits the shared
+ *     prefix's full blocks, also across processes), and with
+ *     --compare-cold its cached run's logits and answer are bitwise those
+ *     of a run with no cache;
+ *   - --workload runs workloads in the order given; TINYLM.md's
+ *     prompt-module example (tools/examples/trip.xml) runs as printed;
+ *   - against a daemon it did not start: it takes the daemon's block
+ *     size, warns when its pages are much smaller than the daemon's (with
+ *     the page size that would fit), and says how to start a daemon that
+ *     fits when the daemon's pages are too small;
+ *   - mistakes get one line naming them: an unknown option, a missing
+ *     prompt file, no daemon at the socket (the path is in the message).
+ *
+ * The model is tiny (1 layer, width 32: 2 KiB pages of 16 tokens) so that
+ * a run takes well under a second.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../lib/harness.h"
+
+#define TINY "--layers", "1", "--dim", "32", "--hidden", "64", "--heads", "2", "--kv-heads", "1"
+
+static char dir[] = "/tmp/kvt-kvdemo.XXXXXX", f1[64], f2[64], f3[64];
+/* Bytes the three prompt files share, and each one's length. */
+#define SHARED 700
+
+static void write_file(const char *path, const char *a, const char *b)
+{
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	fputs(a, f);
+	fputs(b, f);
+	assert_int_equal(fclose(f), 0);
+}
+
+static int setup(void **state)
+{
+	static char doc[SHARED + 1];
+
+	(void)state;
+	if (!mkdtemp(dir))
+		return -1;
+	for (int i = 0; i < SHARED; i++)
+		doc[i] = "abcdefghij klmnopqrstuvwxyz\n"[(i * 7 + i / 13) % 28];
+	snprintf(f1, sizeof(f1), "%s/q1.txt", dir);
+	snprintf(f2, sizeof(f2), "%s/q2.txt", dir);
+	snprintf(f3, sizeof(f3), "%s/q3.txt", dir);
+	write_file(f1, doc, "1: where are the bolts?");
+	write_file(f2, doc, "2: how many nuts are left in bin 4?");
+	write_file(f3, doc, "Q3?");
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	unlink(f1);
+	unlink(f2);
+	unlink(f3);
+	rmdir(dir);
+	return 0;
+}
+
+/* "prompt N (...): T tokens, H hit tokens" of prompt n in out. */
+static void prompt_line(const char *out, int n, unsigned *tokens, unsigned *hit, char *rest,
+			size_t len)
+{
+	char want[32];
+	const char *p, *e;
+
+	snprintf(want, sizeof(want), "  prompt %d (", n);
+	p = strstr(out, want);
+	if (!p)
+		fail_msg("no line for prompt %d in:\n%s", n, out);
+	p = strstr(p, "): ");
+	assert_non_null(p);
+	assert_int_equal(sscanf(p, "): %u tokens, %u hit tokens", tokens, hit), 2);
+	e = strchr(p, '\n');
+	assert_non_null(e);
+	snprintf(rest, len, "%.*s", (int)(e - p), p);
+}
+
+/* The shared prefix is BOS + SHARED bytes: the second and third prompts
+ * hit its full blocks (the tails differ from byte SHARED on). */
+static void check_prompts(const char *out, int procs)
+{
+	unsigned tok, hit, want = (1 + SHARED) / 16 * 16;
+	char rest[512];
+
+	prompt_line(out, 1, &tok, &hit, rest, sizeof(rest));
+	assert_int_equal(tok, 1 + SHARED + strlen("1: where are the bolts?"));
+	assert_int_equal(hit, 0);
+	assert_non_null(strstr(rest, "logits bitwise equal"));
+	prompt_line(out, 2, &tok, &hit, rest, sizeof(rest));
+	assert_int_equal(hit, want);
+	assert_non_null(strstr(rest, "logits bitwise equal"));
+	assert_non_null(strstr(rest, "cached "));
+	prompt_line(out, 3, &tok, &hit, rest, sizeof(rest));
+	assert_int_equal(tok, 1 + SHARED + 3);
+	assert_int_equal(hit, want);
+	assert_non_null(strstr(rest, "logits bitwise equal"));
+	if (procs > 1) {
+		/* Prompt i ran in process i mod 2: prompt 2 hit across them. */
+		assert_non_null(strstr(out, "(q1.txt, process 0)"));
+		assert_non_null(strstr(out, "(q2.txt, process 1)"));
+		assert_non_null(strstr(out, "(q3.txt, process 0)"));
+	}
+	assert_non_null(strstr(out, "cached runs bitwise equal to their cold runs"));
+	assert_non_null(strstr(out, "answers are not meaningful text"));
+	assert_null(strstr(out, "FAILED"));
+}
+
+static void run_prompts(int procs)
+{
+	char p[8], out[32768];
+	const char *args[] = { "--spawn", "--pool-size", "16M", TINY, "--compare-cold",
+			       "--max-tokens", "4", "--procs", p, "--prompt-file", f1,
+			       "--prompt-file", f2, "--prompt-file", f3, NULL };
+	int rc;
+
+	snprintf(p, sizeof(p), "%d", procs);
+	rc = kvt_run(kvt_bin("kvdemo"), args, out, sizeof(out));
+	if (rc)
+		fail_msg("kvdemo: status %d\n%s", rc, out);
+	check_prompts(out, procs);
+}
+
+static void test_prompt_files_one_process(void **state)
+{
+	(void)state;
+	run_prompts(1);
+}
+
+static void test_prompt_files_two_processes(void **state)
+{
+	(void)state;
+	run_prompts(2);
+}
+
+/* Workloads run in the order given; --prompt TEXT is a prompt too. */
+static void test_workload_order(void **state)
+{
+	const char *args[] = { "--spawn", "--pool-size", "16M", TINY, "--workload",
+			       "chat,prompts", "--turns", "1", "--gen", "2", "--prompt",
+			       "hello there", NULL };
+	char out[32768], *chat, *prompts;
+	unsigned tok, hit;
+	char rest[256];
+
+	(void)state;
+	assert_int_equal(kvt_run(kvt_bin("kvdemo"), args, out, sizeof(out)), 0);
+	chat = strstr(out, "== chat");
+	prompts = strstr(out, "== prompts");
+	assert_non_null(chat);
+	assert_non_null(prompts);
+	assert_true(chat < prompts);
+	prompt_line(out, 1, &tok, &hit, rest, sizeof(rest));
+	assert_int_equal(tok, 1 + strlen("hello there"));
+	assert_non_null(strstr(out, "(\"hello there\")"));
+}
+
+/* An external daemon: its block size is taken; pages much larger than
+ * the model's give a note with the page size that fits; pages too small
+ * stop kvdemo with how to start one that fits. */
+static void test_external_daemon_geometry(void **state)
+{
+	const char *big[] = { "--page-size", "128K", "--pool-size", "4M", "--block-tokens", "8",
+			      NULL };
+	const char *small[] = { "--page-size", "4K", "--pool-size", "1M", "--block-tokens", "32",
+				NULL };
+	const char *args[] = { "--socket", NULL, TINY, "--max-tokens", "1", "--prompt", "abc", NULL };
+	struct kvt_daemon d;
+	char out[16384];
+	int rc;
+
+	(void)state;
+	assert_int_equal(kvt_daemon_start(&d, big), 0);
+	args[1] = d.sock;
+	rc = kvt_run(kvt_bin("kvdemo"), args, out, sizeof(out));
+	if (rc)
+		fail_msg("kvdemo: status %d\n%s", rc, out);
+	/* 8-token blocks of 1 layer x 2 x 16 x 4 bytes: 1 KiB pages. */
+	assert_non_null(strstr(out, "1024-byte pages of 8 tokens"));
+	assert_non_null(strstr(out, "kvdemo: note: model tinylm-"));
+	assert_non_null(strstr(out, "fills 1 KiB of each 128 KiB pool page (0.8%)"));
+	assert_non_null(strstr(out, "--page-size 4K fits it"));
+	assert_int_equal(kvt_daemon_stop(&d), 0);
+
+	/* 4 KiB pages, 32-token blocks: the model needs 4 KiB, it fits; with
+	 * 2 layers it needs 8 KiB. */
+	assert_int_equal(kvt_daemon_start(&d, small), 0);
+	args[1] = d.sock;
+	args[3] = "2";
+	rc = kvt_run(kvt_bin("kvdemo"), args, out, sizeof(out));
+	assert_int_equal(rc, 2);
+	assert_non_null(strstr(out, "has 4096-byte pages; this model needs 8192-byte pages (32 tokens per block): start one that fits, e.g. build/kvcached --socket /tmp/kvdemo.sock --page-size 8K --block-tokens 32"));
+	assert_int_equal(kvt_daemon_stop(&d), 0);
+}
+
+/* TINYLM.md's prompt-module example, as printed there (its schema is
+ * tools/examples/trip.xml): composed through the cache, bitwise equal to
+ * an uncached prefill. */
+static void test_schema_example(void **state)
+{
+	const char *args[] = { "--spawn", "--pool-size", "16M", TINY, "--workload", "modules",
+			       "--schema", "tools/examples/trip.xml", "--modules", "rome,plan",
+			       "--arg", "who=Ana", "--user", "When do museums open?", NULL };
+	char out[32768];
+	int rc;
+
+	(void)state;
+	rc = kvt_run(kvt_bin("kvdemo"), args, out, sizeof(out));
+	if (rc)
+		fail_msg("kvdemo: status %d\n%s", rc, out);
+	assert_non_null(strstr(out, "== modules: schema trip"));
+	assert_non_null(strstr(out, "prompt 1 [rome plan]"));
+	assert_non_null(strstr(out, "cached compositions bitwise equal to uncached prefills"));
+}
+
+static void test_mistakes_named(void **state)
+{
+	const char *bad_opt[] = { "--spawn", "--no-such-option", NULL };
+	const char *missing[] = { "--spawn", "--prompt-file", "/nonexistent/q.txt", NULL };
+	const char *empty[] = { "--workload", "prompts", NULL };
+	const char *nodaemon[] = { "--socket", "/nonexistent/kv.sock", "--prompt", "x", NULL };
+	char out[8192];
+
+	(void)state;
+	assert_int_equal(kvt_run(kvt_bin("kvdemo"), bad_opt, out, sizeof(out)), 2);
+	assert_string_equal(out, "kvdemo: unknown option '--no-such-option' (see kvdemo --help)\n");
+	assert_int_equal(kvt_run(kvt_bin("kvdemo"), missing, out, sizeof(out)), 2);
+	assert_string_equal(out, "kvdemo: --prompt-file /nonexistent/q.txt: No such file or directory\n");
+	assert_int_equal(kvt_run(kvt_bin("kvdemo"), empty, out, sizeof(out)), 2);
+	assert_non_null(strstr(out, "--workload prompts: give prompts with --prompt TEXT or --prompt-file FILE"));
+	assert_int_equal(kvt_run(kvt_bin("kvdemo"), nodaemon, out, sizeof(out)), 2);
+	assert_non_null(strstr(out, "/nonexistent/kv.sock"));
+	assert_non_null(strstr(out, "make run"));
+	assert_non_null(strstr(out, "--spawn"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_prompt_files_one_process),
+		cmocka_unit_test(test_prompt_files_two_processes),
+		cmocka_unit_test(test_workload_order),
+		cmocka_unit_test(test_external_daemon_geometry),
+		cmocka_unit_test(test_schema_example),
+		cmocka_unit_test(test_mistakes_named),
+	};
+
+	return cmocka_run_group_tests_name("integration/kvdemo", tests, setup, teardown);
+}
