@@ -4,7 +4,8 @@
  * processes: three processes given the same new prompt at once compute it
  * once between them (the others wait for its pages) and each gets the
  * cold logits bit for bit; a writer SIGKILLed while others wait leaves
- * them a miss, and they compute the prompt themselves; a writer that gives
+ * them a miss, and they compute the prompt themselves (one of them, the
+ * other waiting for that one); a writer that gives
  * its pages back unpublished does the same; a waiter whose short timeout
  * runs out goes on by itself and publishes; a published block wakes its
  * waiters with hits that hold the writer's bytes.
@@ -245,7 +246,7 @@ static void test_writer_killed_waiters_compute(void **state)
 	static float cold[512];
 	struct result res[2];
 	struct child ch[2];
-	uint64_t lookups, lost;
+	uint64_t lookups, lost, served, timeouts;
 	size_t computed = 0;
 	pid_t w;
 	int i;
@@ -255,6 +256,8 @@ static void test_writer_killed_waiters_compute(void **state)
 	UNTIL(STAT(clients_attached) == 0);
 	lookups = STAT(lookups);
 	lost = STAT(wait_lost);
+	served = STAT(wait_served);
+	timeouts = STAT(wait_timeouts);
 	w = stuck_writer(d, &km, 202, NTOK);
 	UNTIL(STAT(pages_in_flight) == NBLK && STAT(lookups) == lookups + 1);
 	for (i = 0; i < 2; i++)
@@ -273,10 +276,14 @@ static void test_writer_killed_waiters_compute(void **state)
 	       (unsigned long long)STAT(waits), (unsigned long long)STAT(wait_served),
 	       (unsigned long long)STAT(wait_timeouts), (unsigned long long)STAT(wait_lost),
 	       (unsigned long long)lost);
-	/* Each lost its writer; then one computed and the other waited for
-	 * it in turn (or found it cached). */
+	/* The first of them to look again lost its writer and computed the
+	 * prompt; the other lost it too and waited for that one in turn, or
+	 * found the prompt published already when it looked (served). No
+	 * wait ran into its timeout. */
 	UNTIL(STAT(clients_attached) == 0);
-	assert_int_equal(STAT(wait_lost), lost + 2);
+	assert_true(STAT(wait_lost) >= lost + 1);
+	assert_true(STAT(wait_lost) - lost + STAT(wait_served) - served >= 2);
+	assert_int_equal(STAT(wait_timeouts), timeouts);
 	assert_true(computed <= NTOK + 2 * BT);
 	assert_int_equal(STAT(pages_in_flight), 0);
 }
