@@ -3,7 +3,9 @@
  * cache.c - the daemon side of a request: ALLOC, PUBLISH and FREE.
  *
  * A client may name only pages it was handed (WRITING, owned by it, at the
- * generation it was given). Every record of a message is checked before any
+ * generation it was given). ALLOC_KEYS also says which block each page is
+ * for, and the pages are announced in flight (single flight, flight.c);
+ * whatever ends an announcement here wakes that writer's waiters. Every record of a message is checked before any
  * is applied, duplicates within the message included, so a lying client is
  * refused and disconnected with the index exactly as it was.
  */
@@ -109,19 +111,20 @@ static uint32_t process_holds(struct kvd *d, const struct kvd_client *c, uint32_
 	return held > writing ? held : (uint32_t)writing;
 }
 
-int kvd_cache_alloc(struct kvd *d, struct kvd_client *c, uint32_t seq,
-		    const void *p, uint32_t len)
+/*
+ * Grant up to `asked` pages. With claims (ALLOC_KEYS), page k is announced
+ * in flight as the block of claim k (shm/page.h), unless that block is in
+ * the index already.
+ */
+static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32_t asked,
+		       const uint8_t *claims)
 {
 	struct kvshm_free *fr = kvshm_free(d->h);
-	struct kvproto_alloc a;
 	struct kvproto_count cnt = { 0, 0 };
 	struct kvproto_pg *out;
-	uint32_t n, room, k;
+	uint32_t n = asked, room, k;
 	int rc;
 
-	(void)len;
-	memcpy(&a, p, sizeof(a));
-	n = a.n;
 	/* Each WRITING page needs one of the client's pin slots. */
 	room = c->nslots > c->writing ? c->nslots - c->writing : 0;
 	if (n > room)
@@ -160,14 +163,52 @@ int kvd_cache_alloc(struct kvd *d, struct kvd_client *c, uint32_t seq,
 			break;
 		if (d->damaged)	/* a hole found earlier was about its old use */
 			d->damaged[out[k].page] = 0;
+		if (claims) {
+			struct kvproto_claim cl;
+
+			memcpy(&cl, claims + (size_t)k * sizeof(cl), sizeof(cl));
+			kvshm_page_announce(d->h, out[k].page, out[k].gen, kvd_owner(c), cl.key,
+					    cl.parent);
+		}
 	}
 	c->writing += k;
-	if (k < a.n)
+	if (k < asked)
 		kvd_stat_add(&kvshm_stats(d->h)->alloc_short, 1);
 	cnt.n = k;
 	rc = kvd_reply(d, c, KVPROTO_ALLOC_R, seq, &cnt, sizeof(cnt), out, k * sizeof(*out));
 	free(out);
 	return rc;
+}
+
+int kvd_cache_alloc(struct kvd *d, struct kvd_client *c, uint32_t seq,
+		    const void *p, uint32_t len)
+{
+	struct kvproto_alloc a;
+
+	(void)len;
+	memcpy(&a, p, sizeof(a));
+	return alloc_pages(d, c, seq, a.n, NULL);
+}
+
+int kvd_cache_alloc_keys(struct kvd *d, struct kvd_client *c, uint32_t seq,
+			 const void *p, uint32_t len)
+{
+	const uint8_t *claims = (const uint8_t *)p + sizeof(struct kvproto_alloc);
+	struct kvproto_alloc a;
+	struct kvproto_claim first;
+
+	(void)len;
+	memcpy(&a, p, sizeof(a));
+	memcpy(&first, claims, sizeof(first));
+	/* Someone else began writing the first block (or published it)
+	 * since the caller's lookup: it would rather wait for it (or pin
+	 * it) than compute it too. */
+	if ((a.flags & KVPROTO_ALLOC_SINGLE) && kvd_flight_taken(d, c, &first)) {
+		kvd_reply_error(d, c, seq, -EINPROGRESS, false,
+				"the first block is being written by another client, or cached");
+		return c->used && !c->lingering ? 0 : -1;
+	}
+	return alloc_pages(d, c, seq, a.n, claims);
 }
 
 int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
@@ -200,6 +241,9 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 
 		memcpy(&pub, rec + i * stride, sizeof(pub));
 		memcpy(tokens, rec + i * stride + sizeof(pub), (size_t)c->bt * 4);
+		/* Waiters for this block (ours or another writer's) wake after. */
+		kvd_flight_note(d, pub.page);
+		kvd_flight_note_key(d, pub.key);
 		if (d->damaged && d->damaged[pub.page]) {
 			/* A client punched this page out while it was being
 			 * written: its KV is gone, never to be indexed. */
@@ -221,6 +265,7 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		c->writing--;
 		collisions += st == -EEXIST;
 	}
+	kvd_flight_wake(d);
 	if (collisions)	/* one line per message, not per block */
 		kvd_warn("client %u (pid %d): %u key collisions refused; the index keeps the first blocks",
 			 c->id, (int)c->pid, collisions);
@@ -249,8 +294,10 @@ int kvd_cache_free(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		struct kvproto_pg pg;
 
 		memcpy(&pg, rec + i * sizeof(pg), sizeof(pg));
+		kvd_flight_note(d, pg.page);
 		kvshm_page_free(d->h, pg.page, pg.gen, kvd_owner(c));
 	}
+	kvd_flight_wake(d);	/* their waiters get a miss at once */
 	c->writing -= cnt.n;
 	kvd_stat_add(&kvshm_stats(d->h)->frees, cnt.n);
 	return kvd_reply(d, c, KVPROTO_FREE_R, seq, &cnt, sizeof(cnt), NULL, 0);
@@ -262,10 +309,14 @@ uint32_t kvd_cache_reclaim(struct kvd *d, uint32_t owner)
 	uint32_t i, n = 0;
 
 	for (i = 0; i < d->h->geo.n_pages; i++) {
-		if (atomic_load(&pages[i].state) == KVSHM_PAGE_WRITING && pages[i].owner == owner &&
-		    !kvshm_page_free(d->h, i, atomic_load(&pages[i].gen), owner))
+		if (atomic_load(&pages[i].state) != KVSHM_PAGE_WRITING || pages[i].owner != owner)
+			continue;
+		kvd_flight_note(d, i);
+		if (!kvshm_page_free(d->h, i, atomic_load(&pages[i].gen), owner))
 			n++;
 	}
+	/* A writer that died: whoever waits for its blocks gets a miss now. */
+	kvd_flight_wake(d);
 	kvd_stat_add(&kvshm_stats(d->h)->reclaimed, n);
 	return n;
 }

@@ -69,6 +69,9 @@ struct kvd_client {
 	struct kvd_restore *restore;
 };
 
+#define KVD_FLIGHT_WAKE 32	/* writers woken one by one per message */
+#define KVD_WAIT_STATS 5	/* waits, served, timed out, lost, tokens */
+
 struct kvd {
 	struct kvd_config cfg;
 	struct kvd_memfd seg;
@@ -108,6 +111,13 @@ struct kvd {
 	 * slice of the page table per tick: where it is, counts so far. */
 	uint32_t ns_sweep_at;
 	uint32_t ns_sweep_pages[KVD_MAX_NS];
+	/* Single flight (flight.c): writers (owner ids) whose waiters to
+	 * wake once the message being handled is done; all of them when
+	 * more were noted than fit. Wait counters of clients that left. */
+	uint32_t flight_wake[KVD_FLIGHT_WAKE];
+	uint32_t n_flight_wake;
+	bool flight_wake_all;
+	uint64_t gone_waits[KVD_WAIT_STATS];
 };
 
 /* epoll tags: fixed sources, then one per client socket and pidfd. */
@@ -219,6 +229,24 @@ int kvd_cache_free(struct kvd *d, struct kvd_client *c, uint32_t seq,
 uint32_t kvd_share_pages(const struct kvd *d);
 /* Give back every WRITING page of owner; returns how many. */
 uint32_t kvd_cache_reclaim(struct kvd *d, uint32_t owner);
+
+/* cache.c: ALLOC_KEYS (ALLOC with the blocks' keys: announced pages). */
+int kvd_cache_alloc_keys(struct kvd *d, struct kvd_client *c, uint32_t seq,
+			 const void *p, uint32_t len);
+
+/* flight.c: single flight */
+/* Is the claimed block in flight by a client other than c, or cached? */
+bool kvd_flight_taken(struct kvd *d, const struct kvd_client *c,
+		      const struct kvproto_claim *cl);
+/* Before a page may leave flight (publish, free, reclaim): note its
+ * writer; _key notes the writer of the page the index names for key. */
+void kvd_flight_note(struct kvd *d, uint32_t page);
+void kvd_flight_note_key(struct kvd *d, struct kvshm_key key);
+/* After the change: bump each noted writer's flight word and wake. */
+void kvd_flight_wake(struct kvd *d);
+/* Fold the clients' wait counters into the stats; keep a leaver's. */
+void kvd_flight_fold(struct kvd *d);
+void kvd_flight_retire(struct kvd *d, const struct kvd_client *c);
 
 /* top.c */
 /* Pin slots of c's ledger naming a page right now (c's own word). */

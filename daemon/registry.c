@@ -306,6 +306,7 @@ static void retire_counters(struct kvd *d, struct kvd_client *c)
 	d->gone_lookup_tokens += atomic_load_explicit(&l->lookup_tokens, RELAXED);
 	d->gone_hit_tokens += atomic_load_explicit(&l->hit_tokens, RELAXED);
 	kvd_nsstat_retire(d, c);
+	kvd_flight_retire(d, c);
 	kvd_top_drain(d, c);
 	atomic_store_explicit(&row->pid, 0, memory_order_release);
 	kvd_stat_add(&kvshm_stats(d->h)->clients_attached, -1);
@@ -454,6 +455,7 @@ static void fold_stats(struct kvd *d)
 	atomic_store_explicit(&st->pin_failures, pf, RELAXED);
 	atomic_store_explicit(&st->lookup_tokens, lt, RELAXED);
 	atomic_store_explicit(&st->hit_tokens, ht, RELAXED);
+	kvd_flight_fold(d);
 }
 
 void kvd_registry_tick(struct kvd *d)

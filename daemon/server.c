@@ -506,6 +506,8 @@ int kvd_server_frame(struct kvd *d, struct kvd_client *c, const uint8_t *in)
 	}
 	case KVPROTO_ALLOC:
 		return kvd_cache_alloc(d, c, h.seq, p, h.len);
+	case KVPROTO_ALLOC_KEYS:
+		return kvd_cache_alloc_keys(d, c, h.seq, p, h.len);
 	case KVPROTO_PUBLISH:
 		return kvd_cache_publish(d, c, h.seq, p, h.len);
 	case KVPROTO_FREE:

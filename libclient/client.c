@@ -692,6 +692,7 @@ const char *kvc_strerror(int err)
 	case -EPERM: return "block is a shared (hit or published) page: scatter only into pages kvc_alloc granted";
 	case -EFAULT: return "a tensor of the layout is not GPU memory CUDA knows (host pointer for a cuda pool?)";
 	case -EXDEV: return "a tensor of the layout is on another GPU than kvcached's pool";
+	case -EINPROGRESS: return "another client is writing that block now: kvc_wait for it, then kvc_alloc";
 	default:
 		return err < 0 ? strerror(-err) : "not an error code";
 	}

@@ -77,6 +77,12 @@ struct kvc_req {
 	uint32_t hits;
 	size_t t1;		/* spilled run after the hits, not yet counted */
 	size_t t2;		/* then blocks that may be remote, not yet counted */
+	size_t t3;		/* or the run in flight after the hits, not yet counted */
+	bool single;		/* kvc_wait asked for single flight (flight.c) */
+	/* What the ledger counters hold for this request so far: hit
+	 * blocks and missed blocks (kvci_count brings them up to date). */
+	uint32_t counted_hits;
+	size_t counted_misses;
 	struct kvshm_key *keys;
 	uint32_t *tokens;	/* n * bt */
 	uint32_t *page;
@@ -133,8 +139,18 @@ int kvci_ahead_take(kvc_t *c, uint32_t want, struct kvproto_pg *pg, uint32_t *sl
 /* Alloc-ahead: after a publish of n pages, ask for n more, not waiting. */
 void kvci_ahead_ask(kvc_t *c, uint32_t n);
 
-/* Count a spilled run the caller did not restore as misses. */
-void kvci_settle_spilled(struct kvc_req *r);
+/* Count a spilled run the caller did not restore, and a run in flight it
+ * did not wait for, as misses. */
+void kvci_settle(struct kvc_req *r);
+/* Bring the ledger's hit and miss counters up to date with the request:
+ * hits, and every block after them that is not a deferred run (t1, t2, t3). */
+void kvci_count(struct kvc_req *r);
+/* Pin blocks from `from` on while they are READY pages that verify
+ * (lookup.c); returns where it stopped, *missed: on a miss, not on the
+ * pin quota. */
+size_t kvci_pin_run(struct kvc_req *r, size_t from, bool *missed);
+/* flight.c: blocks from `from` on that other clients are writing now. */
+size_t kvci_inflight_run(const struct kvc_req *r, size_t from);
 /* Most fds one reply carries (a cuda pool's chunks). */
 #define KVC_MAX_FDS ((int)KVPROTO_MAX_CHUNKS)
 

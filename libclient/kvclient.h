@@ -290,13 +290,65 @@ int kvc_restore(struct kvc_req *r);
 int kvc_restore_pays(const struct kvc_req *r, double prefill_tokens_per_sec);
 
 /*
+ * Single-flight prefill. When several processes get the same new prompt at
+ * once, one of them should compute it and the others wait for its pages.
+ * kvc_alloc tells the daemon which block each granted page is for, so the
+ * daemon announces those blocks as *in flight*; a lookup also finds the
+ * run of blocks right after the hit prefix that another client is writing
+ * now. They are neither pinned nor readable yet. The caller chooses:
+ * kvc_wait() sleeps until they are published (then pins them as hits), or
+ * kvc_alloc() goes on and the engine prefills them itself.
+ *
+ *	hits = kvc_lookup(r);
+ *	do {
+ *		hits = kvc_wait(r, timeout_ms);	// at once if nothing in flight
+ *		got = kvc_alloc(r);
+ *	} while (got == -EINPROGRESS);		// lost a race: wait for it too
+ *
+ * A wait holds no lock of the handle (other threads go on), and no pin or
+ * page for the blocks it waits for. A writer that releases its pages
+ * unpublished, loses its connection or dies wakes its waiters at once:
+ * those blocks are misses, to be computed. Blocks this handle itself is
+ * writing are never reported (no thread waits for its own handle).
+ */
+
+/* Blocks of the run in flight after the hit prefix (0 for NULL, none, or
+ * outside the looked-up stage). */
+size_t kvc_req_inflight(const struct kvc_req *r);
+
+/*
+ * Wait for the run in flight: sleep (a futex on a word of the read-only
+ * segment; the daemon keeps no state per waiter) until the blocks are
+ * published, their writer gives them up or dies, or timeout_ms pass; pin
+ * what was published as hits and go on through any further blocks that
+ * are cached or in flight then, within the same deadline. Returns the new
+ * number of leading hit blocks (at least what it was). With nothing in
+ * flight it returns at once. Call after kvc_lookup (or a kvc_alloc that
+ * returned -EINPROGRESS) and before kvc_alloc.
+ *
+ * After a kvc_wait with timeout_ms > 0 that did not time out, the
+ * request is single-flight: its kvc_alloc returns -EINPROGRESS, granting
+ * nothing, if another client began writing the first missed block since
+ * (a race no lookup can see; the daemon decides who writes). Call
+ * kvc_wait again, then kvc_alloc. A timeout of 0, or a wait that timed
+ * out, lets kvc_alloc go ahead whatever others write, which bounds that
+ * loop by the caller's deadline.
+ *
+ * Errors: -EINVAL (NULL request, negative timeout, called at another
+ * stage), -ENOTCONN, -ECHILD.
+ */
+int kvc_wait(struct kvc_req *r, int timeout_ms);
+
+/*
  * Ask the daemon for pages for every block after the hit prefix, in one
  * round trip. Returns how many were granted, starting at the first missed
  * block; fewer than asked when the pool is full of pinned pages, this
  * handle's pin slots run out, or the blocks would not fit one PUBLISH
  * message (16 MiB of records). Errors: -EINVAL (NULL, state), -ENOTCONN
  * (daemon gone), -ECHILD, -ENOMEM, -EPROTO / -EBADMSG (a reply that does
- * not parse), or an error the daemon sent.
+ * not parse), or an error the daemon sent; -EINPROGRESS only after
+ * kvc_wait (single flight, above): nothing granted, the request is back
+ * at the looked-up stage with kvc_req_inflight() blocks in flight.
  *
  * When any round trip fails with -ENOTCONN, -EPROTO or -EBADMSG the handle
  * is dead: later calls return -ENOTCONN. Pages pinned before that stay

@@ -131,7 +131,7 @@ size_t kvc_req_blocks(const struct kvc_req *r)
  * first miss or when pin slots run out. Returns the block it stopped at;
  * *missed says whether it stopped on a miss (not on the pin quota).
  */
-static size_t pin_run(struct kvc_req *r, size_t from, bool *missed)
+size_t kvci_pin_run(struct kvc_req *r, size_t from, bool *missed)
 {
 	kvc_t *c = r->c;
 	const struct kvshm_header *h = c->seg;
@@ -205,20 +205,6 @@ static size_t spilled_run(const struct kvc_req *r, size_t from)
 	return j - from;
 }
 
-/* Count the spilled and remote runs' blocks, now that their fate is
- * known: `hit` of them were restored and pinned, the rest are misses. */
-static void settle_spilled(struct kvc_req *r, size_t hit)
-{
-	struct kvshm_ledger *l = r->c->ledger;
-
-	if (!r->t1 && !r->t2)
-		return;
-	atomic_fetch_add_explicit(&l->hit_blocks, hit, memory_order_relaxed);
-	atomic_fetch_add_explicit(&l->miss_blocks, r->t1 + r->t2 - hit, memory_order_relaxed);
-	atomic_fetch_add_explicit(&l->hit_tokens, (uint64_t)hit * r->c->bt, memory_order_relaxed);
-	r->t1 = r->t2 = 0;
-}
-
 /* May tier 2 hold blocks? While the daemon's remote tier has a server
  * that answers (one relaxed load of a shared counter). */
 static bool remote_up(const kvc_t *c)
@@ -227,9 +213,35 @@ static bool remote_up(const kvc_t *c)
 				    memory_order_relaxed) != 0;
 }
 
-void kvci_settle_spilled(struct kvc_req *r)
+void kvci_count(struct kvc_req *r)
 {
-	settle_spilled(r, 0);
+	struct kvshm_ledger *l = r->c->ledger;
+	size_t deferred = r->hits + r->t1 + r->t2 + r->t3, miss = deferred < r->n ? r->n - deferred : 0;
+
+	/* Hits only grow (lookup, restore, wait); misses move both ways as
+	 * runs are deferred (in flight) and settled. */
+	if (r->hits > r->counted_hits) {
+		uint64_t k = r->hits - r->counted_hits;
+
+		atomic_fetch_add_explicit(&l->hit_blocks, k, memory_order_relaxed);
+		atomic_fetch_add_explicit(&l->hit_tokens, k * r->c->bt, memory_order_relaxed);
+		r->counted_hits = r->hits;
+	}
+	if (miss > r->counted_misses)
+		atomic_fetch_add_explicit(&l->miss_blocks, miss - r->counted_misses,
+					  memory_order_relaxed);
+	else if (miss < r->counted_misses)
+		atomic_fetch_sub_explicit(&l->miss_blocks, r->counted_misses - miss,
+					  memory_order_relaxed);
+	r->counted_misses = miss;
+}
+
+void kvci_settle(struct kvc_req *r)
+{
+	r->t1 = 0;
+	r->t2 = 0;
+	r->t3 = 0;
+	kvci_count(r);
 }
 
 int kvc_lookup(struct kvc_req *r)
@@ -245,22 +257,22 @@ int kvc_lookup(struct kvc_req *r)
 		return rc;	/* dead or forked: no hits from a stale view */
 	l = r->c->ledger;
 	r->stage = 1;
-	i = pin_run(r, 0, &missed);
+	i = kvci_pin_run(r, 0, &missed);
 	r->hits = (uint32_t)i;
-	/* Blocks on NVMe right after the hits: counted once the caller has
-	 * restored them or gone on without them. */
+	/* Blocks on NVMe right after the hits, or being written by another
+	 * client: counted once the caller has restored (waited for) them or
+	 * gone on without them. */
 	r->t1 = missed ? spilled_run(r, i) : 0;
-	/* Then every block after them may be in the remote tier: only the
+	/* Then (after a spilled run, or from the first miss when nothing is
+	 * in flight there) every block may be in the remote tier: only the
 	 * daemon can ask, in the FETCH kvc_restore sends. */
-	r->t2 = missed && remote_up(r->c) ? r->n - i - r->t1 : 0;
+	r->t3 = missed && !r->t1 ? kvci_inflight_run(r, i) : 0;
+	r->t2 = missed && !r->t3 && remote_up(r->c) ? r->n - i - r->t1 : 0;
 	if (i)
 		kvshm_ledger_hit(l, r->keys[0], (uint64_t)i * r->c->bt, r->label);
 	atomic_fetch_add_explicit(&l->lookup_tokens, r->n_tokens, memory_order_relaxed);
-	atomic_fetch_add_explicit(&l->hit_tokens, (uint64_t)i * r->c->bt, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->lookups, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&l->hit_blocks, i, memory_order_relaxed);
-	atomic_fetch_add_explicit(&l->miss_blocks, r->n - i - r->t1 - r->t2,
-				  memory_order_relaxed);
+	kvci_count(r);
 	return (int)i;
 }
 
@@ -328,7 +340,7 @@ int kvc_restore(struct kvc_req *r)
 		n = r->c->n_free_slots;
 	pthread_mutex_unlock(&r->c->slot_lock);
 	if (!n) {
-		settle_spilled(r, 0);
+		kvci_settle(r);
 		return (int)r->hits;
 	}
 	if (r->t2) {
@@ -356,17 +368,19 @@ int kvc_restore(struct kvc_req *r)
 	}
 	free(reply);
 	if (rc) {
-		settle_spilled(r, 0);
+		kvci_settle(r);
 		return rc;
 	}
 	/* Restored blocks are READY pages now: pin them as hits. The
 	 * statuses need no reading: a block that failed is simply a miss. */
-	i = pin_run(r, from, &missed);
+	i = kvci_pin_run(r, from, &missed);
 	if (i > from)
 		kvshm_ledger_hit(r->c->ledger, r->keys[0], (uint64_t)(i - from) * r->c->bt,
 				 r->label);
-	settle_spilled(r, i - from < r->t1 + r->t2 ? i - from : r->t1 + r->t2);
 	r->hits = (uint32_t)i;
+	r->t1 = 0;
+	r->t2 = 0;
+	kvci_count(r);
 	return (int)i;
 }
 

@@ -23,6 +23,63 @@ void kvc_block_release(struct kvc_req *r, size_t i)
 	r->state[i] = KVC_B_NONE;
 }
 
+/*
+ * ALLOC_KEYS for a->n blocks from hits + k0: each page is claimed for its
+ * block (key and parent), so the daemon announces it in flight and others
+ * can wait for it. Single flight (kvc_wait was called, and the first
+ * missed block is the first asked for): -EINPROGRESS when another client
+ * is writing that block now.
+ */
+static int alloc_keys(struct kvc_req *r, uint32_t k0, struct kvproto_alloc *a,
+		      void **reply, uint32_t *rlen)
+{
+	size_t len = sizeof(*a) + (size_t)a->n * sizeof(struct kvproto_claim);
+	uint8_t *msg = malloc(len);
+	kvc_t *c = r->c;
+	uint32_t k;
+	int rc;
+
+	if (!msg)
+		return -ENOMEM;
+	a->flags = r->single && !k0 ? KVPROTO_ALLOC_SINGLE : 0;
+	memcpy(msg, a, sizeof(*a));
+	for (k = 0; k < a->n; k++) {
+		size_t i = r->hits + k0 + k;
+		struct kvproto_claim cl = { r->keys[i], i ? r->keys[i - 1] : c->root };
+
+		memcpy(msg + sizeof(*a) + (size_t)k * sizeof(cl), &cl, sizeof(cl));
+	}
+	rc = kvc_rpc(c, KVPROTO_ALLOC_KEYS, msg, (uint32_t)len, KVPROTO_ALLOC_R, reply, rlen);
+	free(msg);
+	return rc;
+}
+
+/*
+ * The daemon refused a single-flight ALLOC_KEYS: since our lookup another
+ * client began writing the first missed block, or published it. Pin what
+ * is published, note the run in flight, and go back to the looked-up
+ * stage for kvc_wait. When neither is there for us (a block published and
+ * evicted at once, or one whose tokens differ from ours), single flight
+ * ends for this request: false, and the caller allocates as usual.
+ */
+static bool race_lost(struct kvc_req *r)
+{
+	size_t from = r->hits;
+	bool missed;
+
+	r->hits = (uint32_t)kvci_pin_run(r, from, &missed);
+	if (r->hits > from)
+		kvshm_ledger_hit(r->c->ledger, r->keys[0], (uint64_t)(r->hits - from) * r->c->bt,
+				 r->label);
+	r->t3 = r->hits < r->n ? kvci_inflight_run(r, r->hits) : 0;
+	r->single = r->hits > from || r->t3;
+	if (!r->single)
+		return false;
+	r->stage = 1;
+	kvci_count(r);
+	return true;
+}
+
 int kvc_alloc(struct kvc_req *r)
 {
 	struct kvproto_alloc a = { 0, 0 };
@@ -36,7 +93,7 @@ int kvc_alloc(struct kvc_req *r)
 	if (!r || r->stage > 1)
 		return -EINVAL;
 	c = r->c;
-	kvci_settle_spilled(r);
+	kvci_settle(r);
 	r->stage = 2;
 	if (r->hits >= r->n)
 		return 0;
@@ -92,7 +149,11 @@ int kvc_alloc(struct kvc_req *r)
 		a.n = fcap > k0 ? fcap - k0 : 0;
 	if (!a.n)
 		return (int)k0;
-	rc = kvc_rpc(c, KVPROTO_ALLOC, &a, sizeof(a), KVPROTO_ALLOC_R, &reply, &rlen);
+	rc = alloc_keys(r, k0, &a, &reply, &rlen);
+	if (rc == -EINPROGRESS && race_lost(r))
+		return rc;
+	if (rc == -EINPROGRESS)	/* nothing there for us after all */
+		rc = alloc_keys(r, k0, &a, &reply, &rlen);
 	if (rc)
 		return k0 ? (int)k0 : rc;
 	memcpy(&cnt, reply, sizeof(cnt));
@@ -214,7 +275,7 @@ void kvc_req_free(struct kvc_req *r)
 	if (!r)
 		return;
 	if (r->state && kvc_usable(r->c) != -ECHILD)
-		kvci_settle_spilled(r);
+		kvci_settle(r);
 	/* In a child of fork() the ledger slots are the parent's: only free
 	 * our memory. */
 	if (r->state && kvc_usable(r->c) != -ECHILD) {

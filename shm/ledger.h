@@ -84,6 +84,18 @@ struct kvshm_ledger {
 	} hits[KVSHM_HIT_RING];
 
 	/*
+	 * Single-flight waits (kvc_wait), client-written and relaxed like the
+	 * counters above; the daemon folds them into the segment's stats.
+	 * Each wait that slept ends as served, timed out or lost.
+	 */
+	_Atomic uint64_t waits;
+	_Atomic uint64_t wait_served;	/* the writer published */
+	_Atomic uint64_t wait_timeouts;	/* the caller's timeout ran out */
+	_Atomic uint64_t wait_lost;	/* the writer released or died */
+	_Atomic uint64_t wait_tokens;	/* tokens pinned thanks to waiting */
+	uint8_t pad4[KVSHM_CACHELINE - 40];
+
+	/*
 	 * Hazard slots: 0 = empty, else ((page + 1) << 32) | gen. Written by
 	 * the client with seq_cst, read by the daemon with seq_cst.
 	 */
@@ -93,6 +105,7 @@ struct kvshm_ledger {
 _Static_assert(offsetof(struct kvshm_ledger, lookups) == KVSHM_CACHELINE, "ledger");
 _Static_assert(offsetof(struct kvshm_ledger, ring_head) == 2 * KVSHM_CACHELINE, "ledger");
 _Static_assert(sizeof(struct kvshm_hit) == 48, "hit record");
+_Static_assert(offsetof(struct kvshm_ledger, waits) % KVSHM_CACHELINE == 0, "ledger");
 _Static_assert(sizeof(struct kvshm_ledger) % KVSHM_CACHELINE == 0, "ledger");
 
 static inline uint64_t kvshm_slot_pack(uint32_t page, uint32_t gen)

@@ -38,6 +38,31 @@ static void bump_gen(struct kvshm_page *p)
 	atomic_thread_fence(memory_order_release);
 }
 
+static bool in_flight(const struct kvshm_page *p)
+{
+	return atomic_load_explicit(&p->flight, memory_order_relaxed) != 0;
+}
+
+/* The page is no longer in flight (its index entry, if still under the
+ * announced key, is gone or taken over by now). */
+static void flight_clear(struct kvshm_header *h, struct kvshm_page *p)
+{
+	atomic_store_explicit(&p->flight, 0, memory_order_release);
+	stat_add(h, &kvshm_stats(h)->pages_in_flight, -1);
+}
+
+/* An announced page gives up its key: out of the index, out of flight. A
+ * reader that found the entry then sees flight 0 or the entry gone. */
+static void flight_cancel(struct kvshm_header *h, uint32_t page)
+{
+	struct kvshm_page *p = &kvshm_pages(h)[page];
+
+	if (!in_flight(p))
+		return;
+	kvshm_index_remove(h, kvshm_load_key(&p->key), page);
+	flight_clear(h, p);
+}
+
 /* Any state -> FREE (caller has checked it may), back on the stack. */
 static void to_free(struct kvshm_header *h, uint32_t page)
 {
@@ -46,9 +71,10 @@ static void to_free(struct kvshm_header *h, uint32_t page)
 	struct kvshm_stats *st = kvshm_stats(h);
 	uint32_t old = state_of(p);
 
+	flight_cancel(h, page);
 	bump_gen(p);
 	set_state(p, KVSHM_PAGE_FREE);
-	p->owner = 0;
+	__atomic_store_n(&p->owner, 0, RELAXED);
 	p->ref = 0;
 	fr->page[fr->count++] = page;
 	stat_add(h, &st->pages_free, 1);
@@ -71,7 +97,7 @@ int kvshm_page_alloc(struct kvshm_header *h, uint32_t owner, uint32_t ns_id,
 	i = fr->page[--fr->count];
 	p = &kvshm_pages(h)[i];
 	bump_gen(p);
-	p->owner = owner;
+	__atomic_store_n(&p->owner, owner, RELAXED);
 	__atomic_store_n(&p->ns_id, ns_id, __ATOMIC_RELAXED);
 	p->ref = 0;
 	set_state(p, KVSHM_PAGE_WRITING);
@@ -91,7 +117,8 @@ static bool is_writing_by(const struct kvshm_header *h, uint32_t page,
 	if (page >= h->geo.n_pages)
 		return false;
 	p = &kvshm_pages(h)[page];
-	return state_of(p) == KVSHM_PAGE_WRITING && p->owner == owner &&
+	return state_of(p) == KVSHM_PAGE_WRITING &&
+	       __atomic_load_n(&p->owner, RELAXED) == owner &&
 	       atomic_load_explicit(&p->gen, memory_order_relaxed) == gen;
 }
 
@@ -104,21 +131,103 @@ int kvshm_page_free(struct kvshm_header *h, uint32_t page, uint32_t gen,
 	return 0;
 }
 
+static void write_identity(struct kvshm_header *h, uint32_t page, struct kvshm_key key,
+			   struct kvshm_key parent, const uint32_t *tokens)
+{
+	struct kvshm_page *p = &kvshm_pages(h)[page];
+	uint32_t *tok = kvshm_tokens(h, page), i;
+
+	kvshm_store_key(&p->key, key);
+	kvshm_store_key(&p->parent, parent);
+	for (i = 0; i < h->geo.block_tokens; i++)
+		__atomic_store_n(&tok[i], tokens[i], RELAXED);
+}
+
+/* WRITING -> READY, indexed: the last step of a publish. */
+static void make_ready(struct kvshm_header *h, struct kvshm_page *p)
+{
+	struct kvshm_stats *st = kvshm_stats(h);
+
+	__atomic_store_n(&p->owner, 0, RELAXED);
+	p->ref = 1;
+	set_state(p, KVSHM_PAGE_READY);
+	stat_add(h, &st->pages_writing, -1);
+	stat_add(h, &st->pages_ready, 1);
+	stat_add(h, &st->publishes, 1);
+	stat_add(h, &st->index_entries, 1);
+}
+
+/*
+ * Publish `page` where the index names `have` for key, a page in flight:
+ * `page` itself (announced) or another writer's. READY comes before the
+ * index names the page and before the flight ends, so a reader that finds
+ * the entry sees either the block in flight or the page whole.
+ */
+static void publish_inflight(struct kvshm_header *h, uint32_t page, uint32_t have,
+			     struct kvshm_key key, struct kvshm_key parent,
+			     const uint32_t *tokens)
+{
+	struct kvshm_page *p = &kvshm_pages(h)[page];
+
+	write_identity(h, page, key, parent, tokens);
+	make_ready(h, p);
+	if (have != page) {
+		kvshm_index_move(h, key, have, page);
+		if (in_flight(&kvshm_pages(h)[have]))
+			flight_clear(h, &kvshm_pages(h)[have]);
+	} else if (in_flight(p)) {
+		flight_clear(h, p);
+	}
+}
+
+int kvshm_page_announce(struct kvshm_header *h, uint32_t page, uint32_t gen,
+			uint32_t owner, struct kvshm_key key, struct kvshm_key parent)
+{
+	struct kvshm_page *p;
+
+	if (!is_writing_by(h, page, gen, owner))
+		return -EINVAL;
+	p = &kvshm_pages(h)[page];
+	if (in_flight(p) || kvshm_index_find(h, key) != UINT32_MAX)
+		return 1;
+	kvshm_store_key(&p->key, key);
+	kvshm_store_key(&p->parent, parent);
+	atomic_store_explicit(&p->flight, 1, memory_order_release);
+	if (kvshm_index_insert(h, key, page)) {
+		atomic_store_explicit(&p->flight, 0, memory_order_release);
+		return 1;
+	}
+	stat_add(h, &kvshm_stats(h)->pages_in_flight, 1);
+	stat_add(h, &kvshm_stats(h)->flights, 1);
+	return 0;
+}
+
 int kvshm_page_publish(struct kvshm_header *h, uint32_t page, uint32_t gen,
 		       uint32_t owner, struct kvshm_key key,
 		       struct kvshm_key parent, const uint32_t *tokens,
 		       uint32_t *winner, uint32_t *winner_gen)
 {
 	struct kvshm_stats *st = kvshm_stats(h);
-	uint32_t bt = h->geo.block_tokens, have, i, wgen;
+	uint32_t have, wgen;
 	struct kvshm_page *p;
-	uint32_t *tok;
 	int rc;
 
 	if (!is_writing_by(h, page, gen, owner))
 		return -EINVAL;
 	p = &kvshm_pages(h)[page];
+	/* Announced under another key than it publishes: give that one up. */
+	if (in_flight(p) && !kvshm_key_eq(kvshm_load_key(&p->key), key))
+		flight_cancel(h, page);
 	have = kvshm_index_find(h, key);
+	if (have == page || (have < h->geo.n_pages &&
+			     state_of(&kvshm_pages(h)[have]) == KVSHM_PAGE_WRITING)) {
+		/* The entry names a page in flight: ours (announced), or another
+		 * writer's, whose entry this publish takes over in place. */
+		publish_inflight(h, page, have, key, parent, tokens);
+		*winner = page;
+		*winner_gen = gen;
+		return KVSHM_PUBLISHED;
+	}
 	if (have != UINT32_MAX && have < h->geo.n_pages) {
 		/* Someone was first. Equal block: share it. Else: collision. */
 		if (kvshm_page_verify(h, have, p->ns_id, key, parent, tokens, &wgen)) {
@@ -132,24 +241,14 @@ int kvshm_page_publish(struct kvshm_header *h, uint32_t page, uint32_t gen,
 		stat_add(h, &st->publish_refused, 1);
 		return -EEXIST;
 	}
-	kvshm_store_key(&p->key, key);
-	kvshm_store_key(&p->parent, parent);
-	tok = kvshm_tokens(h, page);
-	for (i = 0; i < bt; i++)
-		__atomic_store_n(&tok[i], tokens[i], RELAXED);
+	write_identity(h, page, key, parent, tokens);
 	rc = kvshm_index_insert(h, key, page);
 	if (rc) {
 		to_free(h, page);
 		stat_add(h, &st->publish_refused, 1);
 		return rc;
 	}
-	p->owner = 0;
-	p->ref = 1;
-	set_state(p, KVSHM_PAGE_READY);
-	stat_add(h, &st->pages_writing, -1);
-	stat_add(h, &st->pages_ready, 1);
-	stat_add(h, &st->publishes, 1);
-	stat_add(h, &st->index_entries, 1);
+	make_ready(h, p);
 	*winner = page;
 	*winner_gen = gen;
 	return KVSHM_PUBLISHED;
@@ -209,20 +308,15 @@ int kvshm_page_restore(struct kvshm_header *h, uint32_t page, uint32_t gen,
 {
 	struct kvshm_stats *st = kvshm_stats(h);
 	struct kvshm_page *p;
-	uint32_t bt = h->geo.block_tokens, i, *tok;
 
 	if (!is_writing_by(h, page, gen, owner) ||
 	    kvshm_index_find(h, key) != (KVSHM_LOC_SLOT | slot))
 		return -EINVAL;
 	p = &kvshm_pages(h)[page];
-	kvshm_store_key(&p->key, key);
-	kvshm_store_key(&p->parent, parent);
-	tok = kvshm_tokens(h, page);
-	for (i = 0; i < bt; i++)
-		__atomic_store_n(&tok[i], tokens[i], RELAXED);
+	write_identity(h, page, key, parent, tokens);
 	/* READY before the index names the page: a reader that finds it
 	 * through the index sees it whole. */
-	p->owner = 0;
+	__atomic_store_n(&p->owner, 0, RELAXED);
 	p->ref = 1;
 	set_state(p, KVSHM_PAGE_READY);
 	kvshm_index_move(h, key, KVSHM_LOC_SLOT | slot, page);

@@ -6,6 +6,17 @@
  *                \--(free, lost race, refused)--> FREE
  *                      EVICTING -> READY  (back-off: someone pins it)
  *
+ * Single flight: a WRITING page may be *announced* (kvshm_page_announce):
+ * its key and parent are written and the index names the page under that
+ * key while it is still WRITING, with `flight` set, so that a client
+ * looking the block up finds it being written (kvshm_page_inflight) and
+ * may wait for it instead of computing it too. The announcement ends when
+ * the page is published (the entry stays: the block becomes a hit), when
+ * another writer publishes the same block first (the entry moves to its
+ * page in place), or when the page is freed (the entry goes: a miss).
+ * Waiters sleep on their writer's client-row `flight` word, which the
+ * daemon bumps after any of these (daemon/flight.c).
+ *
  * Every transition below is a daemon-only writer function, called from its
  * main thread; kvshm_page_verify is the reader side that a client's lookup
  * runs with no lock. Transitions check the state they start from and
@@ -33,8 +44,22 @@ int kvshm_page_free(struct kvshm_header *h, uint32_t page, uint32_t gen,
 		    uint32_t owner);
 
 /*
- * Writer: WRITING (owner, gen) -> READY with this identity. When the index
- * already holds `key`:
+ * Writer: announce WRITING page (owner, gen) as the block `key` (child of
+ * `parent`) in flight: write both, set flight and index the page under
+ * key. Returns 0; 1 when not announced (key already in the index: in
+ * flight elsewhere, cached or spilled; or no room in its probe window;
+ * or the page is announced already); -EINVAL (not WRITING by owner at gen).
+ */
+int kvshm_page_announce(struct kvshm_header *h, uint32_t page, uint32_t gen,
+			uint32_t owner, struct kvshm_key key, struct kvshm_key parent);
+
+/*
+ * Writer: WRITING (owner, gen) -> READY with this identity. A page
+ * announced under another key gives that key up first. When the index
+ * names a page in flight for `key` (this one, announced; or another
+ * writer's, which loses the announcement and its entry, moved in place to
+ * this page), the page is published. When the index already holds `key`
+ * otherwise:
  *   - for the same parent, tokens and namespace: the page is freed and
  *     *winner / *winner_gen name the indexed page (KVSHM_PUBLISH_DUP);
  *   - for anything else (a collision): the page is freed, the index is left
@@ -135,6 +160,50 @@ static inline bool kvshm_page_verify(const struct kvshm_header *h, uint32_t page
 		return false;
 	*gen = g;
 	return true;
+}
+
+/*
+ * Reader (inline, the client's lookup): is `page` (from kvshm_index_find)
+ * announced in flight in namespace ns_id as exactly this key and parent,
+ * by an owner other than `not_owner`? On success *owner is the writer's
+ * owner id (client row owner - 1): wait on that row's flight word. The
+ * tokens are not known until the publish; the waiter verifies them when
+ * it pins the published page (kvshm_page_verify).
+ */
+static inline bool kvshm_page_inflight(const struct kvshm_header *h, uint32_t page,
+				       uint32_t ns_id, struct kvshm_key key,
+				       struct kvshm_key parent, uint32_t not_owner,
+				       uint32_t *owner)
+{
+	const struct kvshm_page *p;
+	uint32_t g, o;
+
+	if (page >= h->geo.n_pages)
+		return false;
+	p = &kvshm_pages(h)[page];
+	g = atomic_load_explicit(&p->gen, memory_order_acquire);
+	if (!atomic_load_explicit(&p->flight, memory_order_acquire) ||
+	    atomic_load_explicit(&p->state, memory_order_acquire) != KVSHM_PAGE_WRITING)
+		return false;
+	o = __atomic_load_n(&p->owner, __ATOMIC_RELAXED);
+	if (!o || o == not_owner || o > h->geo.max_clients ||
+	    __atomic_load_n(&p->ns_id, __ATOMIC_RELAXED) != ns_id ||
+	    !kvshm_key_eq(kvshm_load_key(&p->key), key) ||
+	    !kvshm_key_eq(kvshm_load_key(&p->parent), parent))
+		return false;
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&p->gen, memory_order_relaxed) != g ||
+	    !atomic_load_explicit(&p->flight, memory_order_relaxed))
+		return false;
+	*owner = o;
+	return true;
+}
+
+/* The futex word waiters of owner's announced pages sleep on. */
+static inline _Atomic uint32_t *kvshm_flight_word(const struct kvshm_header *h,
+						  uint32_t owner)
+{
+	return &kvshm_clients(h)[owner - 1].flight;
 }
 
 /*

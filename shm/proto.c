@@ -67,6 +67,20 @@ int kvproto_decode(const struct kvproto_hdr *h, const void *payload,
 			return bad(why, "ALLOC has unknown flags");
 		return 0;
 	}
+	case KVPROTO_ALLOC_KEYS: {
+		struct kvproto_alloc a;
+
+		if (h->len < sizeof(a))
+			return bad(why, "ALLOC_KEYS shorter than its header");
+		memcpy(&a, payload, sizeof(a));
+		if (!a.n || a.n > KVPROTO_MAX_COUNT)
+			return bad(why, "ALLOC_KEYS count is 0 or over the limit");
+		if (a.flags & ~KVPROTO_ALLOC_SINGLE)
+			return bad(why, "ALLOC_KEYS has unknown flags");
+		if (sizeof(a) + (uint64_t)a.n * sizeof(struct kvproto_claim) != h->len)
+			return bad(why, "payload length does not match its record count");
+		return 0;
+	}
 	case KVPROTO_ALLOC_R:
 	case KVPROTO_FREE:
 		if (h->type == KVPROTO_ALLOC_R && h->len == sizeof(struct kvproto_count)) {

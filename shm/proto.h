@@ -56,6 +56,13 @@
  *                 remote timeout); the daemon serves others meanwhile
  *   FETCH_R d->c  struct kvproto_count + n x int32 status, as RESTORE_R
  *                 (also -ETIMEDOUT: its server did not answer in time)
+ *   ALLOC_KEYS    c->d  struct kvproto_alloc + n x struct kvproto_claim: an
+ *                 ALLOC that says which block each page is for, so that the
+ *                 daemon announces the pages in flight (single flight,
+ *                 shm/page.h). Reply: ALLOC_R; with flags
+ *                 KVPROTO_ALLOC_SINGLE, a non-fatal ERROR -EINPROGRESS
+ *                 instead (nothing granted) when the first block is in
+ *                 flight by another client or cached already
  *
  * kvproto_decode() checks every length against the declared counts before
  * anything reads a record; it is the one function that ever parses bytes
@@ -103,6 +110,8 @@ enum kvproto_type {
 	/* remote tier: numbered from 60 */
 	KVPROTO_FETCH = 60,
 	KVPROTO_FETCH_R = 61,
+	/* single flight; numbered from 40 for the same reason */
+	KVPROTO_ALLOC_KEYS = 40,
 };
 
 struct kvproto_hdr {
@@ -152,7 +161,18 @@ struct kvproto_count {
 
 struct kvproto_alloc {
 	uint32_t n;		/* pages wanted, 1..KVPROTO_MAX_COUNT */
-	uint32_t flags;		/* none defined: must be 0 */
+	uint32_t flags;		/* ALLOC: must be 0; ALLOC_KEYS: below */
+};
+
+/* ALLOC_KEYS flags: refuse (-EINPROGRESS) rather than grant pages when
+ * the first claimed block is in flight by another client, or cached. */
+#define KVPROTO_ALLOC_SINGLE 0x1u
+
+/* ALLOC_KEYS record: the block the page in the same place of the reply
+ * will be published as. */
+struct kvproto_claim {
+	struct kvshm_key key;
+	struct kvshm_key parent;
 };
 
 /* A page as handed out: index and generation. */
@@ -265,6 +285,7 @@ static inline uint64_t kvproto_pub_bytes(uint32_t n, uint32_t bt)
 _Static_assert(sizeof(struct kvproto_hdr) == 16, "hdr");
 _Static_assert(sizeof(struct kvproto_hello) == 128, "hello");
 _Static_assert(sizeof(struct kvproto_pub) == 40, "pub");
+_Static_assert(sizeof(struct kvproto_claim) == 32, "claim");
 _Static_assert(sizeof(struct kvproto_pool_r) == 56, "pool_r");
 _Static_assert(sizeof(struct kvproto_fetch) == 24, "fetch");
 

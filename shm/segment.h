@@ -26,7 +26,8 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 8u	/* 8: remote tier counters */
+#define KVSHM_VERSION 9u	/* 8: remote tier counters; 9: single flight (page
+				 * flight, row flight, wait stats) */
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -192,6 +193,15 @@ struct kvshm_stats {
 	_Atomic uint64_t remote_timeouts;	/* operations past remote-timeout-ms */
 	_Atomic uint64_t remote_fetch_bytes;	/* item bytes fetched */
 	_Atomic uint64_t remote_fetch_bps;	/* measured fetch bandwidth, B/s */
+	/* Single-flight prefill (daemon/flight.c, libclient/flight.c). The
+	 * wait counters are folded in from the ledgers like the lookup ones. */
+	_Atomic uint64_t flights;		/* pages announced in flight */
+	_Atomic uint64_t pages_in_flight;	/* of them, still being written */
+	_Atomic uint64_t waits;			/* kvc_wait calls that waited */
+	_Atomic uint64_t wait_served;		/* ... the writer published */
+	_Atomic uint64_t wait_timeouts;		/* ... the caller's timeout ran out */
+	_Atomic uint64_t wait_lost;		/* ... the writer released or died */
+	_Atomic uint64_t wait_tokens;		/* prefill tokens saved by waiting */
 };
 
 /* When the remote tier writes a block (remote_write_mode). */
@@ -288,12 +298,20 @@ struct kvshm_ns {
  * `pid` is 0, then publishes it by storing `pid` with release; it clears the
  * row by storing 0 to `pid` first. Counters are relaxed copies of what the
  * client counts in its ledger, refreshed every tick.
+ *
+ * flight: the futex word of single-flight waiters (daemon/flight.c). The
+ *   daemon bumps it (release store, then FUTEX_WAKE on its own mapping)
+ *   after any page this client announced in flight stopped being in flight
+ *   (published, freed, taken over, reclaimed). Never reset, whatever
+ *   happens to the rest of the row: a waiter that read it, then saw the
+ *   page still in flight, sleeps with FUTEX_WAIT on that value and is sure
+ *   to be woken by the change.
  */
 struct kvshm_client_row {
 	_Atomic int32_t pid;
 	uint32_t uid;
 	uint32_t ns_id;
-	uint32_t pad;
+	_Atomic uint32_t flight;
 	char comm[16];
 	_Atomic uint64_t lookups;
 	_Atomic uint64_t hit_blocks;
@@ -403,6 +421,14 @@ static inline int kvshm_loc_is_slot(uint32_t loc)
  *   shown to kvstat.
  * ref: CLOCK reference count, daemon-only (clients report accesses through
  *   their ledger's access ring).
+ * flight: 1 while the page is WRITING and *announced*: its owner said which
+ *   block it will publish there (ALLOC_KEYS), key and parent hold that
+ *   block's identity and the index names the page under that key, so that
+ *   other clients find the block being written and may wait for it
+ *   (single flight, page.h). 0 otherwise. Release store after key and
+ *   parent and before the index entry; cleared (release) after the page
+ *   left WRITING or its entry left the index. owner is then read (relaxed)
+ *   by clients to find the row whose flight word to wait on.
  */
 struct kvshm_page {
 	_Atomic uint32_t state;
@@ -412,7 +438,7 @@ struct kvshm_page {
 	struct kvshm_key key;
 	struct kvshm_key parent;
 	uint32_t ref;
-	uint32_t pad;
+	_Atomic uint32_t flight;
 };
 
 /* ------------------------------------------------------------ spill slots */

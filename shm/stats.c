@@ -176,6 +176,21 @@ const struct kvshm_metric kvshm_metrics[] = {
 	M("kvcached_remote_fetch_bandwidth_bytes_per_second", "gauge",
 	  "Measured remote fetch bandwidth (moving average); 0 before the first fetch.", NULL,
 	  "remote_fetch_bps", remote_fetch_bps),
+	M("kvcached_flights_total", "counter",
+	  "Pages announced in flight: granted for a block other clients may wait for.", NULL,
+	  "flights", flights),
+	M("kvcached_pages_in_flight", "gauge",
+	  "Pages announced in flight and not yet published or released.", NULL,
+	  "pages_in_flight", pages_in_flight),
+	M("kvcached_waits_total", "counter",
+	  "Waits for blocks another client was writing (single flight), by outcome.",
+	  "result=\"served\"", "wait_served", wait_served),
+	M("kvcached_waits_total", "counter", NULL, "result=\"timeout\"", "wait_timeouts",
+	  wait_timeouts),
+	M("kvcached_waits_total", "counter", NULL, "result=\"lost\"", "wait_lost", wait_lost),
+	M("kvcached_wait_saved_tokens_total", "counter",
+	  "Prefill tokens clients got by waiting for another client's pages.", NULL,
+	  "wait_tokens", wait_tokens),
 };
 #undef M
 const size_t kvshm_n_metrics = sizeof(kvshm_metrics) / sizeof(kvshm_metrics[0]);

@@ -28,6 +28,12 @@
  *   python   (bench/python.c)  what the Python binding adds to a request
  *            (kvc_req_new + kvc_lookup + kvc_req_free of 1 and 256 cached
  *            blocks) against the same calls from C, in ns per request.
+ *   serve    (bench/serve.c)   N tinylm engine processes serving a
+ *            long-document QA and a multi-turn chat workload: prefill
+ *            tokens, hit ratios, TTFT p50/p99 and requests/s of one
+ *            shared kvcached pool (single flight on) against no cache,
+ *            a private cache per process of 1/N of the memory, and
+ *            kvcached with single flight off.
  *
  * Modes that other parts bring (the spill tier, the reference engine, a
  * GPU pool) are named in the table already with weak symbols: adding one
@@ -73,6 +79,9 @@ void mode_spill(void) __attribute__((weak));
 void mode_ttft(void) __attribute__((weak));
 void mode_remote(void) __attribute__((weak));
 void mode_gpu(void) __attribute__((weak));
+void mode_serve(void) __attribute__((weak));
+char mode_json[2048];
+char mode_text[4096];
 
 struct mode {
 	const char *name;
@@ -90,6 +99,7 @@ static const struct mode modes[] = {
 	{ "remote", mode_remote, "remote tier between two hosts vs raw memcached; cross-host TTFT" },
 	{ "gpu", mode_gpu, "gather/scatter kernels GB/s vs cuMemcpyDtoD (skipped: no GPU)" },
 	{ "python", mode_python, "the Python binding per request vs the same calls from C" },
+	{ "serve", mode_serve, "N tinylm engines serving: kvcached vs no cache, private caches" },
 };
 static bool mode_on[NELEM(modes)];
 
@@ -621,8 +631,12 @@ static uint32_t timer_overhead(void)
 
 static void fmt_val(char *buf, size_t len, double v, const char *unit)
 {
-	if (!strcmp(unit, "ns") || !strcmp(unit, "ns/page"))
+	if (!strcmp(unit, "ns") || !strcmp(unit, "ns/page") || !strcmp(unit, "tokens"))
 		snprintf(buf, len, "%.0f %s", v, unit);
+	else if (!strcmp(unit, "req/s"))
+		snprintf(buf, len, "%.2f req/s", v);
+	else if (!strcmp(unit, "ratio"))
+		snprintf(buf, len, "%.3f", v);
 	else if (!strcmp(unit, "ms"))
 		snprintf(buf, len, "%.1f ms", v);
 	else if (!strcmp(unit, "GB/s"))
@@ -640,6 +654,8 @@ static void fmt_size(char *buf, size_t len, const struct row *r)
 	if (r->pct)
 		snprintf(buf, len, "%zu blk, %s%s", r->blocks, r->pct,
 			 strcmp(r->op, "hash_lookup") ? "" : ", hashed");
+	else if (r->workload)
+		snprintf(buf, len, "%s, %d proc", r->workload, r->procs);
 	else if (!strcmp(r->mode, "ttft") || !strcmp(r->op, "ttft_remote"))
 		snprintf(buf, len, "%zu-tok doc + question", r->blocks * BT);
 	else if (!strcmp(r->mode, "publish") || !strcmp(r->mode, "pages") ||
@@ -685,9 +701,11 @@ static void print_json(FILE *f, const char *cpu, long ncpu, const char *kernel, 
 	fprintf(f, "},\"config\":{\"seconds_per_row\":%g,\"quick\":%s,\"daemon\":\"%s\","
 	       "\"block_tokens\":%d,\"rounds\":%d,\"lookup_page_bytes\":4096,"
 	       "\"publish_page_bytes\":%zu,\"timer_overhead_ns\":%u,\"wall_seconds\":%.1f,"
-	       "\"loadavg_start\":%.2f,\"loadavg_end\":%.2f,\"modes\":[",
+	       "\"loadavg_start\":%.2f,\"loadavg_end\":%.2f",
 	       opt.seconds, opt.quick ? "true" : "false", opt.socket ? "external" : "spawned",
 	       BT, ROUNDS, publish_page_bytes, tmr, wall, load_start, load_end);
+	fputs(mode_json, f);
+	fputs(",\"modes\":[", f);
 	for (m = 0, k = 0; m < NELEM(modes); m++)
 		if (mode_on[m])
 			fprintf(f, "%s\"%s\"", k++ ? "," : "", modes[m].name);
@@ -707,8 +725,11 @@ static void print_json(FILE *f, const char *cpu, long ncpu, const char *kernel, 
 		const struct row *r = &rows[i];
 
 		fprintf(f, "%s\n{\"mode\":\"%s\",\"op\":\"%s\",\"procs\":%d,\"blocks\":%zu,"
-		       "\"page_bytes\":%zu,\"percentile\":", i ? "," : "", r->mode, r->op,
-		       r->procs, r->blocks, r->page_bytes);
+		       "\"page_bytes\":%zu,", i ? "," : "", r->mode, r->op, r->procs, r->blocks,
+		       r->page_bytes);
+		if (r->workload)
+			fprintf(f, "\"workload\":\"%s\",", r->workload);
+		fprintf(f, "\"percentile\":");
 		if (r->pct)
 			fprintf(f, "\"%s\"", r->pct);
 		else
@@ -772,13 +793,17 @@ static void print_table(const char *cpu, long ncpu, const char *kernel, uint32_t
 		else
 			printf(" %9.2e\n", x);
 	}
+	fputs(mode_text, stdout);
 	printf("\npeers: hashtable: in-process open-addressing table, same keys and checks;\n"
 	       "  memcpy: single-core memcpy of the same bytes; redis-*: redis-server over a\n"
 	       "  Unix socket through hiredis; memcached-*: memcached over a Unix socket\n"
 	       "  through libmemcached; cold-prefill: tinylm's prefill with no cache;\n"
-	       "  cuMemcpyDtoD: one contiguous device copy of the same bytes.\n"
-	       "  ratio = kvcached / peer (throughput: higher is better; latency and\n"
-	       "  ms: lower is better). Wall time %.1f s.\n", wall);
+	       "  cuMemcpyDtoD: one contiguous device copy of the same bytes;\n"
+	       "  none / private / kvcached-nowait (serve): no prefix cache, a private\n"
+	       "  in-process cache of 1/N of the memory per engine, kvcached with single\n"
+	       "  flight off.\n"
+	       "  ratio = kvcached / peer (throughput and hit ratios: higher is better;\n"
+	       "  latency, ms and prefill tokens: lower is better). Wall time %.1f s.\n", wall);
 }
 
 /* ------------------------------------------------------------- main */
@@ -819,6 +844,10 @@ static void usage(FILE *f)
 "                   starting one (it needs 16-token blocks and room for\n"
 "                   about 600 pages); kvbench uses namespaces of its own\n"
 "                   there and drops their blocks when each mode is done\n"
+"  --serve-procs LIST      serve: engine process counts (default 1,2,4;\n"
+"                   --quick: 2), each 1 to 16\n"
+"  --serve-workloads LIST  serve: qa, chat or both (default qa,chat)\n"
+"  --serve-rounds N serve: traces per point, 1 to 8 (default 3; --quick: 1)\n"
 "  --help           this text\n"
 "  --version        kvbench's version\n"
 "\n"
@@ -858,7 +887,7 @@ static void parse_modes(const char *list)
 			if (!strcmp(tok, modes[m].name))
 				break;
 		if (m == NELEM(modes))
-			bad_usage("--mode %s: unknown mode (modes: lookup, publish, pages, spill, ttft, gpu, python)",
+			bad_usage("--mode %s: unknown mode (modes: lookup, publish, pages, spill, ttft, gpu, python, serve)",
 				  tok);
 		if (!modes[m].fn)
 			bad_usage("--mode %s: not built into this kvbench (no tools/bench/%s.c)",
@@ -877,6 +906,9 @@ static void parse_args(int argc, char **argv)
 		{ "daemon", required_argument, NULL, 'd' },
 		{ "socket", required_argument, NULL, 'S' },
 		{ "mode", required_argument, NULL, 'm' },
+		{ "serve-procs", required_argument, NULL, 'P' },
+		{ "serve-workloads", required_argument, NULL, 'W' },
+		{ "serve-rounds", required_argument, NULL, 'R' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -923,6 +955,16 @@ static void parse_args(int argc, char **argv)
 			parse_modes(optarg);
 			modes_set = true;
 			break;
+		case 'P':
+		case 'W':
+		case 'R': {
+			const char *why = serve_option(ch, optarg);
+
+			if (why)
+				bad_usage("--%s %s: %s", ch == 'P' ? "serve-procs" :
+					  ch == 'W' ? "serve-workloads" : "serve-rounds", optarg, why);
+			break;
+		}
 		case 'h':
 			usage(stdout);
 			exit(0);

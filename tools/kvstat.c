@@ -777,6 +777,11 @@ static void print_text(FILE *f, const struct kvshm_snap *s, const struct interva
 	}
 #undef EVB
 #undef EV
+	fprintf(f, "\nsingle flight  %llu waits: %llu served, %llu timed out, %llu lost writer; "
+		"%llu tokens saved; %llu pages in flight\n",
+		(unsigned long long)V(s, waits), (unsigned long long)V(s, wait_served),
+		(unsigned long long)V(s, wait_timeouts), (unsigned long long)V(s, wait_lost),
+		(unsigned long long)V(s, wait_tokens), (unsigned long long)V(s, pages_in_flight));
 
 	for (i = 0; i < s->n_clients; i++) {
 		int a = (int)strlen(s->clients[i].comm);

@@ -20,7 +20,11 @@
  *              client that lingers or not when its connection ends)
  *   FRAME_FIX  the same, with the (page, gen) of each PUBLISH or FREE
  *              record replaced by one the last ALLOC_R granted, so that
- *              the fuzzer reaches publish and free without guessing gens
+ *              the fuzzer reaches publish and free without guessing gens;
+ *              and the (key, parent) of some ALLOC_KEYS claims and PUBLISH
+ *              records replaced by those of a page in flight or cached
+ *              now, so that it reaches announcements taken, taken over and
+ *              refused for single flight
  *   TICK       kvd_evict_tick + kvd_registry_tick, as the timer does
  *   HANGUP     the client closes its socket (do_read's hang-up path)
  *   EXIT       a lingering client's process exits (the pidfd event)
@@ -379,6 +383,8 @@ NO_COVERAGE static void check_replies(uint32_t row, const struct req *rq)
 
 			memcpy(&e, p, sizeof(e));
 			CHECK(e.err < 0 && e.fatal <= 1);
+			/* Single flight's refusal: only there, and no hang-up. */
+			CHECK(e.err != -EINPROGRESS || (rq->type == KVPROTO_ALLOC_KEYS && !e.fatal));
 			if (e.fatal)	/* the daemon hangs up after a fatal error */
 				CHECK(!c->used || c->lingering);
 			break;
@@ -397,7 +403,7 @@ NO_COVERAGE static void check_replies(uint32_t row, const struct req *rq)
 			struct kvproto_count cnt;
 			uint32_t i;
 
-			CHECK(rq->type == KVPROTO_ALLOC);
+			CHECK(rq->type == KVPROTO_ALLOC || rq->type == KVPROTO_ALLOC_KEYS);
 			memcpy(&cnt, p, sizeof(cnt));
 			CHECK(cnt.n <= rq->n && cnt.n <= N_PAGES);
 			pr->n_granted = cnt.n;
@@ -537,7 +543,7 @@ NO_COVERAGE static void check_state(void)
 	const struct kvshm_top *top = kvshm_top(h);
 	uint32_t n = h->geo.n_pages, nb = h->geo.n_buckets;
 	uint32_t count[5] = { 0 }, owned[MAX_CLIENTS] = { 0 }, refs[N_PAGES] = { 0 };
-	uint32_t spill[1024] = { 0 }, slot_refs[N_SLOTS] = { 0 }, spilled = 0;
+	uint32_t spill[1024] = { 0 }, slot_refs[N_SLOTS] = { 0 }, spilled = 0, flying = 0;
 	uint32_t ns_slots = h->geo.n_slots;
 	uint8_t seen[N_PAGES] = { 0 };
 	uint32_t i, j, used = 0, live = 0, not_hello = 0, entries = 0;
@@ -561,6 +567,7 @@ NO_COVERAGE static void check_state(void)
 			owned[o - 1]++;
 		} else {
 			CHECK(pages[i].owner == 0);
+			CHECK(!atomic_load(&pages[i].flight));	/* only WRITING flies */
 		}
 		if (s == KVSHM_PAGE_READY) {
 			CHECK(pages[i].ns_id < h->geo.max_ns);
@@ -616,7 +623,10 @@ NO_COVERAGE static void check_state(void)
 				continue;
 			}
 			CHECK(p < n);
-			CHECK(atomic_load(&pages[p].state) == KVSHM_PAGE_READY);
+			/* A READY page, or a WRITING one announced in flight. */
+			CHECK(atomic_load(&pages[p].state) == KVSHM_PAGE_READY ||
+			      (atomic_load(&pages[p].state) == KVSHM_PAGE_WRITING &&
+			       atomic_load(&pages[p].flight)));
 			CHECK(e->tag == pages[p].key.lo && e->check == (uint32_t)pages[p].key.hi);
 			home = kvshm_index_home(h, pages[p].key);
 			dist = (i - home) & (nb - 1);
@@ -630,6 +640,13 @@ NO_COVERAGE static void check_state(void)
 	for (i = 0; i < nb; i++)
 		CHECK(kvshm_buckets(h)[i].spill == spill[i]);
 	for (i = 0; i < n; i++) {
+		if (atomic_load(&pages[i].flight)) {
+			/* In flight: indexed once, under the announced key. */
+			CHECK(refs[i] == 1);
+			CHECK(kvshm_index_find(h, pages[i].key) == i);
+			flying++;
+			continue;
+		}
 		if (atomic_load(&pages[i].state) != KVSHM_PAGE_READY) {
 			CHECK(refs[i] == 0);
 			continue;
@@ -647,7 +664,11 @@ NO_COVERAGE static void check_state(void)
 		CHECK(slot_refs[i] == (s == KVSHM_SLOT_SPILLED));
 		spilled += s == KVSHM_SLOT_SPILLED;
 	}
-	CHECK(entries == count[KVSHM_PAGE_READY] + spilled);
+	CHECK(entries == count[KVSHM_PAGE_READY] + spilled + flying);
+	CHECK(st->pages_in_flight == flying);
+	CHECK(st->flights >= flying);
+	/* Nobody is left to wake between messages. */
+	CHECK(d.n_flight_wake == 0 && !d.flight_wake_all);
 
 	/* Statistics match the table, and pages are conserved. */
 	CHECK(st->pages_free == count[KVSHM_PAGE_FREE]);
@@ -867,6 +888,36 @@ static struct kvd_client *frame_client(uint32_t want, bool with_pidfd)
 	return accept_client(with_pidfd);
 }
 
+/*
+ * A (key, parent) pair at r, `gap` bytes apart: when the key's low byte
+ * says so (1 or 2 mod 4), replace it with the identity of a page in flight
+ * or cached now (picked by the key's high byte), so that announcements
+ * meet blocks that are taken, and publishes meet announcements.
+ */
+static void fix_identity(uint8_t *r, size_t gap)
+{
+	const struct kvshm_page *pages = kvshm_pages(d.h);
+	uint32_t pick[N_PAGES], np = 0, i, want;
+	struct kvshm_key k;
+
+	memcpy(&k, r, sizeof(k));
+	want = (uint32_t)(k.lo & 3);
+	if (want != 1 && want != 2)
+		return;
+	for (i = 0; i < N_PAGES; i++) {
+		uint32_t st = atomic_load(&pages[i].state);
+
+		if (want == 1 ? st == KVSHM_PAGE_WRITING && atomic_load(&pages[i].flight) :
+				st == KVSHM_PAGE_READY)
+			pick[np++] = i;
+	}
+	if (!np)
+		return;
+	i = pick[(k.hi >> 56) % np];
+	memcpy(r, &pages[i].key, sizeof(k));
+	memcpy(r + gap, &pages[i].parent, sizeof(k));
+}
+
 /* Replace record (page, gen) pairs with ones the daemon granted. */
 static void fix_records(struct peer *pr, const struct kvproto_hdr *h, uint8_t *p)
 {
@@ -896,6 +947,13 @@ static void fix_records(struct peer *pr, const struct kvproto_hdr *h, uint8_t *p
 		}
 		return;
 	}
+	if (h->type == KVPROTO_ALLOC_KEYS && h->len >= sizeof(struct kvproto_alloc)) {
+		n = (h->len - sizeof(struct kvproto_alloc)) / sizeof(struct kvproto_claim);
+		for (i = 0; i < n; i++)
+			fix_identity(p + sizeof(struct kvproto_alloc) + i * sizeof(struct kvproto_claim),
+				     sizeof(struct kvshm_key));
+		return;
+	}
 	if (!pr->n_granted || h->len < sizeof(struct kvproto_count))
 		return;
 	if (h->type == KVPROTO_PUBLISH)
@@ -912,6 +970,8 @@ static void fix_records(struct peer *pr, const struct kvproto_hdr *h, uint8_t *p
 		memcpy(&pg, r, sizeof(pg));
 		pg = pr->granted[pg.page % pr->n_granted];
 		memcpy(r, &pg, sizeof(pg));
+		if (h->type == KVPROTO_PUBLISH)
+			fix_identity(r + offsetof(struct kvproto_pub, key), sizeof(struct kvshm_key));
 	}
 }
 
@@ -958,7 +1018,8 @@ static void op_frame(struct in *in, uint32_t row, bool fix, bool with_pidfd)
 		rq.type = h.type;
 		rq.bye = h.type == KVPROTO_BYE && c->hello;	/* else: HELLO first */
 		if (h.type == KVPROTO_ALLOC || h.type == KVPROTO_PUBLISH || h.type == KVPROTO_FREE ||
-		    h.type == KVPROTO_RESTORE || h.type == KVPROTO_FETCH)
+		    h.type == KVPROTO_RESTORE || h.type == KVPROTO_FETCH ||
+		    h.type == KVPROTO_ALLOC_KEYS)
 			memcpy(&rq.n, buf + sizeof(h), sizeof(rq.n));
 	}
 	kvd_server_frame(&d, c, buf);

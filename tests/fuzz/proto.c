@@ -126,6 +126,16 @@ static void check_accepted(const struct kvproto_hdr *h, const uint8_t *p, uint32
 		CHECK(a.n >= 1 && a.n <= KVPROTO_MAX_COUNT && a.flags == 0);
 		break;
 	}
+	case KVPROTO_ALLOC_KEYS: {
+		struct kvproto_alloc a;
+
+		CHECK(len >= sizeof(a));
+		memcpy(&a, p, sizeof(a));
+		CHECK(a.n >= 1 && a.n <= KVPROTO_MAX_COUNT && !(a.flags & ~KVPROTO_ALLOC_SINGLE));
+		CHECK(len == 8 + (uint64_t)a.n * 32);
+		read_records(p, sizeof(a), a.n, sizeof(struct kvproto_claim));
+		break;
+	}
 	case KVPROTO_ALLOC_R:
 	case KVPROTO_FREE:
 		CHECK(len >= sizeof(struct kvproto_count));

@@ -20,6 +20,9 @@ RESTORE, RESTORE_R = 13, 14
 POOL, POOL_R = 32, 33
 DROP, DROP_R, RESET, RESET_R = 50, 51, 52, 53
 FETCH, FETCH_R = 60, 61
+ALLOC_KEYS = 40
+ALLOC_SINGLE = 1
+VERSION = 2  # KVPROTO_VERSION
 
 
 def frame(typ, payload=b"", seq=1, magic=MAGIC, length=None):
@@ -28,7 +31,7 @@ def frame(typ, payload=b"", seq=1, magic=MAGIC, length=None):
 
 
 def hello(model=b"llama-3-8b", bt=16, layers=1, kv=1, hd=64, dtype=2,
-          pos=1, pins=0, name=b"fuzz", version=2, flags=0, shard=(0, 0, 0, 0)):
+          pos=1, pins=0, name=b"fuzz", version=VERSION, flags=0, shard=(0, 0, 0, 0)):
     """struct kvproto_hello of protocol 2: the shard follows the name."""
     return struct.pack("<10I", version, flags, dtype, layers, kv, hd, bt,
                        pos, pins, 0) + model.ljust(64, b"\0")[:64] + \
@@ -56,12 +59,25 @@ def pub(recs, bt=16):
     return out
 
 
+def key_hi(k):
+    """The high half pub() gives key lo (spread over the index)."""
+    return (k * 0x9E3779B97F4A7C15) % (1 << 64)
+
+
+def alloc_keys(recs, flags=0):
+    """ALLOC_KEYS claiming the blocks of chain() records: (key, parent)."""
+    out = struct.pack("<II", len(recs), flags)
+    for _page, _gen, key, parent, _tok in recs:
+        out += struct.pack("<QQQQ", key, key_hi(key), parent, parent * 7 + 1 if parent else 0)
+    return out
+
+
 def keys(ks):
     return struct.pack("<II", len(ks), 0) + b"".join(
         struct.pack("<QQ", k, (k * 0x9E3779B97F4A7C15) % (1 << 64)) for k in ks)
 
 
-def stat(version=2, flags=0):
+def stat(version=VERSION, flags=0):
     """STAT, and DROP and RESET, which have the same shape."""
     return struct.pack("<II", version, flags)
 
@@ -104,6 +120,9 @@ def proto_seeds():
           frame(STAT_R, struct.pack("<IIQ", 1, 2, 1 << 20)))
     write("proto", "session", bt16 + frame(HELLO, hello()) + frame(ALLOC, alloc(2), 2) +
           frame(PUBLISH, pub(chain(2)), 3) + frame(FREE, pgs([(0, 3)]), 4) + frame(BYE))
+    write("proto", "alloc-keys", bt16 + frame(ALLOC_KEYS, alloc_keys(chain(3), ALLOC_SINGLE)) +
+          frame(ALLOC_KEYS, alloc_keys(chain(1))) +
+          frame(ERROR, struct.pack("<iI", -115, 0) + b"the first block is being written"))
     write("proto", "publish-bt1", struct.pack("<H", 1) + frame(PUBLISH, pub(chain(3), 1)))
     write("proto", "publish-no-ns", struct.pack("<H", 0) + frame(PUBLISH, pub(chain(1))))
     write("proto", "bad-magic", bt16 + frame(ALLOC, alloc(1), magic=0x12345678))
@@ -150,7 +169,7 @@ def daemon_seeds():
           f(PUBLISH, pub(chain(2)), seq=3, fix=True) +
           f(RESTORE, keys([0x1000, 0x1001, 0x2000]), seq=4) + f(BYE))
     # POOL to a host pool: refused (its fd came with HELLO).
-    write("daemon_frames", "hello-pool", bt16 + h + f(POOL, struct.pack("<II", 1, 0), seq=2))
+    write("daemon_frames", "hello-pool", bt16 + h + f(POOL, struct.pack("<II", VERSION, 0), seq=2))
     write("daemon_frames", "stat-bad-version", bt16 + f(STAT, stat(version=9)))
     write("daemon_frames", "linger-exit", bt16 + f(HELLO, hello(), linger=True) +
           f(ALLOC, alloc(2), seq=2) + op(OP_HANGUP) + op(OP_TICK) + op(OP_EXIT))
@@ -236,7 +255,7 @@ def daemon_seeds():
     bad = bt16 + f(ALLOC, alloc(1)) + f(HELLO, hello()) + f(HELLO, hello(), seq=2)
     bad += f(HELLO, hello()) + f(PUBLISH, pub(chain(1))[:-4], seq=2)
     bad += f(HELLO, hello(bt=32)) + f(HELLO, hello(hd=4096))
-    bad += f(ALLOC, alloc(1), magic=0xdeadbeef) + f(HELLO, hello(version=2))
+    bad += f(ALLOC, alloc(1), magic=0xdeadbeef) + f(HELLO, hello(version=VERSION + 1))
     bad += f(HELLO, hello()) + f(FREE, pgs([(0, 1)]), seq=2) + f(HELLO, hello()) + f(HELLO_R, bytes(64))
     write("daemon_frames", "violations", bad)
     write("daemon_frames", "bt1024", b"\x03" + f(HELLO, hello(bt=1024, hd=1, dtype=1)) +
@@ -262,6 +281,24 @@ def daemon_seeds():
     rs += f(ALLOC, alloc(2), seq=4) + f(FREE, pgs([(4, 0), (5, 0)]), seq=5, fix=True)
     rs += f(RESET, stat(version=9), row=2) + f(RESET, stat(), seq=6) + op(OP_TICK)
     write("daemon_frames", "reset", rs)
+    # Single flight: the first client announces a chain; the second is
+    # refused (single) and then granted unannounced pages for it; the first
+    # publishes (its entries stay), the second's publish is a duplicate.
+    sf = bt16 + h + f(ALLOC_KEYS, alloc_keys(chain(4)), seq=2)
+    sf += f(HELLO, hello(name=b"second"), row=1)
+    sf += f(ALLOC_KEYS, alloc_keys(chain(4), ALLOC_SINGLE), row=1, seq=2)
+    sf += f(ALLOC_KEYS, alloc_keys(chain(4)), row=1, seq=3)
+    sf += f(PUBLISH, pub(chain(4)), seq=3, fix=True) + op(OP_TICK)
+    sf += f(PUBLISH, pub(chain(4)), row=1, seq=4, fix=True) + f(BYE, seq=4) + f(BYE, row=1, seq=5)
+    write("daemon_frames", "single-flight", sf)
+    # The second client publishes first and takes the announcements over;
+    # an announced page freed, and one whose writer hangs up.
+    to = bt16 + h + f(ALLOC_KEYS, alloc_keys(chain(4)), seq=2)
+    to += f(HELLO, hello(name=b"second"), row=1) + f(ALLOC, alloc(4), row=1, seq=2)
+    to += f(PUBLISH, pub(chain(4)), row=1, seq=3, fix=True)
+    to += f(PUBLISH, pub(chain(2)), seq=3, fix=True) + f(FREE, pgs([(2, 1), (3, 1)]), seq=4, fix=True)
+    to += f(ALLOC_KEYS, alloc_keys(chain(3, base=0x3000)), seq=5) + op(OP_HANGUP) + op(OP_TICK)
+    write("daemon_frames", "single-flight-takeover", to)
     write("daemon_frames", "index-window", bt16 + h + f(ALLOC, alloc(30), seq=2) +
           f(PUBLISH, pub([(i, 1, (i + 1, 7 << 32), 0, i) for i in range(30)]), seq=3,
             fix=True) + op(OP_TICK))

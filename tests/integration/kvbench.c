@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * kvbench.c - the benchmark (issue #9) as a smoke test: `kvbench --quick
+ * kvbench.c - the benchmark as a smoke test: `kvbench --quick
  * --json` runs every built mode and prints one JSON object whose every row
  * has a kvcached figure and either a peer figure and ratio or the reason
  * its peer was skipped (gpu rows without a GPU: no figures, the reason); bad options exit 2 naming the problem; SIGINT in
@@ -231,12 +231,21 @@ static void quick_json(void **state)
 			by_mode[2]++;
 		else if (strstr(line, "\"mode\":\"ttft\""))
 			by_mode[3]++;
+		else if (strstr(line, "\"mode\":\"serve\"")) {
+			by_mode[6]++;
+			assert_true(strstr(line, "\"workload\":\"qa\"") ||
+				    strstr(line, "\"workload\":\"chat\""));
+			/* A cache never makes an engine compute more. */
+			if (strstr(line, "\"op\":\"prefill_tokens\"") &&
+			    strstr(line, "\"peer_kind\":\"none\""))
+				assert_true(ratio <= 1.0);
+		}
 		redis_rows += !!strstr(line, "\"peer_kind\":\"redis-");
 		mc_rows += !!strstr(line, "\"peer_kind\":\"memcached-");
 	}
-	printf("kvbench --quick --json: %d rows (lookup %d, publish %d, pages %d, ttft %d, gpu %d, python %d; redis %d, memcached %d)\n",
+	printf("kvbench --quick --json: %d rows (lookup %d, publish %d, pages %d, ttft %d, gpu %d, python %d, serve %d; redis %d, memcached %d)\n",
 	       rows, by_mode[0], by_mode[1], by_mode[2], by_mode[3], by_mode[4], by_mode[5],
-	       redis_rows, mc_rows);
+	       by_mode[6], redis_rows, mc_rows);
 	assert_true(by_mode[0] > 0 && by_mode[1] > 0 && by_mode[2] > 0);
 	/* ttft: warm and miss rows against the cold prefill; gpu: gather and
 	 * scatter, measured or skipped. */
@@ -247,6 +256,11 @@ static void quick_json(void **state)
 	/* python: 1 and 256 blocks, each array tokens, what they add, list
 	 * tokens; or the two skipped rows of a sanitizer build. */
 	assert_int_equal(by_mode[5], SANITIZED ? 2 : 6);
+	/* serve (--quick: N = 2): per workload, prefill tokens, TTFT p50 and
+	 * p99, requests/s against none, private and kvcached-nowait, and two
+	 * hit ratios against private and kvcached-nowait. */
+	assert_int_equal(by_mode[6], 2 * (4 * 3 + 2 * 2));
+	assert_non_null(strstr(out, "\"serve\":{\"seed\":"));
 	assert_true(redis_rows > 0 && mc_rows > 0);
 	free(out);
 	free(err);
@@ -287,6 +301,9 @@ static void bad_options(void **state)
 		{ { "--seconds", "0", NULL }, "--seconds 0: must be" },
 		{ { "--frobnicate", NULL }, "unknown option '--frobnicate'" },
 		{ { "extra", NULL }, "unexpected argument 'extra'" },
+		{ { "--serve-rounds", "0", NULL }, "--serve-rounds 0: must be" },
+		{ { "--serve-procs", "2,99", NULL }, "--serve-procs 2,99: a list" },
+		{ { "--serve-workloads", "qa,web", NULL }, "--serve-workloads qa,web: workloads are" },
 	};
 	char *out, *err;
 

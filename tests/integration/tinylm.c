@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "../lib/harness.h"
+#include "../lib/tlm_fixture.h"
 #include "../../tools/tinylm/compose.h"
 #include "../../tools/tinylm/schema.h"
 #include "../../tools/tinylm/tinylm.h"
@@ -40,11 +41,9 @@ static const char *const daemon_args[] = { "--page-size", "8K", "--pool-size", "
 
 static void make_model(void)
 {
-	struct tlm_config cfg = { .dim = 64, .hidden_dim = 128, .n_layers = 2, .n_heads = 4,
-				  .n_kv_heads = 2, .seq_len = 1024 };
 	char err[256];
 
-	if (!model.mem && tlm_model_generate(&model, &cfg, 7, err, sizeof(err))) {
+	if (!model.mem && kvt_tlm_model(&model, err, sizeof(err))) {
 		fprintf(stderr, "model: %s\n", err);
 		abort();
 	}
@@ -52,22 +51,10 @@ static void make_model(void)
 
 static kvc_t *open_tiny(const char *sock)
 {
-	struct kvc_model km = tlm_kvc_model(&model, BT);
-	struct kvc_options o = { .size = sizeof(o), .socket_path = sock };
-	kvc_t *c = NULL;
-
-	return kvc_open(&km, &o, &c) ? NULL : c;
+	return kvt_tlm_open(&model, sock);
 }
 
-static void prompt(uint32_t *t, size_t n, uint32_t seed)
-{
-	uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-
-	for (size_t i = 0; i < n; i++) {
-		s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-		t[i] = TLM_BYTE0 + (s >> 24) % 256;
-	}
-}
+#define prompt kvt_tlm_prompt
 
 /* A fresh state whose KV is all NaN, so that reading a slot nobody wrote
  * (a short gather, say) cannot go unnoticed. */
@@ -403,6 +390,19 @@ static void test_kvdemo_all_workloads(void **state)
 	assert_non_null(strstr(out, "warm logits bitwise equal to the cold run's: 2 of 2"));
 	assert_non_null(strstr(out, "cached compositions bitwise equal"));
 	assert_non_null(strstr(out, "kvc_group order"));
+	/* multi: three processes given one new document at once compute it
+	 * once (single flight): five of the six prompts reuse its 12 full
+	 * blocks, whoever runs first. */
+	{
+		const char *m = strstr(out, "== multi:");
+		unsigned long reused = 0;
+
+		assert_non_null(m);
+		m = strstr(m, "tokens reused ");
+		assert_non_null(m);
+		assert_int_equal(sscanf(m, "tokens reused %lu", &reused), 1);
+		assert_true(reused >= 5 * 192);
+	}
 }
 
 static int setup(void **state)

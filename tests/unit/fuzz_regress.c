@@ -16,6 +16,12 @@
  * read the file X (and `--socket --config --pool-size 2G` tried to read a
  * file named "--pool-size") instead of taking the value as the socket
  * path, as the second pass does. Found by the config target's round trip.
+ *
+ * seeds_hello_current: when HELLO grew (the shard, protocol 2) the seed
+ * generator kept writing 120-byte protocol-1 HELLOs, so every
+ * daemon_frames seed and both utf8 inputs above stopped at HELLO and the
+ * fuzzer started from nothing. Every committed daemon_frames input that
+ * starts with a HELLO must carry one the daemon accepts.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,10 +29,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../daemon/config.h"
+#include "../../shm/proto.h"
 #include "../../shm/segment.h"
 #include "../../shm/stats.h"
 #include "../lib/utf8_oracle.h"
@@ -124,6 +133,63 @@ static void test_args_config_as_value(void **state)
 	assert_int_equal(cfg.pool_size, 2ull << 30);
 }
 
+/* The first frame of a daemon_frames input (a flag byte, an operation
+ * byte, a frame), if it is a HELLO: decodable and accepted. */
+static int hello_ok_in(const char *dir, const char *name)
+{
+	char path[512];
+	uint8_t buf[2 + sizeof(struct kvproto_hdr) + sizeof(struct kvproto_hello)];
+	struct kvproto_hdr h;
+	struct kvproto_hello hi;
+	struct kvshm_ns ns;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "rb");
+	assert_non_null(f);
+	n = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	if (n < 2 + sizeof(h))
+		return -1;
+	memcpy(&h, buf + 2, sizeof(h));
+	if ((buf[1] & 15) > 8 || h.type != KVPROTO_HELLO)
+		return -1;	/* not a frame, or not a HELLO first */
+	if (n != sizeof(buf) || kvproto_decode(&h, buf + 2 + sizeof(h), 16, NULL))
+		return 0;
+	memcpy(&hi, buf + 2 + sizeof(h), sizeof(hi));
+	return hi.version == KVPROTO_VERSION && !kvproto_hello_ns(&hi, &ns);
+}
+
+static void test_seeds_hello_current(void **state)
+{
+	static const char *const dirs[] = { "tests/fuzz/corpus/daemon_frames",
+					    "tests/fuzz/regress/daemon_frames" };
+	int hellos = 0;
+
+	(void)state;
+	for (size_t k = 0; k < sizeof(dirs) / sizeof(dirs[0]); k++) {
+		DIR *d = opendir(dirs[k]);
+		struct dirent *e;
+
+		if (!d)
+			skip();	/* not run from the source tree */
+		while ((e = readdir(d))) {
+			int ok;
+
+			if (e->d_name[0] == '.')
+				continue;
+			ok = hello_ok_in(dirs[k], e->d_name);
+			if (!ok)
+				fail_msg("%s/%s: its HELLO is not one this daemon accepts (regenerate: python3 tests/fuzz/seeds.py)",
+					 dirs[k], e->d_name);
+			hellos += ok == 1;
+		}
+		closedir(d);
+	}
+	assert_true(hellos >= 10);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -131,6 +197,7 @@ int main(void)
 		cmocka_unit_test(test_metrics_utf8_model_latin1),
 		cmocka_unit_test(test_metrics_escapes_unchanged),
 		cmocka_unit_test(test_args_config_as_value),
+		cmocka_unit_test(test_seeds_hello_current),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -599,6 +599,138 @@ static void test_verify(void **state)
 	seg_free(&s);
 }
 
+/* An announced page: in the index, in flight for readers other than its
+ * owner, in the right namespace, key and parent only. */
+static void assert_inflight(struct seg *s, uint32_t page, uint32_t ns, struct kvshm_key k,
+			    struct kvshm_key parent, uint32_t owner)
+{
+	struct kvshm_key k2 = k;
+	uint32_t o = 0;
+
+	assert_int_equal(kvshm_index_find(s->h, k), page);
+	assert_true(kvshm_page_inflight(s->h, page, ns, k, parent, 0, &o));
+	assert_int_equal(o, owner);
+	assert_false(kvshm_page_inflight(s->h, page, ns, k, parent, owner, &o));
+	assert_false(kvshm_page_inflight(s->h, page, ns + 1, k, parent, 0, &o));
+	assert_false(kvshm_page_inflight(s->h, page, ns, k, k, 0, &o));
+	k2.lo ^= 1;
+	assert_false(kvshm_page_inflight(s->h, page, ns, k2, parent, 0, &o));
+	assert_false(kvshm_page_inflight(s->h, UINT32_MAX, ns, k, parent, 0, &o));
+}
+
+/* A fresh segment, a block from seed and its key, and a page WRITING for
+ * each of two writers (owners 1 and 2, namespace 2). */
+static struct kvshm_key two_writers(struct seg *s, uint32_t seed, uint32_t *tok, uint32_t *a,
+				    uint32_t *ga, uint32_t *b, uint32_t *gb)
+{
+	seg_new(s, NPAGES, 0);
+	block(tok, seed);
+	assert_int_equal(kvshm_page_alloc(s->h, 1, 2, a, ga), 0);
+	assert_int_equal(kvshm_page_alloc(s->h, 2, 2, b, gb), 0);
+	return key_of(root, tok);
+}
+
+/* Announce, then publish: the entry stays, the page turns READY, the
+ * flight ends; a second announcement of the same key is not made. */
+static void test_announce_publish(void **state)
+{
+	struct seg s;
+	uint32_t a, ga, b, gb, w, wg, g, o, tok[BT];
+	struct kvshm_key k = two_writers(&s, 60, tok, &a, &ga, &b, &gb);
+
+	(void)state;
+	assert_int_equal(kvshm_page_announce(s.h, a, ga + 1, 1, k, root), -EINVAL);
+	assert_int_equal(kvshm_page_announce(s.h, a, ga, 2, k, root), -EINVAL);
+	assert_int_equal(kvshm_page_announce(s.h, a, ga, 1, k, root), 0);
+	assert_inflight(&s, a, 2, k, root, 1);
+	assert_false(kvshm_page_verify(s.h, a, 2, k, root, tok, &g));	/* not a hit */
+	assert_int_equal(STAT(&s, pages_in_flight), 1);
+	assert_int_equal(STAT(&s, flights), 1);
+	assert_int_equal(STAT(&s, index_entries), 0);	/* counts cached blocks */
+	/* Taken: the other writer's page is not announced. */
+	assert_int_equal(kvshm_page_announce(s.h, b, gb, 2, k, root), 1);
+	assert_int_equal(kvshm_page_announce(s.h, a, ga, 1, k, root), 1);
+	assert_int_equal(kvshm_page_publish(s.h, a, ga, 1, k, root, tok, &w, &wg),
+			 KVSHM_PUBLISHED);
+	assert_int_equal(w, a);
+	assert_false(kvshm_page_inflight(s.h, a, 2, k, root, 0, &o));
+	assert_true(kvshm_page_verify(s.h, a, 2, k, root, tok, &g));
+	assert_int_equal(kvshm_index_find(s.h, k), a);
+	assert_int_equal(STAT(&s, pages_in_flight), 0);
+	assert_int_equal(STAT(&s, index_entries), 1);
+	/* The other writer publishes the same block: a duplicate. */
+	assert_int_equal(kvshm_page_publish(s.h, b, gb, 2, k, root, tok, &w, &wg),
+			 KVSHM_PUBLISH_DUP);
+	assert_int_equal(w, a);
+	assert_counts(&s, NPAGES - 1, 0, 1);
+	seg_free(&s);
+}
+
+/* Another writer publishes an announced block first: the entry moves to
+ * its page in place, and the announced page is no longer in flight (it
+ * publishes as a duplicate later). */
+static void test_announce_taken_over(void **state)
+{
+	struct seg s;
+	uint32_t a, ga, b, gb, w, wg, g, o, tok[BT];
+	struct kvshm_key k = two_writers(&s, 61, tok, &a, &ga, &b, &gb);
+
+	(void)state;
+	assert_int_equal(kvshm_page_announce(s.h, a, ga, 1, k, root), 0);
+	assert_int_equal(kvshm_page_publish(s.h, b, gb, 2, k, root, tok, &w, &wg),
+			 KVSHM_PUBLISHED);
+	assert_int_equal(w, b);
+	assert_int_equal(kvshm_index_find(s.h, k), b);
+	assert_true(kvshm_page_verify(s.h, b, 2, k, root, tok, &g));
+	assert_false(kvshm_page_inflight(s.h, a, 2, k, root, 0, &o));
+	assert_int_equal(state_of(&s, a), KVSHM_PAGE_WRITING);
+	assert_int_equal(STAT(&s, pages_in_flight), 0);
+	assert_int_equal(STAT(&s, index_entries), 1);
+	assert_int_equal(kvshm_page_publish(s.h, a, ga, 1, k, root, tok, &w, &wg),
+			 KVSHM_PUBLISH_DUP);
+	assert_int_equal(w, b);
+	assert_counts(&s, NPAGES - 1, 0, 1);
+	seg_free(&s);
+}
+
+/* An announced page freed unpublished, or published as another block:
+ * its entry leaves the index (a miss for whoever waits). */
+static void test_announce_released(void **state)
+{
+	struct seg s;
+	uint32_t a, ga, w, wg, g, o, tok[BT], tok2[BT];
+	struct kvshm_key k, k2;
+
+	(void)state;
+	seg_new(&s, NPAGES, 0);
+	block(tok, 62);
+	block(tok2, 63);
+	k = key_of(root, tok);
+	k2 = key_of(root, tok2);
+	assert_int_equal(kvshm_page_alloc(s.h, 1, 2, &a, &ga), 0);
+	assert_int_equal(kvshm_page_announce(s.h, a, ga, 1, k, root), 0);
+	assert_int_equal(kvshm_page_free(s.h, a, ga, 1), 0);
+	assert_int_equal(kvshm_index_find(s.h, k), UINT32_MAX);
+	assert_false(kvshm_page_inflight(s.h, a, 2, k, root, 0, &o));
+	assert_int_equal(STAT(&s, pages_in_flight), 0);
+	assert_counts(&s, NPAGES, 0, 0);
+	/* Announced as k, published as k2: k is given up, k2 cached. */
+	assert_int_equal(kvshm_page_alloc(s.h, 1, 2, &a, &ga), 0);
+	assert_int_equal(kvshm_page_announce(s.h, a, ga, 1, k, root), 0);
+	assert_int_equal(kvshm_page_publish(s.h, a, ga, 1, k2, root, tok2, &w, &wg),
+			 KVSHM_PUBLISHED);
+	assert_int_equal(kvshm_index_find(s.h, k), UINT32_MAX);
+	assert_int_equal(kvshm_index_find(s.h, k2), a);
+	assert_true(kvshm_page_verify(s.h, a, 2, k2, root, tok2, &g));
+	assert_int_equal(STAT(&s, pages_in_flight), 0);
+	assert_int_equal(STAT(&s, index_entries), 1);
+	/* A key that is cached already is not announced again. */
+	assert_int_equal(kvshm_page_alloc(s.h, 1, 2, &a, &ga), 0);
+	assert_int_equal(kvshm_page_announce(s.h, a, ga, 1, k2, root), 1);
+	assert_false(kvshm_page_inflight(s.h, a, 2, k2, root, 0, &o));
+	seg_free(&s);
+}
+
 static int reset_mask(void **state)
 {
 	(void)state;
@@ -621,6 +753,9 @@ int main(void)
 		cmocka_unit_test(test_evict_wrong_state),
 		cmocka_unit_test(test_evict_finish_removes_entry),
 		cmocka_unit_test(test_verify),
+		cmocka_unit_test(test_announce_publish),
+		cmocka_unit_test(test_announce_taken_over),
+		cmocka_unit_test(test_announce_released),
 	};
 
 	return cmocka_run_group_tests_name("page", tests, NULL, reset_mask);

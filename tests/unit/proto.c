@@ -151,6 +151,43 @@ static void test_alloc(void **state)
 	bad(KVPROTO_ALLOC, 0, 16);
 }
 
+/* ALLOC_KEYS: the ALLOC header, then one claim (key, parent) per page;
+ * only KVPROTO_ALLOC_SINGLE is a known flag. Lengths are checked without
+ * reading past the header, so the largest count needs no large buffer. */
+static void test_alloc_keys(void **state)
+{
+	const uint32_t hd = sizeof(struct kvproto_alloc), rec = sizeof(struct kvproto_claim);
+
+	(void)state;
+	put_alloc(1, 0);
+	ok(KVPROTO_ALLOC_KEYS, hd + rec, 16);
+	put_alloc(3, KVPROTO_ALLOC_SINGLE);
+	ok(KVPROTO_ALLOC_KEYS, hd + 3 * rec, 16);
+	ok(KVPROTO_ALLOC_KEYS, hd + 3 * rec, 0);	/* needs no block size */
+	put_alloc(KVPROTO_MAX_COUNT, 0);
+	ok(KVPROTO_ALLOC_KEYS, hd + KVPROTO_MAX_COUNT * rec, 16);
+	put_alloc(KVPROTO_MAX_COUNT + 1, 0);
+	bad(KVPROTO_ALLOC_KEYS, hd + (KVPROTO_MAX_COUNT + 1) * rec, 16);
+	put_alloc(0, 0);
+	bad(KVPROTO_ALLOC_KEYS, hd, 16);
+	/* A count whose claims would overflow 32 bits of length. */
+	put_alloc(UINT32_MAX, 0);
+	bad(KVPROTO_ALLOC_KEYS, hd + rec, 16);
+	put_alloc(3, 2);
+	bad(KVPROTO_ALLOC_KEYS, hd + 3 * rec, 16);
+	put_alloc(3, 0x80000001u);
+	bad(KVPROTO_ALLOC_KEYS, hd + 3 * rec, 16);
+	put_alloc(3, 0);
+	bad(KVPROTO_ALLOC_KEYS, hd + 2 * rec, 16);
+	bad(KVPROTO_ALLOC_KEYS, hd + 4 * rec, 16);
+	bad(KVPROTO_ALLOC_KEYS, hd + 3 * rec - 1, 16);
+	bad(KVPROTO_ALLOC_KEYS, hd - 4, 16);
+	bad(KVPROTO_ALLOC_KEYS, 0, 16);
+	/* Plain ALLOC keeps refusing the flag. */
+	put_alloc(3, KVPROTO_ALLOC_SINGLE);
+	bad(KVPROTO_ALLOC, hd, 16);
+}
+
 /* FREE and ALLOC_R: a count and n pages. */
 static void test_pages(void **state)
 {
@@ -551,6 +588,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hello),
 		cmocka_unit_test(test_alloc),
+		cmocka_unit_test(test_alloc_keys),
 		cmocka_unit_test(test_pages),
 		cmocka_unit_test(test_alloc_r_short_form_only_for_zero),
 		cmocka_unit_test(test_hello_ns),

@@ -54,8 +54,13 @@ struct row {
 	const char *peer_kind;	/* hashtable, memcpy, redis-get, ... */
 	double kv, peer;
 	const char *skipped;
+	const char *workload;	/* serve: "qa" or "chat"; else NULL */
 };
 void add_row(const struct row *r);
+/* A mode's own members of the JSON "config" object (",\"name\":{...}"),
+ * and lines printed after the table (its parameters); empty if none. */
+extern char mode_json[2048];
+extern char mode_text[4096];
 
 /* ---- helpers (kvbench.c) */
 void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt, ...);
@@ -164,5 +169,9 @@ void mode_ttft(void);
 void mode_gpu(void);
 /* The Python binding's cost per request vs C (bench/python.c). */
 void mode_python(void);
+void mode_serve(void);
+/* serve's options (P: --serve-procs, W: --serve-workloads, R:
+ * --serve-rounds): NULL, or why the value is refused. */
+const char *serve_option(int opt, const char *value);
 
 #endif

@@ -13,10 +13,16 @@
  * decoding appends to the same contiguous KV. A GPU engine does the same
  * with the gather kernel of kernels/.
  *
+ * Single flight: blocks another process is writing right now are waited
+ * for (kvc_wait, up to TLM_WAIT_MS) rather than computed a second time,
+ * unless the caller says TLM_NO_WAIT. The pages this prefill is granted
+ * are announced before it computes, so others wait for it in turn.
+ *
  * The cache can only make a prefill faster, never change or fail it: any
  * kvc_ error is noted in the run record and the tokens are computed.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "tinylm.h"
@@ -24,6 +30,46 @@
 /* Prompt tokens per second this engine prefills at, at best (a CPU
  * engine: fewer in practice), for kvc_restore_pays. */
 #define TLM_PREFILL_TPS 4000.0
+
+/*
+ * After the lookup: wait for the blocks other processes are writing now
+ * (single flight; not with TLM_NO_WAIT), then ask for pages for the rest.
+ * A kvc_alloc that finds a block taken since (-EINPROGRESS) sends us back
+ * to wait for that one, within the same deadline. Returns the pages
+ * granted (0 on error, noted in run); *hits is updated.
+ */
+static int claim(struct kvc_req *r, unsigned flags, size_t blocks, size_t bt, int *hits,
+		 struct tlm_run *run)
+{
+	bool wait = !(flags & (TLM_NO_WAIT | TLM_NO_LOOKUP)) && !run->cache_err;
+	double deadline = tlm_now() + TLM_WAIT_MS / 1e3;
+	int got = 0, h, from = *hits;
+
+	for (;;) {
+		got = 0;
+		if (wait) {
+			double left = deadline - tlm_now();
+
+			h = kvc_wait(r, left > 0 ? (int)(left * 1e3) : 0);
+			if (h < 0) {
+				run->cache_err = h;
+				break;
+			}
+			*hits = h;
+		}
+		if ((flags & TLM_NO_PUBLISH) || (size_t)*hits >= blocks || run->cache_err)
+			break;
+		got = kvc_alloc(r);
+		if (got != -EINPROGRESS)
+			break;
+	}
+	run->wait_tokens = (size_t)(*hits - from) * bt;
+	if (got < 0) {
+		run->cache_err = got;
+		got = 0;
+	}
+	return got;
+}
 
 int tlm_prefill(struct tlm_state *s, kvc_t *c, const uint32_t *tok, size_t n,
 		const void *extra, size_t extra_len, const char *label, unsigned flags,
@@ -72,19 +118,13 @@ int tlm_prefill(struct tlm_state *s, kvc_t *c, const uint32_t *tok, size_t n,
 					hits = rc;
 			}
 		}
+		got = claim(r, flags, blocks, bt, &hits, run);
 		/* The last token always runs: its logits are the output. */
 		use = (size_t)hits < (n - 1) / bt ? (size_t)hits : (n - 1) / bt;
 		for (i = 0; i < use; i++)
 			tlm_kv_gather(s, i * bt, kvc_block(r, i), bt);
 		s->n = use * bt;
 		run->hit_tokens = use * bt;
-		if (!(flags & TLM_NO_PUBLISH) && (size_t)hits < blocks && !run->cache_err) {
-			got = kvc_alloc(r);
-			if (got < 0) {
-				run->cache_err = got;
-				got = 0;
-			}
-		}
 	}
 	from = s->n;
 	rc = tlm_forward(s, tok + from, NULL, NULL, n - from, 1);

@@ -132,11 +132,17 @@ struct tlm_run {
 	size_t computed;	/* tokens run through the model */
 	size_t published;	/* blocks this call wrote and published */
 	int cache_err;		/* a kvc_ error that made it skip the cache, or 0 */
+	size_t wait_tokens;	/* of hit_tokens, got by waiting for another
+				 * process's prefill (single flight) */
 };
 
 /* tlm_prefill flags */
 #define TLM_NO_LOOKUP 1u	/* cold: compute everything (still publishes) */
 #define TLM_NO_PUBLISH 2u	/* read hits, publish nothing */
+#define TLM_NO_WAIT 4u		/* compute blocks others are writing now too */
+
+/* Longest a prefill waits for blocks another process is writing. */
+#define TLM_WAIT_MS 60000
 
 /*
  * Prefill tok[0..n) at positions 0..n-1 into an empty state, using kvcached
@@ -147,7 +153,9 @@ struct tlm_run {
  * blocks that missed are written to pages granted by kvc_alloc and
  * published in one round trip. At least the last token is always run, so
  * its logits are in s->logits. `extra` goes to kvc_req_new; label to
- * kvc_req_label (both may be NULL).
+ * kvc_req_label (both may be NULL). Blocks another process is writing
+ * right now are waited for (up to TLM_WAIT_MS) and then gathered like
+ * hits, unless flags has TLM_NO_WAIT (single flight, kvclient.h).
  * A failing cache call does not fail the prefill: it is noted in
  * run->cache_err and the tokens are computed. Returns 0, or what
  * tlm_forward returns.

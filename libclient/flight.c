@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: MIT
+/*
+ * flight.c - single-flight prefill, the client side: the run of blocks
+ * after the hits that other clients are writing right now
+ * (kvc_req_inflight), and waiting for them (kvc_wait) instead of
+ * computing them a second time.
+ *
+ * A writer's pages are announced by the daemon when it grants them
+ * (ALLOC_KEYS): the index names each page under its block's key while it
+ * is still WRITING (shm/page.h). A waiter sleeps with FUTEX_WAIT on the
+ * writer's client-row `flight` word in the read-only segment mapping; the
+ * daemon bumps that word and wakes it when the writer publishes, frees
+ * its pages, or dies (daemon/flight.c). Then the waiter pins what was
+ * published, as a lookup would, and goes on to the next block.
+ *
+ * While it sleeps the waiter holds no lock of the handle (other threads
+ * go on with their requests), no pin slot and no page for the blocks it
+ * waits for: a writer that dies leaves it a miss, never a hang, and the
+ * caller's timeout bounds every wait.
+ */
+#include <errno.h>
+#include <linux/futex.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client_int.h"
+#include "../shm/index.h"
+#include "../shm/page.h"
+
+/* Is block i in flight (announced by another client)? *owner: whose. */
+static bool block_inflight(const struct kvc_req *r, size_t i, uint32_t *owner)
+{
+	const kvc_t *c = r->c;
+	struct kvshm_key parent = i ? r->keys[i - 1] : c->root;
+
+	return kvshm_page_inflight(c->seg, kvshm_index_find(c->seg, r->keys[i]), c->ns_id,
+				   r->keys[i], parent, c->client_id + 1, owner);
+}
+
+size_t kvci_inflight_run(const struct kvc_req *r, size_t from)
+{
+	uint32_t owner;
+	size_t j;
+
+	for (j = from; j < r->n && block_inflight(r, j, &owner); j++)
+		;
+	return j - from;
+}
+
+size_t kvc_req_inflight(const struct kvc_req *r)
+{
+	return r && r->stage == 1 ? r->t3 : 0;
+}
+
+static void deadline_in(struct timespec *ts, int ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_sec += ms / 1000;
+	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
+static bool passed(const struct timespec *deadline)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return now.tv_sec > deadline->tv_sec ||
+	       (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec);
+}
+
+/*
+ * Sleep while *w == val, until the absolute CLOCK_MONOTONIC deadline. A
+ * shared futex (no FUTEX_PRIVATE_FLAG): the waker is the daemon, through
+ * its own mapping of the segment. Any return (woken, value changed, a
+ * signal, the deadline) sends the caller back to look at the page.
+ */
+static void sleep_on(const _Atomic uint32_t *w, uint32_t val, const struct timespec *deadline)
+{
+	syscall(SYS_futex, w, FUTEX_WAIT_BITSET, val, deadline, NULL, FUTEX_BITSET_MATCH_ANY);
+}
+
+enum wait_end { WAIT_SERVED, WAIT_TIMEOUT, WAIT_LOST };
+
+int kvc_wait(struct kvc_req *r, int timeout_ms)
+{
+	const struct kvshm_header *h;
+	struct kvshm_ledger *l;
+	struct timespec deadline;
+	size_t from, run, seen, i;
+	enum wait_end end;
+	kvc_t *c;
+	int rc;
+
+	if (!r || r->stage != 1 || timeout_ms < 0)
+		return -EINVAL;
+	c = r->c;
+	if ((rc = kvc_usable(c)))
+		return rc;
+	h = c->seg;
+	l = c->ledger;
+	from = r->hits;
+	run = r->t3;
+	/* The block we last saw in flight: gone unpublished means lost. */
+	seen = run ? from : SIZE_MAX;
+	deadline_in(&deadline, timeout_ms);
+	for (;;) {
+		_Atomic uint32_t *w;
+		uint32_t owner, again, f;
+		bool missed;
+
+		/* What was published meanwhile is a hit now. */
+		i = kvci_pin_run(r, r->hits, &missed);
+		r->hits = (uint32_t)i;
+		if (i >= r->n || !missed) {
+			end = WAIT_SERVED;	/* all hit, or out of pin slots */
+			break;
+		}
+		if (!block_inflight(r, i, &owner)) {
+			/* Neither cached nor in flight: the writer we waited
+			 * for released it unpublished, or died. */
+			end = seen == i ? WAIT_LOST : WAIT_SERVED;
+			break;
+		}
+		seen = i;
+		/* The word first, then the page still in flight: the daemon
+		 * ends the flight before it bumps the word. */
+		w = kvshm_flight_word(h, owner);
+		f = atomic_load_explicit(w, memory_order_acquire);
+		if (!block_inflight(r, i, &again) || again != owner)
+			continue;
+		if (passed(&deadline)) {
+			end = WAIT_TIMEOUT;
+			break;
+		}
+		sleep_on(w, f, &deadline);
+	}
+	if (r->hits > from) {
+		kvshm_ledger_hit(l, r->keys[0], (uint64_t)(r->hits - from) * c->bt, r->label);
+		r->t1 = 0;	/* spilled blocks, if any, are hits or misses now */
+	}
+	if (run || seen != SIZE_MAX) {
+		_Atomic uint64_t *out = end == WAIT_SERVED ? &l->wait_served :
+					end == WAIT_TIMEOUT ? &l->wait_timeouts : &l->wait_lost;
+
+		atomic_fetch_add_explicit(&l->waits, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(out, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&l->wait_tokens, (uint64_t)(r->hits - from) * c->bt,
+					  memory_order_relaxed);
+	}
+	/* Single flight from here on, unless the caller gave up waiting:
+	 * its kvc_alloc then refuses to compute a block someone else began
+	 * writing since (-EINPROGRESS), so that it waits for that one too. */
+	r->single = timeout_ms > 0 && end != WAIT_TIMEOUT;
+	r->t3 = 0;
+	kvci_count(r);
+	return (int)r->hits;
+}

@@ -1,0 +1,488 @@
+// SPDX-License-Identifier: MIT
+/*
+ * flight.c - single-flight prefill against the real daemon, with real
+ * processes: three processes given the same new prompt at once compute it
+ * once between them (the others wait for its pages) and each gets the
+ * cold logits bit for bit; a writer SIGKILLed while others wait leaves
+ * them a miss, and they compute the prompt themselves (one of them, the
+ * other waiting for that one); a writer that gives
+ * its pages back unpublished does the same; a waiter whose short timeout
+ * runs out goes on by itself and publishes; a published block wakes its
+ * waiters with hits that hold the writer's bytes.
+ *
+ * No timing is asserted: where one process must be waiting before another
+ * acts, the test waits for the lookup to be counted (ordering), and every
+ * wait carries a generous timeout so that a bug fails the test instead of
+ * hanging it.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../lib/harness.h"
+#include "../lib/tlm_fixture.h"
+#include "../../libclient/observe.h"
+#include "../../tools/tinylm/tinylm.h"
+
+#define BT 16
+#define NBLK 20
+#define NTOK (NBLK * BT + 5)	/* 20 full blocks and a partial one */
+#define LONG_MS 60000		/* a bug fails the test, never hangs it */
+
+static struct tlm_model model;
+
+static const char *const daemon_args[] = { "--page-size", "8K", "--pool-size", "2M", NULL };
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+static kvc_t *open_tiny(const struct kvt_daemon *d)
+{
+	return kvt_tlm_open(&model, d->sock);
+}
+
+#define prompt kvt_tlm_prompt
+
+/* The daemon's stats, through an observer mapping kept for the test. */
+static struct kvobs obs;
+
+static uint64_t stat_of(size_t off)
+{
+	return atomic_load((_Atomic uint64_t *)((char *)kvshm_stats(obs.h) + off));
+}
+#define STAT(f) stat_of(offsetof(struct kvshm_stats, f))
+
+/* Poll (the daemon folds ledgers every 5 ms tick) until cond, or fail. */
+#define UNTIL(cond)                                                            \
+	do {                                                                   \
+		int tries_ = 0;                                                \
+		while (!(cond)) {                                              \
+			if (++tries_ > LONG_MS / 5)                            \
+				fail_msg("timed out waiting for %s", #cond);   \
+			sleep_ms(5);                                           \
+		}                                                              \
+	} while (0)
+
+/* ---- a prefill in a child process, reporting back through a pipe ---- */
+
+struct result {
+	struct tlm_run run;
+	float logits[512];
+};
+
+struct child {
+	pid_t pid;
+	int res;		/* read end: struct result */
+};
+
+/*
+ * Fork a process that attaches, says so on `ready` (if >= 0), waits for a
+ * byte on `go` (if >= 0), runs tlm_prefill of the prompt and writes its
+ * struct result. It exits 0, or non-zero if anything failed.
+ */
+static struct child prefill_child(const struct kvt_daemon *d, uint32_t seed, int ready, int go)
+{
+	struct child ch;
+	int fds[2];
+
+	assert_int_equal(pipe(fds), 0);
+	ch.pid = fork();
+	assert_true(ch.pid >= 0);
+	if (!ch.pid) {
+		static struct result res;
+		uint32_t t[NTOK];
+		struct tlm_state s;
+		kvc_t *c = open_tiny(d);
+		char b;
+
+		close(fds[0]);
+		if (!c || tlm_state_init(&s, &model, NTOK))
+			_exit(3);
+		prompt(t, NTOK, seed);
+		if ((ready >= 0 && write(ready, "r", 1) != 1) || (go >= 0 && read(go, &b, 1) != 1))
+			_exit(4);
+		if (tlm_prefill(&s, c, t, NTOK, NULL, 0, "flight", 0, &res.run))
+			_exit(5);
+		memcpy(res.logits, s.logits, model.cfg.vocab_size * sizeof(float));
+		if (write(fds[1], &res, sizeof(res)) != sizeof(res))
+			_exit(6);
+		tlm_state_free(&s);
+		kvc_close(c);
+		_exit(0);
+	}
+	close(fds[1]);
+	ch.res = fds[0];
+	return ch;
+}
+
+static void child_result(struct child *ch, struct result *res)
+{
+	size_t got = 0;
+
+	while (got < sizeof(*res)) {
+		ssize_t n = read(ch->res, (char *)res + got, sizeof(*res) - got);
+
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(ch->res);
+	assert_int_equal(kvt_wait(ch->pid), 0);
+	assert_int_equal(got, sizeof(*res));
+}
+
+/* The cold reference: the prompt with no cache at all. */
+static void cold_logits(uint32_t seed, float *out)
+{
+	uint32_t t[NTOK];
+	struct tlm_state s;
+	struct tlm_run r;
+
+	prompt(t, NTOK, seed);
+	assert_int_equal(tlm_state_init(&s, &model, NTOK), 0);
+	assert_int_equal(tlm_prefill(&s, NULL, t, NTOK, NULL, 0, NULL, 0, &r), 0);
+	memcpy(out, s.logits, model.cfg.vocab_size * sizeof(float));
+	tlm_state_free(&s);
+}
+
+/*
+ * A writer that claims the prompt and never publishes: it attaches, looks
+ * up, is granted (and so announces) every block, says so on the pipe it
+ * returns, and sleeps until killed.
+ */
+static pid_t stuck_writer(const struct kvt_daemon *d, const struct kvc_model *km,
+			  uint32_t seed, size_t ntok)
+{
+	int fds[2];
+	pid_t p;
+	char b;
+
+	assert_int_equal(pipe(fds), 0);
+	p = fork();
+	assert_true(p >= 0);
+	if (!p) {
+		struct kvc_options o = { .size = sizeof(o), .socket_path = d->sock };
+		uint32_t *t = malloc(ntok * sizeof(uint32_t));
+		struct kvc_req *r;
+		kvc_t *c;
+
+		close(fds[0]);
+		if (!t || kvc_open(km, &o, &c))
+			_exit(3);
+		prompt(t, ntok, seed);
+		if (kvc_req_new(c, t, ntok, NULL, 0, &r) || kvc_lookup(r) != 0 ||
+		    kvc_alloc(r) != (int)(ntok / BT))
+			_exit(4);
+		if (write(fds[1], "a", 1) != 1)
+			_exit(5);
+		for (;;)
+			pause();
+	}
+	close(fds[1]);
+	assert_int_equal(read(fds[0], &b, 1), 1);
+	close(fds[0]);
+	return p;
+}
+
+/* Three processes, one new prompt, released at once: computed once. */
+static void test_three_at_once_prefill_once(void **state)
+{
+	struct kvt_daemon *d = *state;
+	static float cold[512];
+	struct result res[3];
+	struct child ch[3];
+	int ready[2], go[2], i;
+	size_t computed = 0, published = 0;
+	char b;
+
+	cold_logits(101, cold);
+	assert_int_equal(pipe(ready), 0);
+	assert_int_equal(pipe(go), 0);
+	for (i = 0; i < 3; i++)
+		ch[i] = prefill_child(d, 101, ready[1], go[0]);
+	for (i = 0; i < 3; i++)
+		assert_int_equal(read(ready[0], &b, 1), 1);
+	assert_int_equal(write(go[1], "ggg", 3), 3);
+	for (i = 0; i < 3; i++) {
+		child_result(&ch[i], &res[i]);
+		assert_int_equal(res[i].run.cache_err, 0);
+		assert_memory_equal(res[i].logits, cold, model.cfg.vocab_size * sizeof(float));
+		computed += res[i].run.computed;
+		published += res[i].run.published;
+		printf("process %d: computed %zu, hit %zu (%zu by waiting), published %zu\n", i,
+		       res[i].run.computed, res[i].run.hit_tokens, res[i].run.wait_tokens,
+		       res[i].run.published);
+	}
+	/* One prompt's worth, plus the partial block each other one runs. */
+	assert_true(computed <= NTOK + 2 * BT);
+	assert_int_equal(published, NBLK);
+	close(ready[0]);
+	close(ready[1]);
+	close(go[0]);
+	close(go[1]);
+}
+
+/* A writer dies while two others wait: they get a miss and compute. */
+static void test_writer_killed_waiters_compute(void **state)
+{
+	struct kvt_daemon *d = *state;
+	struct kvc_model km = tlm_kvc_model(&model, BT);
+	static float cold[512];
+	struct result res[2];
+	struct child ch[2];
+	uint64_t lookups, lost, served, timeouts;
+	size_t computed = 0;
+	pid_t w;
+	int i;
+
+	cold_logits(202, cold);
+	/* Earlier tests' clients gone: every lookup so far is counted. */
+	UNTIL(STAT(clients_attached) == 0);
+	lookups = STAT(lookups);
+	lost = STAT(wait_lost);
+	served = STAT(wait_served);
+	timeouts = STAT(wait_timeouts);
+	w = stuck_writer(d, &km, 202, NTOK);
+	UNTIL(STAT(pages_in_flight) == NBLK && STAT(lookups) == lookups + 1);
+	for (i = 0; i < 2; i++)
+		ch[i] = prefill_child(d, 202, -1, -1);
+	/* Both have looked up, and so seen the blocks in flight: kill. */
+	UNTIL(STAT(lookups) == lookups + 3);
+	assert_int_equal(kill(w, SIGKILL), 0);
+	assert_int_equal(kvt_wait(w), 128 + SIGKILL);
+	for (i = 0; i < 2; i++) {
+		child_result(&ch[i], &res[i]);
+		assert_int_equal(res[i].run.cache_err, 0);
+		assert_memory_equal(res[i].logits, cold, model.cfg.vocab_size * sizeof(float));
+		computed += res[i].run.computed;
+	}
+	printf("waits %llu: served %llu, timed out %llu, lost %llu (before: %llu)\n",
+	       (unsigned long long)STAT(waits), (unsigned long long)STAT(wait_served),
+	       (unsigned long long)STAT(wait_timeouts), (unsigned long long)STAT(wait_lost),
+	       (unsigned long long)lost);
+	/* The first of them to look again lost its writer and computed the
+	 * prompt; the other lost it too and waited for that one in turn, or
+	 * found the prompt published already when it looked (served). No
+	 * wait ran into its timeout. */
+	UNTIL(STAT(clients_attached) == 0);
+	assert_true(STAT(wait_lost) >= lost + 1);
+	assert_true(STAT(wait_lost) - lost + STAT(wait_served) - served >= 2);
+	assert_int_equal(STAT(wait_timeouts), timeouts);
+	assert_true(computed <= NTOK + 2 * BT);
+	assert_int_equal(STAT(pages_in_flight), 0);
+}
+
+/* Write each granted block of an 8-block request with its key's pattern. */
+static void fill_blocks(kvc_t *c, struct kvc_req *r, const uint32_t *t)
+{
+	struct kvc_key k[8];
+
+	assert_int_equal(kvc_keys(c, t, 8 * BT, NULL, 0, k, 8), 8);
+	for (int i = 0; i < 8; i++)
+		kvt_fill(kvc_block(r, (size_t)i), 4096, k[i]);
+}
+
+/* A waiter with a short timeout goes on alone and publishes; its publish
+ * takes the stuck writer's announcement over. */
+static void test_short_timeout_goes_on(void **state)
+{
+	struct kvt_daemon *d = *state;
+	struct kvc_model km = kvt_model();
+	uint64_t timeouts = STAT(wait_timeouts);
+	uint32_t t[8 * BT];
+	struct kvc_req *r;
+	kvc_t *c = kvt_open(d, NULL);
+	pid_t w;
+
+	assert_non_null(c);
+	w = stuck_writer(d, &km, 303, 8 * BT);
+	prompt(t, 8 * BT, 303);
+	assert_int_equal(kvc_req_new(c, t, 8 * BT, NULL, 0, &r), 0);
+	assert_int_equal(kvc_lookup(r), 0);
+	assert_int_equal(kvc_req_inflight(r), 8);
+	assert_int_equal(kvc_wait(r, 20), 0);
+	assert_int_equal(kvc_req_inflight(r), 0);
+	assert_int_equal(kvc_alloc(r), 8);
+	fill_blocks(c, r, t);
+	assert_int_equal(kvc_publish(r), 8);
+	kvc_req_free(r);
+	UNTIL(STAT(wait_timeouts) == timeouts + 1);
+	/* Cached now, though the stuck writer still holds its pages. */
+	assert_int_equal(kvt_get(c, t, 8 * BT), 8);
+	assert_int_equal(kill(w, SIGKILL), 0);
+	assert_int_equal(kvt_wait(w), 128 + SIGKILL);
+	assert_int_equal(kvt_get(c, t, 8 * BT), 8);
+	kvc_close(c);
+}
+
+/* ---- in one process: a waiter thread with its own handle ---- */
+
+struct waiter {
+	const struct kvt_daemon *d;
+	const uint32_t *t;
+	int seen;		/* in flight at its lookup */
+	int hits;		/* what kvc_wait returned */
+	int pages_ok;
+	int ready[2];
+};
+
+static void *waiter_main(void *arg)
+{
+	struct waiter *wt = arg;
+	struct kvc_req *r;
+	kvc_t *c = kvt_open(wt->d, NULL);
+
+	if (!c || kvc_req_new(c, wt->t, 8 * BT, NULL, 0, &r) || kvc_lookup(r)) {
+		wt->seen = -1;
+	} else {
+		wt->seen = (int)kvc_req_inflight(r);
+		if (write(wt->ready[1], "s", 1) != 1)
+			wt->seen = -1;
+		struct kvc_key k[8];
+
+		wt->hits = kvc_wait(r, LONG_MS);
+		wt->pages_ok = kvc_keys(c, wt->t, 8 * BT, NULL, 0, k, 8) == 8;
+		for (int i = 0; i < wt->hits; i++)
+			wt->pages_ok &= kvt_check(kvc_block(r, (size_t)i), 4096, k[i]);
+		kvc_req_free(r);
+	}
+	kvc_close(c);
+	return NULL;
+}
+
+/*
+ * The writer, on its own handle in this thread, announces 8 blocks; the
+ * waiter thread sees them in flight and waits; the writer then publishes
+ * them (the waiter wakes with 8 hits holding the writer's bytes) or gives
+ * its pages back (the waiter wakes with none).
+ */
+static void writer_then(struct kvt_daemon *d, uint32_t seed, bool publish)
+{
+	struct waiter wt = { .d = d };
+	uint32_t t[8 * BT];
+	struct kvc_req *r;
+	pthread_t th;
+	kvc_t *c = kvt_open(d, NULL);
+	char b;
+
+	assert_non_null(c);
+	prompt(t, 8 * BT, seed);
+	wt.t = t;
+	assert_int_equal(pipe(wt.ready), 0);
+	assert_int_equal(kvc_req_new(c, t, 8 * BT, NULL, 0, &r), 0);
+	assert_int_equal(kvc_lookup(r), 0);
+	assert_int_equal(kvc_alloc(r), 8);
+	/* Our own blocks are never reported in flight to us. */
+	{
+		struct kvc_req *mine;
+
+		assert_int_equal(kvc_req_new(c, t, 8 * BT, NULL, 0, &mine), 0);
+		assert_int_equal(kvc_lookup(mine), 0);
+		assert_int_equal(kvc_req_inflight(mine), 0);
+		kvc_req_free(mine);
+	}
+	assert_int_equal(pthread_create(&th, NULL, waiter_main, &wt), 0);
+	assert_int_equal(read(wt.ready[0], &b, 1), 1);
+	if (publish) {
+		fill_blocks(c, r, t);
+		assert_int_equal(kvc_publish(r), 8);
+	}
+	kvc_req_free(r);	/* unpublished: FREE */
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(wt.seen, 8);
+	assert_int_equal(wt.hits, publish ? 8 : 0);
+	assert_true(wt.pages_ok);
+	close(wt.ready[0]);
+	close(wt.ready[1]);
+	kvc_close(c);
+}
+
+static void test_publish_wakes_waiter_with_hits(void **state)
+{
+	uint64_t served = STAT(wait_served), tokens = STAT(wait_tokens);
+
+	writer_then(*state, 404, true);
+	UNTIL(STAT(wait_served) == served + 1);
+	assert_int_equal(STAT(wait_tokens), tokens + 8 * BT);
+}
+
+static void test_free_unpublished_wakes_waiter_with_miss(void **state)
+{
+	uint64_t lost = STAT(wait_lost);
+
+	writer_then(*state, 505, false);
+	UNTIL(STAT(wait_lost) == lost + 1);
+	assert_int_equal(STAT(pages_in_flight), 0);
+}
+
+/* API edges: bad arguments, and a wait with nothing in flight. */
+static void test_wait_arguments(void **state)
+{
+	struct kvt_daemon *d = *state;
+	uint32_t t[4 * BT];
+	struct kvc_req *r;
+	kvc_t *c = kvt_open(d, NULL);
+
+	assert_non_null(c);
+	prompt(t, 4 * BT, 606);
+	assert_int_equal(kvc_wait(NULL, 10), -EINVAL);
+	assert_int_equal(kvc_req_inflight(NULL), 0);
+	assert_int_equal(kvc_req_new(c, t, 4 * BT, NULL, 0, &r), 0);
+	assert_int_equal(kvc_wait(r, 10), -EINVAL);	/* before the lookup */
+	assert_int_equal(kvc_lookup(r), 0);
+	assert_int_equal(kvc_wait(r, -1), -EINVAL);
+	assert_int_equal(kvc_wait(r, LONG_MS), 0);	/* nothing in flight: at once */
+	assert_int_equal(kvc_alloc(r), 4);
+	assert_int_equal(kvc_wait(r, 10), -EINVAL);	/* after the alloc */
+	kvc_req_free(r);
+	kvc_close(c);
+}
+
+static int setup(void **state)
+{
+	char err[256];
+	struct kvt_daemon *d;
+
+	if (kvt_tlm_model(&model, err, sizeof(err)) ||
+	    kvt_setup_args(state, daemon_args))
+		return -1;
+	d = *state;
+	return kvobs_attach(d->sock, &obs, err, sizeof(err)) ? -1 : 0;
+}
+
+static int teardown(void **state)
+{
+	kvobs_detach(&obs);
+	tlm_model_free(&model);
+	return kvt_teardown(state);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_three_at_once_prefill_once),
+		cmocka_unit_test(test_writer_killed_waiters_compute),
+		cmocka_unit_test(test_short_timeout_goes_on),
+		cmocka_unit_test(test_publish_wakes_waiter_with_hits),
+		cmocka_unit_test(test_free_unpublished_wakes_waiter_with_miss),
+		cmocka_unit_test(test_wait_arguments),
+	};
+
+	return cmocka_run_group_tests_name("flight", tests, setup, teardown);
+}
