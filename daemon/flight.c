@@ -148,3 +148,22 @@ void kvd_flight_fold(struct kvd *d)
 	for (k = 0; k < KVD_WAIT_STATS; k++)
 		atomic_store_explicit(out[k], sum[k], RELAXED);
 }
+
+void kvd_flight_drop(struct kvd *d, const struct kvd_client *c)
+{
+	const struct kvshm_page *pages = kvshm_pages(d->h);
+	uint32_t i, owner = kvd_owner(c), n = 0;
+
+	if (!c->writing)
+		return;
+	for (i = 0; i < d->h->geo.n_pages; i++) {
+		if (pages[i].owner != owner || !atomic_load_explicit(&pages[i].flight, RELAXED) ||
+		    atomic_load_explicit(&pages[i].state, RELAXED) != KVSHM_PAGE_WRITING)
+			continue;
+		kvd_flight_note(d, i);	/* while it is still in flight */
+		kvshm_page_unannounce(d->h, i);
+		n++;
+	}
+	if (n)
+		kvd_flight_wake(d);
+}

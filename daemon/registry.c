@@ -357,6 +357,7 @@ static void end_connection(struct kvd *d, struct kvd_client *c, const char *why,
 	 * stay in force until its pidfd (watched since accept) says it
 	 * exited. One that holds nothing has nothing to keep. */
 	if (!bye && c->hello && process_alive(c->pidfd) && kvd_client_holds(d, c)) {
+		kvd_flight_drop(d, c);
 		c->lingering = true;
 		kvd_stat_add(&kvshm_stats(d->h)->clients_lingering, 1);
 		free(c->in);

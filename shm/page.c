@@ -63,6 +63,12 @@ static void flight_cancel(struct kvshm_header *h, uint32_t page)
 	flight_clear(h, p);
 }
 
+void kvshm_page_unannounce(struct kvshm_header *h, uint32_t page)
+{
+	if (page < h->geo.n_pages)
+		flight_cancel(h, page);
+}
+
 /* Any state -> FREE (caller has checked it may), back on the stack. */
 static void to_free(struct kvshm_header *h, uint32_t page)
 {

@@ -39,6 +39,10 @@ enum kvshm_publish {
 int kvshm_page_alloc(struct kvshm_header *h, uint32_t owner, uint32_t ns_id,
 		     uint32_t *page, uint32_t *gen);
 
+/* Writer: an announced page leaves flight (and the index) but stays
+ * WRITING with its owner: nobody may wait for it any more. */
+void kvshm_page_unannounce(struct kvshm_header *h, uint32_t page);
+
 /* Writer: WRITING (owner, gen) -> FREE. -EINVAL if not so. */
 int kvshm_page_free(struct kvshm_header *h, uint32_t page, uint32_t gen,
 		    uint32_t owner);

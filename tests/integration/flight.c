@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../lib/harness.h"
@@ -166,8 +167,8 @@ static void cold_logits(uint32_t seed, float *out)
  * up, is granted (and so announces) every block, says so on the pipe it
  * returns, and sleeps until killed.
  */
-static pid_t stuck_writer(const struct kvt_daemon *d, const struct kvc_model *km,
-			  uint32_t seed, size_t ntok)
+static pid_t stuck_writer_ex(const struct kvt_daemon *d, const struct kvc_model *km,
+			     uint32_t seed, size_t ntok, bool get_dropped)
 {
 	int fds[2];
 	pid_t p;
@@ -189,6 +190,19 @@ static pid_t stuck_writer(const struct kvt_daemon *d, const struct kvc_model *km
 		if (kvc_req_new(c, t, ntok, NULL, 0, &r) || kvc_lookup(r) != 0 ||
 		    kvc_alloc(r) != (int)(ntok / BT))
 			_exit(4);
+		if (get_dropped) {
+			/* Break the protocol on our connection (the one socket
+			 * this process has): the daemon drops it while we live
+			 * on holding the granted pages. */
+			uint32_t junk[8] = { 0xdeadbeef };
+			struct stat st;
+			int fd;
+
+			for (fd = 3; fd < 256; fd++)
+				if (!fstat(fd, &st) && S_ISSOCK(st.st_mode) &&
+				    write(fd, junk, sizeof(junk)) != sizeof(junk))
+					_exit(6);
+		}
 		if (write(fds[1], "a", 1) != 1)
 			_exit(5);
 		for (;;)
@@ -198,6 +212,12 @@ static pid_t stuck_writer(const struct kvt_daemon *d, const struct kvc_model *km
 	assert_int_equal(read(fds[0], &b, 1), 1);
 	close(fds[0]);
 	return p;
+}
+
+static pid_t stuck_writer(const struct kvt_daemon *d, const struct kvc_model *km,
+			  uint32_t seed, size_t ntok)
+{
+	return stuck_writer_ex(d, km, seed, ntok, false);
 }
 
 /* Three processes, one new prompt, released at once: computed once. */
@@ -329,6 +349,49 @@ static void test_short_timeout_goes_on(void **state)
 	assert_int_equal(kvt_wait(w), 128 + SIGKILL);
 	assert_int_equal(kvt_get(c, t, 8 * BT), 8);
 	kvc_close(c);
+}
+
+/* A writer whose connection the daemon drops while its process lives on
+ * keeps its pages until it exits, but nobody waits for them: the waiter
+ * wakes to a miss at once, not at its (one minute) timeout. Run under an
+ * alarm far below that timeout. */
+static int wait_for_dropped(void *arg)
+{
+	const struct kvt_daemon *d = arg;
+	uint32_t t[8 * BT];
+	struct kvc_req *r;
+	kvc_t *c = kvt_open(d, NULL);
+	int i, h = -1;
+
+	alarm(30);
+	if (!c)
+		return 2;
+	prompt(t, 8 * BT, 304);
+	/* The announcement may still be up for a moment before the drop. */
+	for (i = 0; i < 100; i++) {
+		if (kvc_req_new(c, t, 8 * BT, NULL, 0, &r) || kvc_lookup(r) != 0)
+			return 3;
+		if (!kvc_req_inflight(r))
+			break;
+		h = kvc_wait(r, 60000);
+		kvc_req_free(r);
+		if (h != 0)
+			return 4;
+	}
+	kvc_close(c);
+	return 0;
+}
+
+static void test_dropped_writer_wakes_waiters(void **state)
+{
+	struct kvt_daemon *d = *state;
+	struct kvc_model km = kvt_model();
+	pid_t w = stuck_writer_ex(d, &km, 304, 8 * BT, true);
+
+	assert_int_equal(kvt_wait(kvt_fork(wait_for_dropped, d)), 0);
+	assert_int_equal(kill(w, 0), 0);	/* the writer lives on */
+	assert_int_equal(kill(w, SIGKILL), 0);
+	assert_int_equal(kvt_wait(w), 128 + SIGKILL);
 }
 
 /* ---- in one process: a waiter thread with its own handle ---- */
@@ -479,6 +542,7 @@ int main(void)
 		cmocka_unit_test(test_three_at_once_prefill_once),
 		cmocka_unit_test(test_writer_killed_waiters_compute),
 		cmocka_unit_test(test_short_timeout_goes_on),
+		cmocka_unit_test(test_dropped_writer_wakes_waiters),
 		cmocka_unit_test(test_publish_wakes_waiter_with_hits),
 		cmocka_unit_test(test_free_unpublished_wakes_waiter_with_miss),
 		cmocka_unit_test(test_wait_arguments),

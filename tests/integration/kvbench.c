@@ -142,7 +142,7 @@ static void quick_json(void **state)
 {
 	const char *args[] = { "--quick", "--json", NULL };
 	bool have_redis = installed("redis-server"), have_mc = installed("memcached");
-	int rows = 0, by_mode[7] = { 0, 0, 0, 0, 0, 0, 0 }, redis_rows = 0, mc_rows = 0;
+	int rows = 0, by_mode[8] = { 0, 0, 0, 0, 0, 0, 0, 0 }, redis_rows = 0, mc_rows = 0;
 	char *out, *err, *line, *save = NULL;
 	int rc;
 
@@ -169,7 +169,7 @@ static void quick_json(void **state)
 		peer = num_field(line, "peer", &peer_null);
 		ratio = num_field(line, "ratio", &ratio_null);
 		if (strstr(line, "\"mode\":\"remote\"")) {
-			by_mode[6]++;
+			by_mode[7]++;
 			/* Without memcached: no figures and the reason. */
 			if (!have_mc) {
 				assert_true(kv_null && peer_null && ratio_null);
@@ -243,16 +243,16 @@ static void quick_json(void **state)
 		redis_rows += !!strstr(line, "\"peer_kind\":\"redis-");
 		mc_rows += !!strstr(line, "\"peer_kind\":\"memcached-");
 	}
-	printf("kvbench --quick --json: %d rows (lookup %d, publish %d, pages %d, ttft %d, gpu %d, python %d, serve %d; redis %d, memcached %d)\n",
+	printf("kvbench --quick --json: %d rows (lookup %d, publish %d, pages %d, ttft %d, gpu %d, python %d, serve %d, remote %d; redis %d, memcached %d)\n",
 	       rows, by_mode[0], by_mode[1], by_mode[2], by_mode[3], by_mode[4], by_mode[5],
-	       by_mode[6], redis_rows, mc_rows);
+	       by_mode[6], by_mode[7], redis_rows, mc_rows);
 	assert_true(by_mode[0] > 0 && by_mode[1] > 0 && by_mode[2] > 0);
 	/* ttft: warm and miss rows against the cold prefill; gpu: gather and
 	 * scatter, measured or skipped. */
 	assert_int_equal(by_mode[3], 2);
 	assert_int_equal(by_mode[4], 2);
 	/* remote: write, fetch and the cross-host TTFT. */
-	assert_int_equal(by_mode[6], 3);
+	assert_int_equal(by_mode[7], 3);
 	/* python: 1 and 256 blocks, each array tokens, what they add, list
 	 * tokens; or the two skipped rows of a sanitizer build. */
 	assert_int_equal(by_mode[5], SANITIZED ? 2 : 6);
