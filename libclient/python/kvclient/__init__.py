@@ -31,7 +31,8 @@ from __future__ import annotations
 from . import _lib
 from .client import Client, Model, PagedKV, PosKind, Request
 from .errors import (ClientClosedError, ConnectionLostError, DeviceMemoryError,
-                     ForkedHandleError, GeometryError, InvalidArgumentError, KeyCollisionError,
+                     ForkedHandleError, GeometryError, InFlightError, InvalidArgumentError,
+                     KeyCollisionError,
                      KvcError, NoDaemonError, NoDeviceError, NoPageError, NoSpaceError,
                      NotSupportedError, NotTrustedError, OutOfMemoryError, ProtocolError,
                      QuotaError, ReadOnlyBlockError, RequestReleasedError, RequestStateError,
@@ -47,7 +48,7 @@ __all__ = [
     "Client", "Model", "PagedKV", "PosKind", "Request", "version", "version_info",
     "library_path", "LibraryNotFound",
     "KvcError", "ClientClosedError", "ConnectionLostError", "DeviceMemoryError",
-    "ForkedHandleError", "GeometryError", "InvalidArgumentError", "KeyCollisionError",
+    "ForkedHandleError", "GeometryError", "InFlightError", "InvalidArgumentError", "KeyCollisionError",
     "NoDaemonError", "NoDeviceError", "NoPageError", "NoSpaceError", "NotSupportedError",
     "NotTrustedError", "OutOfMemoryError", "ProtocolError", "QuotaError", "ReadOnlyBlockError",
     "RequestReleasedError", "RequestStateError", "TensorDeviceError", "TensorError",

@@ -30,6 +30,7 @@ from typing import Any
 from . import _buffers as _b
 from . import _lib as _L
 from .errors import (ClientClosedError, DeviceMemoryError, ForkedHandleError,
+                     InvalidArgumentError,
                      KvcError, NoPageError, NotSupportedError,
                      RequestReleasedError, RequestStateError, TensorDeviceError, TensorError,
                      WrongDeviceError, error_class)
@@ -508,6 +509,20 @@ class Request:
         (after lookup, before alloc); restore() brings them back."""
         return _L.lib().req_spilled(self._req("spilled"))
 
+    @property
+    def remote(self) -> int:
+        """Blocks after the hits and the spilled run that may be in the
+        daemon's remote tier (after lookup, before alloc); restore() asks
+        for them in the same round trip."""
+        return _L.lib().req_remote(self._req("remote"))
+
+    @property
+    def inflight(self) -> int:
+        """Blocks right after the hits that another client is writing now
+        (after lookup, before alloc): wait() for them, or alloc() and
+        prefill them yourself."""
+        return _L.lib().req_inflight(self._req("inflight"))
+
     def keys(self) -> list[int]:
         """The request's key chain, one 128-bit int per full block."""
         r = self._req("keys")
@@ -533,10 +548,35 @@ class Request:
         self.hits = rc
         return rc
 
-    # Single-flight waiting (blocks another client is writing right now)
-    # belongs here, between lookup() and restore()/alloc(): a call that
-    # waits, through ctypes.CDLL so the GIL is released, and updates
-    # self.hits like restore() does.
+    def wait(self, timeout_ms: int) -> int:
+        """Single flight (kvc_wait): sleep until the blocks another client
+        is writing (``inflight``) are published, their writer gives them up
+        or dies, or ``timeout_ms`` pass; pin what was published as hits.
+        Returns the new number of leading hits (also ``hits``); at once when
+        nothing is in flight. The GIL is released while it sleeps. After a
+        wait with a timeout that did not run out, alloc() may raise
+        InFlightError (another client took the next block meanwhile): wait()
+        again, then alloc()::
+
+            hits = req.lookup()
+            while True:
+                hits = req.wait(timeout_ms)
+                try:
+                    got = req.alloc()
+                    break
+                except kvclient.InFlightError:
+                    continue
+        """
+        if self._stage != _LOOKED_UP or self._c._h is None:
+            raise self._stage_error("wait", "call it after lookup() and before alloc()")
+        if not isinstance(timeout_ms, int) or timeout_ms < 0:
+            raise InvalidArgumentError(_errno.EINVAL,
+                                       f"wait({timeout_ms!r}): the timeout must be an int >= 0")
+        rc = _L.lib().wait(self._r, timeout_ms)
+        if rc < 0:
+            raise _error(rc, "kvc_wait")
+        self.hits = rc
+        return rc
 
     def restore(self) -> int:
         """Bring the spilled run back from the daemon's spill tier (one round
@@ -570,7 +610,7 @@ class Request:
         if self._stage > _LOOKED_UP or self._c._h is None:
             raise self._stage_error("alloc", "call it once, before publish()")
         rc = _L.lib().alloc(self._r)
-        if rc < 0:
+        if rc < 0:	# InFlightError leaves it looked up: wait() again
             raise _error(rc, "kvc_alloc")
         self._stage = _ALLOCATED
         self.granted = rc

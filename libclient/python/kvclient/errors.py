@@ -81,6 +81,12 @@ class QuotaError(KvcError):
     written (the daemon's max-share): release requests first (EDQUOT)."""
 
 
+class InFlightError(KvcError):
+    """alloc() of a single-flight request (one that waited) found its first
+    missed block being written by another client since: nothing was
+    granted; wait() for it, then alloc() again (EINPROGRESS)."""
+
+
 class KeyCollisionError(KvcError):
     """A different block holds this block's key; it was refused (EEXIST)."""
 
@@ -155,6 +161,7 @@ _BY_ERRNO = {
     _e.EACCES: NotTrustedError,
     _e.EKEYREJECTED: UntrustedDaemonError,
     _e.EDQUOT: QuotaError,
+    _e.EINPROGRESS: InFlightError,
     _e.EPROTO: ProtocolError,
     _e.EBADMSG: ProtocolError,
     _e.EMEDIUMTYPE: GeometryError,
