@@ -37,7 +37,6 @@
 
 #include "../../daemon/remote_fmt.h"
 #include "../../libclient/client_int.h"	/* the namespace id, for item keys */
-#include "../../libclient/observe.h"
 #include "../../tools/tinylm/tinylm.h"
 #include "../lib/harness.h"
 #include "../lib/mcsrv.h"
@@ -181,12 +180,8 @@ static void host_stop(struct host *h)
 static struct kvshm_stats stats_of(const struct host *h)
 {
 	struct kvshm_stats s;
-	struct kvobs o;
-	char err[256];
 
-	assert_int_equal(kvobs_attach(h->d.sock, &o, err, sizeof(err)), 0);
-	memcpy(&s, kvshm_stats(o.h), sizeof(s));
-	kvobs_detach(&o);
+	kvt_stats(h->d.sock, &s);
 	return s;
 }
 

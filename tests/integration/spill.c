@@ -101,12 +101,8 @@ static int teardown(void **state)
 static struct kvshm_stats stats_of(const struct fx *f)
 {
 	struct kvshm_stats s;
-	struct kvobs o;
-	char err[256];
 
-	assert_int_equal(kvobs_attach(f->d.sock, &o, err, sizeof(err)), 0);
-	memcpy(&s, kvshm_stats(o.h), sizeof(s));
-	kvobs_detach(&o);
+	kvt_stats(f->d.sock, &s);
 	return s;
 }
 

@@ -39,7 +39,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../../libclient/observe.h"
+#include "../../shm/segment.h"
 #include "../../shm/proto.h"
 #include "../lib/harness.h"
 
@@ -50,15 +50,10 @@
 /* A daemon-wide counter, read from the segment as kvstat does. */
 static uint64_t stat_at(const char *sock, size_t off)
 {
-	struct kvobs o;
-	char err[256];
-	uint64_t v;
+	struct kvshm_stats s;
 
-	if (kvobs_attach(sock, &o, err, sizeof(err)))
-		fail_msg("observer: %s", err);
-	v = atomic_load((const _Atomic uint64_t *)((const char *)kvshm_stats(o.h) + off));
-	kvobs_detach(&o);
-	return v;
+	kvt_stats(sock, &s);
+	return atomic_load((const _Atomic uint64_t *)((const char *)&s + off));
 }
 #define ST(d, f) stat_at((d)->sock, offsetof(struct kvshm_stats, f))
 

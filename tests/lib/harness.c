@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "../../libclient/observe.h"
 #include "../../shm/proto.h"
 
 const char *kvt_bin(const char *name)
@@ -454,4 +455,17 @@ int kvt_flood(const struct kvt_daemon *d, int prompts, uint32_t seed)
 		_exit(0);
 	}
 	return p < 0 ? -1 : kvt_wait(p);
+}
+
+void kvt_stats(const char *sock, struct kvshm_stats *out)
+{
+	struct kvobs o;
+	char err[256];
+
+	if (kvobs_attach(sock, &o, err, sizeof(err))) {
+		fprintf(stderr, "kvt_stats: %s\n", err);
+		abort();
+	}
+	memcpy(out, kvshm_stats(o.h), sizeof(*out));
+	kvobs_detach(&o);
 }

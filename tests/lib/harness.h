@@ -96,6 +96,11 @@ int kvt_get(kvc_t *c, const uint32_t *t, size_t n);
  * from `seed`. */
 void kvt_tokens(uint32_t *t, size_t n, size_t shared, uint32_t seed);
 
+/* A copy of the daemon's counters (struct kvshm_stats), read through an
+ * observer attach as kvstat does; fails the test if it cannot attach. */
+struct kvshm_stats;
+void kvt_stats(const char *sock, struct kvshm_stats *out);
+
 /* Pages the daemon counts free, read from the segment through c. */
 uint64_t kvt_free_pages(const kvc_t *c);
 
