@@ -52,17 +52,24 @@ static int read_u64(const char *path, uint64_t *out)
 	return rc ? rc : kvd_mem_parse_limit(buf, out);
 }
 
-/* A /proc/meminfo field in bytes, or UINT64_MAX. */
+/* A /proc/meminfo field: its number, times 1024 where the line says kB;
+ * UINT64_MAX if there is no such field. */
 static uint64_t meminfo(const char *field)
 {
-	char buf[8192], *p;
+	char buf[8192], *p, *end;
 	size_t fl = strlen(field);
+	uint64_t v;
 
 	if (read_text("/proc/meminfo", buf, sizeof(buf)))
 		return UINT64_MAX;
-	for (p = buf; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-		if (!strncmp(p, field, fl) && p[fl] == ':')
-			return strtoull(p + fl + 1, NULL, 10) * (strstr(p, " kB") ? 1024 : 1);
+	for (p = buf; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+		if (strncmp(p, field, fl) || p[fl] != ':')
+			continue;
+		v = strtoull(p + fl + 1, &end, 10);
+		while (*end == ' ')
+			end++;
+		return !strncmp(end, "kB", 2) ? v * 1024 : v;
+	}
 	return UINT64_MAX;
 }
 
@@ -70,7 +77,7 @@ uint64_t kvd_hugetlb_free(void)
 {
 	uint64_t n = meminfo("HugePages_Free"), sz = meminfo("Hugepagesize");
 
-	return n == UINT64_MAX || sz == UINT64_MAX ? 0 : n / 1024 * sz;
+	return n == UINT64_MAX || sz == UINT64_MAX ? 0 : n * sz;
 }
 
 /*
