@@ -144,6 +144,8 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 		if (n > share - held)
 			n = share - held;
 	}
+	/* Its hits so far reach the policy before anything is evicted. */
+	kvd_evict_drain(d, c);
 	if (n && fr->count < n + d->low_pages) {
 		uint32_t coming = fr->count + kvd_tiers_pending(d);
 
@@ -234,6 +236,8 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		kvd_reply_error(d, c, seq, -ENOMEM, false, "out of memory");
 		return 0;
 	}
+	/* Its hits of this request are older than its new blocks. */
+	kvd_evict_drain(d, c);
 	for (i = 0; i < cnt.n; i++) {
 		struct kvproto_pub pub;
 		uint32_t tokens[KVSHM_MAX_BLOCK_TOKENS];
@@ -264,6 +268,15 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		/* Published, shared or refused: the page is no longer ours. */
 		c->writing--;
 		collisions += st == -EEXIST;
+	}
+	/* Into the eviction order tail first: of a request's new blocks the
+	 * last is the oldest, so it goes before its parents. */
+	for (i = cnt.n; i--;) {
+		struct kvproto_pub pub;
+
+		memcpy(&pub, rec + i * stride, sizeof(pub));
+		if (res[i].status == KVSHM_PUBLISHED)
+			kvd_evict_insert(d, pub.page);
 	}
 	kvd_flight_wake(d);
 	if (collisions)	/* one line per message, not per block */

@@ -23,6 +23,7 @@
 #include "events.h"
 #include "log.h"
 #include "memcheck.h"
+#include "policy.h"
 #include "remote_fmt.h"
 
 void kvd_config_defaults(struct kvd_config *cfg)
@@ -43,6 +44,7 @@ void kvd_config_defaults(struct kvd_config *cfg)
 	cfg->high_watermark = 10;
 	cfg->socket_mode = 0660;
 	cfg->tick_ms = 20;
+	cfg->eviction = KVD_EVICTION_LRU;
 	cfg->hugepages = KVD_HUGE_AUTO;
 	cfg->log_level = KVD_LOG_INFO;
 	cfg->spill_size = 16ull << 30;
@@ -89,6 +91,11 @@ void kvd_config_usage(FILE *f)
 "  --hello-timeout-ms N   time to send HELLO (default 5000), then dropped\n"
 "  --low-watermark PCT    evict when free pages fall below PCT%% (default 5)\n"
 "  --high-watermark PCT   ...until PCT%% are free (default 10)\n"
+"  --eviction lru|s3fifo|clock  which blocks go first (default lru): lru,\n"
+"                         least recently used leaves first (a block whose\n"
+"                         children are cached waits for them); s3fifo,\n"
+"                         S3-FIFO (blocks used once go first: scan-resistant),\n"
+"                         also leaves first; clock, CLOCK, prefix-unaware\n"
 "  --allow-users LIST     user names or uids that may attach (default: own\n"
 "                         user and root; a list replaces both)\n"
 "  --allow-groups LIST    group names or gids that may attach (default none)\n"
@@ -400,6 +407,12 @@ int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 		if (kvd_parse_size(val, &sz) || !sz)
 			BAD("not a size (a non-zero number with an optional K, M, G or T suffix)");
 		cfg->spill_size = sz;
+	} else if (!strcmp(key, "eviction")) {
+		int e = kvd_eviction_parse(val);
+
+		if (e < 0)
+			BAD("must be lru, s3fifo or clock");
+		cfg->eviction = e;
 	} else if (!strcmp(key, "spill-io")) {
 		if (!strcmp(val, "auto"))
 			cfg->spill_io = 0;
@@ -516,7 +529,7 @@ int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 static bool known_key(const char *key)
 {
 	static const char *const keys[] = {
-		"allow-groups", "allow-users", "block-tokens", "foreground", "gpu",
+		"allow-groups", "allow-users", "block-tokens", "eviction", "foreground", "gpu",
 		"hello-timeout-ms", "high-watermark", "hugepages", "kv-events",
 		"kv-events-buffer", "kv-events-hash", "kv-events-hwm", "kv-events-mode",
 		"kv-events-replay", "kv-events-stall-ms", "kv-events-topic", "log-level",

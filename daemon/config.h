@@ -58,6 +58,7 @@ struct kvd_config {
 	char spill_dir[256];		/* empty: no spill tier */
 	uint64_t spill_size;		/* bytes of slots under spill_dir */
 	int spill_io;			/* enum kvd_sio_kind: auto, uring, threads */
+	int eviction;			/* enum kvd_eviction (policy.h) */
 	char metrics_listen[64];		/* as given; empty = off */
 	struct sockaddr_storage metrics_addr;	/* parsed */
 	/* KV events for cluster routers (events.c); empty: none. */

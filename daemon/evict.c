@@ -1,18 +1,20 @@
 // SPDX-License-Identifier: MIT
 /*
- * evict.c - keeping free pages above the low watermark.
+ * evict.c - keeping free pages above the low watermark: the mechanism.
  *
- * CLOCK over the page table: a READY page whose reference bit is set gets
- * a second chance; one whose bit is clear becomes a candidate. Candidates
- * are marked EVICTING in a batch, then every ledger is scanned once; any
- * candidate a slot names backs off to READY (with its bit set), the rest
- * leave the index and return to the free list. A pinned page is therefore
- * never evicted (the Dekker handshake in ledger.h), and the cost of the
- * scan is one pass over the ledgers per batch, not per page.
+ * The policy (policy.h, chosen with `eviction`) names candidates in the
+ * order it wants them gone. Candidates are marked EVICTING in a batch,
+ * then every ledger is scanned once; any candidate a slot names backs off
+ * to READY (the policy keeps it, as just used), the rest leave the index
+ * and go to the tiers or the free list. A pinned page is therefore never
+ * evicted (the Dekker handshake in ledger.h), and the cost of the scan is
+ * one pass over the ledgers per batch, not per page.
  *
- * Reference bits come from the clients' access rings, drained every tick.
- * Runs on the main thread from the tick and, when an ALLOC finds too few
- * free pages, synchronously before it answers.
+ * Uses reach the policy from the clients' access rings, in the order each
+ * client wrote them: drained every tick, and a client's own ring before
+ * its ALLOC or PUBLISH is handled. Runs on the main thread from the tick
+ * and, when an ALLOC finds too few free pages, synchronously before it
+ * answers.
  */
 #include "../shm/page.h"
 #include "events.h"
@@ -35,7 +37,26 @@ static void back_off(uint32_t page, void *arg)
 	if (kvd_tiers_busy(d, page))
 		return;
 	kvshm_page_evict_back_off(d->h, page);
-	kvshm_pages(d->h)[page].ref = 1;
+}
+
+void kvd_evict_insert(struct kvd *d, uint32_t page)
+{
+	const struct kvshm_page *pg = &kvshm_pages(d->h)[page];
+	uint32_t parent = kvshm_index_find(d->h, pg->parent);
+
+	/* The parent, if the pool holds it READY in the same namespace. */
+	if (parent >= d->h->geo.n_pages ||
+	    atomic_load_explicit(&kvshm_pages(d->h)[parent].state, memory_order_relaxed) !=
+		    KVSHM_PAGE_READY ||
+	    kvshm_pages(d->h)[parent].ns_id != pg->ns_id ||
+	    !kvshm_key_eq(kvshm_pages(d->h)[parent].key, pg->parent))
+		parent = KVD_POLICY_NONE;
+	kvd_policy_insert(&d->pol, page, parent, pg->key.lo ^ pg->key.hi ^ pg->ns_id);
+}
+
+void kvd_evict_gone(struct kvd *d, uint32_t page)
+{
+	kvd_policy_remove(&d->pol, page);
 }
 
 static void scan_ledgers(struct kvd *d)
@@ -51,14 +72,16 @@ static void scan_ledgers(struct kvd *d)
 uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 {
 	struct kvshm_page *pages = kvshm_pages(d->h);
-	uint32_t n = d->h->geo.n_pages, freed = 0, scanned = 0, batch[BATCH], nb, i;
+	uint32_t n = d->h->geo.n_pages, freed = 0, picked = 0, batch[BATCH], nb, i;
 	uint32_t backed = 0, limit;
-	bool no_room = false;
+	bool no_room = false, dry = false;
 
 	if (!want || d->ticks < d->evict_quiet_until)
 		return 0;
 
-	while (freed < want && scanned < 2 * n) {
+	/* Every held page is picked at most about twice per call: one that
+	 * is kept goes back as just used, behind all the others. */
+	while (freed < want && picked < 2 * n && !dry) {
 		/* Without may_wait (the tick), take no more candidates than the
 		 * spill tier has writes free: the loop never waits on the disk,
 		 * and the next tick or completion goes on. */
@@ -70,23 +93,27 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 			break;
 		}
 		nb = 0;
-		while (nb < limit && nb < want - freed && scanned < 2 * n) {
-			uint32_t p = d->hand;
+		while (nb < limit && nb < want - freed && picked < 2 * n) {
+			uint32_t p = kvd_policy_pick(&d->pol);
 
-			d->hand = (d->hand + 1) % n;
-			scanned++;
+			if (p == KVD_POLICY_NONE) {
+				dry = true;
+				break;
+			}
+			picked++;
 			if (atomic_load_explicit(&pages[p].state, memory_order_relaxed) !=
-			    KVSHM_PAGE_READY)
-				continue;
-			if (pages[p].ref) {
-				pages[p].ref = 0;
+			    KVSHM_PAGE_READY) {
+				/* Not a cached block (cannot happen: every path
+				 * out of READY tells the policy); forget it. */
+				kvd_policy_remove(&d->pol, p);
 				continue;
 			}
 			/* A tier still copying it (a remote put) lets it be. */
-			if (kvd_tiers_busy(d, p))
+			if (kvd_tiers_busy(d, p) || !kvshm_page_evict_mark(d->h, p)) {
+				kvd_policy_keep(&d->pol, p);
 				continue;
-			if (kvshm_page_evict_mark(d->h, p))
-				batch[nb++] = p;
+			}
+			batch[nb++] = p;
 		}
 		if (!nb)
 			break;
@@ -94,6 +121,7 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 		for (i = 0; i < nb; i++) {
 			if (atomic_load_explicit(&pages[batch[i]].state, memory_order_relaxed) ==
 			    KVSHM_PAGE_EVICTING) {
+				kvd_policy_remove(&d->pol, batch[i]);
 				/* To the spill tier (free when its write is
 				 * done), or plainly. */
 				if (!kvd_tiers_evicted(d, batch[i])) {
@@ -102,6 +130,7 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 				}
 				freed++;
 			} else {
+				kvd_policy_keep(&d->pol, batch[i]);
 				backed++;
 			}
 		}
@@ -146,37 +175,39 @@ uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id)
 
 		if (__atomic_load_n(&pages[i].ns_id, __ATOMIC_RELAXED) != ns_id)
 			continue;
-		if (st == KVSHM_PAGE_EVICTING)
+		if (st == KVSHM_PAGE_EVICTING) {
+			kvd_policy_remove(&d->pol, i);
 			kvshm_page_evict_finish(d->h, i);
-		else if (st != KVSHM_PAGE_FREE)
+		} else if (st != KVSHM_PAGE_FREE)
 			left++;
 	}
 	kvd_events_ns_cleared(d, ns_id);
 	return left;
 }
 
+void kvd_evict_drain(struct kvd *d, struct kvd_client *c)
+{
+	uint64_t head, k;
+
+	if (!kvd_live(c))
+		return;
+	/* Client-written: any head, any page number. At most the last
+	 * KVSHM_RING entries are read; a page out of range or holding no
+	 * block is ignored by the policy. */
+	head = atomic_load_explicit(&c->l->ring_head, memory_order_acquire);
+	k = head - c->ring_seen > KVSHM_RING ? head - KVSHM_RING : c->ring_seen;
+	for (; k < head; k++)
+		kvd_policy_touch(&d->pol, atomic_load_explicit(&c->l->ring[k & (KVSHM_RING - 1)],
+							       memory_order_relaxed));
+	c->ring_seen = head;
+}
+
 static void drain_rings(struct kvd *d)
 {
-	struct kvshm_page *pages = kvshm_pages(d->h);
 	uint32_t i;
 
-	for (i = 0; i < d->cfg.max_clients; i++) {
-		struct kvd_client *c = &d->clients[i];
-		uint64_t head, k;
-
-		if (!kvd_live(c))
-			continue;
-		head = atomic_load_explicit(&c->l->ring_head, memory_order_acquire);
-		k = head - c->ring_seen > KVSHM_RING ? head - KVSHM_RING : c->ring_seen;
-		for (; k < head; k++) {
-			uint32_t p = atomic_load_explicit(&c->l->ring[k & (KVSHM_RING - 1)],
-							  memory_order_relaxed);
-
-			if (p < d->h->geo.n_pages)
-				pages[p].ref = 1;
-		}
-		c->ring_seen = head;
-	}
+	for (i = 0; i < d->cfg.max_clients; i++)
+		kvd_evict_drain(d, &d->clients[i]);
 }
 
 /*
@@ -221,6 +252,7 @@ static void on_holes(uint32_t first, uint32_t n, void *arg)
 			scan_ledgers(d);
 			if (atomic_load_explicit(&pages[p].state, memory_order_relaxed) ==
 			    KVSHM_PAGE_EVICTING) {
+				kvd_policy_remove(&d->pol, p);
 				kvshm_page_evict_finish(d->h, p);
 				d->damaged[p] = 0;
 			}

@@ -24,6 +24,7 @@
 #include "../shm/segment.h"
 #include "config.h"
 #include "memfd.h"
+#include "policy.h"
 #include "pool.h"
 #include "tier.h"
 
@@ -85,7 +86,7 @@ struct kvd {
 	uint8_t *mark;			/* n_pages scratch for message checks */
 	uint8_t *damaged;		/* n_pages: punched out by a client (evict.c),
 					 * NULL until the first hole */
-	uint32_t hand;			/* CLOCK hand */
+	struct kvd_policy pol;		/* pool pages' eviction order (policy.h) */
 	uint32_t low_pages, high_pages;
 
 	uint64_t ticks;
@@ -274,6 +275,15 @@ uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id);
 /* Drain access rings, drop punched-out pages, then evict down to the
  * watermarks. */
 void kvd_evict_tick(struct kvd *d);
+/* Feed c's access ring to the policy, in the order c wrote it (before
+ * its ALLOC evicts and its PUBLISH inserts, so its hits of this request
+ * count before its new blocks). Bounded by KVSHM_RING. */
+void kvd_evict_drain(struct kvd *d, struct kvd_client *c);
+/* Page just became READY (published, restored, fetched): it enters the
+ * eviction order, under its parent's page when the pool holds that. */
+void kvd_evict_insert(struct kvd *d, uint32_t page);
+/* Page left the pool (freed, spilled): it leaves the eviction order. */
+void kvd_evict_gone(struct kvd *d, uint32_t page);
 
 /* nsstat.c: per-namespace statistics, and resetting all the counters. */
 /* On the tick: fold the live clients' new ledger counts into their

@@ -69,6 +69,10 @@ static int segment_open(struct kvd *d)
 		kvd_err("out of memory");
 		return -1;
 	}
+	if (kvd_policy_open(&d->pol, d->cfg.eviction, geo.n_pages)) {
+		kvd_err("out of memory");
+		return -1;
+	}
 	d->low_pages = (uint32_t)((uint64_t)geo.n_pages * d->cfg.low_watermark / 100);
 	d->high_pages = (uint32_t)((uint64_t)geo.n_pages * d->cfg.high_watermark / 100);
 	return 0;
@@ -200,6 +204,7 @@ out:
 	kvd_tiers_close(&d);
 	kvd_pool_close(&d.pool);
 	kvd_memfd_close(&d.seg);
+	kvd_policy_close(&d.pol);
 	free(d.mark);
 	free(d.damaged);
 	free(d.clients);

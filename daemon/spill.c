@@ -58,7 +58,6 @@ enum { OP_FREE, OP_WRITE, OP_READ };
 
 struct sslot {
 	uint8_t state;		/* enum kvshm_slot_state */
-	uint8_t ref;		/* CLOCK bit: restored since the hand passed */
 	uint32_t page;		/* BUSY: the page; BACKING: the page it backs */
 	uint32_t pgen;		/* BACKING: that page's gen */
 	uint64_t seq;		/* write order, from the header */
@@ -82,7 +81,7 @@ struct kvd_spill {
 	uint64_t hdr_bytes, page_bytes, slot_bytes;
 	struct sslot *s;
 	uint32_t *freel, nfree;
-	uint32_t hand;
+	struct kvd_policy pol;	/* which slot is recycled first (policy.h) */
 	uint32_t *page_op;	/* page -> op + 1 while its write is in flight */
 	uint32_t *backing;	/* page -> slot + 1 of its clean copy */
 	struct kvd_sio *io;
@@ -162,6 +161,16 @@ static void shared_set(struct kvd *d, uint32_t slot, uint32_t state,
 	}
 	atomic_store_explicit(&e->state, state, memory_order_release);
 	d->spill->s[slot].state = (uint8_t)state;
+	if (key) {
+		/* A new block in the tier: under its parent's slot, if the
+		 * tier holds that. */
+		uint32_t loc = kvshm_index_find(d->h, *parent), ps = loc & ~KVSHM_LOC_SLOT;
+
+		if (!kvshm_loc_is_slot(loc) || ps >= d->spill->n ||
+		    d->spill->s[ps].state == KVSHM_SLOT_FREE)
+			ps = KVD_POLICY_NONE;
+		kvd_policy_insert(&d->spill->pol, slot, ps, key->lo ^ key->hi ^ ns_id);
+	}
 }
 
 static void slot_free(struct kvd *d, uint32_t slot)
@@ -173,7 +182,7 @@ static void slot_free(struct kvd *d, uint32_t slot)
 	atomic_store_explicit(&e->gen, atomic_load_explicit(&e->gen, memory_order_relaxed) + 1,
 			      memory_order_release);
 	sp->s[slot].state = KVSHM_SLOT_FREE;
-	sp->s[slot].ref = 0;
+	kvd_policy_remove(&sp->pol, slot);
 	sp->freel[sp->nfree++] = slot;
 }
 
@@ -207,7 +216,8 @@ static void backing_drop(struct kvd *d, uint32_t slot)
 	slot_free(d, slot);
 }
 
-/* A free slot: the free list, else the coldest by CLOCK. */
+/* A free slot: the free list, else the one the eviction policy gives up
+ * first (the pool's policy, over the slots). */
 static uint32_t slot_get(struct kvd *d)
 {
 	struct kvd_spill *sp = d->spill;
@@ -216,19 +226,23 @@ static uint32_t slot_get(struct kvd *d)
 	if (sp->nfree)
 		return sp->freel[--sp->nfree];
 	for (i = 0; i < 2 * sp->n; i++) {
-		uint32_t k = sp->hand;
-		struct sslot *s = &sp->s[k];
+		uint32_t k = kvd_policy_pick(&sp->pol);
+		struct sslot *s;
 
-		sp->hand = (sp->hand + 1) % sp->n;
-		if (s->state == KVSHM_SLOT_BUSY || s->state == KVSHM_SLOT_FREE)
+		if (k == KVD_POLICY_NONE)
+			break;
+		s = &sp->s[k];
+		if (s->state == KVSHM_SLOT_BUSY) {
+			kvd_policy_keep(&sp->pol, k);	/* being read */
 			continue;
+		}
+		if (s->state == KVSHM_SLOT_FREE) {
+			kvd_policy_remove(&sp->pol, k);
+			continue;
+		}
 		if (s->state == KVSHM_SLOT_BACKING && !backing_live(d, k)) {
 			backing_drop(d, k);
 			return sp->freel[--sp->nfree];
-		}
-		if (s->ref) {
-			s->ref = 0;
-			continue;
 		}
 		if (s->state == KVSHM_SLOT_SPILLED) {
 			kvd_events_slot_gone(d, k);
@@ -448,8 +462,9 @@ static void read_done(struct kvd *d, uint32_t idx)
 		shared_set(d, o->slot, KVSHM_SLOT_BACKING, NULL, NULL, 0);
 		s->page = o->page;
 		s->pgen = o->gen;
-		s->ref = 1;
+		kvd_policy_touch(&sp->pol, o->slot);
 		sp->backing[o->page] = o->slot + 1;
+		kvd_evict_insert(d, o->page);
 		kvd_events_restored(d, o->page, o->slot);
 		kvd_stat_add(&st_of(d)->pages_spilled, -1);
 		kvd_stat_add(&st_of(d)->restores, 1);
@@ -982,6 +997,7 @@ int kvd_spill_open(struct kvd *d)
 	sp->page_op = calloc(pages, sizeof(uint32_t));
 	sp->backing = calloc(pages, sizeof(uint32_t));
 	if (!sp->fds || !sp->s || !sp->freel || !sp->page_op || !sp->backing ||
+	    kvd_policy_open(&sp->pol, d->cfg.eviction, sp->n) ||
 	    posix_memalign((void **)&sp->staging, KVD_SPILL_ALIGN, OPS * sp->hdr_bytes))
 		goto nomem;
 	for (i = 0; i < OPS; i++)
@@ -1081,6 +1097,7 @@ void kvd_spill_close(struct kvd *d)
 	free(sp->fds);
 	free(sp->s);
 	free(sp->freel);
+	kvd_policy_close(&sp->pol);
 	free(sp->page_op);
 	free(sp->backing);
 	free(sp->staging);

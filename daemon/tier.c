@@ -278,7 +278,7 @@ int kvd_tiers_restore(struct kvd *d, struct kvd_client *c, uint16_t type, uint32
 			    kvshm_key_eq(pg->key, f[i].key)) {
 				rq->status[i] = 0;
 				/* In the run: spare it from the eviction below. */
-				kvshm_pages(d->h)[loc].ref = 1;
+				kvd_policy_touch(&d->pol, loc);
 			}
 			continue;
 		}

@@ -161,13 +161,17 @@ size_t kvci_pin_run(struct kvc_req *r, size_t from, bool *missed)
 			atomic_fetch_add_explicit(&l->pin_failures, 1, memory_order_relaxed);
 			break;
 		}
-		kvshm_ledger_touch(l, page);
 		r->page[i] = page;
 		r->gen[i] = gen;
 		r->state[i] = KVC_B_PINNED;
 		KVC_TSAN_ACQUIRE(c->pool + (uint64_t)page * c->slot_bytes);
 		parent = r->keys[i];
 	}
+	/* The run's uses, deepest block first: the daemon's policy then
+	 * holds a request's tail as older than its head, and evicts the
+	 * tail first (a block is only reachable through its parents). */
+	for (k = i; k-- > from;)
+		kvshm_ledger_touch(l, r->page[k]);
 	/* Slots past the hit prefix go back (when got < n, the pin quota
 	 * ended the prefix and the rest is a miss). */
 	if (from + got > i)

@@ -29,7 +29,7 @@
 #include "segment.h"
 
 #define KVSHM_LEDGER_MAGIC 0x5245474445444c4bull	/* "KLDEDGER" */
-#define KVSHM_RING 256			/* access ring entries, power of 2 */
+#define KVSHM_RING 1024			/* access ring entries, power of 2 */
 #define KVSHM_HIT_RING 64		/* hit ring entries, power of 2 */
 
 /*
@@ -57,10 +57,14 @@ struct kvshm_ledger {
 	_Atomic uint64_t hit_tokens;	/* of those, served from cache */
 
 	/*
-	 * Lossy access ring: the client stores page indices at ring[head %
-	 * KVSHM_RING] (relaxed) and then bumps head (release); the daemon
-	 * reads head (acquire) and the last KVSHM_RING entries. Overwritten
-	 * entries are lost, which only makes the CLOCK less precise.
+	 * Access ring: the client stores page indices at ring[head %
+	 * KVSHM_RING] (relaxed) and then bumps head (release), a hit run
+	 * deepest block first; the daemon reads head (acquire) and the last
+	 * KVSHM_RING entries, in order, into its eviction policy, every
+	 * tick and before each ALLOC or PUBLISH of the client. Overwritten
+	 * entries (more than KVSHM_RING hits between two drains) are lost,
+	 * which only makes the policy's order less precise. Any value is
+	 * untrusted: the daemon ignores pages out of range or not cached.
 	 */
 	_Atomic uint64_t ring_head;
 	uint8_t pad2[KVSHM_CACHELINE - 8];

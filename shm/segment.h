@@ -26,8 +26,9 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 9u	/* 8: remote tier counters; 9: single flight (page
-				 * flight, row flight, wait stats) */
+#define KVSHM_VERSION 10u	/* 8: remote tier counters; 9: single flight (page
+				 * flight, row flight, wait stats); 10: ledger
+				 * access ring of 1024, written deepest first */
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -419,8 +420,9 @@ static inline int kvshm_loc_is_slot(uint32_t loc)
  *   the READY store publishes them.
  * owner: the client id holding a WRITING page; the daemon's own bookkeeping,
  *   shown to kvstat.
- * ref: CLOCK reference count, daemon-only (clients report accesses through
- *   their ledger's access ring).
+ * ref: daemon-only, unused by eviction since its order lives in the
+ *   daemon (daemon/policy.h; clients report accesses through their
+ *   ledger's access ring); kept so the layout of the entry stays.
  * flight: 1 while the page is WRITING and *announced*: its owner said which
  *   block it will publish there (ALLOC_KEYS), key and parent hold that
  *   block's identity and the index names the page under that key, so that

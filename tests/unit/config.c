@@ -23,6 +23,7 @@
 
 #include "../../daemon/config.h"
 #include "../../daemon/log.h"
+#include "../../daemon/policy.h"
 
 #define SOCK "/tmp/kvt-unit-config.sock"
 
@@ -259,6 +260,12 @@ static void test_set_good(void **state)
 	assert_int_equal(cfg.low_watermark, 90);
 	GOOD("high-watermark", "95");
 	assert_int_equal(cfg.high_watermark, 95);
+	GOOD("eviction", "s3fifo");
+	assert_int_equal(cfg.eviction, KVD_EVICTION_S3FIFO);
+	GOOD("eviction", "clock");
+	assert_int_equal(cfg.eviction, KVD_EVICTION_CLOCK);
+	GOOD("eviction", "lru");
+	assert_int_equal(cfg.eviction, KVD_EVICTION_LRU);
 	GOOD("tick-ms", "10000");
 	assert_int_equal(cfg.tick_ms, 10000);
 	GOOD("socket-mode", "0600");
@@ -357,6 +364,9 @@ static void test_set_bad(void **state)
 		{ "low-watermark", "91" },
 		{ "high-watermark", "96" },
 		{ "high-watermark", "ten" },
+		{ "eviction", "LRU" },
+		{ "eviction", "" },
+		{ "eviction", "arc" },
 		{ "tick-ms", "0" },
 		{ "tick-ms", "10001" },
 		{ "socket-mode", "0999" },
