@@ -263,20 +263,15 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 					pub.parent, tokens, &res[i].page, &res[i].gen);
 		kvd_events_published(d, pub.page, st);
 		res[i].status = st;
-		if (st == KVSHM_PUBLISHED)
+		if (st == KVSHM_PUBLISHED) {
+			/* Into the eviction order (behind its parent, the
+			 * block before it: policy.h). */
+			kvd_evict_insert(d, pub.page);
 			kvd_tiers_published(d, pub.page);
+		}
 		/* Published, shared or refused: the page is no longer ours. */
 		c->writing--;
 		collisions += st == -EEXIST;
-	}
-	/* Into the eviction order tail first: of a request's new blocks the
-	 * last is the oldest, so it goes before its parents. */
-	for (i = cnt.n; i--;) {
-		struct kvproto_pub pub;
-
-		memcpy(&pub, rec + i * stride, sizeof(pub));
-		if (res[i].status == KVSHM_PUBLISHED)
-			kvd_evict_insert(d, pub.page);
 	}
 	kvd_flight_wake(d);
 	if (collisions)	/* one line per message, not per block */

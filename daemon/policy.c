@@ -88,9 +88,10 @@ static void order_del(struct kvd_policy *p, uint32_t id)
 {
 	struct kvd_pnode *nd = &p->node[id];
 
+	if (!nd->list)
+		return;	/* picked or parked: `from` says where it was */
 	nd->from = nd->list;
-	if (nd->list)
-		p->ops->del(p, id);
+	p->ops->del(p, id);
 	nd->list = 0;
 }
 
@@ -109,8 +110,13 @@ void kvd_policy_insert(struct kvd_policy *p, uint32_t id, uint32_t parent, uint6
 	p->held++;
 	/* Edges only go from a newer block to one held before it, so the
 	 * tree has no cycle whatever the parent keys claim. */
-	if (p->ops->prefix && parent < p->n && parent != id && p->node[parent].held)
+	if (p->ops->prefix && parent < p->n && parent != id && p->node[parent].held) {
 		kvd_plist_after(p->tree, p->n + parent, id);
+		if (p->node[parent].list) {
+			p->ops->add_behind(p, id, parent);
+			return;
+		}
+	}
 	p->ops->add(p, id, false, false);
 }
 

@@ -23,9 +23,9 @@
  *   lru     prefix-aware LRU: leaves in least-recently-used order; a block
  *           with children in the pool waits until its children are gone;
  *           stranded children (their parent left) go first. Clients touch
- *           a hit run deepest block first and cache.c inserts a publish
- *           tail first, so a request's tail is older than its head: the
- *           tail goes first, as vLLM's free queue does.
+ *           a hit run deepest block first and a new block enters just
+ *           colder than its parent, so a request's tail is older than its
+ *           head: the tail goes first, as vLLM's free queue does.
  *   s3fifo  S3-FIFO (small FIFO 10%, main FIFO 90%, ghost of recent
  *           evictions from small; two-bit frequency): blocks seen once
  *           leave from the small queue, so a scan of one-off documents
@@ -88,6 +88,9 @@ struct kvd_policy_ops {
 	 * last child left while it was parked (cold true: it is the coldest
 	 * of its chain). */
 	void (*add)(struct kvd_policy *p, uint32_t id, bool used, bool cold);
+	/* A new id enters just colder than `behind` (on the order): its
+	 * parent. */
+	void (*add_behind)(struct kvd_policy *p, uint32_t id, uint32_t behind);
 	/* id (on the order) was used. */
 	void (*touch)(struct kvd_policy *p, uint32_t id);
 	/* id leaves the order (taken, parked or gone). */
@@ -125,7 +128,10 @@ const char *kvd_eviction_name(int e);
 int kvd_policy_open(struct kvd_policy *p, int e, uint32_t n);
 void kvd_policy_close(struct kvd_policy *p);
 /* id holds a block now; parent: the id of its parent block, or NONE. fp:
- * a fingerprint of the block (its key), for policies with a history. */
+ * a fingerprint of the block (its key), for policies with a history.
+ * With a prefix policy a block whose parent is held enters just colder
+ * than its parent: a request's new blocks arrive parent first (and the
+ * parent was just used) but must leave child first. */
 void kvd_policy_insert(struct kvd_policy *p, uint32_t id, uint32_t parent, uint64_t fp);
 /* id's block was used (untrusted id: ignored unless held). */
 void kvd_policy_touch(struct kvd_policy *p, uint32_t id);

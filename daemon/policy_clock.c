@@ -24,6 +24,13 @@ static void clock_add(struct kvd_policy *p, uint32_t id, bool used, bool cold)
 	p->node[id].freq = used;
 }
 
+static void clock_add_behind(struct kvd_policy *p, uint32_t id, uint32_t behind)
+{
+	kvd_plist_after(p->ord, behind, id);
+	p->node[id].list = RING;
+	p->node[id].freq = 0;
+}
+
 static void clock_touch(struct kvd_policy *p, uint32_t id)
 {
 	p->node[id].freq = 1;
@@ -52,6 +59,7 @@ const struct kvd_policy_ops kvd_policy_clock = {
 	.name = "clock",
 	.prefix = false,
 	.add = clock_add,
+	.add_behind = clock_add_behind,
 	.touch = clock_touch,
 	.del = clock_del,
 	.next = clock_next,

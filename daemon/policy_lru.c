@@ -24,6 +24,12 @@ static void lru_add(struct kvd_policy *p, uint32_t id, bool used, bool cold)
 	p->node[id].list = LRU;
 }
 
+static void lru_add_behind(struct kvd_policy *p, uint32_t id, uint32_t behind)
+{
+	kvd_plist_after(p->ord, behind, id);
+	p->node[id].list = LRU;
+}
+
 static void lru_touch(struct kvd_policy *p, uint32_t id)
 {
 	kvd_plist_unlink(p->ord, id);
@@ -47,6 +53,7 @@ const struct kvd_policy_ops kvd_policy_lru = {
 	.name = "lru",
 	.prefix = true,
 	.add = lru_add,
+	.add_behind = lru_add_behind,
 	.touch = lru_touch,
 	.del = lru_del,
 	.next = lru_next,

@@ -128,6 +128,23 @@ static void s3_add(struct kvd_policy *p, uint32_t id, bool used, bool cold)
 		put(p, id, ghost_has(s3_of(p), nd->fp) ? MAIN : SMALL, false);
 }
 
+static void s3_add_behind(struct kvd_policy *p, uint32_t id, uint32_t behind)
+{
+	struct s3 *s = s3_of(p);
+	uint8_t list = ghost_has(s, p->node[id].fp) ? MAIN : SMALL;
+
+	if (p->node[behind].list != list) {
+		put(p, id, list, false);
+		return;
+	}
+	kvd_plist_after(p->ord, behind, id);
+	p->node[id].list = list;
+	if (list == SMALL)
+		s->n_small++;
+	else
+		s->n_main++;
+}
+
 static void s3_touch(struct kvd_policy *p, uint32_t id)
 {
 	if (p->node[id].freq < FREQ_MAX)
@@ -186,6 +203,7 @@ const struct kvd_policy_ops kvd_policy_s3fifo = {
 	.init = s3_init,
 	.fini = s3_fini,
 	.add = s3_add,
+	.add_behind = s3_add_behind,
 	.touch = s3_touch,
 	.del = s3_del,
 	.next = s3_next,
