@@ -95,23 +95,47 @@ static void order_del(struct kvd_policy *p, uint32_t id)
 	nd->list = 0;
 }
 
+/*
+ * Take id out of its parent's children (or the orphans). A parked parent
+ * left without children is a leaf again, and the coldest of its chain:
+ * back at the cold end.
+ */
+static void tree_detach(struct kvd_policy *p, uint32_t id)
+{
+	uint32_t pr = p->tree[id].prev, n = p->n;
+
+	if (pr == id)
+		return;
+	kvd_plist_unlink(p->tree, id);
+	if (pr >= n && pr < 2 * n && kvd_plist_empty(p->tree, pr) && p->node[pr - n].parked) {
+		p->node[pr - n].parked = 0;
+		p->ops->add(p, pr - n, false, true);
+	}
+}
+
 void kvd_policy_insert(struct kvd_policy *p, uint32_t id, uint32_t parent, uint64_t fp)
 {
 	struct kvd_pnode *nd;
+	uint32_t gen;
 
 	if (id >= p->n)
 		return;
 	if (p->node[id].held)
 		kvd_policy_remove(p, id);
 	nd = &p->node[id];
+	gen = nd->gen + 1;
 	memset(nd, 0, sizeof(*nd));
 	nd->held = 1;
 	nd->fp = fp;
+	nd->gen = gen;
+	nd->up = KVD_POLICY_NONE;
 	p->held++;
 	/* Edges only go from a newer block to one held before it, so the
 	 * tree has no cycle whatever the parent keys claim. */
 	if (p->ops->prefix && parent < p->n && parent != id && p->node[parent].held) {
 		kvd_plist_after(p->tree, p->n + parent, id);
+		nd->up = parent;
+		nd->up_gen = p->node[parent].gen;
 		if (p->node[parent].list) {
 			p->ops->add_behind(p, id, parent);
 			return;
@@ -146,6 +170,7 @@ uint32_t kvd_policy_pick(struct kvd_policy *p)
 	while (p->ops->prefix && !kvd_plist_empty(p->tree, orph)) {
 		id = kvd_plist_head(p->tree, orph);
 		kvd_plist_unlink(p->tree, id);
+		p->node[id].up = KVD_POLICY_NONE;	/* stranded for good */
 		if (p->node[id].list || p->node[id].parked) {
 			order_del(p, id);
 			p->node[id].parked = 0;
@@ -158,8 +183,15 @@ uint32_t kvd_policy_pick(struct kvd_policy *p)
 		if (id == KVD_POLICY_NONE)
 			return KVD_POLICY_NONE;
 		order_del(p, id);
-		if (!p->ops->prefix || !has_children(p, id))
+		if (!p->ops->prefix)
 			return id;
+		if (!has_children(p, id)) {
+			/* A candidate is no child any more: its parent, next in
+			 * line, may be picked in the same batch. keep() puts it
+			 * back under its parent. */
+			tree_detach(p, id);
+			return id;
+		}
 		/* A parent whose children are still cached: it comes back at
 		 * the cold end when the last of them leaves, or when used. */
 		p->node[id].parked = 1;
@@ -170,15 +202,26 @@ uint32_t kvd_policy_pick(struct kvd_policy *p)
 
 void kvd_policy_keep(struct kvd_policy *p, uint32_t id)
 {
+	struct kvd_pnode *nd;
+
 	if (id >= p->n || !p->node[id].held || p->node[id].list || p->node[id].parked)
 		return;
+	nd = &p->node[id];
+	/* Back under its parent if that is the same block still; a parent
+	 * that went meanwhile leaves it a root (stranded, but pinned). */
+	if (nd->up < p->n && p->node[nd->up].held && p->node[nd->up].gen == nd->up_gen) {
+		if (p->tree[id].prev == id)
+			kvd_plist_after(p->tree, p->n + nd->up, id);
+	} else {
+		nd->up = KVD_POLICY_NONE;
+	}
 	p->ops->add(p, id, true, false);
 }
 
 void kvd_policy_remove(struct kvd_policy *p, uint32_t id)
 {
 	struct kvd_pnode *nd;
-	uint32_t pr, n = p->n;
+	uint32_t n = p->n;
 
 	if (id >= n || !p->node[id].held)
 		return;
@@ -186,14 +229,7 @@ void kvd_policy_remove(struct kvd_policy *p, uint32_t id)
 	order_del(p, id);
 	if (p->ops->gone)
 		p->ops->gone(p, id, nd->from);
-	/* Out of its parent's children (or the orphans): a parent left
-	 * without children becomes a leaf, the coldest of its chain. */
-	pr = p->tree[id].prev;
-	kvd_plist_unlink(p->tree, id);
-	if (pr >= n && pr < 2 * n && kvd_plist_empty(p->tree, pr) && p->node[pr - n].parked) {
-		p->node[pr - n].parked = 0;
-		p->ops->add(p, pr - n, false, true);
-	}
+	tree_detach(p, id);
 	/* Its children are stranded: splice them onto the orphans, O(1). */
 	if (has_children(p, id)) {
 		struct kvd_plink *t = p->tree;

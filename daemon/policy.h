@@ -67,12 +67,13 @@ struct kvd_plink {
 /* Per id. */
 struct kvd_pnode {
 	uint64_t fp;		/* block fingerprint (s3fifo's ghost) */
+	uint32_t gen;		/* bumped by every insert of the id */
+	uint32_t up, up_gen;	/* prefix: parent id and its gen, or NONE */
 	uint8_t held;		/* holds a block */
 	uint8_t list;		/* order list it is on (policy's), 0: none */
 	uint8_t from;		/* the list it was picked from */
 	uint8_t freq;		/* policy's use count */
 	uint8_t parked;		/* prefix: off the order until a leaf again */
-	uint8_t orphan;		/* on the orphan list */
 };
 
 struct kvd_policy;

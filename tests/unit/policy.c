@@ -135,6 +135,31 @@ static void test_lru_behind_parent(void **state)
 	assert_int_equal(evict(), 6);
 }
 
+/* The evictor takes a batch of candidates before it removes any: a
+ * candidate's parent is next in line, not held back by it; one that is
+ * kept (pinned) goes back under its parent. */
+static void test_lru_batch(void **state)
+{
+	(void)state;
+	open_policy(KVD_EVICTION_LRU, 16);
+	publish_chain(0, 4, NONE);	/* 0 <- 1 <- 2 <- 3, oldest */
+	publish_chain(4, 2, NONE);	/* 4 <- 5 */
+	assert_int_equal(kvd_policy_pick(&P), 3);
+	assert_int_equal(kvd_policy_pick(&P), 2);
+	assert_int_equal(kvd_policy_pick(&P), 1);
+	/* 3 goes; 2 and 1 were pinned: back, under their parents. */
+	kvd_policy_remove(&P, 3);
+	kvd_policy_keep(&P, 1);
+	kvd_policy_keep(&P, 2);
+	/* Now newest: 2 (kept last), then 1; 1's parent 0 is the coldest
+	 * but has a child again, so 5 and 4 go first. */
+	assert_int_equal(evict(), 5);
+	assert_int_equal(evict(), 4);
+	assert_int_equal(evict(), 2);
+	assert_int_equal(evict(), 1);
+	assert_int_equal(evict(), 0);
+}
+
 /* A parent older than its children (they were used without it: a lost
  * ring entry) waits for them, then is the coldest. */
 static void test_lru_children_first(void **state)
@@ -366,6 +391,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_lru_tail_first, teardown),
 		cmocka_unit_test_teardown(test_lru_behind_parent, teardown),
 		cmocka_unit_test_teardown(test_lru_children_first, teardown),
+		cmocka_unit_test_teardown(test_lru_batch, teardown),
 		cmocka_unit_test_teardown(test_lru_stranded, teardown),
 		cmocka_unit_test_teardown(test_lru_keep, teardown),
 		cmocka_unit_test_teardown(test_untrusted_touch, teardown),
