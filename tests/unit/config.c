@@ -22,8 +22,8 @@
 #include <unistd.h>
 
 #include "../../daemon/config.h"
-#include "../../daemon/log.h"
-#include "../../daemon/policy.h"
+#include "../../daemon/util/log.h"
+#include "../../daemon/policy/policy.h"
 
 #define SOCK "/tmp/kvt-unit-config.sock"
 

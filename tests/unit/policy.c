@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../daemon/policy.h"
+#include "../../daemon/policy/policy.h"
 
 #define NONE KVD_POLICY_NONE
 

@@ -1,0 +1,211 @@
+// SPDX-License-Identifier: MIT
+/*
+ * s3fifo.c - S3-FIFO (policy.h; Yang et al., SOSP 2023): a small
+ * FIFO of about a tenth of the blocks, a main FIFO of the rest and a
+ * ghost history of blocks recently evicted from the small queue.
+ *
+ *   new block          ghost remembers it ? main : small
+ *   use                freq = min(freq + 1, 3)
+ *   small's cold end   freq ? to main (freq 0) : evict, remember in ghost
+ *   main's cold end    freq ? freq - 1, to main's head : evict
+ *
+ * A block used once (a one-off document) leaves from the small queue and
+ * never displaces the main queue's hot set. The ghost is a FIFO of the
+ * last n fingerprints with a counting table for membership (a false
+ * positive only sends a new block to main). Steps (second chances) are
+ * paid for by earlier uses; policy.c caps them per pick.
+ */
+#include "policy.h"
+
+#include <stdlib.h>
+
+#define SMALL 1
+#define MAIN 2
+#define FREQ_MAX 3
+
+struct s3 {
+	uint32_t n_small, n_main;
+	/* ghost: fingerprints in FIFO order, and counts by hash */
+	uint64_t *ring;
+	uint32_t ring_cap, ring_n, ring_head;
+	uint16_t *cnt;
+	uint32_t cnt_mask;
+};
+
+static inline struct s3 *s3_of(struct kvd_policy *p)
+{
+	return p->priv;
+}
+
+static uint32_t fp_slot(const struct s3 *s, uint64_t fp)
+{
+	fp ^= fp >> 29;
+	fp *= 0xbf58476d1ce4e5b9ull;
+	fp ^= fp >> 32;
+	return (uint32_t)fp & s->cnt_mask;
+}
+
+static int s3_init(struct kvd_policy *p)
+{
+	struct s3 *s = calloc(1, sizeof(*s));
+	uint32_t m = 16;
+
+	if (!s)
+		return -1;
+	s->ring_cap = p->n ? p->n : 1;
+	while (m < 4 * (uint64_t)s->ring_cap && m < (1u << 31))
+		m <<= 1;
+	s->cnt_mask = m - 1;
+	s->ring = malloc(s->ring_cap * sizeof(*s->ring));
+	s->cnt = calloc(m, sizeof(*s->cnt));
+	if (!s->ring || !s->cnt) {
+		free(s->ring);
+		free(s->cnt);
+		free(s);
+		return -1;
+	}
+	p->priv = s;
+	return 0;
+}
+
+static void s3_fini(struct kvd_policy *p)
+{
+	struct s3 *s = s3_of(p);
+
+	free(s->ring);
+	free(s->cnt);
+	free(s);
+	p->priv = NULL;
+}
+
+static bool ghost_has(const struct s3 *s, uint64_t fp)
+{
+	return s->cnt[fp_slot(s, fp)] != 0;
+}
+
+static void ghost_add(struct s3 *s, uint64_t fp)
+{
+	uint32_t k;
+
+	if (s->ring_n == s->ring_cap) {
+		k = fp_slot(s, s->ring[s->ring_head]);
+		if (s->cnt[k] && s->cnt[k] != UINT16_MAX)
+			s->cnt[k]--;
+		s->ring_head = (s->ring_head + 1) % s->ring_cap;
+		s->ring_n--;
+	}
+	s->ring[(s->ring_head + s->ring_n++) % s->ring_cap] = fp;
+	k = fp_slot(s, fp);
+	if (s->cnt[k] != UINT16_MAX)
+		s->cnt[k]++;
+}
+
+static void put(struct kvd_policy *p, uint32_t id, uint8_t list, bool cold)
+{
+	uint32_t sn = p->n + list;
+	struct s3 *s = s3_of(p);
+
+	if (cold)
+		kvd_plist_after(p->ord, kvd_plist_tail(p->ord, sn), id);
+	else
+		kvd_plist_after(p->ord, sn, id);
+	p->node[id].list = list;
+	if (list == SMALL)
+		s->n_small++;
+	else
+		s->n_main++;
+}
+
+static void s3_add(struct kvd_policy *p, uint32_t id, bool used, bool cold)
+{
+	struct kvd_pnode *nd = &p->node[id];
+
+	if (cold)	/* a parent whose children left: where it was */
+		put(p, id, nd->from == SMALL ? SMALL : MAIN, true);
+	else if (used)	/* pinned or used while parked: in use, keep it */
+		put(p, id, MAIN, false);
+	else
+		put(p, id, ghost_has(s3_of(p), nd->fp) ? MAIN : SMALL, false);
+}
+
+static void s3_add_behind(struct kvd_policy *p, uint32_t id, uint32_t behind)
+{
+	struct s3 *s = s3_of(p);
+	uint8_t list = ghost_has(s, p->node[id].fp) ? MAIN : SMALL;
+
+	if (p->node[behind].list != list) {
+		put(p, id, list, false);
+		return;
+	}
+	kvd_plist_after(p->ord, behind, id);
+	p->node[id].list = list;
+	if (list == SMALL)
+		s->n_small++;
+	else
+		s->n_main++;
+}
+
+static void s3_touch(struct kvd_policy *p, uint32_t id)
+{
+	if (p->node[id].freq < FREQ_MAX)
+		p->node[id].freq++;
+}
+
+static void s3_del(struct kvd_policy *p, uint32_t id)
+{
+	struct s3 *s = s3_of(p);
+
+	if (p->node[id].list == SMALL)
+		s->n_small--;
+	else
+		s->n_main--;
+	kvd_plist_unlink(p->ord, id);
+}
+
+static uint32_t s3_next(struct kvd_policy *p, uint32_t *steps)
+{
+	struct s3 *s = s3_of(p);
+	uint32_t t;
+
+	for (;;) {
+		uint32_t target = (s->n_small + s->n_main) / 10;
+
+		if (s->n_small && (s->n_small > target || !s->n_main)) {
+			t = kvd_plist_tail(p->ord, p->n + SMALL);
+			if (!p->node[t].freq || ++*steps > KVD_POLICY_STEPS)
+				return t;
+			/* Used while in small: it earns main. */
+			s3_del(p, t);
+			p->node[t].freq = 0;
+			put(p, t, MAIN, false);
+			continue;
+		}
+		if (!s->n_main)
+			return KVD_POLICY_NONE;
+		t = kvd_plist_tail(p->ord, p->n + MAIN);
+		if (!p->node[t].freq || ++*steps > KVD_POLICY_STEPS)
+			return t;
+		p->node[t].freq--;
+		kvd_plist_unlink(p->ord, t);
+		kvd_plist_after(p->ord, p->n + MAIN, t);
+	}
+}
+
+static void s3_gone(struct kvd_policy *p, uint32_t id, uint8_t from)
+{
+	if (from == SMALL)
+		ghost_add(s3_of(p), p->node[id].fp);
+}
+
+const struct kvd_policy_ops kvd_policy_s3fifo = {
+	.name = "s3fifo",
+	.prefix = true,
+	.init = s3_init,
+	.fini = s3_fini,
+	.add = s3_add,
+	.add_behind = s3_add_behind,
+	.touch = s3_touch,
+	.del = s3_del,
+	.next = s3_next,
+	.gone = s3_gone,
+};
