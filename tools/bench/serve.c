@@ -3,18 +3,25 @@
  * serve.c - kvbench's serve mode: the figure that says why kvcached
  * exists. N engine processes (tinylm, tools/tinylm/, forked from kvbench)
  * serve one request trace on one host, with the same total KV memory, in
- * four configurations measured in the same run:
+ * these configurations measured in the same run:
  *
  *   none              no prefix cache: every prompt is prefilled whole;
  *   private           each process keeps its own in-process prefix cache
  *                     of 1/N of the memory (LRU over whole blocks, looked
- *                     up along the block chain, the way a per-engine cache
- *                     such as vLLM's automatic prefix caching works: no IPC
- *                     at all, no sharing between processes);
+ *                     up along the block chain: no IPC at all, no sharing
+ *                     between processes), naive: a request's blocks are
+ *                     stamped in prompt order, so its head goes first;
+ *   private-tail      the same cache evicting a request's tail first, as
+ *                     vLLM's automatic prefix caching does (its free queue
+ *                     takes a finished request's blocks in reverse): the
+ *                     best per-engine policy a user could pick;
  *   kvcached          one kvcached pool of all the memory, shared by the N
  *                     processes, single flight on (tlm_prefill waits for
- *                     blocks another process is writing);
- *   kvcached-nowait   the same pool with single flight off (TLM_NO_WAIT).
+ *                     blocks another process is writing), the daemon's
+ *                     default eviction policy;
+ *   kvcached-<policy> the same with each other eviction policy
+ *                     (--eviction s3fifo, clock);
+ *   kvcached-nowait   the default pool with single flight off (TLM_NO_WAIT).
  *
  * Workloads, generated from a seed (parameters printed and in the JSON):
  *
@@ -27,7 +34,15 @@
  *         turn (U-token user text and a fixed U-token reply) and the new
  *         user text; turns arrive as a Poisson process, each turn of a
  *         random session with turns left, routed to a random process, and
- *         never before the session's previous turn has its first token.
+ *         never before the session's previous turn has its first token;
+ *   scan  a hot set of H documents of L tokens (uniform popularity) and,
+ *         for a share f of the requests, a long document of 2L tokens
+ *         that is never asked about again (a scan); each with a new
+ *         question, Poisson arrivals, random routing. The hot set's token
+ *         hit ratio is reported apart: scan resistance is keeping it;
+ *   qa-big  qa at a realistic size: 2048-token documents and 256 MiB of
+ *         KV memory (16,384 pages); run only when named in
+ *         --serve-workloads (minutes on two cores).
  *
  * Each process serves the requests routed to it in arrival order, one at
  * a time. TTFT is from a request's arrival (or its previous turn's first
@@ -62,11 +77,25 @@
 #include "../tinylm/tinylm.h"
 #include "bench.h"
 
-enum { C_NONE, C_PRIVATE, C_KVC, C_NOWAIT, C_N };
-static const char *const cfg_name[C_N] = { "none", "private", "kvcached", "kvcached-nowait" };
+enum { C_NONE, C_PRIVATE, C_PRIV_TAIL, C_KVC, C_KVC_P1, C_KVC_P2, C_NOWAIT, C_N };
+static const char *const cfg_name[C_N] = {
+	"none", "private", "private-tail", "kvcached", "kvcached-s3fifo", "kvcached-clock",
+	"kvcached-nowait",
+};
+/* The daemon's eviction policy per configuration: the default (config
+ * key `eviction`, daemon/policy/policy.h: lru) and the others. */
+static const char *const cfg_policy[C_N] = {
+	[C_KVC] = "lru", [C_KVC_P1] = "s3fifo", [C_KVC_P2] = "clock", [C_NOWAIT] = "lru",
+};
 
-enum { W_QA, W_CHAT, W_N };
-static const char *const wl_name[W_N] = { "qa", "chat" };
+static bool is_kvc(int cfg)
+{
+	return cfg >= C_KVC;
+}
+
+enum { W_QA, W_CHAT, W_SCAN, W_BIG, W_N };
+static const char *const wl_name[W_N] = { "qa", "chat", "scan", "qa-big" };
+#define SCAN_ONEOFF 1000000u	/* scan: document ids from here are one-off */
 
 /* Everything that shapes a run; printed, and in the JSON config. */
 struct params {
@@ -80,6 +109,13 @@ struct params {
 	/* chat */
 	int sessions, sys_tokens, turn_tokens, turns;
 	double chat_rate;
+	/* scan: hot documents (doc_tokens each), one-off ones of scan_tokens */
+	int scan_hot, scan_tokens, scan_requests;
+	double scan_share, scan_rate;
+	/* qa-big */
+	size_t big_mem;
+	int big_docs, big_doc_tokens, big_requests;
+	double big_rate;
 };
 
 static const struct params full = {
@@ -87,6 +123,10 @@ static const struct params full = {
 	.docs = 24, .doc_tokens = 512, .q_tokens = 32, .qa_requests = 200,
 	.zipf = 1.1, .qa_rate = 16.0,
 	.sessions = 12, .sys_tokens = 256, .turn_tokens = 64, .turns = 8, .chat_rate = 8.0,
+	.scan_hot = 6, .scan_tokens = 1024, .scan_requests = 200, .scan_share = 0.5,
+	.scan_rate = 12.0,
+	.big_mem = 256u << 20, .big_docs = 300, .big_doc_tokens = 2048, .big_requests = 300,
+	.big_rate = 6.0,
 };
 
 static const struct params quick = {
@@ -94,6 +134,10 @@ static const struct params quick = {
 	.docs = 3, .doc_tokens = 128, .q_tokens = 16, .qa_requests = 16,
 	.zipf = 1.1, .qa_rate = 200.0,
 	.sessions = 2, .sys_tokens = 32, .turn_tokens = 16, .turns = 3, .chat_rate = 200.0,
+	.scan_hot = 2, .scan_tokens = 128, .scan_requests = 16, .scan_share = 0.5,
+	.scan_rate = 200.0,
+	.big_mem = 4u << 20, .big_docs = 8, .big_doc_tokens = 256, .big_requests = 16,
+	.big_rate = 200.0,
 };
 
 static const struct params *P;
@@ -125,9 +169,13 @@ const char *serve_option(int o, const char *v)
 		ov.workloads = 0;
 	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		if (o == 'W') {
-			if (strcmp(tok, "qa") && strcmp(tok, "chat"))
-				return "workloads are qa and chat";
-			ov.workloads |= 1u << (strcmp(tok, "qa") ? W_CHAT : W_QA);
+			int w;
+
+			for (w = 0; w < W_N && strcmp(tok, wl_name[w]); w++)
+				;
+			if (w == W_N)
+				return "workloads are qa, chat, scan and qa-big";
+			ov.workloads |= 1u << w;
 			continue;
 		}
 		x = strtol(tok, &end, 10);
@@ -154,7 +202,7 @@ struct sreq {
 	double arrival;		/* seconds after the start */
 	int32_t proc;		/* which engine serves it */
 	int32_t prev;		/* chat: the session's previous turn, or -1 */
-	uint32_t a, b;		/* qa: document, question; chat: session, turn */
+	uint32_t a, b;		/* qa, scan: document, question; chat: session, turn */
 };
 
 /* What a request did; written by its engine, in shared memory. */
@@ -163,6 +211,7 @@ struct sres {
 	double done;		/* first token, seconds after the start */
 	uint32_t tokens, computed, hit_tokens, blocks, hit_blocks, wait_tokens;
 	uint32_t first;		/* the first token */
+	uint32_t hot;		/* scan: a request for a hot document */
 	_Atomic int finished;
 };
 
@@ -172,6 +221,12 @@ struct trace {
 	struct sreq *rq;
 	size_t max_tokens;
 };
+
+/* KV memory of a workload's runs, bytes. */
+static size_t mem_of(int w)
+{
+	return w == W_BIG ? P->big_mem : P->mem;
+}
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -198,25 +253,42 @@ static void make_trace(struct trace *t, int w, int nprocs, int round)
 	t->w = w;
 	t->seed = P->seed + (uint64_t)round;
 	s = t->seed * 1000003 + (uint64_t)w;
-	if (w == W_QA) {
-		double *cdf = xmalloc(P->docs * sizeof(double)), sum = 0;
+	if (w == W_QA || w == W_BIG) {
+		int docs = w == W_QA ? P->docs : P->big_docs;
+		double *cdf = xmalloc(docs * sizeof(double)), sum = 0;
+		double rate = w == W_QA ? P->qa_rate : P->big_rate;
 
-		t->n = P->qa_requests;
+		t->n = w == W_QA ? P->qa_requests : P->big_requests;
 		t->rq = xmalloc(t->n * sizeof(*t->rq));
-		for (i = 0; i < P->docs; i++)
+		for (i = 0; i < docs; i++)
 			cdf[i] = sum += 1.0 / pow(i + 1, P->zipf);
 		for (i = 0; i < t->n; i++) {
 			double u = rng_unit(&s) * sum;
 			int d = 0;
 
-			while (d < P->docs - 1 && cdf[d] < u)
+			while (d < docs - 1 && cdf[d] < u)
 				d++;
-			at += rng_exp(&s, P->qa_rate);
+			at += rng_exp(&s, rate);
 			t->rq[i] = (struct sreq){ at, (int32_t)(rng_next(&s) % nprocs), -1,
 						  (uint32_t)d, (uint32_t)i };
 		}
-		t->max_tokens = (size_t)P->doc_tokens + P->q_tokens;
+		t->max_tokens = (size_t)(w == W_QA ? P->doc_tokens : P->big_doc_tokens) + P->q_tokens;
 		free(cdf);
+	} else if (w == W_SCAN) {
+		t->n = P->scan_requests;
+		t->rq = xmalloc(t->n * sizeof(*t->rq));
+		for (i = 0; i < t->n; i++) {
+			uint32_t d = rng_unit(&s) < P->scan_share
+					     ? SCAN_ONEOFF + (uint32_t)i
+					     : (uint32_t)(rng_next(&s) % (uint64_t)P->scan_hot);
+
+			at += rng_exp(&s, P->scan_rate);
+			t->rq[i] = (struct sreq){ at, (int32_t)(rng_next(&s) % nprocs), -1, d,
+						  (uint32_t)i };
+		}
+		t->max_tokens = (size_t)(P->scan_tokens > P->doc_tokens ? P->scan_tokens
+									  : P->doc_tokens) +
+				P->q_tokens;
 	} else {
 		int *next = xmalloc(P->sessions * sizeof(int)), *last = xmalloc(P->sessions * sizeof(int));
 		int left = P->sessions;
@@ -250,9 +322,15 @@ static size_t prompt_of(const struct trace *t, const struct sreq *r, uint32_t *t
 	size_t n;
 	uint32_t k;
 
-	if (t->w == W_QA) {
-		n = tlm_make_doc(tok, P->doc_tokens, t->seed * 1000 + r->a);
-		if (n != (size_t)P->doc_tokens)
+	if (t->w != W_CHAT) {
+		size_t len = t->w == W_QA ? (size_t)P->doc_tokens
+			     : t->w == W_BIG ? (size_t)P->big_doc_tokens
+			     : r->a >= SCAN_ONEOFF ? (size_t)P->scan_tokens : (size_t)P->doc_tokens;
+		uint64_t id = t->w == W_QA ? t->seed * 1000 + r->a
+			      : t->seed * 10000019ull + r->a + (uint64_t)t->w * 77777;
+
+		n = tlm_make_doc(tok, len, id);
+		if (n != len)
 			die("serve: out of memory");
 		return n + tlm_make_question(tok + n, P->q_tokens, (int)r->b);
 	}
@@ -355,9 +433,15 @@ static int32_t pcache_slot(struct pcache *pc)
 	return v;
 }
 
-/* tlm_prefill's contract, with the private cache in place of kvcached. */
+/*
+ * tlm_prefill's contract, with the private cache in place of kvcached.
+ * Hits are stamped as they are found (in use: a new block never evicts
+ * its own request's prefix), new blocks as they are stored. With
+ * tail_first the whole request is stamped again at the end, last block
+ * first, so that its tail is the least recently used (vLLM's order).
+ */
 static void pcache_prefill(struct tlm_state *s, struct pcache *pc, const uint32_t *tok,
-			   size_t n, struct tlm_run *run)
+			   size_t n, bool tail_first, struct tlm_run *run)
 {
 	size_t blocks = n / BT, hits = 0, use, i;
 	uint64_t *keys = xmalloc((blocks + 1) * sizeof(uint64_t));
@@ -392,8 +476,14 @@ static void pcache_prefill(struct tlm_state *s, struct pcache *pc, const uint32_
 		pc->head[h] = v;
 		memcpy(pc->tok + (size_t)v * BT, tok + i * BT, BT * sizeof(uint32_t));
 		tlm_kv_scatter(s, i * BT, pc->kv + (size_t)v * page_bytes, BT);
+		at[i] = v;
 		run->published++;
 	}
+	/* (a request longer than the cache may have evicted its own head:
+	 * only blocks still holding this request's key are stamped) */
+	for (i = blocks; tail_first && i--;)
+		if (pc->b[at[i]].key == keys[i + 1])
+			pc->b[at[i]].lru = ++pc->clock;
 	free(keys);
 	free(at);
 }
@@ -439,9 +529,9 @@ static void engine(const struct trace *t, int cfg, int me, int nprocs, const cha
 
 	if (tlm_state_init(&s, &model, t->max_tokens + 1))
 		die("serve: out of memory");
-	if (cfg == C_PRIVATE)
-		pcache_init(&pc, P->mem / page_bytes / (size_t)nprocs);
-	if (cfg == C_KVC || cfg == C_NOWAIT) {
+	if (cfg == C_PRIVATE || cfg == C_PRIV_TAIL)
+		pcache_init(&pc, mem_of(t->w) / page_bytes / (size_t)nprocs);
+	if (is_kvc(cfg)) {
 		struct kvc_model km = tlm_kvc_model(&model, BT);
 		char err[256] = "";
 		int rc = try_open(sock, &km, &c, err, sizeof(err));
@@ -475,8 +565,8 @@ static void engine(const struct trace *t, int cfg, int me, int nprocs, const cha
 		}
 		sleep_until(arrive);
 		tlm_state_reset(&s);
-		if (cfg == C_PRIVATE) {
-			pcache_prefill(&s, &pc, tok, n, &run);
+		if (cfg == C_PRIVATE || cfg == C_PRIV_TAIL) {
+			pcache_prefill(&s, &pc, tok, n, cfg == C_PRIV_TAIL, &run);
 		} else if (tlm_prefill(&s, c, tok, n, NULL, 0, wl_name[t->w],
 				       cfg == C_NOWAIT ? TLM_NO_WAIT : 0, &run)) {
 			die("serve: tinylm prefill failed");
@@ -492,9 +582,10 @@ static void engine(const struct trace *t, int cfg, int me, int nprocs, const cha
 		o->blocks = (uint32_t)(n / BT);
 		o->hit_blocks = (uint32_t)(run.hit_tokens / BT);
 		o->wait_tokens = (uint32_t)run.wait_tokens;
+		o->hot = t->w == W_SCAN && r->a < SCAN_ONEOFF;
 		atomic_store_explicit(&o->finished, 1, memory_order_release);
 	}
-	if (cfg == C_PRIVATE)
+	if (cfg == C_PRIVATE || cfg == C_PRIV_TAIL)
 		pcache_free(&pc);
 	kvc_close(c);
 	tlm_state_free(&s);
@@ -504,7 +595,7 @@ static void engine(const struct trace *t, int cfg, int me, int nprocs, const cha
 /* ------------------------------------------------------------ one run */
 
 struct metrics {
-	double prefill, hit_tok, hit_blk, p50, p99, rps, wait_tokens, secs;
+	double prefill, hit_tok, hit_blk, p50, p99, rps, wait_tokens, secs, hot_hit;
 };
 
 /* One configuration's requests over every round of a point. */
@@ -513,6 +604,7 @@ struct acc {
 	double p50[MAX_ROUNDS], p99[MAX_ROUNDS];	/* each round's TTFT, s */
 	int rounds, n;
 	uint64_t tok, hit, blk, hblk, comp, wt;
+	uint64_t hot_tok, hot_hit;	/* scan: the hot documents' requests */
 	double secs;		/* start to last first token, summed */
 };
 
@@ -543,12 +635,14 @@ static double run_config(const struct trace *t, int cfg, int nprocs, uint32_t *f
 	memset(mem, 0, bytes);
 	sh = mem;
 	res = (struct sres *)(sh + 1);
-	if (cfg == C_KVC || cfg == C_NOWAIT) {
+	if (is_kvc(cfg)) {
 		char psz[32], pool[32];
+		const char *extra[] = { "--eviction", cfg_policy[cfg], NULL };
 
 		snprintf(psz, sizeof(psz), "%zuK", page_bytes / 1024);
-		snprintf(pool, sizeof(pool), "%zuK", P->mem / 1024);
-		sock = daemon_start("serve", psz, pool);	/* fresh: starts cold */
+		snprintf(pool, sizeof(pool), "%zuK", mem_of(t->w) / 1024);
+		/* fresh: starts cold */
+		sock = daemon_start_args("serve", psz, pool, extra);
 	}
 	fflush(stdout);
 	fflush(stderr);
@@ -602,6 +696,10 @@ static double run_config(const struct trace *t, int cfg, int nprocs, uint32_t *f
 		a->hblk += o->hit_blocks;
 		a->comp += o->computed;
 		a->wt += o->wait_tokens;
+		if (o->hot) {
+			a->hot_tok += o->tokens;
+			a->hot_hit += o->hit_tokens;
+		}
 		if (o->done > last)
 			last = o->done;
 		/* A cache may never change a result. */
@@ -639,6 +737,7 @@ static struct metrics summarize(struct acc *a, int rounds)
 	m.secs = a->secs;
 	m.rps = a->secs > 0 ? a->n / a->secs : 0;
 	m.wait_tokens = (double)a->wt / rounds;
+	m.hot_hit = a->hot_tok ? (double)a->hot_hit / a->hot_tok : 0;
 	return m;
 }
 
@@ -657,11 +756,14 @@ static void rows_for(int w, int nprocs, const struct metrics *m)
 		{ "requests_per_s", "req/s", offsetof(struct metrics, rps), true },
 		{ "token_hit_ratio", "ratio", offsetof(struct metrics, hit_tok), false },
 		{ "block_hit_ratio", "ratio", offsetof(struct metrics, hit_blk), false },
+		{ "hot_hit_ratio", "ratio", offsetof(struct metrics, hot_hit), false },
 	};
 	size_t k;
 	int c;
 
 	for (k = 0; k < NELEM(ops); k++) {
+		if (!strcmp(ops[k].op, "hot_hit_ratio") && w != W_SCAN)
+			continue;
 		for (c = C_NONE; c < C_N; c++) {
 			struct row r = { .mode = "serve", .op = ops[k].op, .procs = nprocs,
 					 .blocks = 0, .page_bytes = page_bytes, .unit = ops[k].unit,
@@ -687,13 +789,23 @@ static void describe(void)
  ",\"serve\":{\"seed\":%llu,\"rounds\":%d,\"procs\":[%s],\"kv_memory_bytes\":%zu,"
 		 "\"page_bytes\":%zu,\"model\":{\"layers\":%d,\"dim\":%d,\"hidden\":%d,"
 		 "\"heads\":%d,\"kv_heads\":%d},\"private\":\"in-process LRU of 1/N of the memory per engine\","
+		 "\"private-tail\":\"the same, a request's tail evicted first (vLLM)\","
+		 "\"policies\":{\"kvcached\":\"%s\",\"kvcached-s3fifo\":\"%s\",\"kvcached-clock\":\"%s\"},"
 		 "\"qa\":{\"docs\":%d,\"doc_tokens\":%d,\"question_tokens\":%d,\"requests\":%d,"
 		 "\"zipf\":%g,\"rate\":%g},\"chat\":{\"sessions\":%d,\"system_tokens\":%d,"
-		 "\"turn_tokens\":%d,\"turns\":%d,\"rate\":%g}}",
+		 "\"turn_tokens\":%d,\"turns\":%d,\"rate\":%g},"
+		 "\"scan\":{\"hot_docs\":%d,\"doc_tokens\":%d,\"scan_tokens\":%d,\"scan_share\":%g,"
+		 "\"requests\":%d,\"rate\":%g},"
+		 "\"qa-big\":{\"kv_memory_bytes\":%zu,\"docs\":%d,\"doc_tokens\":%d,\"requests\":%d,"
+		 "\"zipf\":%g,\"rate\":%g}}",
 		 (unsigned long long)P->seed, P->rounds, procs, P->mem, page_bytes, model_cfg.n_layers,
 		 model_cfg.dim, model_cfg.hidden_dim, model_cfg.n_heads, model_cfg.n_kv_heads,
+		 cfg_policy[C_KVC], cfg_policy[C_KVC_P1], cfg_policy[C_KVC_P2],
 		 P->docs, P->doc_tokens, P->q_tokens, P->qa_requests, P->zipf, P->qa_rate,
-		 P->sessions, P->sys_tokens, P->turn_tokens, P->turns, P->chat_rate);
+		 P->sessions, P->sys_tokens, P->turn_tokens, P->turns, P->chat_rate,
+		 P->scan_hot, P->doc_tokens, P->scan_tokens, P->scan_share, P->scan_requests,
+		 P->scan_rate, P->big_mem, P->big_docs, P->big_doc_tokens, P->big_requests, P->zipf,
+		 P->big_rate);
 	snprintf(mode_text, sizeof(mode_text),
 		 "\nserve: seeds %llu.. (traces per point: %d), %s engine processes; tinylm %d layers, width %d, MLP %d, "
 		 "%d heads (%d KV), fp32, %zu KiB pages;\n"
@@ -701,12 +813,20 @@ static void describe(void)
 		 "  qa: %d documents x %d tokens, Zipf %.2f, %d requests of a document + a new %d-token "
 		 "question, Poisson %.1f/s, random routing;\n"
 		 "  chat: %d sessions x %d turns over a shared %d-token system prompt, %d-token "
-		 "user turns and replies, Poisson %.1f/s, random routing.\n",
+		 "user turns and replies, Poisson %.1f/s, random routing;\n"
+		 "  scan: %d hot documents x %d tokens, and a share %.2f of the %d requests a "
+		 "one-off %d-token document, Poisson %.1f/s;\n"
+		 "  qa-big (only when named): %zu MiB of KV, %d documents x %d tokens, %d requests, "
+		 "Poisson %.1f/s;\n"
+		 "  private: naive LRU (head first); private-tail: tail first (vLLM); kvcached: "
+		 "eviction %s; kvcached-s3fifo, kvcached-clock: those policies.\n",
 		 (unsigned long long)P->seed, P->rounds, procs, model_cfg.n_layers, model_cfg.dim,
 		 model_cfg.hidden_dim, model_cfg.n_heads, model_cfg.n_kv_heads, page_bytes >> 10,
 		 P->mem >> 20, P->mem >> 20, P->docs, P->doc_tokens, P->zipf, P->qa_requests,
 		 P->q_tokens, P->qa_rate, P->sessions, P->turns, P->sys_tokens, P->turn_tokens,
-		 P->chat_rate);
+		 P->chat_rate, P->scan_hot, P->doc_tokens, P->scan_share, P->scan_requests,
+		 P->scan_tokens, P->scan_rate, P->big_mem >> 20, P->big_docs, P->big_doc_tokens,
+		 P->big_requests, P->big_rate, cfg_policy[C_KVC]);
 	fputs(mode_text + 1, stderr);
 }
 
@@ -734,7 +854,8 @@ void mode_serve(void)
 	page_bytes = (size_t)BT * model.cfg.n_layers * 2 * model.kv_dim * sizeof(float);
 	describe();
 	for (w = 0; w < W_N; w++) {
-		if (ov.workloads && !(ov.workloads & (1u << w)))
+		/* qa-big only when asked for: it takes minutes. */
+		if (ov.workloads ? !(ov.workloads & (1u << w)) : w == W_BIG)
 			continue;
 		for (k = 0; k < P->n_procs; k++) {
 			int nprocs = P->procs[k], r;
@@ -758,7 +879,7 @@ void mode_serve(void)
 					uint64_t comp = a[cc].comp;
 					double secs = run_config(&t, cc, nprocs, first, &a[cc]);
 
-					fprintf(stderr, "serve %-4s N=%d round %d %-15s %4d req in %6.1f s: "
+					fprintf(stderr, "serve %-6s N=%d round %d %-15s %4d req in %6.1f s: "
 						"prefill %8llu tokens\n", wl_name[w], nprocs, r,
 						cfg_name[cc], t.n, secs,
 						(unsigned long long)(a[cc].comp - comp));
@@ -767,13 +888,16 @@ void mode_serve(void)
 				free(t.rq);
 			}
 			for (c = 0; c < C_N; c++) {
+				char hot[32];
+
 				m[c] = summarize(&a[c], P->rounds);
+				snprintf(hot, sizeof(hot), " (hot %.3f)", m[c].hot_hit);
 				fprintf(stderr,
-					"serve %-4s N=%d %-15s prefill %8.0f tokens/round, hit %.3f tok "
-					"%.3f blk, TTFT p50 %7.1f p99 %7.1f ms, %.2f req/s%s",
+					"serve %-6s N=%d %-15s prefill %8.0f tokens/round, hit %.3f tok "
+					"%.3f blk%s, TTFT p50 %7.1f p99 %7.1f ms, %.2f req/s%s",
 					wl_name[w], nprocs, cfg_name[c], m[c].prefill, m[c].hit_tok,
-					m[c].hit_blk, m[c].p50, m[c].p99, m[c].rps,
-					c == C_KVC ? "" : "\n");
+					m[c].hit_blk, w == W_SCAN ? hot : "", m[c].p50, m[c].p99,
+					m[c].rps, c == C_KVC ? "" : "\n");
 				if (c == C_KVC)
 					fprintf(stderr, ", %.0f tokens/round by waiting\n",
 						m[c].wait_tokens);
