@@ -799,9 +799,10 @@ static void print_table(const char *cpu, long ncpu, const char *kernel, uint32_t
 	       "  Unix socket through hiredis; memcached-*: memcached over a Unix socket\n"
 	       "  through libmemcached; cold-prefill: tinylm's prefill with no cache;\n"
 	       "  cuMemcpyDtoD: one contiguous device copy of the same bytes;\n"
-	       "  none / private / kvcached-nowait (serve): no prefix cache, a private\n"
-	       "  in-process cache of 1/N of the memory per engine, kvcached with single\n"
-	       "  flight off.\n"
+	       "  none / private / private-tail / kvcached-* (serve): no prefix cache, a\n"
+	       "  private in-process LRU of 1/N of the memory per engine (head first, or\n"
+	       "  tail first as vLLM), kvcached with another eviction policy or with\n"
+	       "  single flight off.\n"
 	       "  ratio = kvcached / peer (throughput and hit ratios: higher is better;\n"
 	       "  latency, ms and prefill tokens: lower is better). Wall time %.1f s.\n", wall);
 }
@@ -846,7 +847,8 @@ static void usage(FILE *f)
 "                   there and drops their blocks when each mode is done\n"
 "  --serve-procs LIST      serve: engine process counts (default 1,2,4;\n"
 "                   --quick: 2), each 1 to 16\n"
-"  --serve-workloads LIST  serve: qa, chat or both (default qa,chat)\n"
+"  --serve-workloads LIST  serve: qa, chat, scan, qa-big (default qa,chat,scan;\n"
+"                          qa-big: 256 MiB of KV, 2048-token documents)\n"
 "  --serve-rounds N serve: traces per point, 1 to 8 (default 3; --quick: 1)\n"
 "  --help           this text\n"
 "  --version        kvbench's version\n"

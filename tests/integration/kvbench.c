@@ -256,10 +256,12 @@ static void quick_json(void **state)
 	/* python: 1 and 256 blocks, each array tokens, what they add, list
 	 * tokens; or the two skipped rows of a sanitizer build. */
 	assert_int_equal(by_mode[5], SANITIZED ? 2 : 6);
-	/* serve (--quick: N = 2): per workload, prefill tokens, TTFT p50 and
-	 * p99, requests/s against none, private and kvcached-nowait, and two
-	 * hit ratios against private and kvcached-nowait. */
-	assert_int_equal(by_mode[6], 2 * (4 * 3 + 2 * 2));
+	/* serve (--quick: N = 2, qa, chat and scan): per workload, prefill
+	 * tokens, TTFT p50 and p99, requests/s against none, private,
+	 * private-tail, kvcached-s3fifo, kvcached-clock and kvcached-nowait,
+	 * and two hit ratios against all but none; scan adds the hot set's
+	 * hit ratio. */
+	assert_int_equal(by_mode[6], 3 * (4 * 6 + 2 * 5) + 5);
 	assert_non_null(strstr(out, "\"serve\":{\"seed\":"));
 	assert_true(redis_rows > 0 && mc_rows > 0);
 	free(out);
