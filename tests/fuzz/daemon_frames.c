@@ -34,6 +34,10 @@
  *              (its header and ring heads included), an access-ring
  *              record, a hit-ring record
  *
+ * Bits 3 and up of the first byte pick the eviction policy (modulo the
+ * number of policies: lru, s3fifo, clock); after every step the policy
+ * must hold exactly the READY pages.
+ *
  * Bit 2 of the first byte turns the spill tier on for the input: a spill
  * area of N_SLOTS slots in a private folder (fresh for every input), its
  * I/O done inline (KVD_SIO_SYNC) and reaped after every operation as the
@@ -213,7 +217,7 @@ static void setup_once(void)
 		peers[i].fd = -1;
 }
 
-static void reset(uint32_t bt, bool spill)
+static void reset(uint32_t bt, bool spill, int eviction)
 {
 	struct kvshm_geometry geo = { 0 };
 	struct kvshm_header h;
@@ -232,10 +236,13 @@ static void reset(uint32_t bt, bool spill)
 	memset(seg.base, 0, h.segment_bytes);
 	h.pool_kind = KVSHM_POOL_HOST;
 	kvshm_init(seg.base, &h);
+	kvd_policy_close(&keep.pol);
 
 	/* Everything else of struct kvd starts from zero, as in main(). */
 	memset(&d, 0, sizeof(d));
 	d.cfg = keep.cfg;
+	d.cfg.eviction = eviction;
+	CHECK(kvd_policy_open(&d.pol, eviction, N_PAGES) == 0);
 	d.seg = keep.seg;
 	d.h = seg.base;
 	d.pool = keep.pool;
@@ -573,7 +580,11 @@ NO_COVERAGE static void check_state(void)
 			CHECK(pages[i].ns_id < h->geo.max_ns);
 			CHECK(atomic_load(&ns[pages[i].ns_id].used));
 		}
+		/* The eviction policy holds exactly the READY pages: every
+		 * path into and out of READY told it. */
+		CHECK(kvd_policy_held(&d.pol, i) == (s == KVSHM_PAGE_READY));
 	}
+	CHECK(d.pol.held == count[KVSHM_PAGE_READY]);
 	/* Nothing stays EVICTING between messages (no spill tier here). */
 	CHECK(count[KVSHM_PAGE_EVICTING] == 0);
 	CHECK(count[KVSHM_PAGE_FREE] + count[KVSHM_PAGE_WRITING] + count[KVSHM_PAGE_READY] == n);
@@ -1191,7 +1202,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* Counted per input: libFuzzer itself opens some between inputs. */
 	base_fds = count_fds();
 	CHECK(base_fds > 0);
-	reset(bts[first & 3], first & 4);
+	/* The first byte picks block size, spill tier and eviction policy. */
+	reset(bts[first & 3], first & 4, (first >> 3) % KVD_EVICTION_N);
 	reset_seen = false;
 	base_ready = base_writing = 0;
 	check_state();
