@@ -11,9 +11,12 @@
  *
  * A block used once (a one-off document) leaves from the small queue and
  * never displaces the main queue's hot set. The ghost is a FIFO of the
- * last n fingerprints with a counting table for membership (a false
- * positive only sends a new block to main). Steps (second chances) are
- * paid for by earlier uses; policy.c caps them per pick.
+ * last 2n fingerprints with an exact set for membership (open addressing,
+ * linear probing, deletion by backward shift): a lossy table would send
+ * a share of every scan straight to main. Twice the cache, because a
+ * prompt is many blocks: a hot document must still be remembered after
+ * the long one-off documents seen between two of its uses. Steps (second
+ * chances) are paid for by earlier uses; policy.c caps them per pick.
  */
 #include "policy.h"
 
@@ -25,11 +28,12 @@
 
 struct s3 {
 	uint32_t n_small, n_main;
-	/* ghost: fingerprints in FIFO order, and counts by hash */
+	/* ghost: fingerprints in FIFO order, and the set of them (0: empty
+	 * bucket; a fingerprint of 0 is stored as 1) */
 	uint64_t *ring;
 	uint32_t ring_cap, ring_n, ring_head;
-	uint16_t *cnt;
-	uint32_t cnt_mask;
+	uint64_t *set;
+	uint32_t set_mask;
 };
 
 static inline struct s3 *s3_of(struct kvd_policy *p)
@@ -42,7 +46,7 @@ static uint32_t fp_slot(const struct s3 *s, uint64_t fp)
 	fp ^= fp >> 29;
 	fp *= 0xbf58476d1ce4e5b9ull;
 	fp ^= fp >> 32;
-	return (uint32_t)fp & s->cnt_mask;
+	return (uint32_t)fp & s->set_mask;
 }
 
 static int s3_init(struct kvd_policy *p)
@@ -52,15 +56,15 @@ static int s3_init(struct kvd_policy *p)
 
 	if (!s)
 		return -1;
-	s->ring_cap = p->n ? p->n : 1;
-	while (m < 4 * (uint64_t)s->ring_cap && m < (1u << 31))
+	s->ring_cap = p->n ? 2 * p->n : 1;
+	while (m < 2 * (uint64_t)s->ring_cap && m < (1u << 31))
 		m <<= 1;
-	s->cnt_mask = m - 1;
+	s->set_mask = m - 1;
 	s->ring = malloc(s->ring_cap * sizeof(*s->ring));
-	s->cnt = calloc(m, sizeof(*s->cnt));
-	if (!s->ring || !s->cnt) {
+	s->set = calloc(m, sizeof(*s->set));
+	if (!s->ring || !s->set) {
 		free(s->ring);
-		free(s->cnt);
+		free(s->set);
 		free(s);
 		return -1;
 	}
@@ -73,31 +77,66 @@ static void s3_fini(struct kvd_policy *p)
 	struct s3 *s = s3_of(p);
 
 	free(s->ring);
-	free(s->cnt);
+	free(s->set);
 	free(s);
 	p->priv = NULL;
 }
 
+/* The bucket holding fp, or the empty one where it would go. The set is
+ * at most half full, so the probe ends. */
+static uint32_t set_find(const struct s3 *s, uint64_t fp)
+{
+	uint32_t k = fp_slot(s, fp);
+
+	while (s->set[k] && s->set[k] != fp)
+		k = (k + 1) & s->set_mask;
+	return k;
+}
+
 static bool ghost_has(const struct s3 *s, uint64_t fp)
 {
-	return s->cnt[fp_slot(s, fp)] != 0;
+	fp = fp ? fp : 1;
+	return s->set[set_find(s, fp)] == fp;
+}
+
+/* Delete bucket k, shifting back the entries its probe runs passed. */
+static void set_del(struct s3 *s, uint32_t k)
+{
+	uint32_t j = k, home;
+
+	for (;;) {
+		j = (j + 1) & s->set_mask;
+		if (!s->set[j])
+			break;
+		home = fp_slot(s, s->set[j]);
+		/* Stays if its home lies cyclically in (k, j]. */
+		if (k <= j ? (k < home && home <= j) : (k < home || home <= j))
+			continue;
+		s->set[k] = s->set[j];
+		k = j;
+	}
+	s->set[k] = 0;
 }
 
 static void ghost_add(struct s3 *s, uint64_t fp)
 {
 	uint32_t k;
 
+	fp = fp ? fp : 1;
+	k = set_find(s, fp);
+	if (s->set[k] == fp)
+		return;	/* remembered already (the ring keeps its first time) */
 	if (s->ring_n == s->ring_cap) {
-		k = fp_slot(s, s->ring[s->ring_head]);
-		if (s->cnt[k] && s->cnt[k] != UINT16_MAX)
-			s->cnt[k]--;
+		uint32_t old = set_find(s, s->ring[s->ring_head]);
+
+		if (s->set[old] == s->ring[s->ring_head])
+			set_del(s, old);
 		s->ring_head = (s->ring_head + 1) % s->ring_cap;
 		s->ring_n--;
+		k = set_find(s, fp);
 	}
 	s->ring[(s->ring_head + s->ring_n++) % s->ring_cap] = fp;
-	k = fp_slot(s, fp);
-	if (s->cnt[k] != UINT16_MAX)
-		s->cnt[k]++;
+	s->set[k] = fp;
 }
 
 static void put(struct kvd_policy *p, uint32_t id, uint8_t list, bool cold)

@@ -318,6 +318,41 @@ static void test_s3fifo_ghost(void **state)
 	assert_int_equal(evict(), 0);
 }
 
+/* The ghost is exact and remembers the last 2n evictions from small:
+ * blocks never seen go to small, whatever came before; a block evicted
+ * within the last 2n goes to main; one evicted before that, to small. */
+static void test_s3fifo_ghost_exact(void **state)
+{
+	uint32_t i, fp = 0;
+
+	(void)state;
+	open_policy(KVD_EVICTION_S3FIFO, 64);
+	/* 1000 one-off blocks through a cache of 16: ghost wraps ~8 times. */
+	for (i = 0; i < 1000; i++) {
+		kvd_policy_insert(&P, i % 64, NONE, 10000 + fp++);
+		while (P.held > 16)
+			evict();
+	}
+	while (P.held)
+		evict();
+	/* Fresh fingerprints: all to small (list 1). */
+	for (i = 0; i < 32; i++) {
+		kvd_policy_insert(&P, i, NONE, 500000 + i);
+		assert_int_equal(P.node[i].list, 1);
+	}
+	while (P.held)
+		evict();
+	/* 32 evicted just now (within 2n = 128): to main (list 2). */
+	kvd_policy_insert(&P, 0, NONE, 500000 + 5);
+	assert_int_equal(P.node[0].list, 2);
+	/* Evicted 1000 - 5 evictions ago, forgotten: to small. */
+	kvd_policy_insert(&P, 1, NONE, 10000 + 5);
+	assert_int_equal(P.node[1].list, 1);
+	/* The last of the long run, within 2n: to main. */
+	kvd_policy_insert(&P, 2, NONE, 10000 + 999);
+	assert_int_equal(P.node[2].list, 2);
+}
+
 /* S3-FIFO keeps the prefix rules: children before an older parent, and
  * stranded children first. */
 static void test_s3fifo_prefix(void **state)
@@ -398,6 +433,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_s3fifo_scan, teardown),
 		cmocka_unit_test_teardown(test_lru_scan_flushes, teardown),
 		cmocka_unit_test_teardown(test_s3fifo_ghost, teardown),
+		cmocka_unit_test_teardown(test_s3fifo_ghost_exact, teardown),
 		cmocka_unit_test_teardown(test_s3fifo_prefix, teardown),
 		cmocka_unit_test_teardown(test_clock, teardown),
 		cmocka_unit_test_teardown(test_pick_bounded, teardown),

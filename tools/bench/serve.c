@@ -123,8 +123,8 @@ static const struct params full = {
 	.docs = 24, .doc_tokens = 512, .q_tokens = 32, .qa_requests = 200,
 	.zipf = 1.1, .qa_rate = 16.0,
 	.sessions = 12, .sys_tokens = 256, .turn_tokens = 64, .turns = 8, .chat_rate = 8.0,
-	.scan_hot = 6, .scan_tokens = 1024, .scan_requests = 200, .scan_share = 0.5,
-	.scan_rate = 12.0,
+	.scan_hot = 6, .scan_tokens = 1024, .scan_requests = 120, .scan_share = 0.5,
+	.scan_rate = 4.0,
 	.big_mem = 256u << 20, .big_docs = 300, .big_doc_tokens = 2048, .big_requests = 300,
 	.big_rate = 6.0,
 };
