@@ -139,3 +139,12 @@ void kvd_reply_error(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	if (fatal)
 		kvd_client_close(d, c, msg, false);
 }
+
+int kvd_client_bye(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
+		   const void *p)
+{
+	(void)hdr;
+	(void)p;
+	kvd_client_close(d, c, "closed", true);
+	return -1;
+}

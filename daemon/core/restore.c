@@ -54,10 +54,11 @@ static void restore_done(struct kvd *d, struct kvd_restore *rq)
 		kvd_client_resume(d, c);
 }
 
-int kvd_restore(struct kvd *d, struct kvd_client *c, uint16_t type, uint32_t seq,
-		const void *p, uint32_t len)
+int kvd_restore(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
+		const void *p)
 {
-	const bool fetch = type == KVPROTO_FETCH;
+	const bool fetch = hdr->type == KVPROTO_FETCH;
+	const uint32_t seq = hdr->seq;
 	const uint8_t *rec;
 	struct kvshm_key parent = { 0, 0 };
 	struct kvd_restore *rq;
@@ -66,7 +67,6 @@ int kvd_restore(struct kvd *d, struct kvd_client *c, uint16_t type, uint32_t seq
 	uint32_t i, n, want = 0, cap, stride, got;
 	int lv, rc;
 
-	(void)len;
 	if (fetch) {
 		struct kvproto_fetch fh;
 
