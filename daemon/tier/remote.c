@@ -555,7 +555,7 @@ static int place(struct kvd *d, struct rfetch *f, struct ritem *it)
 	kvd_events_published(d, it->page, rc);	/* in this host's pool now */
 	/* Counted as the tier's hits, not as client publishes. */
 	if (rc == KVSHM_PUBLISHED) {
-		kvd_evict_insert(d, it->page);
+		d->tier_host->ready(d, it->page);
 		kvd_stat_add(&st->publishes, -1);
 		r->clean[it->page] = it->gen + 1;
 		return 0;

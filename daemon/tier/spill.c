@@ -464,7 +464,7 @@ static void read_done(struct kvd *d, uint32_t idx)
 		s->pgen = o->gen;
 		kvd_policy_touch(&sp->pol, o->slot);
 		sp->backing[o->page] = o->slot + 1;
-		kvd_evict_insert(d, o->page);
+		d->tier_host->ready(d, o->page);
 		kvd_events_restored(d, o->page, o->slot);
 		kvd_stat_add(&st_of(d)->pages_spilled, -1);
 		kvd_stat_add(&st_of(d)->restores, 1);
@@ -883,7 +883,7 @@ static void warm_file(struct kvd *d, uint32_t f, uint32_t *good, uint32_t *bad,
 			continue;
 		}
 		memcpy(&h, sp->staging, sizeof(h));
-		ns = kvd_registry_ns(d, &h.ns, false);
+		ns = d->tier_host->ns(d, &h.ns, false);
 		if (ns < 0) {
 			(*norow)++;
 			continue;
@@ -928,6 +928,7 @@ static const struct kvd_tier spill_tier = {
 	.pending = kvd_spill_pending,
 	.busy = kvd_spill_busy,
 	.drain = kvd_spill_drain,
+	.cancel = kvd_spill_cancel,
 	.claim = kvd_spill_claim,
 	.fetch = kvd_spill_fetch,
 	.unindex = kvd_spill_unindex,

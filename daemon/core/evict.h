@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * evict.h - keeping free pages above the low watermark (evict.c).
+ */
+#ifndef KVD_EVICT_H
+#define KVD_EVICT_H
+
+#include "kvd.h"
+
+/* Free up to `want` READY pages nobody pins; returns how many. */
+/* may_wait: the caller needs the pages now and waits for spill writes;
+ * without it (the tick), eviction takes only what the spill tier can
+ * start writing at once. */
+uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait);
+/* Evict every READY page of namespace ns_id that nobody pins; returns how
+ * many are left (pinned or writing). */
+uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id);
+/* Drain access rings, drop punched-out pages, then evict down to the
+ * watermarks. */
+void kvd_evict_tick(struct kvd *d);
+/* Feed c's access ring to the policy, in the order c wrote it (before
+ * its ALLOC evicts and its PUBLISH inserts, so its hits of this request
+ * count before its new blocks). Bounded by KVSHM_RING. */
+void kvd_evict_drain(struct kvd *d, struct kvd_client *c);
+/* Page just became READY (published, restored, fetched): it enters the
+ * eviction order, under its parent's page when the pool holds that. */
+void kvd_evict_insert(struct kvd *d, uint32_t page);
+/* Page left the pool (freed, spilled): it leaves the eviction order. */
+void kvd_evict_gone(struct kvd *d, uint32_t page);
+
+#endif
