@@ -139,20 +139,24 @@ static void ghost_add(struct s3 *s, uint64_t fp)
 	s->set[k] = fp;
 }
 
-static void put(struct kvd_policy *p, uint32_t id, uint8_t list, bool cold)
+/* id onto `list`, right after node `at` (the list's sentinel: its head). */
+static void put_after(struct kvd_policy *p, uint32_t id, uint8_t list, uint32_t at)
 {
-	uint32_t sn = p->n + list;
 	struct s3 *s = s3_of(p);
 
-	if (cold)
-		kvd_plist_after(p->ord, kvd_plist_tail(p->ord, sn), id);
-	else
-		kvd_plist_after(p->ord, sn, id);
+	kvd_plist_after(p->ord, at, id);
 	p->node[id].list = list;
 	if (list == SMALL)
 		s->n_small++;
 	else
 		s->n_main++;
+}
+
+static void put(struct kvd_policy *p, uint32_t id, uint8_t list, bool cold)
+{
+	uint32_t sn = p->n + list;
+
+	put_after(p, id, list, cold ? kvd_plist_tail(p->ord, sn) : sn);
 }
 
 static void s3_add(struct kvd_policy *p, uint32_t id, bool used, bool cold)
@@ -169,19 +173,9 @@ static void s3_add(struct kvd_policy *p, uint32_t id, bool used, bool cold)
 
 static void s3_add_behind(struct kvd_policy *p, uint32_t id, uint32_t behind)
 {
-	struct s3 *s = s3_of(p);
-	uint8_t list = ghost_has(s, p->node[id].fp) ? MAIN : SMALL;
+	uint8_t list = ghost_has(s3_of(p), p->node[id].fp) ? MAIN : SMALL;
 
-	if (p->node[behind].list != list) {
-		put(p, id, list, false);
-		return;
-	}
-	kvd_plist_after(p->ord, behind, id);
-	p->node[id].list = list;
-	if (list == SMALL)
-		s->n_small++;
-	else
-		s->n_main++;
+	put_after(p, id, list, p->node[behind].list == list ? behind : p->n + list);
 }
 
 static void s3_touch(struct kvd_policy *p, uint32_t id)
