@@ -395,11 +395,11 @@ static const struct kvd_option options[] = {
 	{ "high-watermark", "PCT", OPT_U32, F(high_watermark), 0, 95,
 	  .bad = "must be a percentage 0..95", .def = "10", .help = "...until PCT% are free" },
 	{ "eviction", "lru|s3fifo|clock", OPT_WORD, F(eviction), .words = w_eviction,
-	  .vals = v_eviction, .bad = "must be lru, s3fifo or clock", .def = "lru",
-	  .help = "which blocks go first, in the pool and the spill tier: lru, least "
-		  "recently used leaves first (a block whose children are cached waits for "
-		  "them; children whose parent left go first); s3fifo, S3-FIFO (blocks used "
-		  "once go first: scan-resistant), also leaves first; clock, CLOCK, "
+	  .vals = v_eviction, .bad = "must be lru, s3fifo or clock", .def = "s3fifo",
+	  .help = "which blocks go first, in the pool and the spill tier: s3fifo, "
+		  "S3-FIFO (blocks used once go first: scan-resistant), leaves first (a "
+		  "block whose children are cached waits for them; children whose parent "
+		  "left go first); lru, least recently used leaves first; clock, CLOCK, "
 		  "prefix-unaware" },
 	{ "allow-users", "LIST", OPT_CUSTOM, F(allow_uid), .set = set_users,
 	  .help = "user names or uids that may attach (default: own user and root; a list "

@@ -121,7 +121,8 @@ struct kvd_policy {
 
 extern const struct kvd_policy_ops kvd_policy_lru, kvd_policy_s3fifo, kvd_policy_clock;
 
-/* The policy named `name` ("lru", "s3fifo", "clock"), or -1. */
+/* The policy named `name` ("lru", "s3fifo", "clock"), or -1. The
+ * daemon's default is s3fifo (config.c; ARCHITECTURE.md §7 says why). */
 int kvd_eviction_parse(const char *name);
 const char *kvd_eviction_name(int e);
 

@@ -199,6 +199,7 @@ static void test_defaults(void **state)
 	assert_int_equal(cfg.block_tokens, 16);
 	assert_int_equal(cfg.low_watermark, 5);
 	assert_int_equal(cfg.high_watermark, 10);
+	assert_int_equal(cfg.eviction, KVD_EVICTION_S3FIFO);
 	assert_int_equal(cfg.socket_mode, 0660);
 	assert_int_equal(cfg.n_allow_uid, 1);
 	assert_int_equal(cfg.allow_uid[0], geteuid());

@@ -18,9 +18,11 @@
  *   kvcached          one kvcached pool of all the memory, shared by the N
  *                     processes, single flight on (tlm_prefill waits for
  *                     blocks another process is writing), the daemon's
- *                     default eviction policy;
+ *                     default eviction policy (s3fifo) and watermarks of
+ *                     1 and 2% (the defaults, 5 and 10%, keep that much
+ *                     of the memory empty for ALLOCs to come);
  *   kvcached-<policy> the same with each other eviction policy
- *                     (--eviction s3fifo, clock);
+ *                     (--eviction lru, clock);
  *   kvcached-nowait   the default pool with single flight off (TLM_NO_WAIT).
  *
  * Workloads, generated from a seed (parameters printed and in the JSON):
@@ -79,13 +81,13 @@
 
 enum { C_NONE, C_PRIVATE, C_PRIV_TAIL, C_KVC, C_KVC_P1, C_KVC_P2, C_NOWAIT, C_N };
 static const char *const cfg_name[C_N] = {
-	"none", "private", "private-tail", "kvcached", "kvcached-s3fifo", "kvcached-clock",
+	"none", "private", "private-tail", "kvcached", "kvcached-lru", "kvcached-clock",
 	"kvcached-nowait",
 };
 /* The daemon's eviction policy per configuration: the default (config
- * key `eviction`, daemon/policy/policy.h: lru) and the others. */
+ * key `eviction`, daemon/config.c: s3fifo) and the others. */
 static const char *const cfg_policy[C_N] = {
-	[C_KVC] = "lru", [C_KVC_P1] = "s3fifo", [C_KVC_P2] = "clock", [C_NOWAIT] = "lru",
+	[C_KVC] = "s3fifo", [C_KVC_P1] = "lru", [C_KVC_P2] = "clock", [C_NOWAIT] = "s3fifo",
 };
 
 static bool is_kvc(int cfg)
@@ -637,7 +639,11 @@ static double run_config(const struct trace *t, int cfg, int nprocs, uint32_t *f
 	res = (struct sres *)(sh + 1);
 	if (is_kvc(cfg)) {
 		char psz[32], pool[32];
-		const char *extra[] = { "--eviction", cfg_policy[cfg], NULL };
+		/* Equal memory: the default watermarks keep 5 to 10% of the
+		 * pool empty for ALLOCs to come, which a private cache (it
+		 * evicts in place) does not; 1 and 2% here. */
+		const char *extra[] = { "--eviction", cfg_policy[cfg], "--low-watermark", "1",
+					"--high-watermark", "2", NULL };
 
 		snprintf(psz, sizeof(psz), "%zuK", page_bytes / 1024);
 		snprintf(pool, sizeof(pool), "%zuK", mem_of(t->w) / 1024);
@@ -790,7 +796,8 @@ static void describe(void)
 		 "\"page_bytes\":%zu,\"model\":{\"layers\":%d,\"dim\":%d,\"hidden\":%d,"
 		 "\"heads\":%d,\"kv_heads\":%d},\"private\":\"in-process LRU of 1/N of the memory per engine\","
 		 "\"private-tail\":\"the same, a request's tail evicted first (vLLM)\","
-		 "\"policies\":{\"kvcached\":\"%s\",\"kvcached-s3fifo\":\"%s\",\"kvcached-clock\":\"%s\"},"
+		 "\"policies\":{\"kvcached\":\"%s\",\"kvcached-lru\":\"%s\",\"kvcached-clock\":\"%s\"},"
+		 "\"watermarks\":[1,2],"
 		 "\"qa\":{\"docs\":%d,\"doc_tokens\":%d,\"question_tokens\":%d,\"requests\":%d,"
 		 "\"zipf\":%g,\"rate\":%g},\"chat\":{\"sessions\":%d,\"system_tokens\":%d,"
 		 "\"turn_tokens\":%d,\"turns\":%d,\"rate\":%g},"
@@ -819,7 +826,7 @@ static void describe(void)
 		 "  qa-big (only when named): %zu MiB of KV, %d documents x %d tokens, %d requests, "
 		 "Poisson %.1f/s;\n"
 		 "  private: naive LRU (head first); private-tail: tail first (vLLM); kvcached: "
-		 "eviction %s; kvcached-s3fifo, kvcached-clock: those policies.\n",
+		 "eviction %s, watermarks 1%% and 2%%; kvcached-lru, kvcached-clock: those policies.\n",
 		 (unsigned long long)P->seed, P->rounds, procs, model_cfg.n_layers, model_cfg.dim,
 		 model_cfg.hidden_dim, model_cfg.n_heads, model_cfg.n_kv_heads, page_bytes >> 10,
 		 P->mem >> 20, P->mem >> 20, P->docs, P->doc_tokens, P->zipf, P->qa_requests,
