@@ -54,11 +54,6 @@ void kvd_evict_insert(struct kvd *d, uint32_t page)
 	kvd_policy_insert(&d->pol, page, parent, pg->key.lo ^ pg->key.hi ^ pg->ns_id);
 }
 
-void kvd_evict_gone(struct kvd *d, uint32_t page)
-{
-	kvd_policy_remove(&d->pol, page);
-}
-
 static void scan_ledgers(struct kvd *d)
 {
 	uint32_t i;
@@ -72,16 +67,16 @@ static void scan_ledgers(struct kvd *d)
 uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 {
 	struct kvshm_page *pages = kvshm_pages(d->h);
-	uint32_t n = d->h->geo.n_pages, freed = 0, picked = 0, batch[BATCH], nb, i;
-	uint32_t backed = 0, limit;
+	uint32_t freed = 0, picked = 0, batch[BATCH], nb, i;
+	uint32_t backed = 0, limit, budget = d->pol.held;
 	bool no_room = false, dry = false;
 
 	if (!want || d->ticks < d->evict_quiet_until)
 		return 0;
 
-	/* Every held page is picked at most about twice per call: one that
-	 * is kept goes back as just used, behind all the others. */
-	while (freed < want && picked < 2 * n && !dry) {
+	/* No more picks than held pages: one that is kept goes back as just
+	 * used, behind all the others, so each is tried at most once. */
+	while (freed < want && picked < budget && !dry) {
 		/* Without may_wait (the tick), take no more candidates than the
 		 * spill tier has writes free: the loop never waits on the disk,
 		 * and the next tick or completion goes on. */
@@ -93,7 +88,7 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 			break;
 		}
 		nb = 0;
-		while (nb < limit && nb < want - freed && picked < 2 * n) {
+		while (nb < limit && nb < want - freed && picked < budget) {
 			uint32_t p = kvd_policy_pick(&d->pol);
 
 			if (p == KVD_POLICY_NONE) {

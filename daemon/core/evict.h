@@ -25,7 +25,5 @@ void kvd_evict_drain(struct kvd *d, struct kvd_client *c);
 /* Page just became READY (published, restored, fetched): it enters the
  * eviction order, under its parent's page when the pool holds that. */
 void kvd_evict_insert(struct kvd *d, uint32_t page);
-/* Page left the pool (freed, spilled): it leaves the eviction order. */
-void kvd_evict_gone(struct kvd *d, uint32_t page);
 
 #endif
