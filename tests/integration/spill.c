@@ -48,10 +48,12 @@ static void sleep_ms(long ms)
 	nanosleep(&ts, NULL);
 }
 
+/* LRU eviction: the round trip evicts restored (used) pages again with a
+ * flood of one-off prompts, which S3-FIFO, the default, would keep. */
 static int start(struct fx *f, const char *size)
 {
 	const char *args[] = { "--spill-dir", f->dir, "--spill-size", size, "--spill-io", f->io,
-			       NULL };
+			       "--eviction", "lru", NULL };
 
 	return kvt_daemon_start(&f->d, args);
 }
