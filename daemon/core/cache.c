@@ -145,7 +145,9 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 		}
 		if (n > share - held) {
 			n = share - held;
-			cnt.pad = KVPROTO_SHORT_SHARE;
+			/* A share of the whole pool is no cap: the pool is. */
+			cnt.pad = share < d->h->geo.n_pages ? KVPROTO_SHORT_SHARE
+							    : KVPROTO_SHORT_POOL;
 		}
 	}
 	if (n && fr->count < n + d->low_pages) {
