@@ -18,6 +18,8 @@
 
 #include "obs/events.h"
 #include "core/kvd.h"
+#include "core/restore.h"
+#include "server/server.h"
 #include "util/log.h"
 #include "pool/memcheck.h"
 #include "obs/metrics.h"
@@ -126,6 +128,7 @@ int main(int argc, char **argv)
 	memset(&d, 0, sizeof(d));
 	d.lfd = d.sigfd = d.tfd = d.epfd = -1;
 	d.seg.fd = d.pool.mem.fd = -1;
+	d.tier_host = &kvd_core_tier_host;	/* what the tiers may ask of the core */
 	kvd_config_defaults(&d.cfg);
 	rc = kvd_config_args(&d.cfg, argc, argv);
 	if (rc)
