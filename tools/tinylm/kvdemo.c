@@ -1169,10 +1169,13 @@ static void prompt_name(int i)
 			continue;
 		}
 		c = common_len(a, b);
+		if (c == len && !b[c]) {	/* the same text: named by number */
+			if (!same && j < i)
+				same = j + 1;
+			continue;
+		}
 		if (c > lcp)
 			lcp = c;
-		if (!same && j < i && c == len && !b[c])
-			same = j + 1;
 	}
 	if (opt.prompts[i].file) {
 		size_t n = strlen(base);
