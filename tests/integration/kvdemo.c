@@ -78,9 +78,8 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* "prompt N (...): T tokens, H hit tokens" of prompt n in out. */
-static void prompt_line(const char *out, int n, unsigned *tokens, unsigned *hit, char *rest,
-			size_t len)
+/* The line of prompt n, without its newline, in line[]. */
+static void whole_line(const char *out, int n, char *line, size_t len)
 {
 	char want[32];
 	const char *p, *e;
@@ -89,12 +88,24 @@ static void prompt_line(const char *out, int n, unsigned *tokens, unsigned *hit,
 	p = strstr(out, want);
 	if (!p)
 		fail_msg("no line for prompt %d in:\n%s", n, out);
-	p = strstr(p, "): ");
-	assert_non_null(p);
-	assert_int_equal(sscanf(p, "): %u tokens, %u hit tokens", tokens, hit), 2);
 	e = strchr(p, '\n');
 	assert_non_null(e);
-	snprintf(rest, len, "%.*s", (int)(e - p), p);
+	snprintf(line, len, "%.*s", (int)(e - p), p);
+}
+
+/* "prompt N (...): T tokens, H hit tokens" of prompt n in out; the line
+ * from "): " on in rest. */
+static void prompt_line(const char *out, int n, unsigned *tokens, unsigned *hit, char *rest,
+			size_t len)
+{
+	char line[1024];
+	const char *p;
+
+	whole_line(out, n, line, sizeof(line));
+	p = strstr(line, "): ");
+	assert_non_null(p);
+	assert_int_equal(sscanf(p, "): %u tokens, %u hit tokens", tokens, hit), 2);
+	snprintf(rest, len, "%s", p);
 }
 
 /* The shared prefix is BOS + SHARED bytes: the second and third prompts
@@ -232,21 +243,6 @@ static void test_schema_example(void **state)
 	assert_non_null(strstr(out, "== modules: schema trip"));
 	assert_non_null(strstr(out, "prompt 1 [rome plan]"));
 	assert_non_null(strstr(out, "cached compositions bitwise equal to uncached prefills"));
-}
-
-/* The line of prompt n, without its newline, in line[]. */
-static void whole_line(const char *out, int n, char *line, size_t len)
-{
-	char want[32];
-	const char *p, *e;
-
-	snprintf(want, sizeof(want), "  prompt %d (", n);
-	p = strstr(out, want);
-	if (!p)
-		fail_msg("no line for prompt %d in:\n%s", n, out);
-	e = strchr(p, '\n');
-	assert_non_null(e);
-	snprintf(line, len, "%.*s", (int)(e - p), p);
 }
 
 /*
