@@ -23,6 +23,7 @@
 #include <hiredis/hiredis.h>
 #include <libmemcached/memcached.h>
 
+#include "../../shm/proto.h"
 #include "bench.h"
 
 struct srv {
@@ -101,7 +102,7 @@ static void srv_start(struct srv *s, const char *const *argv)
 		_exit(127);
 	}
 	for (i = 0; i < 1000; i++) {	/* up to 10 s */
-		if (can_connect(s->sock))
+		if (kvproto_can_connect(s->sock))
 			return;
 		if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
 			s->pid = 0;
@@ -132,6 +133,7 @@ void servers_start(void)
 	if (started)
 		return;
 	started = true;
+	bench_at_exit(servers_stop, servers_kill_async);
 	dir = run_dir();
 	for (k = 0; k < SRV_N; k++) {
 		struct srv *s = &srvs[k];
