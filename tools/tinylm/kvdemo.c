@@ -1276,6 +1276,7 @@ static void run_prompt(kvc_t *c, struct tlm_state *s, int i, int proc)
 	struct pres *pr = &psh->r[i];
 	char label[KVC_MAX_LABEL + 1], procs[32] = "";
 	struct result r;
+	int why;
 
 	if (!warm || !cold || !gw || !gc)
 		die("out of memory");
@@ -1289,12 +1290,14 @@ static void run_prompt(kvc_t *c, struct tlm_state *s, int i, int proc)
 	printf("  prompt %d (%s%s): %zu tokens, %zu hit tokens (%.1f%%%s), TTFT %.1f ms", i + 1,
 	       pname[i], procs, r.tokens, r.hit, 100.0 * (double)r.hit / (double)r.tokens,
 	       hit_tiers(&r), r.ttft * 1e3);
-	/* A failed alloc is said once, as the reason it published nothing. */
-	if (r.cache_err && !(r.published < r.missed && r.cache_err == r.short_err))
+	/* A failed alloc or publish is said once, as the reason it published
+	 * fewer blocks than it computed. */
+	why = r.short_err ? r.short_err : r.cache_err;
+	if (r.cache_err && !(r.published < r.missed && r.cache_err == why))
 		printf(" (cache error: %s)", kvc_strerror(r.cache_err));
 	if (r.published < r.missed)
 		printf("\n    published %zu of %zu blocks: %s", r.published, r.missed,
-		       short_reason(r.short_err ? r.short_err : r.cache_err));
+		       short_reason(why));
 	if (opt.compare_cold) {
 		struct result k = answer(s, NULL, ptok[i], plen[i], label, 0, gc, opt.gen, cold);
 
