@@ -105,6 +105,9 @@ const char *daemon_start(const char *name, const char *page_size, const char *po
 const char *daemon_start_args(const char *name, const char *page_size, const char *pool_size,
 			      const char *const *extra);
 void daemon_stop(bool quiet);
+/* Fork and exec argv (argv[0] a path) with its output to log and stdin
+ * from /dev/null; the child gets deathsig when kvbench dies. Its pid. */
+pid_t bench_spawn(const char *const *argv, const char *log, int deathsig);
 
 /* ---- clients */
 int try_open(const char *sock, const struct kvc_model *m, kvc_t **c, char *err,

@@ -322,6 +322,35 @@ static void find_daemon(void)
 		    dmn.path, strerror(errno));
 }
 
+pid_t bench_spawn(const char *const *argv, const char *log, int deathsig)
+{
+	pid_t pid;
+	int fd;
+
+	fflush(stdout);
+	fflush(stderr);
+	pid = fork();
+	if (pid < 0)
+		die("fork: %s", strerror(errno));
+	if (pid)
+		return pid;
+	/* Never outlive kvbench, whatever happens to it. */
+	prctl(PR_SET_PDEATHSIG, deathsig);
+	if (getppid() != main_pid)
+		_exit(127);
+	fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+	if (fd >= 0) {
+		dup2(fd, 1);
+		dup2(fd, 2);
+	}
+	fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0)
+		dup2(fd, 0);
+	execv(argv[0], (char **)argv);
+	fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+	_exit(127);
+}
+
 const char *daemon_start(const char *name, const char *page_size, const char *pool_size)
 {
 	return daemon_start_args(name, page_size, pool_size, NULL);
@@ -334,7 +363,7 @@ const char *daemon_start_args(const char *name, const char *page_size, const cha
 	const char *argv[32] = { dmn.path, "--socket", dmn.sock, "--page-size", page_size,
 				 "--pool-size", pool_size, "--hugepages", "off",
 				 "--max-share", "100", NULL };
-	int i, st, fd, n = 11;
+	int i, st, n = 11;
 
 	for (i = 0; extra && extra[i] && n < 31; i++)
 		argv[n++] = extra[i];
@@ -345,30 +374,7 @@ const char *daemon_start_args(const char *name, const char *page_size, const cha
 	find_daemon();
 	snprintf(dmn.sock, sizeof(dmn.sock), "%s/%s.sock", run_dir(), name);
 	snprintf(dmn.log, sizeof(dmn.log), "%s/%s.log", run_dir(), name);
-	fflush(stdout);
-	fflush(stderr);
-	dmn.pid = fork();
-	if (dmn.pid < 0) {
-		dmn.pid = 0;
-		die("fork: %s", strerror(errno));
-	}
-	if (!dmn.pid) {
-		/* Never outlive kvbench, whatever happens to it. */
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		if (getppid() != main_pid)
-			_exit(127);
-		fd = open(dmn.log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		if (fd >= 0)
-			dup2(fd, 0);
-		execv(dmn.path, (char **)argv);
-		fprintf(stderr, "exec %s: %s\n", dmn.path, strerror(errno));
-		_exit(127);
-	}
+	dmn.pid = bench_spawn(argv, dmn.log, SIGTERM);
 	for (i = 0; i < 1000; i++) {	/* up to 10 s */
 		if (kvproto_can_connect(dmn.sock))
 			return dmn.sock;
