@@ -79,6 +79,7 @@ struct kvc_req {
 	size_t t2;		/* then blocks that may be remote, not yet counted */
 	size_t t3;		/* or the run in flight after the hits, not yet counted */
 	bool single;		/* kvc_wait asked for single flight (flight.c) */
+	int short_err;		/* why kvc_alloc granted fewer than asked, or 0 */
 	/* What the ledger counters hold for this request so far: hit
 	 * blocks and missed blocks (kvci_count brings them up to date). */
 	uint32_t counted_hits;
@@ -149,8 +150,8 @@ void kvci_count(struct kvc_req *r);
  * (lookup.c); returns where it stopped, *missed: on a miss, not on the
  * pin quota. */
 size_t kvci_pin_run(struct kvc_req *r, size_t from, bool *missed);
-/* Blocks from `from` on that other clients are writing now (lookup.c;
- * flight.c waits for them). */
+/* inflight.c: blocks from `from` on that other clients are writing now
+ * (flight.c waits for them). */
 size_t kvci_inflight_run(const struct kvc_req *r, size_t from);
 /* Is block i in flight (announced by another client)? *owner: whose. */
 bool kvci_block_inflight(const struct kvc_req *r, size_t i, uint32_t *owner);
