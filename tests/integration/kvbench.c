@@ -234,7 +234,8 @@ static void quick_json(void **state)
 		else if (strstr(line, "\"mode\":\"serve\"")) {
 			by_mode[6]++;
 			assert_true(strstr(line, "\"workload\":\"qa\"") ||
-				    strstr(line, "\"workload\":\"chat\""));
+				    strstr(line, "\"workload\":\"chat\"") ||
+				    strstr(line, "\"workload\":\"scan\""));
 			/* A cache never makes an engine compute more. */
 			if (strstr(line, "\"op\":\"prefill_tokens\"") &&
 			    strstr(line, "\"peer_kind\":\"none\""))
