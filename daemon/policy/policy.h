@@ -37,8 +37,8 @@
  * past a candidate it cannot return (a parent that still has children, a
  * block with frequency left) consumes something an earlier O(1) call
  * created (a child insert, a touch), and one pick takes at most
- * KVD_POLICY_STEPS such steps. Memory: about 40 bytes per id. No call ever
- * walks the id space.
+ * KVD_POLICY_STEPS such steps. Memory: 56 bytes per id, and s3fifo's ghost
+ * 48 more. No call ever walks the id space.
  *
  * Ids given to touch come from client-written memory: any value is
  * accepted and one out of range or not held is ignored.
