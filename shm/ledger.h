@@ -26,6 +26,8 @@
 #define KVSHM_LEDGER_H
 
 #include <stdbool.h>
+#include <stddef.h>
+
 #include "segment.h"
 
 #define KVSHM_LEDGER_MAGIC 0x5245474445444c4bull	/* "KLDEDGER" */
@@ -190,6 +192,21 @@ static inline void kvshm_ledger_touch(struct kvshm_ledger *l, uint32_t page)
 
 	atomic_store_explicit(&l->ring[hd & (KVSHM_RING - 1)], page, memory_order_relaxed);
 	atomic_store_explicit(&l->ring_head, hd + 1, memory_order_release);
+}
+
+/* Client: note accesses to pages[0..n) in the ring, one head store. */
+static inline void kvshm_ledger_touch_run(struct kvshm_ledger *l, const uint32_t *pages,
+					  size_t n)
+{
+	uint64_t hd = atomic_load_explicit(&l->ring_head, memory_order_relaxed);
+	size_t i;
+
+	if (!n)
+		return;
+	for (i = 0; i < n; i++)
+		atomic_store_explicit(&l->ring[(hd + i) & (KVSHM_RING - 1)], pages[i],
+				      memory_order_relaxed);
+	atomic_store_explicit(&l->ring_head, hd + n, memory_order_release);
 }
 
 /*

@@ -27,6 +27,9 @@
 #define KVSHM_PAGE_H
 
 #include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
 #include "segment.h"
 
 /* Outcome of kvshm_page_publish. */
@@ -121,15 +124,29 @@ static inline void kvshm_store_key(struct kvshm_key *d, struct kvshm_key k)
 	__atomic_store_n(&d->hi, k.hi, __ATOMIC_RELAXED);
 }
 
+/*
+ * Stored tokens (written by the daemon: relaxed atomic loads) equal q?
+ * Two tokens per 64-bit load where the stored row is 8-byte aligned, and
+ * no branch until the end: the loads pipeline instead of waiting on a
+ * compare each (this loop was a third of a lookup's time, token by token).
+ */
 static inline bool kvshm_tokens_eq(const uint32_t *stored, const uint32_t *q,
 				   uint32_t bt)
 {
-	uint32_t i;
+	uint64_t diff = 0, x;
+	uint32_t i = 0;
 
-	for (i = 0; i < bt; i++)
-		if (__atomic_load_n(&stored[i], __ATOMIC_RELAXED) != q[i])
-			return false;
-	return true;
+	if (!((uintptr_t)stored & 7)) {
+		const uint64_t *s64 = (const uint64_t *)stored;
+
+		for (; i + 2 <= bt; i += 2) {
+			memcpy(&x, q + i, sizeof(x));
+			diff |= __atomic_load_n(&s64[i / 2], __ATOMIC_RELAXED) ^ x;
+		}
+	}
+	for (; i < bt; i++)
+		diff |= __atomic_load_n(&stored[i], __ATOMIC_RELAXED) ^ q[i];
+	return !diff;
 }
 
 /*
