@@ -226,9 +226,10 @@ $(TOOLS): $(BUILD)/%: $(BUILD)/tools/%.o $(LIBA)
 # kvbench also links its modes and the peers' client libraries (Redis:
 # hiredis, memcached: libmemcached).
 $(BUILD)/kvbench: $(BENCH_OBJ)
-$(BUILD)/kvbench: TOOL_LIBS := -lhiredis -lmemcached -luring
-# Its remote mode starts memcached servers the way the tests do.
-$(BUILD)/kvbench: $(BUILD)/tests/lib/mcsrv.o
+$(BUILD)/kvbench: TOOL_LIBS := -lhiredis -lmemcached -luring -lsodium -lcrypto
+# Its remote mode starts memcached servers the way the tests do, and times
+# the item MAC (daemon/remote_fmt.c) against its candidates.
+$(BUILD)/kvbench: $(BUILD)/tests/lib/mcsrv.o $(BUILD)/daemon/remote_fmt.o
 
 # Unit tests reach internals through the objects (jemalloc's JET idea).
 $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(SHM_OBJ) $(DAEMON_LIB) $(KERNEL_OBJ)
