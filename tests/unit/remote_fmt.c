@@ -20,7 +20,7 @@
 
 #include <sodium.h>
 
-#include "../../daemon/remote_fmt.h"
+#include "../../daemon/tier/remote_fmt.h"
 #include "../../shm/proto.h"
 
 /*

@@ -55,7 +55,7 @@
 #include <openssl/params.h>
 #include <sodium.h>
 
-#include "../../daemon/remote_fmt.h"
+#include "../../daemon/tier/remote_fmt.h"
 #include "../../libclient/observe.h"
 #include "../../shm/proto.h"
 #include "../../tests/lib/mcsrv.h"

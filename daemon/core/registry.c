@@ -20,10 +20,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../shm/key.h"
-#include "closer.h"
+#include "../../shm/key.h"
+#include "../util/closer.h"
 #include "kvd.h"
-#include "log.h"
+#include "../util/log.h"
 
 #define RELAXED memory_order_relaxed
 
@@ -137,7 +137,7 @@ int kvd_registry_stat(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	}
 	if (send_with_fds(c, KVPROTO_STAT_R, seq, &r, sizeof(r), &d->seg.fd, 1))
 		kvd_debug("client %u (pid %d): STAT reply not delivered", c->id, (int)c->pid);
-	kvd_registry_drop(d, c, "observer served");
+	kvd_client_close(d, c, "observer served", false);
 	return -1;
 }
 
@@ -244,7 +244,7 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		fds[nfds++] = kvd_pool_fd(&d->pool);
 	fds[nfds++] = c->ledger.fd;
 	if (send_with_fds(c, KVPROTO_HELLO_R, seq, &hr, sizeof(hr), fds, nfds)) {
-		kvd_registry_drop(d, c, "HELLO reply not delivered");
+		kvd_client_close(d, c, "HELLO reply not delivered", false);
 		return -1;
 	}
 	/* The ledger fd now lives in the client; our mapping stays. */
@@ -284,7 +284,7 @@ int kvd_registry_pool(struct kvd *d, struct kvd_client *c, uint32_t seq, const v
 		return -1;
 	}
 	if (send_with_fds(c, KVPROTO_POOL_R, seq, &r, sizeof(r), fds, (int)r.n_chunks)) {
-		kvd_registry_drop(d, c, "POOL reply not delivered");
+		kvd_client_close(d, c, "POOL reply not delivered", false);
 		return -1;
 	}
 	kvd_debug("client %u: %u cuda pool chunk fds sent", c->id, r.n_chunks);
@@ -349,7 +349,11 @@ static void end_connection(struct kvd *d, struct kvd_client *c, const char *why,
 	if (!c->used || c->lingering)
 		return;
 	epoll_ctl(d->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-	kvd_drain_close(c->fd);
+	/* Closing with unread input resets the peer, which would lose the
+	 * ERROR just sent: a bounded amount is drained first. Both happen
+	 * on a closer thread: the close drops whatever descriptors the peer
+	 * queued, and that can block for as long as the peer wants. */
+	kvd_closer_put(c->fd, true);
 	c->fd = -1;
 	if (c->hello)
 		retire_counters(d, c);

@@ -1,176 +1,24 @@
 // SPDX-License-Identifier: MIT
 /*
- * tier.c - the walk over the tiers below the pool (see tier.h), and the
- * daemon side of a restore: which tier holds each asked-for block, room
- * in the pool for them, one fetch per tier, one reply.
+ * restore.c - RESTORE and FETCH, the daemon side of a restore: which tier
+ * holds each asked-for block (tier.h, kvd_tiers_claim), room in the pool
+ * for them, one fetch per tier, one reply.
  *
  * A restore's reply may wait for a tier that fetches over the network;
  * the main loop never does: the request is parked on its client (which
  * sends nothing more until the reply, see server.c) and the reply goes
- * out when the last tier calls kvd_tiers_fetch_done.
+ * out when the last tier says it is done (kvd_tiers_fetch_done, which
+ * reaches restore_done through d->tier_host, the core's side of the tier
+ * interface, set here).
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../shm/index.h"
-#include "../shm/page.h"
+#include "../../shm/index.h"
+#include "../../shm/page.h"
+#include "../tier/tier.h"
 #include "kvd.h"
-#include "log.h"
-#include "tier.h"
-
-#define FOR_TIERS(d, t, lv)                                                  \
-	for ((lv) = 1; (lv) < KVD_TIER_MAX; (lv)++)                          \
-		if (((t) = (d)->tier[(lv)]) != NULL)
-
-void kvd_tier_add(struct kvd *d, enum kvd_tier_level level, const struct kvd_tier *t)
-{
-	d->tier[level] = t;
-}
-
-void kvd_tier_remove(struct kvd *d, enum kvd_tier_level level)
-{
-	d->tier[level] = NULL;
-}
-
-bool kvd_tiers_evicted(struct kvd *d, uint32_t page)
-{
-	const struct kvd_tier *t;
-	int lv;
-
-	/* The farthest tier first: one that copies the page (remote) must
-	 * see it before one that takes it over (spill). */
-	for (lv = KVD_TIER_MAX - 1; lv >= 1; lv--)
-		if ((t = d->tier[lv]) && t->put && t->put(d, page, KVD_PUT_EVICT))
-			return true;
-	return false;
-}
-
-void kvd_tiers_published(struct kvd *d, uint32_t page)
-{
-	const struct kvd_tier *t;
-	int lv;
-
-	FOR_TIERS(d, t, lv)
-		if (t->put)
-			t->put(d, page, KVD_PUT_PUBLISH);
-}
-
-void kvd_tiers_flush(struct kvd *d)
-{
-	const struct kvd_tier *t;
-	int lv;
-
-	FOR_TIERS(d, t, lv)
-		if (t->flush)
-			t->flush(d);
-}
-
-uint32_t kvd_tiers_room(const struct kvd *d)
-{
-	const struct kvd_tier *t;
-	uint32_t room = UINT32_MAX, r;
-	int lv;
-
-	FOR_TIERS(d, t, lv)
-		if (t->room && (r = t->room(d)) < room)
-			room = r;
-	return room;
-}
-
-uint32_t kvd_tiers_pending(const struct kvd *d)
-{
-	const struct kvd_tier *t;
-	uint32_t n = 0;
-	int lv;
-
-	FOR_TIERS(d, t, lv)
-		if (t->pending)
-			n += t->pending(d);
-	return n;
-}
-
-bool kvd_tiers_busy(const struct kvd *d, uint32_t page)
-{
-	const struct kvd_tier *t;
-	int lv;
-
-	FOR_TIERS(d, t, lv)
-		if (t->busy && t->busy(d, page))
-			return true;
-	return false;
-}
-
-void kvd_tiers_drain(struct kvd *d)
-{
-	const struct kvd_tier *t;
-	int lv;
-
-	FOR_TIERS(d, t, lv)
-		if (t->drain)
-			t->drain(d);
-}
-
-void kvd_tiers_unindex(struct kvd *d, struct kvshm_key key, struct kvshm_key parent,
-		       const uint32_t *tokens, uint32_t ns_id)
-{
-	const struct kvd_tier *t;
-	int lv;
-
-	FOR_TIERS(d, t, lv)
-		if (t->unindex)
-			t->unindex(d, key, parent, tokens, ns_id);
-}
-
-void kvd_tiers_forget_ns(struct kvd *d, uint32_t ns_id)
-{
-	const struct kvd_tier *t;
-	int lv;
-
-	FOR_TIERS(d, t, lv)
-		if (t->forget_ns)
-			t->forget_ns(d, ns_id);
-}
-
-int kvd_tiers_fd(const struct kvd *d, enum kvd_tier_level level)
-{
-	const struct kvd_tier *t = d->tier[level];
-
-	return t && t->fd ? t->fd(d) : -1;
-}
-
-void kvd_tiers_reap(struct kvd *d, enum kvd_tier_level level)
-{
-	const struct kvd_tier *t = d->tier[level];
-
-	if (t && t->reap)
-		t->reap(d);
-}
-
-void kvd_tiers_tick(struct kvd *d)
-{
-	const struct kvd_tier *t;
-	int lv;
-
-	FOR_TIERS(d, t, lv) {
-		if (t->tick)
-			t->tick(d);
-		if (t->stats)
-			t->stats(d);
-	}
-}
-
-void kvd_tiers_close(struct kvd *d)
-{
-	int lv;
-
-	/* The remote tier first: its workers may still read pool pages. */
-	for (lv = KVD_TIER_MAX - 1; lv >= 1; lv--)
-		if (d->tier[lv] && d->tier[lv]->close)
-			d->tier[lv]->close(d);
-}
-
-/* ------------------------------------------------------------ restore */
 
 struct kvd_restore {
 	struct kvd_client *c;	/* parked on c while c->restore == this */
@@ -196,7 +44,7 @@ static int restore_reply(struct kvd *d, struct kvd_restore *rq)
 	return rc;
 }
 
-void kvd_tiers_fetch_done(struct kvd *d, struct kvd_restore *rq)
+static void restore_done(struct kvd *d, struct kvd_restore *rq)
 {
 	struct kvd_client *c = rq->c;
 
@@ -206,8 +54,8 @@ void kvd_tiers_fetch_done(struct kvd *d, struct kvd_restore *rq)
 		kvd_client_resume(d, c);
 }
 
-int kvd_tiers_restore(struct kvd *d, struct kvd_client *c, uint16_t type, uint32_t seq,
-		      const void *p, uint32_t len)
+int kvd_restore(struct kvd *d, struct kvd_client *c, uint16_t type, uint32_t seq,
+		const void *p, uint32_t len)
 {
 	const bool fetch = type == KVPROTO_FETCH;
 	const uint8_t *rec;
@@ -216,7 +64,6 @@ int kvd_tiers_restore(struct kvd *d, struct kvd_client *c, uint16_t type, uint32
 	struct kvd_fetch *f, *part;
 	uint8_t *tier_of;
 	uint32_t i, n, want = 0, cap, stride, got;
-	const struct kvd_tier *t;
 	int lv, rc;
 
 	(void)len;
@@ -282,19 +129,12 @@ int kvd_tiers_restore(struct kvd *d, struct kvd_client *c, uint16_t type, uint32
 			}
 			continue;
 		}
-		FOR_TIERS(d, t, lv) {
-			if (!t->claim)
-				continue;
-			rc = t->claim(d, c->ns_id, loc, want == cap, &f[i]);
-			if (rc == 0)
-				continue;
-			if (rc > 0) {
-				tier_of[i] = (uint8_t)lv;
-				want++;
-			} else {
-				rq->status[i] = rc;
-			}
-			break;
+		rc = kvd_tiers_claim(d, c->ns_id, loc, want == cap, &f[i]);
+		if (rc > 0) {
+			tier_of[i] = (uint8_t)rc;
+			want++;
+		} else if (rc < 0) {
+			rq->status[i] = rc;
 		}
 	}
 	if (want) {
@@ -309,15 +149,13 @@ int kvd_tiers_restore(struct kvd *d, struct kvd_client *c, uint16_t type, uint32
 		/* The farthest tier first: its fetch runs while the nearer
 		 * ones read. */
 		for (lv = KVD_TIER_MAX - 1; lv >= 1; lv--) {
-			if (!(t = d->tier[lv]))
-				continue;
 			for (i = got = 0; i < n; i++)
 				if (tier_of[i] == lv)
 					part[got++] = f[i];
 			if (!got)
 				continue;
 			rq->waiting++;
-			if (t->fetch(d, c, part, got, rq) == 0)
+			if (kvd_tiers_fetch(d, (enum kvd_tier_level)lv, c, part, got, rq) == 0)
 				rq->waiting--;
 		}
 	}
@@ -325,7 +163,7 @@ int kvd_tiers_restore(struct kvd *d, struct kvd_client *c, uint16_t type, uint32
 	free(part);
 	free(tier_of);
 	if (rq->waiting) {
-		/* Parked: the reply goes out from kvd_tiers_fetch_done. */
+		/* Parked: the reply goes out from restore_done. */
 		c->restore = rq;
 		kvd_client_park(d, c);
 		return 0;
@@ -333,3 +171,8 @@ int kvd_tiers_restore(struct kvd *d, struct kvd_client *c, uint16_t type, uint32
 	c->restore = rq;
 	return restore_reply(d, rq);
 }
+
+const struct kvd_tier_host kvd_core_tier_host = {
+	.ns = kvd_registry_ns,
+	.fetch_done = restore_done,
+};

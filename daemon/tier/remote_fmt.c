@@ -11,7 +11,7 @@
 
 #include <sodium.h>
 
-#include "../shm/proto.h"
+#include "../../shm/proto.h"
 #include "remote_fmt.h"
 
 /*
