@@ -343,10 +343,25 @@ $(BUILD)/tests/unit/tinylm $(BUILD)/tests/unit/group: $(BUILD)/tests/unit/%: $(B
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm
 
-# The Python binding (libclient/python/kvclient) builds nothing: it loads
-# libkvclient.so with ctypes. Its tests (tests/python/test_*.py, run by
+# The Python binding (libclient/python/kvclient) loads libkvclient.so with
+# ctypes. Its optional fast path, _kvcfast (per-prompt calls and token
+# conversion in C), is built here next to the library, against the headers
+# of $(PYTHON) (python3-dev), when they are installed; the binding works
+# without it. Not in sanitizer builds: their runtime cannot be loaded into
+# a plain interpreter. Its tests (tests/python/test_*.py, run by
 # tests/run-tests) use small C programs (tests/python/*.c) built here to
 # write and check pages from C.
+PYTHON    ?= /usr/bin/python3
+PY_INC    := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
+PY_EXT    := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
+ifeq ($(SAN)$(if $(wildcard $(PY_INC)/Python.h),,none),)
+KVCFAST   := $(BUILD)/_kvcfast$(PY_EXT)
+all: $(KVCFAST)
+$(KVCFAST): libclient/python/kvclient/_kvcfast.c
+	$(E) "  CC      $@"
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -fvisibility=hidden -isystem $(PY_INC) -shared -o $@ $< $(LDFLAGS)
+endif
 PYTEST_SRC := $(sort $(wildcard tests/python/*.c))
 PYTEST_BIN := $(PYTEST_SRC:tests/python/%.c=$(BUILD)/tests/python/%)
 all: $(PYTEST_BIN)
