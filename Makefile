@@ -442,6 +442,8 @@ install: all
 		printf '# Written by make install: where it put libkvclient.\nLIBDIR = "%s"\n' \
 			'$(LIBDIR)' >"$(DESTDIR)$$pydir/kvclient/_installed.py" && \
 		chmod 0644 "$(DESTDIR)$$pydir/kvclient/_installed.py"
+	$(Q)if [ -n "$(KVCFAST)" ] && [ -e "$(KVCFAST)" ]; then \
+		$(INSTALL) -m 0644 $(KVCFAST) "$(DESTDIR)$(PYTHONDIR)/kvclient/"; fi
 	$(Q)$(INSTALL) -m 0644 docs/PYTHON.md $(DESTDIR)$(DOCDIR)/PYTHON.md
 	$(Q)if [ -e $(DESTDIR)$(SYSCONFDIR)/kvcached/kvcached.conf ]; then \
 		echo "  KEEP    $(DESTDIR)$(SYSCONFDIR)/kvcached/kvcached.conf (exists; new example in $(DESTDIR)$(DOCDIR))"; \
@@ -460,7 +462,7 @@ uninstall:
 		$(foreach m,$(notdir $(MAN_SRC:%.in=%)),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(m)) \
 		$(DESTDIR)$(DOCDIR)/PYTHON.md
 	pydir='$(PYTHONDIR)'; rm -f $(addprefix "$(DESTDIR)$$pydir/kvclient/",$(notdir $(PY_PKG))) \
-		"$(DESTDIR)$$pydir/kvclient/_installed.py" && \
+		"$(DESTDIR)$$pydir/kvclient/_installed.py" "$(DESTDIR)$$pydir/kvclient/"_kvcfast*.so && \
 		rm -rf "$(DESTDIR)$$pydir/kvclient/__pycache__" && \
 		{ rmdir "$(DESTDIR)$$pydir/kvclient" 2>/dev/null || true; }
 	-rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null
