@@ -175,12 +175,14 @@ static inline void kvshm_ledger_hit(struct kvshm_ledger *l, struct kvshm_key key
 	__atomic_store_n(&r->key_lo, key.lo, __ATOMIC_RELAXED);
 	__atomic_store_n(&r->key_hi, key.hi, __ATOMIC_RELAXED);
 	__atomic_store_n(&r->tokens, tokens, __ATOMIC_RELAXED);
+	/* Up to and with the NUL: readers stop there (daemon/core/top.c),
+	 * so a label-less hit is one store, not KVSHM_LABEL. */
 	for (i = 0; i < KVSHM_LABEL; i++) {
 		char ch = label ? label[i] : 0;
 
 		__atomic_store_n(&r->label[i], ch, __ATOMIC_RELAXED);
 		if (!ch)
-			label = NULL;
+			break;
 	}
 	atomic_store_explicit(&l->hit_head, hd + 1, memory_order_release);
 }

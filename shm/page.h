@@ -125,28 +125,28 @@ static inline void kvshm_store_key(struct kvshm_key *d, struct kvshm_key k)
 }
 
 /*
- * Stored tokens (written by the daemon: relaxed atomic loads) equal q?
- * Two tokens per 64-bit load where the stored row is 8-byte aligned, and
- * no branch until the end: the loads pipeline instead of waiting on a
- * compare each (this loop was a third of a lookup's time, token by token).
+ * Stored tokens equal q? Called only between the two reads of a page's
+ * gen in kvshm_page_verify, so this is the read side of a seqlock: the
+ * tokens of a READY page do not change while its gen stays the same, and
+ * a read that raced a rewrite (the page freed and handed out again, gen
+ * bumped) is thrown away by the gen re-check after the acquire fence.
+ * So they are read with plain 16-byte vector loads (the Linux seqlock
+ * readers' plain reads), four tokens a load and no branch until the end;
+ * read one relaxed atomic at a time, this loop was a third of a lookup.
  */
+typedef uint32_t kvshm_u32x4 __attribute__((vector_size(16), aligned(4), may_alias));
+
 static inline bool kvshm_tokens_eq(const uint32_t *stored, const uint32_t *q,
 				   uint32_t bt)
 {
-	uint64_t diff = 0, x;
-	uint32_t i = 0;
+	kvshm_u32x4 d = { 0, 0, 0, 0 };
+	uint32_t i = 0, rest = 0;
 
-	if (!((uintptr_t)stored & 7)) {
-		const uint64_t *s64 = (const uint64_t *)stored;
-
-		for (; i + 2 <= bt; i += 2) {
-			memcpy(&x, q + i, sizeof(x));
-			diff |= __atomic_load_n(&s64[i / 2], __ATOMIC_RELAXED) ^ x;
-		}
-	}
+	for (; i + 4 <= bt; i += 4)
+		d |= *(const kvshm_u32x4 *)(stored + i) ^ *(const kvshm_u32x4 *)(q + i);
 	for (; i < bt; i++)
-		diff |= __atomic_load_n(&stored[i], __ATOMIC_RELAXED) ^ q[i];
-	return !diff;
+		rest |= __atomic_load_n(&stored[i], __ATOMIC_RELAXED) ^ q[i];
+	return !(d[0] | d[1] | d[2] | d[3] | rest);
 }
 
 /*

@@ -34,7 +34,7 @@
 #include "ledger.h"
 #include "page.h"
 
-#define KVSHM_AHEAD_BUCKET 16	/* blocks ahead whose bucket is prefetched */
+#define KVSHM_AHEAD_BUCKET 32	/* blocks ahead whose bucket is prefetched */
 #define KVSHM_AHEAD_PAGE 8	/* blocks ahead whose page is prefetched */
 #define KVSHM_PIN_RUN 32	/* verified blocks pinned under one fence */
 

@@ -21,6 +21,13 @@
  * mode (one bucket prefetched 8 blocks ahead, no page prefetch, one
  * seq_cst pin per block; op "lookup_cached_old"), to show what the
  * pipeline buys.
+ *
+ * Knobs for experiments (environment): KVBENCH_FLAT_BLOCKS=N measures N
+ * cached blocks only (against 4k); KVBENCH_FLAT_HUGE=1 puts the segments
+ * on private anonymous memory advised for transparent huge pages (2 MiB
+ * pages where the kernel grants them), to show what the TLB costs: the
+ * daemon's segment is a memfd, on 4 KiB pages unless the host's shmem
+ * THP setting gives it huge ones.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -64,7 +71,7 @@ static void prompt_tokens(uint32_t *t, size_t prompt, size_t n)
 
 static void *shared_map(size_t bytes)
 {
-	bool huge = getenv("FLAT_HUGE") != NULL;
+	bool huge = getenv("KVBENCH_FLAT_HUGE") != NULL;
 	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
 		       (huge ? MAP_PRIVATE : MAP_SHARED) | MAP_ANONYMOUS, -1, 0);
 
@@ -220,6 +227,13 @@ void mode_flat(void)
 	static const size_t lens[] = { 16, 256 };
 	const size_t *sizes = opt.quick ? quick : full;
 	size_t nsizes = opt.quick ? NELEM(quick) : NELEM(full), i, b, k;
+	static size_t one[2] = { 4096, 0 };
+
+	if (getenv("KVBENCH_FLAT_BLOCKS")) {
+		one[1] = strtoull(getenv("KVBENCH_FLAT_BLOCKS"), NULL, 0);
+		sizes = one;
+		nsizes = 2;
+	}
 	struct flat_batch *fb = xmalloc(sizeof(*fb));
 	struct flat_seg small, big;
 	uint64_t slice = (uint64_t)(opt.seconds * 1e9 / (4.0 * ROUNDS));
