@@ -39,6 +39,7 @@ typedef void (*req_free_fn)(void *r);
 static req_new_fn f_req_new;
 static lookup_fn f_lookup;
 static req_free_fn f_req_free;
+static PyObject *zero_int;	/* the int 0, for from_seq */
 
 /* The conversion buffer: the GIL serialises its users. */
 static uint32_t *tbuf;
@@ -99,6 +100,26 @@ static bool from_seq(PyObject *seq, Py_ssize_t n, uint32_t *out)
 	PyObject **items = PySequence_Fast_ITEMS(seq);
 	Py_ssize_t i;
 
+#if PY_VERSION_HEX < 0x030C0000
+	/* CPython 3.11: first a loop with no branch per item that takes
+	 * every exact int of one digit (or zero) and notes whether any item
+	 * was something else; only then, if one was, the careful loop. */
+	size_t odd = 0;
+
+	for (i = 0; i < n; i++) {
+		PyObject *o = items[i];
+		bool is_int = Py_TYPE(o) == &PyLong_Type;
+		/* Another type's fields are not read: zero stands in (a select,
+		 * not a branch). */
+		PyLongObject *l = (PyLongObject *)(is_int ? o : zero_int);
+		size_t sz = (size_t)Py_SIZE(l);
+
+		odd |= (size_t)!is_int | sz >> 1;
+		out[i] = (uint32_t)l->ob_digit[0] & -(uint32_t)(sz != 0);
+	}
+	if (!odd)
+		return true;
+#endif
 	for (i = 0; i < n; i++) {
 		int64_t v = token_of(items[i]);
 
@@ -316,5 +337,7 @@ PyMODINIT_FUNC PyInit__kvcfast(void);
 
 PyMODINIT_FUNC PyInit__kvcfast(void)
 {
+	if (!zero_int && !(zero_int = PyLong_FromLong(0)))
+		return NULL;
 	return PyModule_Create(&fast_module);
 }
