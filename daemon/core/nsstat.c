@@ -34,6 +34,9 @@
 
 #include "../../shm/stats.h"
 #include "kvd.h"
+#include "nsstat.h"
+#include "reply.h"
+#include "top.h"
 #include "../util/log.h"
 
 #define RELAXED memory_order_relaxed
@@ -203,8 +206,10 @@ void kvd_stats_reset(struct kvd *d)
 			      (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec, RELAXED);
 }
 
-int kvd_nsstat_reset_req(struct kvd *d, struct kvd_client *c, uint32_t seq, const void *p)
+int kvd_nsstat_reset_req(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
+			 const void *p)
 {
+	const uint32_t seq = hdr->seq;
 	struct kvproto_reset_r r = { KVPROTO_VERSION, 0 };
 	struct kvproto_reset q;
 	uid_t me = geteuid();

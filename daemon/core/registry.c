@@ -23,6 +23,13 @@
 #include "../../shm/key.h"
 #include "../util/closer.h"
 #include "kvd.h"
+#include "cache.h"
+#include "evict.h"
+#include "flight.h"
+#include "nsstat.h"
+#include "registry.h"
+#include "reply.h"
+#include "top.h"
 #include "../util/log.h"
 
 #define RELAXED memory_order_relaxed
@@ -123,9 +130,10 @@ static int send_with_fds(struct kvd_client *c, uint16_t type, uint32_t seq,
 	       (ssize_t)(sizeof(h) + len) ? 0 : -1;
 }
 
-int kvd_registry_stat(struct kvd *d, struct kvd_client *c, uint32_t seq,
+int kvd_registry_stat(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
 		      const void *p)
 {
+	const uint32_t seq = hdr->seq;
 	struct kvproto_stat st;
 	struct kvproto_stat_r r = { KVPROTO_VERSION, KVSHM_VERSION, d->h->segment_bytes };
 
@@ -167,9 +175,12 @@ static int refuse_hello(struct kvd *d, struct kvd_client *c, uint32_t seq, int e
 	return -1;
 }
 
-int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
-		       const struct kvproto_hello *hi)
+int kvd_registry_hello(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
+		       const void *p)
 {
+	const uint32_t seq = hdr->seq;
+	struct kvproto_hello hello;
+	const struct kvproto_hello *hi = &hello;
 	struct kvproto_hello_r hr;
 	struct kvshm_ns ns;
 	struct kvshm_client_row *row;
@@ -178,6 +189,11 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	uint32_t nslots;
 	int nsid, fds[3], nfds, rc;
 
+	if (c->hello) {
+		kvd_reply_error(d, c, seq, -EPROTO, true, "second HELLO");
+		return -1;
+	}
+	memcpy(&hello, p, sizeof(hello));
 	if (hi->version != KVPROTO_VERSION) {
 		snprintf(msg, sizeof(msg), "protocol version %u, this kvcached speaks %u",
 			 hi->version, KVPROTO_VERSION);
@@ -266,8 +282,10 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 }
 
 /* POOL: hand a cuda pool's chunk fds to an attached client. */
-int kvd_registry_pool(struct kvd *d, struct kvd_client *c, uint32_t seq, const void *p)
+int kvd_registry_pool(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
+		      const void *p)
 {
+	const uint32_t seq = hdr->seq;
 	struct kvproto_pool q;
 	struct kvproto_pool_r r;
 	const int *fds;

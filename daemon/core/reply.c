@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 
 #include "kvd.h"
+#include "reply.h"
 #include "../util/log.h"
 
 int kvd_ep_set(struct kvd *d, int op, int fd, uint32_t events, uint64_t tag)
@@ -138,4 +139,13 @@ void kvd_reply_error(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		return;
 	if (fatal)
 		kvd_client_close(d, c, msg, false);
+}
+
+int kvd_client_bye(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
+		   const void *p)
+{
+	(void)hdr;
+	(void)p;
+	kvd_client_close(d, c, "closed", true);
+	return -1;
 }

@@ -19,6 +19,10 @@
 #include "../../shm/page.h"
 #include "../tier/tier.h"
 #include "kvd.h"
+#include "evict.h"
+#include "registry.h"
+#include "reply.h"
+#include "restore.h"
 
 struct kvd_restore {
 	struct kvd_client *c;	/* parked on c while c->restore == this */
@@ -54,10 +58,11 @@ static void restore_done(struct kvd *d, struct kvd_restore *rq)
 		kvd_client_resume(d, c);
 }
 
-int kvd_restore(struct kvd *d, struct kvd_client *c, uint16_t type, uint32_t seq,
-		const void *p, uint32_t len)
+int kvd_restore(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
+		const void *p)
 {
-	const bool fetch = type == KVPROTO_FETCH;
+	const bool fetch = hdr->type == KVPROTO_FETCH;
+	const uint32_t seq = hdr->seq;
 	const uint8_t *rec;
 	struct kvshm_key parent = { 0, 0 };
 	struct kvd_restore *rq;
@@ -66,7 +71,6 @@ int kvd_restore(struct kvd *d, struct kvd_client *c, uint16_t type, uint32_t seq
 	uint32_t i, n, want = 0, cap, stride, got;
 	int lv, rc;
 
-	(void)len;
 	if (fetch) {
 		struct kvproto_fetch fh;
 

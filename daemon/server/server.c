@@ -30,6 +30,15 @@
 #include "../util/closer.h"
 #include "../obs/events.h"
 #include "../core/kvd.h"
+#include "../core/cache.h"
+#include "../core/drop.h"
+#include "../core/evict.h"
+#include "../core/nsstat.h"
+#include "../core/registry.h"
+#include "../core/reply.h"
+#include "../core/restore.h"
+#include "../core/top.h"
+#include "server.h"
 #include "../tier/tier.h"
 #include "../util/log.h"
 #include "notify.h"
@@ -357,6 +366,17 @@ static void do_accept(struct kvd *d)
 	}
 }
 
+/* The handler column of the frame table (shm/proto.h), by type. */
+#define KVD_FRAME_ROW(name, type, desc, size, bytes, check, hello, handler)               \
+	[type] = { handler, KVPROTO_TAKE_##hello },
+
+static const struct {
+	kvd_frame_fn *handler;	/* NULL: a reply, no request */
+	uint8_t take;		/* enum kvproto_take */
+} frames[KVPROTO_TYPE_MAX + 1] = {
+	KVPROTO_FRAMES(KVD_FRAME_ROW)
+};
+
 int kvd_server_frame(struct kvd *d, struct kvd_client *c, const uint8_t *in)
 {
 	struct kvproto_hdr h;
@@ -368,48 +388,17 @@ int kvd_server_frame(struct kvd *d, struct kvd_client *c, const uint8_t *in)
 		kvd_reply_error(d, c, h.seq, -EBADMSG, true, "bad message: %s", why);
 		return -1;
 	}
-	if (!c->hello && h.type == KVPROTO_STAT)
-		return kvd_registry_stat(d, c, h.seq, p);
-	if (!c->hello && h.type == KVPROTO_RESET)
-		return kvd_nsstat_reset_req(d, c, h.seq, p);
-	if (!c->hello && h.type != KVPROTO_HELLO) {
+	/* Decoded: a type of the table. */
+	if (!c->hello && frames[h.type].take == KVPROTO_TAKE_AFTER) {
 		kvd_reply_error(d, c, h.seq, -EPROTO, true, "expected HELLO first");
 		return -1;
 	}
-	switch (h.type) {
-	case KVPROTO_BYE:
-		kvd_client_close(d, c, "closed", true);
-		return -1;
-	case KVPROTO_HELLO: {
-		struct kvproto_hello hi;
-
-		if (c->hello) {
-			kvd_reply_error(d, c, h.seq, -EPROTO, true, "second HELLO");
-			return -1;
-		}
-		memcpy(&hi, p, sizeof(hi));
-		return kvd_registry_hello(d, c, h.seq, &hi);
-	}
-	case KVPROTO_ALLOC:
-		return kvd_cache_alloc(d, c, h.seq, p, h.len);
-	case KVPROTO_ALLOC_KEYS:
-		return kvd_cache_alloc_keys(d, c, h.seq, p, h.len);
-	case KVPROTO_PUBLISH:
-		return kvd_cache_publish(d, c, h.seq, p, h.len);
-	case KVPROTO_FREE:
-		return kvd_cache_free(d, c, h.seq, p, h.len);
-	case KVPROTO_RESTORE:
-	case KVPROTO_FETCH:
-		return kvd_restore(d, c, h.type, h.seq, p, h.len);
-	case KVPROTO_POOL:
-		return kvd_registry_pool(d, c, h.seq, p);
-	case KVPROTO_DROP:
-		return kvd_drop_ns(d, c, h.seq, p);
-	default:
+	if (!frames[h.type].handler || (c->hello && frames[h.type].take == KVPROTO_TAKE_BEFORE)) {
 		kvd_reply_error(d, c, h.seq, -EPROTO, true, "message type %u is not a request",
 				h.type);
 		return -1;
 	}
+	return frames[h.type].handler(d, c, &h, p);
 }
 
 /*
