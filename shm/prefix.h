@@ -63,6 +63,21 @@ static inline void kvshm_walk_prefetch_page(const struct kvshm_header *h, uint32
 }
 
 /*
+ * Prefetch the home buckets of the first keys of a walk (as many as the
+ * walk itself keeps ahead). kvc_req_new calls it as soon as it has the
+ * key chain, so the buckets are on their way while the engine goes on to
+ * kvc_lookup, instead of the walk's first blocks waiting for them.
+ */
+static inline void kvshm_walk_prefetch(const struct kvshm_header *h, const struct kvshm_key *keys,
+				       size_t n)
+{
+	size_t k;
+
+	for (k = 0; k < n && k < KVSHM_AHEAD_BUCKET; k++)
+		kvshm_index_prefetch(h, keys[k]);
+}
+
+/*
  * Pin pages page[0..n) at gen[0..n) through slots slot[0..n) with one
  * fence; returns how many leading ones are pinned (READY at their gen once
  * the slots are visible). The slots of the rest are cleared again.

@@ -13,9 +13,10 @@
  * the lookup reads only the segment, never the pool.
  *
  * A request is the first B blocks (B = 16 or 256) of a prompt drawn at
- * random, its key chain computed beforehand (untimed, as in the lookup
- * mode's `lookup` rows); the walk must pin all B, and the pins are
- * released untimed. Rows: the rate at N cached against the rate at 4k
+ * random, its key chain computed and its first buckets prefetched just
+ * before its walk, untimed (what kvc_req_new does before kvc_lookup, as
+ * in the lookup mode's `lookup` rows); the walk must pin all B, and the
+ * pins are released untimed. Rows: the rate at N cached against the rate at 4k
  * cached, alternating slices of the two in the same run (op
  * "lookup_cached"), and the same for the walk libkvclient had before this
  * mode (one bucket prefetched 8 blocks ahead, no page prefetch, one
@@ -167,18 +168,17 @@ struct flat_batch {
 	uint64_t rng;
 };
 
-/* Prepare FLAT_BATCH requests of random prompts of s (untimed). */
-static void batch_fill(struct flat_batch *fb, const struct flat_seg *s, size_t blocks)
+/* Prepare request r of the batch: a random prompt of s, its key chain
+ * and its buckets' prefetch, as kvc_req_new does (untimed). */
+static void request_fill(struct flat_batch *fb, size_t r, const struct flat_seg *s,
+			 size_t blocks)
 {
 	struct kvshm_key none = { 0, 0 };
-	size_t r;
+	size_t p = mix64(++fb->rng) % (s->blocks / FLAT_PROMPT);
 
-	for (r = 0; r < FLAT_BATCH; r++) {
-		size_t p = mix64(++fb->rng) % (s->blocks / FLAT_PROMPT);
-
-		prompt_tokens(fb->tokens[r], p, blocks * BT);
-		kvshm_key_chain(flat_root, none, fb->tokens[r], blocks * BT, BT, fb->keys[r]);
-	}
+	prompt_tokens(fb->tokens[r], p, blocks * BT);
+	kvshm_key_chain(flat_root, none, fb->tokens[r], blocks * BT, BT, fb->keys[r]);
+	kvshm_walk_prefetch(s->h, fb->keys[r], blocks);
 }
 
 /* One timed batch on s; returns its ns. */
@@ -188,7 +188,6 @@ static uint64_t batch_run(struct flat_batch *fb, struct flat_seg *s, size_t bloc
 	uint64_t t0, ns = 0;
 	size_t r, got, k;
 
-	batch_fill(fb, s, blocks);
 	for (r = 0; r < FLAT_BATCH; r++) {
 		struct kvshm_walk w = {
 			.keys = fb->keys[r], .tokens = fb->tokens[r], .slot = fb->slot,
@@ -196,6 +195,7 @@ static uint64_t batch_run(struct flat_batch *fb, struct flat_seg *s, size_t bloc
 			.parent = flat_root,
 		};
 
+		request_fill(fb, r, s, blocks);
 		t0 = now_ns();
 		got = old ? walk_old(s->h, s->l, &w) : kvshm_walk_pin(s->h, s->l, &w, &missed);
 		ns += now_ns() - t0;
