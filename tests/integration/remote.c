@@ -520,8 +520,7 @@ static void old_version(const struct fx *f, uint8_t *val, size_t len)
 
 /* During an upgrade of the fleet, B fetches items of another format
  * version: each is a miss, counted as stale (not as dropped, and not
- * logged as damage), the prefix ends there; once A writes the block again
- * in the current format, it is a hit. */
+ * logged as damage), and the prefix ends there. */
 static void test_other_version_is_a_miss(void **state)
 {
 	struct fx *f = *state;
