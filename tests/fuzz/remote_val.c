@@ -181,6 +181,25 @@ static void mode_built(const uint8_t *d, size_t n, uint32_t bt, unsigned sec)
 	CHECK(kvd_rval_check(macs[sec], item, len, &w, &fail, &why) == -EBADMSG &&
 	      fail == KVD_RVAL_IDENTITY);
 	w.parent = parent;
+	/* Another format version (the MAC made good again, as by a host of
+	 * that release): refused for its version, before its MAC; then the
+	 * item as built again. */
+	{
+		struct kvd_rval_hdr h;
+		uint32_t v;
+
+		memcpy(&h, item, sizeof(h));
+		v = h.version;
+		h.version = g & 1 ? 1 : KVD_RVAL_VERSION + 1;	/* the last one, the next */
+		memcpy(item, &h, sizeof(h));
+		CHECK(!kvd_rval_mac(macs[sec], item, len));
+		CHECK(kvd_rval_check(macs[sec], item, len, &w, &fail, &why) == -EBADMSG &&
+		      fail == KVD_RVAL_VERSION_OTHER);
+		h.version = v;
+		memcpy(item, &h, sizeof(h));
+		CHECK(!kvd_rval_mac(macs[sec], item, len));
+		CHECK(!kvd_rval_check(macs[sec], item, len, &w, &fail, &why));
+	}
 	/* Damage: (offset, xor) pairs from the input's tail. */
 	if (n >= ns.page_bytes + 3) {
 		const uint8_t *p = d + ns.page_bytes;
@@ -200,18 +219,6 @@ static void mode_built(const uint8_t *d, size_t n, uint32_t bt, unsigned sec)
 	}
 	/* Cut short or grown: refused. */
 	CHECK(kvd_rval_check(macs[sec], item, len - 1, &w, &fail, &why) == -EBADMSG);
-	/* Another format version (the MAC made good again, as by a host of
-	 * that release): refused for its version, before its MAC. */
-	{
-		struct kvd_rval_hdr h;
-
-		memcpy(&h, item, sizeof(h));
-		h.version = g & 1 ? 1 : KVD_RVAL_VERSION + 1;	/* the last one, the next */
-		memcpy(item, &h, sizeof(h));
-		CHECK(!kvd_rval_mac(macs[sec], item, len));
-		CHECK(kvd_rval_check(macs[sec], item, len, &w, &fail, &why) == -EBADMSG &&
-		      fail == KVD_RVAL_VERSION_OTHER);
-	}
 	free(item);
 }
 
