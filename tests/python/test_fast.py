@@ -122,4 +122,7 @@ def test_hits_through_the_fast_path(daemon):
         bad[-5] = 2**32
         with pytest.raises(kvclient.TensorError):
             c.request(bad)
+        # Over KVC_MAX_TOKENS: left to the ctypes path, refused there.
+        with pytest.raises(kvclient.TooBigError):
+            c.request([1] * ((1 << 22) + 16))
         assert not c._live

@@ -45,8 +45,15 @@ static PyObject *zero_int;	/* the int 0, for from_seq */
 static uint32_t *tbuf;
 static size_t tcap;
 
+/* More tokens than a request may hold (KVC_MAX_TOKENS, kvclient.h) are
+ * not converted here: the ctypes path refuses them (-E2BIG), and this
+ * buffer, kept for the process's life, stays at most 16 MiB. */
+#define TBUF_MAX (1u << 22)
+
 static uint32_t *tbuf_for(Py_ssize_t n)
 {
+	if ((size_t)n > TBUF_MAX)
+		return NULL;
 	if ((size_t)n > tcap) {
 		size_t cap = (size_t)n < 4096 ? 4096 : (size_t)n;
 		uint32_t *b = PyMem_RawRealloc(tbuf, cap * sizeof(uint32_t));
