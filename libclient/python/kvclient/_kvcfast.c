@@ -176,8 +176,8 @@ static int tokens_of(PyObject *obj, const uint32_t **addr, size_t *n, Py_buffer 
 		return 0;
 	}
 	*held = true;
-	if (view->ndim != 1)
-		return 0;
+	if (view->ndim != 1 || view->shape[0] > (Py_ssize_t)TBUF_MAX)
+		return 0;	/* too long: the ctypes path says so, naming the limit */
 	if (view->itemsize == 4 && strchr("IiLl", fmt_char(view))) {
 		*addr = view->buf;
 		*n = (size_t)view->shape[0];
