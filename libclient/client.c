@@ -354,7 +354,7 @@ static int check_model(const struct kvc_model *m)
 {
 	size_t nl;
 
-	if (!m || m->size != sizeof(*m) || m->flags || !m->name ||
+	if (!m || m->size != sizeof(*m) || (m->flags & ~KVC_MODEL_ENGINE_KEYS) || !m->name ||
 	    !zero_resv(m->resv, 3) ||
 	    m->shard.tp_rank >= (m->shard.tp_size ? m->shard.tp_size : 1) ||
 	    m->shard.pp_rank >= (m->shard.pp_size ? m->shard.pp_size : 1))
@@ -370,6 +370,7 @@ static void hello_of(const struct kvc_model *m, uint32_t max_pins,
 {
 	memset(hi, 0, sizeof(*hi));
 	hi->version = KVPROTO_VERSION;
+	hi->flags = m->flags & KVC_MODEL_ENGINE_KEYS ? KVPROTO_HELLO_ENGINE_KEYS : 0;
 	hi->dtype_bytes = m->dtype_bytes;
 	hi->layers = m->layers;
 	hi->kv_heads = m->kv_heads;
@@ -518,6 +519,7 @@ static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options 
 		goto out;
 	}
 	c->root = kvshm_key_root(ns.id, o ? o->salt : NULL, o ? o->salt_len : 0);
+	c->engine_keys = ns.kind == KVSHM_NS_ENGINE;
 	rc = 0;
 	if (c->pool_kind == KVSHM_POOL_CUDA)
 		rc = attach_cuda(c, &hr, o);

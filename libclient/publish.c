@@ -221,7 +221,7 @@ int kvc_publish(struct kvc_req *r)
 		p.gen = r->gen[i];
 		KVC_TSAN_RELEASE(c->pool + (uint64_t)p.page * c->slot_bytes);
 		p.key = r->keys[i];
-		p.parent = i ? r->keys[i - 1] : c->root;
+		p.parent = kvci_parent(r, i);
 		memcpy(msg + sizeof(cnt) + k * rec, &p, sizeof(p));
 		memcpy(msg + sizeof(cnt) + k * rec + sizeof(p), r->tokens + i * bt, bt * 4);
 		k++;
