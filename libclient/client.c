@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -592,6 +593,34 @@ int kvc_open(const struct kvc_model *model, const struct kvc_options *opts,
 	}
 	*out = c;
 	return 0;
+}
+
+int kvc_connected(kvc_t *c)
+{
+	struct pollfd p;
+	int rc;
+
+	if (!c)
+		return -EINVAL;
+	if ((rc = kvc_usable(c)))
+		return rc;
+	/* A round trip in progress will see for itself. */
+	if (pthread_mutex_trylock(&c->io_lock))
+		return 0;
+	rc = 0;
+	if (c->fd < 0) {
+		rc = -ENOTCONN;
+	} else {
+		p.fd = c->fd;
+		p.events = POLLRDHUP;
+		p.revents = 0;
+		if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+			mark_dead(c);
+			rc = -ENOTCONN;
+		}
+	}
+	pthread_mutex_unlock(&c->io_lock);
+	return rc;
 }
 
 void kvc_close(kvc_t *c)

@@ -550,6 +550,17 @@ int kvc_group(const uint32_t *const *prompts, const size_t *lens, size_t n,
  */
 int kvc_drop_namespace(kvc_t *c);
 
+/*
+ * Is the daemon still there? One poll() of the handle's socket, no round
+ * trip: 0 while the connection is up, -ENOTCONN once the daemon has closed
+ * it (exited, killed) or the handle died, which it then is (later calls
+ * return -ENOTCONN). Lookups read shared memory and need no daemon: pages
+ * pinned before it died stay readable, but a caller that must not count on
+ * a daemon that is gone (an engine about to promise blocks) asks here
+ * first. -EINVAL for NULL, -ECHILD after fork.
+ */
+int kvc_connected(kvc_t *c);
+
 /* Bytes of one page of this handle's namespace, and of a pool slot. */
 size_t kvc_page_bytes(const kvc_t *c);
 /* Tokens per block. */

@@ -113,6 +113,7 @@ _PROTOS = (
     ("kvc_block_page", c_int64, [c_void_p, c_size_t], False),
     ("kvc_publish", c_int, [c_void_p], True),
     ("kvc_req_free", None, [c_void_p], True),
+    ("kvc_connected", c_int, [c_void_p], False),
     ("kvc_pool_kind", c_int, [c_void_p], False),
     ("kvc_pool_device", c_int, [c_void_p], False),
     ("kvc_gather", c_int, [c_void_p, c_size_t, c_size_t, POINTER(Layout), c_void_p,

@@ -288,6 +288,14 @@ class Client:
     def closed(self) -> bool:
         return self._h is None
 
+    def connected(self) -> bool:
+        """Is the daemon still there (kvc_connected)? One poll() of the
+        socket, no round trip. False once the daemon has closed the
+        connection (exited, killed): the Client is then dead, and pages
+        pinned before stay readable until their requests are released."""
+        h = self._h
+        return h is not None and _L.lib().connected(h) == 0
+
     def __enter__(self) -> "Client":
         return self
 
