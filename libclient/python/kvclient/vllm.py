@@ -1,0 +1,499 @@
+# SPDX-License-Identifier: MIT
+"""kvcached as a vLLM v1 KV connector: ``KvcachedConnector``.
+
+Selected with::
+
+    --kv-transfer-config '{"kv_connector":"KvcachedConnector",
+        "kv_connector_module_path":"kvclient.vllm","kv_role":"kv_both",
+        "kv_connector_extra_config":{"socket":"/run/kvcached/kvcached.sock"}}'
+
+vLLM builds one connector in the scheduler process (role SCHEDULER) and one
+in each worker (role WORKER); each opens its own kvclient.Client. Written
+against vLLM's documented ``KVConnectorBase_V1`` (see docs/ENGINES.md for
+the versions followed); nothing here is vLLM code.
+
+Scheduler side: ``get_num_new_matched_tokens`` looks the prompt's full
+blocks up in rank 0's namespace and releases the request at once (no pin,
+no page is held: vLLM may ask again), ``update_state_after_alloc`` notes
+where the hits go, ``build_connector_meta`` hands the workers, per step,
+the blocks to load and the prompt blocks newly computed to save.
+
+Worker side: ``start_load_kv`` looks the blocks up again in this rank's
+namespace and gathers the hits into vLLM's paged buffer (on a host pool in
+a thread that releases the GIL, on a cuda pool on a stream of its own);
+``wait_for_layer_load`` waits for that copy at the first layer (one copy
+moves every layer: a kvcached page holds all layers of a block);
+``wait_for_save`` scatters the newly computed prompt blocks into pages and
+publishes them. Blocks a worker could not load (evicted since the
+scheduler looked, daemon gone) are reported by
+``get_block_ids_with_load_errors`` and vLLM recomputes them.
+
+kvcached being unreachable never fails a request: no daemon, a lost
+connection or a full pool make the connector report 0 matched tokens and
+skip saves; it reconnects at most once a second.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1,
+                                                             KVConnectorMetadata,
+                                                             KVConnectorRole)
+
+from . import client as _client
+from .errors import KvcError
+
+log = logging.getLogger("kvclient.vllm")
+
+__all__ = ["KvcachedConnector", "KvcachedConnectorMetadata"]
+
+# vLLM's cache_dtype names -> kvclient dtype names ("auto": the model's).
+_CACHE_DTYPES = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn",
+                 "fp8_e5m2": "float8_e5m2", "bfloat16": "bfloat16", "float16": "float16",
+                 "half": "float16", "float32": "float32", "float": "float32"}
+
+RECONNECT_S = 1.0
+
+
+@dataclass
+class LoadSpec:
+    """Load tokens [start, end) of a request into its vLLM blocks."""
+    req_id: str
+    tokens: list
+    extra: Optional[bytes]
+    block_ids: list
+    start: int
+    end: int
+
+
+@dataclass
+class SaveSpec:
+    """Save the request's first len(tokens) prompt tokens (whole kvcached
+    blocks) from its vLLM blocks."""
+    req_id: str
+    tokens: list
+    extra: Optional[bytes]
+    block_ids: list
+
+
+@dataclass
+class KvcachedConnectorMetadata(KVConnectorMetadata):
+    loads: list = field(default_factory=list)
+    saves: list = field(default_factory=list)
+
+
+@dataclass
+class _ReqState:
+    tokens: list
+    extra: Optional[bytes]
+    block_ids: list = field(default_factory=list)
+    computed: int = 0
+    saved: int = 0			# kvcached blocks handed to a save
+    load: Optional[tuple] = None	# (start, end) to load this step
+
+
+def _extra_of(request) -> Optional[bytes]:
+    """The request's extra keys: vLLM's cache_salt and LoRA adapter, which
+    make the same tokens different KV."""
+    parts = []
+    salt = getattr(request, "cache_salt", None)
+    if salt:
+        parts.append(b"salt:" + str(salt).encode())
+    lora = getattr(request, "lora_request", None)
+    if lora is not None:
+        parts.append(b"lora:" + str(getattr(lora, "lora_name", lora)).encode())
+    return b"\0".join(parts) or None
+
+
+def _model_name(vllm_config, extra: dict, dtype: str) -> str:
+    name = extra.get("model_name")
+    if not name:
+        mc = vllm_config.model_config
+        rev = getattr(mc, "revision", None)
+        name = f"{mc.model}{'@' + rev if rev else ''}/{dtype}"
+    b = name.encode()
+    if len(b) > 63:	# keep it unique: a digest of the whole name at the end
+        name = b[:50].decode("utf-8", "ignore") + "~" + hashlib.sha256(b).hexdigest()[:12]
+    return name
+
+
+class KvcachedConnector(KVConnectorBase_V1):
+    """kvcached as vLLM's KV connector (see the module docstring)."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        ktc = vllm_config.kv_transfer_config
+        extra = dict(getattr(ktc, "kv_connector_extra_config", None) or {})
+        mc, cc, pc = vllm_config.model_config, vllm_config.cache_config, vllm_config.parallel_config
+        if getattr(mc, "use_mla", False):
+            raise ValueError("KvcachedConnector: MLA models (one latent vector per token, "
+                             "no K and V) are not supported yet")
+        self.block_size = int(cc.block_size)
+        self.block_tokens = int(extra.get("block_tokens", self.block_size))
+        B, T = self.block_size, self.block_tokens
+        if B % T and T % B:
+            raise ValueError(f"KvcachedConnector: vLLM's block_size {B} is neither a multiple "
+                             f"nor a divisor of kvcached's block tokens {T} "
+                             "(kv_connector_extra_config block_tokens, which must equal the "
+                             "daemon's block-tokens)")
+        cdt = str(getattr(cc, "cache_dtype", "auto") or "auto")
+        if cdt == "auto":
+            dtype = str(mc.dtype).replace("torch.", "")
+        else:
+            dtype = _CACHE_DTYPES.get(cdt, cdt)
+        self.socket = extra.get("socket")
+        self.salt = extra.get("salt", b"")
+        tp, pp = int(pc.tensor_parallel_size), int(pc.pipeline_parallel_size)
+        if role == KVConnectorRole.WORKER:
+            rank = int(getattr(pc, "rank", 0))
+            tp_rank, pp_rank = rank % tp, (rank // tp) % pp
+        else:	# the scheduler looks up rank 0's namespace: it speaks for all
+            tp_rank = pp_rank = 0
+        self.model = _client.Model(
+            _model_name(vllm_config, extra, dtype), dtype,
+            layers=int(mc.get_num_layers(pc)), kv_heads=int(mc.get_num_kv_heads(pc)),
+            head_dim=int(mc.get_head_size()), block_tokens=T, pos="rope",
+            tp_rank=tp_rank, tp_size=tp, pp_rank=pp_rank, pp_size=pp)
+        self._c: Optional[_client.Client] = None
+        self._next_try = 0.0
+        # Scheduler side.
+        self._reqs: dict[str, _ReqState] = {}
+        self._local: dict[str, int] = {}	# get_num_new_matched_tokens' last answer
+        # Worker side.
+        self._caches: Optional[list] = None
+        self._kv = None
+        self._layout = None
+        self._load_errors: set[int] = set()
+        self._load_thread: Optional[threading.Thread] = None
+        self._load_reqs: list = []
+        self._load_event = None
+
+    # ------------------------------------------------------ the Client
+
+    def _client(self) -> Optional[_client.Client]:
+        """The Client, (re)opened when the daemon is there; None when not."""
+        c = self._c
+        if c is not None:
+            if c.connected():
+                return c
+            self._drop_client("the daemon closed the connection")
+        now = time.monotonic()
+        if now < self._next_try:
+            return None
+        self._next_try = now + RECONNECT_S
+        try:
+            c = _client.Client(self.model, socket=self.socket, salt=self.salt)
+        except KvcError as e:
+            if getattr(e, "reason", None) and type(e).__name__ == "GeometryError":
+                raise ValueError(f"KvcachedConnector: {e}") from e
+            log.warning("kvcached unreachable, going on without it: %s", e)
+            return None
+        if self._caches is not None:
+            try:
+                self._kv = self._paged(c)
+            except Exception:
+                c.close()
+                raise
+        self._c = c
+        return c
+
+    def _drop_client(self, why: str) -> None:
+        log.warning("kvcached: %s; going on without it", why)
+        c, self._c, self._kv = self._c, None, None
+        self._release_loads()
+        if c is not None:
+            try:
+                c.close()
+            except KvcError:
+                pass
+
+    # ---------------------------------------------------- scheduler side
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
+        """Tokens after num_computed_tokens that kvcached holds (whole vLLM
+        blocks, never the prompt's last token), loaded synchronously.
+        Holds nothing: the lookup's request is released at once."""
+        B, T = self.block_size, self.block_tokens
+        tokens = request.prompt_token_ids
+        limit = ((len(tokens) - 1) // B) * B	# vLLM computes at least the last token
+        nb = limit // T
+        if nb == 0 or limit <= num_computed_tokens:
+            return 0, False
+        c = self._client()
+        if c is None:
+            return 0, False
+        try:
+            with c.request(tokens[:nb * T], extra=_extra_of(request)) as r:
+                hits = r.lookup()
+        except KvcError as e:
+            self._drop_client(str(e))
+            return 0, False
+        matched = (hits * T // B) * B - num_computed_tokens
+        self._local[request.request_id] = num_computed_tokens
+        return max(matched, 0), False
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens: int):
+        st = self._reqs.get(request.request_id)
+        if st is None:
+            st = self._reqs[request.request_id] = _ReqState(list(request.prompt_token_ids),
+                                                            _extra_of(request))
+        if num_external_tokens > 0:
+            start = self._local.pop(request.request_id, 0)
+            st.block_ids = list(blocks.get_block_ids()[0])
+            st.load = (start, start + num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output) -> KvcachedConnectorMetadata:
+        meta = KvcachedConnectorMetadata()
+        for new in scheduler_output.scheduled_new_reqs:
+            st = self._reqs.get(new.req_id)
+            if st is None:
+                st = self._reqs[new.req_id] = _ReqState(list(new.prompt_token_ids), None)
+            st.block_ids = list(new.block_ids[0])
+            st.computed = new.num_computed_tokens
+        cached = scheduler_output.scheduled_cached_reqs
+        resumed = getattr(cached, "resumed_req_ids", None) or set()
+        for i, rid in enumerate(cached.req_ids):
+            st = self._reqs.get(rid)
+            if st is None:
+                continue
+            nb = cached.new_block_ids[i]
+            if rid in resumed:	# preempted and back: a new block list
+                st.block_ids = list(nb[0]) if nb else []
+            elif nb:
+                st.block_ids.extend(nb[0])
+            st.computed = cached.num_computed_tokens[i]
+        T = self.block_tokens
+        for rid, n in scheduler_output.num_scheduled_tokens.items():
+            st = self._reqs.get(rid)
+            if st is None:
+                continue
+            if st.load is not None:
+                meta.loads.append(LoadSpec(rid, st.tokens, st.extra, list(st.block_ids),
+                                           *st.load))
+                st.load = None
+            done = min(st.computed + n, len(st.tokens)) // T
+            if done > st.saved:
+                meta.saves.append(SaveSpec(rid, st.tokens[:done * T], st.extra,
+                                           list(st.block_ids)))
+                st.saved = done
+        return meta
+
+    def request_finished(self, request, block_ids):
+        self._reqs.pop(request.request_id, None)
+        self._local.pop(request.request_id, None)
+        return False, None	# saves are done within the step: free the blocks now
+
+    # ------------------------------------------------------- worker side
+
+    @classmethod
+    def get_required_kvcache_layout(cls, vllm_config) -> Optional[str]:
+        return "NHD"	# a block dense [block_size, kv_heads, head_dim]
+
+    def register_kv_caches(self, kv_caches: dict) -> None:
+        """vLLM's per-layer paged buffers, in layer order. Supported: the
+        FlashAttention layout [2, num_blocks, block_size, kv_heads,
+        head_dim] and the FlashInfer one [num_blocks, 2, block_size,
+        kv_heads, head_dim], NHD."""
+        caches = list(kv_caches.values())
+        if len(caches) != self.model.layers:
+            raise ValueError(f"KvcachedConnector: {len(caches)} KV caches for a model of "
+                             f"{self.model.layers} layers (hybrid models with several KV "
+                             "cache groups are not supported)")
+        t = caches[0]
+        inner = (self.block_size, self.model.kv_heads, self.model.head_dim)
+        if t.dim() == 5 and t.shape[0] == 2 and tuple(t.shape[2:]) == inner:
+            self._layout = "flash"
+        elif t.dim() == 5 and t.shape[1] == 2 and tuple(t.shape[2:]) == inner:
+            self._layout = "flashinfer"
+        else:
+            raise ValueError(f"KvcachedConnector: KV cache shape {tuple(t.shape)} is not "
+                             f"[2, blocks, {inner[0]}, {inner[1]}, {inner[2]}] (FlashAttention)"
+                             f" nor [blocks, 2, ...] (FlashInfer); MLA and other layouts are "
+                             "not supported")
+        self._caches = caches
+        c = self._client()
+        if c is not None and self._kv is None:
+            self._kv = self._paged(c)
+
+    def _paged(self, c):
+        """The PagedKV over vLLM's buffers in kvcached blocks (a vLLM block
+        of m kvcached blocks is viewed as m blocks); None when a kvcached
+        block spans several vLLM blocks (copied through page views)."""
+        B, T = self.block_size, self.block_tokens
+        if B % T:
+            if c.pool_kind != "host":
+                raise ValueError(f"KvcachedConnector: vLLM blocks of {B} tokens smaller than "
+                                 f"kvcached's {T} need a host pool")
+            return None
+        m = B // T
+        h, d = self.model.kv_heads, self.model.head_dim
+        if self._layout == "flash":
+            return _client.PagedKV(c, [x.view(2, x.shape[1] * m, T, h, d)
+                                       for x in self._caches])
+        if m != 1:
+            raise ValueError(f"KvcachedConnector: the FlashInfer layout needs vLLM's "
+                             f"block_size {B} equal to kvcached's block tokens {T}")
+        return _client.PagedKV(c, [x[:, 0] for x in self._caches],
+                               [x[:, 1] for x in self._caches])
+
+    def _engine_ids(self, block_ids: list, first: int, n: int) -> list:
+        """Engine block ids (in _paged's view) of kvcached blocks first..first+n-1."""
+        m = self.block_size // self.block_tokens
+        return [block_ids[j // m] * m + j % m for j in range(first, first + n)]
+
+    def _copy_pages(self, req, block_ids: list, first: int, n: int, load: bool,
+                    from_token: int = 0) -> None:
+        """kvcached block > vLLM block: page views (host pool), one copy per
+        layer, K and V, per vLLM block."""
+        B, T = self.block_size, self.block_tokens
+        m = T // B
+        h, d = self.model.kv_heads, self.model.head_dim
+        for j in range(first, first + n):
+            page = req.page_tensor(j)	# [layers, 2, T, heads, head_dim]
+            for q in range(m):
+                if (j * m + q) * B < from_token:
+                    continue
+                b = block_ids[j * m + q]
+                for layer, x in enumerate(self._caches):
+                    src = page[layer, :, q * B:(q + 1) * B]
+                    dst = x[:, b] if self._layout == "flash" else x[b]
+                    if load:
+                        dst.copy_(src.reshape(2, B, h, d))
+                    else:
+                        src.copy_(dst)
+
+    def start_load_kv(self, forward_context, **kwargs) -> None:
+        meta = self._get_connector_metadata()
+        if not meta.loads:
+            return
+        B, T = self.block_size, self.block_tokens
+        c = self._client()
+        work = []
+        for ld in meta.loads:
+            first, last = ld.start // T, -(-ld.end // T)
+            hits = 0
+            if c is not None:
+                try:
+                    req = c.request(ld.tokens[:last * T], extra=ld.extra)
+                    self._load_reqs.append(req)
+                    hits = min(req.lookup(), last)
+                except KvcError as e:
+                    self._drop_client(str(e))
+                    c = None
+            if hits > first:
+                work.append((req, ld, first, hits))
+            # What the scheduler promised and this rank cannot load: vLLM
+            # recomputes those blocks.
+            bad_from = max(hits * T, ld.start)
+            self._load_errors.update(ld.block_ids[t // B] for t in range(bad_from, ld.end, B))
+        if not work:
+            return
+        if c.pool_kind == "cuda":
+            import torch
+            stream = torch.cuda.Stream(device=c.pool_device)
+            for req, ld, first, hits in work:
+                req.gather(self._kv, self._engine_ids(ld.block_ids, first, hits - first),
+                           first, stream=stream)
+            self._load_event = torch.cuda.Event()
+            self._load_event.record(stream)
+            return
+        self._load_thread = threading.Thread(target=self._gather_all, args=(work,),
+                                             name="kvcached-load", daemon=True)
+        self._load_thread.start()
+
+    def _gather_all(self, work) -> None:
+        for req, ld, first, hits in work:
+            try:
+                if self._kv is not None:
+                    req.gather(self._kv, self._engine_ids(ld.block_ids, first, hits - first),
+                               first)
+                else:
+                    self._copy_pages(req, ld.block_ids, first, hits - first, True, ld.start)
+            except Exception as e:	# the blocks stay what they were: recompute them
+                log.warning("kvcached: loading %s failed: %s", ld.req_id, e)
+                self._load_errors.update(ld.block_ids[t // self.block_size]
+                                         for t in range(ld.start, ld.end, self.block_size))
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        """One copy moves every layer: the first layer waits for it."""
+        t, self._load_thread = self._load_thread, None
+        if t is not None:
+            t.join()
+            self._release_loads()
+        ev, self._load_event = self._load_event, None
+        if ev is not None:
+            import torch
+            torch.cuda.current_stream().wait_event(ev)
+
+    def _release_loads(self) -> None:
+        reqs, self._load_reqs = self._load_reqs, []
+        for r in reqs:
+            try:
+                r.release()
+            except KvcError:
+                pass
+
+    def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata, **kwargs) -> None:
+        """Nothing per layer: a kvcached page holds every layer of a block,
+        so wait_for_save copies the step's new blocks in one pass."""
+        return
+
+    def wait_for_save(self) -> None:
+        """Scatter the prompt blocks computed in this step into kvcached
+        pages and publish them (blocks already cached are skipped)."""
+        self.wait_for_layer_load("")
+        if self._load_event is None and self._load_reqs and self._c is not None and \
+                self._c.pool_kind == "cuda":
+            import torch
+            torch.cuda.current_stream().synchronize()
+        self._release_loads()
+        meta = self._get_connector_metadata()
+        if not meta.saves:
+            return
+        c = self._client()
+        if c is None:
+            return
+        for sv in meta.saves:
+            try:
+                with c.request(sv.tokens, extra=sv.extra) as r:
+                    hits = r.lookup()
+                    if hits >= r.blocks:
+                        continue
+                    got = r.alloc()
+                    if not got:
+                        continue	# pool full of pinned pages: try another time
+                    if self._kv is not None:
+                        stream = None
+                        if c.pool_kind == "cuda":
+                            import torch
+                            stream = torch.cuda.current_stream(c.pool_device)
+                        r.scatter(self._kv, self._engine_ids(sv.block_ids, hits, got),
+                                  stream=stream)
+                        if stream is not None:
+                            stream.synchronize()
+                    else:
+                        self._copy_pages(r, sv.block_ids, hits, got, False)
+                    r.publish()
+            except KvcError as e:
+                if not c.connected():
+                    self._drop_client(str(e))
+                    return
+                log.warning("kvcached: saving %s: %s", sv.req_id, e)
+
+    def get_finished(self, finished_req_ids):
+        return None, None	# loads and saves finish within their step
+
+    def get_block_ids_with_load_errors(self) -> set:
+        errs, self._load_errors = self._load_errors, set()
+        return errs
+
+    def shutdown(self) -> None:
+        self.wait_for_layer_load("")
+        c, self._c = self._c, None
+        if c is not None:
+            c.close()
