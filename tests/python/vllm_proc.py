@@ -110,7 +110,8 @@ def run_request(sched, worker, engine, prompt, block_order, kill_pid=None):
     if kill_pid:
         os.kill(kill_pid, signal.SIGKILL)
         end = time.monotonic() + 20	# liveness bound: the daemon's socket closes
-        while worker._c is not None and worker._c.connected() and time.monotonic() < end:
+        c = worker._rc.c	# the worker's Client: wait until it sees the socket close
+        while c is not None and c.connected() and time.monotonic() < end:
             time.sleep(0.01)
     worker.bind_connector_metadata(meta)
     worker.start_load_kv(SimpleNamespace())

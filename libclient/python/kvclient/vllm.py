@@ -37,7 +37,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -46,6 +45,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V
                                                              KVConnectorRole)
 
 from . import client as _client
+from ._engine import Reconnecting
 from .errors import KvcError
 
 log = logging.getLogger("kvclient.vllm")
@@ -56,8 +56,6 @@ __all__ = ["KvcachedConnector", "KvcachedConnectorMetadata"]
 _CACHE_DTYPES = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn",
                  "fp8_e5m2": "float8_e5m2", "bfloat16": "bfloat16", "float16": "float16",
                  "half": "float16", "float32": "float32", "float": "float32"}
-
-RECONNECT_S = 1.0
 
 
 @dataclass
@@ -146,8 +144,6 @@ class KvcachedConnector(KVConnectorBase_V1):
             dtype = str(mc.dtype).replace("torch.", "")
         else:
             dtype = _CACHE_DTYPES.get(cdt, cdt)
-        self.socket = extra.get("socket")
-        self.salt = extra.get("salt", b"")
         tp, pp = int(pc.tensor_parallel_size), int(pc.pipeline_parallel_size)
         if role == KVConnectorRole.WORKER:
             rank = int(getattr(pc, "rank", 0))
@@ -159,8 +155,9 @@ class KvcachedConnector(KVConnectorBase_V1):
             layers=int(mc.get_num_layers(pc)), kv_heads=int(mc.get_num_kv_heads(pc)),
             head_dim=int(mc.get_head_size()), block_tokens=T, pos="rope",
             tp_rank=tp_rank, tp_size=tp, pp_rank=pp_rank, pp_size=pp)
-        self._c: Optional[_client.Client] = None
-        self._next_try = 0.0
+        self._rc = Reconnecting(self.model, extra.get("socket"), extra.get("salt", b""),
+                                self._opened, "KvcachedConnector")
+        self._rc.on_drop = self._dropped
         # Scheduler side.
         self._reqs: dict[str, _ReqState] = {}
         self._local: dict[str, int] = {}	# get_num_new_matched_tokens' last answer
@@ -177,40 +174,18 @@ class KvcachedConnector(KVConnectorBase_V1):
 
     def _client(self) -> Optional[_client.Client]:
         """The Client, (re)opened when the daemon is there; None when not."""
-        c = self._c
-        if c is not None:
-            if c.connected():
-                return c
-            self._drop_client("the daemon closed the connection")
-        now = time.monotonic()
-        if now < self._next_try:
-            return None
-        self._next_try = now + RECONNECT_S
-        try:
-            c = _client.Client(self.model, socket=self.socket, salt=self.salt)
-        except KvcError as e:
-            if getattr(e, "reason", None) and type(e).__name__ == "GeometryError":
-                raise ValueError(f"KvcachedConnector: {e}") from e
-            log.warning("kvcached unreachable, going on without it: %s", e)
-            return None
+        return self._rc.get()
+
+    def _opened(self, c) -> None:
         if self._caches is not None:
-            try:
-                self._kv = self._paged(c)
-            except Exception:
-                c.close()
-                raise
-        self._c = c
-        return c
+            self._kv = self._paged(c)
+
+    def _dropped(self) -> None:
+        self._kv = None
+        self._release_loads()
 
     def _drop_client(self, why: str) -> None:
-        log.warning("kvcached: %s; going on without it", why)
-        c, self._c, self._kv = self._c, None, None
-        self._release_loads()
-        if c is not None:
-            try:
-                c.close()
-            except KvcError:
-                pass
+        self._rc.drop(why)
 
     # ---------------------------------------------------- scheduler side
 
@@ -316,7 +291,7 @@ class KvcachedConnector(KVConnectorBase_V1):
                              f" nor [blocks, 2, ...] (FlashInfer); MLA and other layouts are "
                              "not supported")
         self._caches = caches
-        c = self._client()
+        c = self._rc.c or self._client()
         if c is not None and self._kv is None:
             self._kv = self._paged(c)
 
@@ -447,8 +422,8 @@ class KvcachedConnector(KVConnectorBase_V1):
         """Scatter the prompt blocks computed in this step into kvcached
         pages and publish them (blocks already cached are skipped)."""
         self.wait_for_layer_load("")
-        if self._load_event is None and self._load_reqs and self._c is not None and \
-                self._c.pool_kind == "cuda":
+        if self._load_event is None and self._load_reqs and self._rc.c is not None and \
+                self._rc.c.pool_kind == "cuda":
             import torch
             torch.cuda.current_stream().synchronize()
         self._release_loads()
@@ -494,6 +469,5 @@ class KvcachedConnector(KVConnectorBase_V1):
 
     def shutdown(self) -> None:
         self.wait_for_layer_load("")
-        c, self._c = self._c, None
-        if c is not None:
-            c.close()
+        self._release_loads()
+        self._rc.close()
