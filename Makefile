@@ -54,7 +54,7 @@ E := @true
 endif
 
 SHM_SRC    := $(sort $(wildcard shm/*.c))
-DAEMON_SRC := $(sort $(wildcard daemon/*.c))
+DAEMON_SRC := $(sort $(wildcard daemon/*.c daemon/*/*.c))
 CLIENT_SRC := $(sort $(wildcard libclient/*.c))
 KERNEL_SRC := $(sort $(wildcard kernels/*.c))
 UNIT_SRC   := $(sort $(wildcard tests/unit/*.c))
@@ -240,7 +240,7 @@ $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o $(TESTLIB_OBJ) $(LI
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -ldl $(TEST_LIBS)
 
-# KV events (daemon/events.c): the tests subscribe with libzmq and decode
+# KV events (daemon/obs/events.c): the tests subscribe with libzmq and decode
 # with msgpack-c; the daemon links neither.
 $(BUILD)/tests/unit/events: TEST_LIBS := -lmsgpackc
 $(BUILD)/tests/integration/events: TEST_LIBS := -lzmq -lmsgpackc
@@ -325,8 +325,8 @@ $(BUILD)/tests/integration/tinylm $(BUILD)/tests/integration/flight: $(BUILD)/te
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm
 
 # The remote tier's test also writes raw items into memcached itself
-# (daemon/remote_fmt.c, libmemcached) and runs tinylm across two hosts.
-$(BUILD)/tests/integration/remote: $(BUILD)/tests/integration/remote.o $(TESTLIB_OBJ) $(BUILD)/daemon/remote_fmt.o $(TINYLM_LIB) $(LIBA)
+# (daemon/tier/remote_fmt.c, libmemcached) and runs tinylm across two hosts.
+$(BUILD)/tests/integration/remote: $(BUILD)/tests/integration/remote.o $(TESTLIB_OBJ) $(BUILD)/daemon/tier/remote_fmt.o $(TINYLM_LIB) $(LIBA)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm -lmemcached -lcrypto
 

@@ -20,10 +20,10 @@
 #include "../shm/proto.h"
 #include "../shm/segment.h"
 #include "config.h"
-#include "events.h"
-#include "log.h"
-#include "memcheck.h"
-#include "remote_fmt.h"
+#include "obs/events.h"
+#include "util/log.h"
+#include "pool/memcheck.h"
+#include "tier/remote_fmt.h"
 
 void kvd_config_defaults(struct kvd_config *cfg)
 {

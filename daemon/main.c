@@ -16,14 +16,14 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
-#include "events.h"
-#include "kvd.h"
-#include "log.h"
-#include "memcheck.h"
-#include "metrics.h"
-#include "notify.h"
-#include "remote.h"
-#include "spill.h"
+#include "obs/events.h"
+#include "core/kvd.h"
+#include "util/log.h"
+#include "pool/memcheck.h"
+#include "obs/metrics.h"
+#include "server/notify.h"
+#include "tier/remote.h"
+#include "tier/spill.h"
 
 static int segment_open(struct kvd *d)
 {

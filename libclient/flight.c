@@ -10,7 +10,7 @@
  * is still WRITING (shm/page.h). A waiter sleeps with FUTEX_WAIT on the
  * writer's client-row `flight` word in the read-only segment mapping; the
  * daemon bumps that word and wakes it when the writer publishes, frees
- * its pages, or dies (daemon/flight.c). Then the waiter pins what was
+ * its pages, or dies (daemon/core/flight.c). Then the waiter pins what was
  * published, as a lookup would, and goes on to the next block.
  *
  * While it sleeps the waiter holds no lock of the handle (other threads

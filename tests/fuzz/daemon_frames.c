@@ -68,12 +68,12 @@
 #include <unistd.h>
 
 #include "../lib/utf8_oracle.h"
-#include "../../daemon/closer.h"
-#include "../../daemon/kvd.h"
-#include "../../daemon/log.h"
-#include "../../daemon/spill.h"
-#include "../../daemon/spill_fmt.h"
-#include "../../daemon/spill_io.h"
+#include "../../daemon/util/closer.h"
+#include "../../daemon/core/kvd.h"
+#include "../../daemon/util/log.h"
+#include "../../daemon/tier/spill.h"
+#include "../../daemon/tier/spill_fmt.h"
+#include "../../daemon/tier/spill_io.h"
 #include "../../shm/index.h"
 #include "../../shm/ledger.h"
 #include "../../shm/page.h"

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "../../daemon/config.h"
-#include "../../daemon/log.h"
+#include "../../daemon/util/log.h"
 
 #define SOCK "/tmp/kvt-unit-config.sock"
 

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "kvd.h"
-#include "log.h"
+#include "../util/log.h"
 
 /* READY pool pages and spill slots (spilled or backing) of ns_id. */
 static void count_ns(const struct kvd *d, uint32_t ns_id, uint32_t *pages, uint32_t *slots)

@@ -28,11 +28,11 @@
 
 #include <time.h>
 
-#include "closer.h"
-#include "events.h"
-#include "kvd.h"
-#include "tier.h"
-#include "log.h"
+#include "../util/closer.h"
+#include "../obs/events.h"
+#include "../core/kvd.h"
+#include "../tier/tier.h"
+#include "../util/log.h"
 #include "notify.h"
 
 

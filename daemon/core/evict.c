@@ -14,15 +14,15 @@
  * Runs on the main thread from the tick and, when an ALLOC finds too few
  * free pages, synchronously before it answers.
  */
-#include "../shm/page.h"
-#include "events.h"
+#include "../../shm/page.h"
+#include "../obs/events.h"
 #include "kvd.h"
-#include "log.h"
+#include "../util/log.h"
 #include <stdlib.h>
 
-#include "../shm/index.h"
-#include "spill.h"
-#include "tier.h"
+#include "../../shm/index.h"
+#include "../tier/spill.h"
+#include "../tier/tier.h"
 
 #define BATCH 256
 

@@ -36,11 +36,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../shm/index.h"
-#include "../shm/page.h"
-#include "events.h"
-#include "kvd.h"
-#include "log.h"
+#include "../../shm/index.h"
+#include "../../shm/page.h"
+#include "../obs/events.h"
+#include "../core/kvd.h"
+#include "../util/log.h"
 #include "spill.h"
 #include "spill_fmt.h"
 #include "spill_io.h"

@@ -19,13 +19,13 @@
 #include <sys/types.h>
 #include <time.h>
 
-#include "../shm/ledger.h"
-#include "../shm/proto.h"
-#include "../shm/segment.h"
-#include "config.h"
-#include "memfd.h"
-#include "pool.h"
-#include "tier.h"
+#include "../../shm/ledger.h"
+#include "../../shm/proto.h"
+#include "../../shm/segment.h"
+#include "../config.h"
+#include "../pool/memfd.h"
+#include "../pool/pool.h"
+#include "../tier/tier.h"
 
 /* Namespace rows the daemon keeps (the segment's max_ns). */
 #define KVD_MAX_NS 64

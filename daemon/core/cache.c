@@ -13,11 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../shm/page.h"
-#include "events.h"
+#include "../../shm/page.h"
+#include "../obs/events.h"
 #include "kvd.h"
-#include "log.h"
-#include "tier.h"
+#include "../util/log.h"
+#include "../tier/tier.h"
 
 /* Check every (page, gen) of a message; mark pages to catch repeats. */
 static int check_pages(struct kvd *d, struct kvd_client *c, const uint8_t *rec,

@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../shm/index.h"
-#include "../shm/page.h"
-#include "kvd.h"
-#include "log.h"
+#include "../../shm/index.h"
+#include "../../shm/page.h"
+#include "../core/kvd.h"
+#include "../util/log.h"
 #include "tier.h"
 
 #define FOR_TIERS(d, t, lv)                                                  \

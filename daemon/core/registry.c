@@ -20,10 +20,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../shm/key.h"
-#include "closer.h"
+#include "../../shm/key.h"
+#include "../util/closer.h"
 #include "kvd.h"
-#include "log.h"
+#include "../util/log.h"
 
 #define RELAXED memory_order_relaxed
 

@@ -32,9 +32,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../shm/stats.h"
+#include "../../shm/stats.h"
 #include "kvd.h"
-#include "log.h"
+#include "../util/log.h"
 
 #define RELAXED memory_order_relaxed
 
