@@ -358,10 +358,7 @@ class Client:
         req.hits = req.granted = 0
         self._live.add(key)
         if label is not None:
-            rc = _L._lib.req_label(r, label.encode())
-            if rc < 0:
-                req.release()
-                raise _error(rc, "kvc_req_label", what=f"label {label!r}")
+            _label(req, r, label)
         return req
 
     def request_keys(self, keys: Any, label: str | None = None) -> "Request":
@@ -389,10 +386,7 @@ class Client:
             raise _error(rc, "kvc_req_new_keys", what=what)
         req = Request(self, r)
         if label is not None:
-            rc = _L._lib.req_label(r, label.encode())
-            if rc < 0:
-                req.release()
-                raise _error(rc, "kvc_req_label", what=f"label {label!r}")
+            _label(req, r, label)
         return req
 
     def keys(self, tokens: Any, extra: bytes | str | None = None) -> list[int]:
@@ -475,6 +469,14 @@ class Client:
             if n < size:
                 return buf.raw[:n].decode("utf-8", "replace")
             size = int(n) + 1
+
+
+def _label(req: "Request", r, label: str) -> None:
+    """kvc_req_label for a request just made; releases it on failure."""
+    rc = _L._lib.req_label(r, label.encode())
+    if rc < 0:
+        req.release()
+        raise _error(rc, "kvc_req_label", what=f"label {label!r}")
 
 
 def _keys_list(arr, n: int) -> list[int]:

@@ -126,6 +126,13 @@ class KvcachedStorage(HiCacheStorage):
         idx = host_indices[::self.page_size][:n]
         return (idx // self.page_size).tolist()
 
+    def _failed(self, c, call: str, e: KvcError) -> None:
+        """A call failed: drop the Client if the daemon went, else log."""
+        if not c.connected():
+            self._rc.drop(str(e))
+        else:
+            log.warning("KvcachedStorage: %s: %s", call, e)
+
     # --------------------------------------------------- zero-copy batch
 
     def batch_exists(self, keys: List[str], extra_info=None) -> int:
@@ -153,10 +160,7 @@ class KvcachedStorage(HiCacheStorage):
                 if hits:
                     r.gather(self._kv, self._pages(host_indices, hits))
         except KvcError as e:
-            if not c.connected():
-                self._rc.drop(str(e))
-            else:
-                log.warning("KvcachedStorage: batch_get_v1: %s", e)
+            self._failed(c, "batch_get_v1", e)
             return [False] * n
         return [True] * hits + [False] * (n - hits)
 
@@ -181,10 +185,7 @@ class KvcachedStorage(HiCacheStorage):
                         r.publish()
                         done = hits + got
         except KvcError as e:
-            if not c.connected():
-                self._rc.drop(str(e))
-            else:
-                log.warning("KvcachedStorage: batch_set_v1: %s", e)
+            self._failed(c, "batch_set_v1", e)
             return [False] * n
         return [True] * done + [False] * (n - done)
 
