@@ -129,15 +129,23 @@ tools: deps-run
 # The plain build and the ASan+UBSan build run the same suites, so every
 # run of CI also runs the sanitizers.
 NPROC := $(shell nproc 2>/dev/null || echo 2)
+# tests/floors checks the layout of the calls (check-floors, below).
 # Then every fuzz target replays its seeds and regression inputs and
 # fuzzes for FUZZ_SECONDS_TEST seconds (before the suites, so that their
 # summary line stays the last line).
 test: deps
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) all
+	$(Q)./tests/floors $(BUILD)
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) SAN=asan BUILD=build-asan all
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) fuzz-build
 	$(Q)FUZZ_BUILD=$(FUZZ_BUILD) ./tests/fuzz/run -t $(FUZZ_SECONDS_TEST) $(FUZZ_TARGETS)
 	$(Q)BUILDS="$(BUILD) build-asan" ./tests/run-tests
+
+# No file of daemon/ or libclient/ in a call loop, no daemon file calling
+# into a floor above its own (tests/floors reads the objects with nm).
+.PHONY: check-floors
+check-floors: $(KVCACHED) $(LIBA)
+	$(Q)./tests/floors $(BUILD)
 
 # The GPU suites (tests/gpu/): built by `all` (a compile check), run only
 # here; each test skips, saying why, where there is no driver or GPU.

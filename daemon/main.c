@@ -126,6 +126,7 @@ int main(int argc, char **argv)
 	memset(&d, 0, sizeof(d));
 	d.lfd = d.sigfd = d.tfd = d.epfd = -1;
 	d.seg.fd = d.pool.mem.fd = -1;
+	d.tier_host = &kvd_core_tier_host;	/* what the tiers may ask of the core */
 	kvd_config_defaults(&d.cfg);
 	rc = kvd_config_args(&d.cfg, argc, argv);
 	if (rc)

@@ -129,6 +129,26 @@ def test_engine_keys_never_mix_with_tokens(daemon):
     assert names == ["mix", "mix (engine keys)"]
 
 
+def test_engine_keys_single_flight(daemon):
+    """A block another client of an engine-keyed namespace is writing is
+    reported in flight wherever it sits in the asking request (blocks are
+    keyed on their own, their parent is the root), and wait() gets it once
+    published."""
+    import kvclient
+    from conftest import tiny_model
+    m = tiny_model("flight", keys="engine")
+    with kvclient.Client(m, socket=daemon.sock) as a, kvclient.Client(m, socket=daemon.sock) as b:
+        with a.request_keys(["p", "q"]) as ra:
+            assert ra.lookup() == 0
+            assert ra.alloc() == 2
+            with b.request_keys(["q"]) as rb:
+                assert rb.lookup() == 0
+                assert rb.inflight == 1
+            ra.publish()
+            with b.request_keys(["q"]) as rb:
+                assert rb.lookup() == 1
+
+
 def test_connected_sees_daemon_exit(daemon_factory):
     """Client.connected() turns False once the daemon is gone, with no
     round trip; a lookup that follows finds the handle dead."""
