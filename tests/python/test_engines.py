@@ -48,6 +48,7 @@ def test_vllm_two_engines(daemon_factory, block_size):
     # The namespace: the model's name and its KV dtype (vLLM's "auto").
     assert ns["tinyllama-vllm/float32"]["name"] == "tinyllama-vllm/float32"
     assert ns["tinyllama-vllm/float32"]["hit_blocks"] > 0
+    assert ns["tinyllama-vllm/float32"]["keys"] == "tokens"
 
 
 def test_vllm_block_size_refused(daemon_factory):
@@ -94,6 +95,7 @@ def test_sglang_two_engines(daemon_factory):
     ns = {r["model"]: r for r in d.kvstat()["namespaces"]}
     assert ns["tinyllama-sglang/float16"]["name"] == "tinyllama-sglang/float16 (engine keys)"
     assert ns["tinyllama-sglang/float16"]["pages"] == 6
+    assert ns["tinyllama-sglang/float16"]["keys"] == "engine"
 
 
 def test_engine_keys_never_mix_with_tokens(daemon):
