@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, child_env
+from conftest import EXAMPLES, ROOT, child_env
 
 pytest.importorskip("torch")
 
@@ -49,6 +49,124 @@ def test_vllm_two_engines(daemon_factory, block_size):
     assert ns["tinyllama-vllm/float32"]["name"] == "tinyllama-vllm/float32"
     assert ns["tinyllama-vllm/float32"]["hit_blocks"] > 0
     assert ns["tinyllama-vllm/float32"]["keys"] == "tokens"
+
+
+def test_vllm_chunked_prefill(daemon_factory):
+    """A prefill scheduled over three steps (new, then cached requests with
+    the blocks each step adds): after each step kvcached holds the prompt
+    blocks computed so far; the logits equal a cold prefill's; another
+    engine then loads all of them."""
+    d = daemon_factory("--page-size", "8K")
+    a = engine("vllm_proc.py", "chunked", "--socket", d.sock, "--chunk", "48")
+    assert a.stdout.splitlines() == [
+        "chunk: computed 48, kvcached holds 3 blocks",
+        "chunk: computed 96, kvcached holds 6 blocks",
+        "chunk: computed 101, kvcached holds 6 blocks",
+        "chunked: equal True"], a.stdout + a.stderr
+    b = engine("vllm_proc.py", "load", "--socket", d.sock)
+    assert b.stdout.splitlines() == ["load: matched 96 errors 0 computed from 96 equal True"], \
+        b.stdout + b.stderr
+
+
+def stubs_on_path(monkeypatch):
+    """In this process: the stand-ins, and the example engine vllm_proc uses."""
+    monkeypatch.syspath_prepend(str(STUBS))
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+
+
+def test_vllm_shard_and_refusals(monkeypatch):
+    """What the connector takes from vLLM's configuration: a worker's tensor
+    and pipeline ranks (parallel_config.rank) make its shard, the scheduler
+    speaks for rank 0; its KV dtype names the namespace; MLA and unknown
+    KV cache shapes are refused with a reason. No daemon needed."""
+    stubs_on_path(monkeypatch)
+    import torch
+    from types import SimpleNamespace
+    from kvclient.vllm import KvcachedConnector
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    from vllm_proc import ModelConfig, vllm_config
+    from engine_loop import TinyLlama
+
+    lm = TinyLlama(layers=4, heads=8, kv_heads=4)
+    cfg = vllm_config(lm, "m", "/nonexistent/kv.sock", 16, 16)
+    cfg.parallel_config = SimpleNamespace(tensor_parallel_size=2, pipeline_parallel_size=2,
+                                          rank=3)
+    w = KvcachedConnector(cfg, KVConnectorRole.WORKER)
+    assert (w.model.tp_rank, w.model.tp_size, w.model.pp_rank, w.model.pp_size) == (1, 2, 1, 2)
+    assert (w.model.layers, w.model.kv_heads, w.model.name) == (2, 2, "m/float32")
+    s = KvcachedConnector(cfg, KVConnectorRole.SCHEDULER)
+    assert (s.model.tp_rank, s.model.pp_rank) == (0, 0)
+    # kvcached away: no match, nothing raised.
+    req = SimpleNamespace(request_id="r", prompt_token_ids=list(range(80)), cache_salt="t",
+                          lora_request=None)
+    assert s.get_num_new_matched_tokens(req, 0) == (0, False)
+    cfg.cache_config.cache_dtype = "fp8"
+    assert KvcachedConnector(cfg, KVConnectorRole.WORKER).model.name == "m/float8_e4m3fn"
+    with pytest.raises(ValueError, match="KV cache shape .* MLA"):
+        w.register_kv_caches({f"l{i}": torch.zeros(10, 16, 64) for i in range(2)})
+    with pytest.raises(ValueError, match="2 KV caches for a model of 4 layers|hybrid"):
+        KvcachedConnector(vllm_config(lm, "m", "/x", 16, 16), KVConnectorRole.WORKER) \
+            .register_kv_caches({f"l{i}": torch.zeros(2, 4, 16, 4, 16) for i in range(2)})
+    cfg.model_config = ModelConfig(lm, "m")
+    cfg.model_config.use_mla = True
+    with pytest.raises(ValueError, match="MLA"):
+        KvcachedConnector(cfg, KVConnectorRole.WORKER)
+
+
+def test_sglang_shard_and_layouts(daemon, monkeypatch):
+    """The shard from HiCacheStorageConfig (an MLA model's ranks share one,
+    context-parallel ranks stay apart by name); the page_first_direct host
+    layout round-trips through kvcached; page_first and MLA pools are
+    refused with a reason; no daemon makes every key a miss."""
+    stubs_on_path(monkeypatch)
+    import torch
+    from types import SimpleNamespace
+    from kvclient.sglang import KvcachedStorage
+    from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
+
+    def cfg(sock, **kw):
+        base = dict(tp_rank=1, tp_size=2, pp_rank=0, pp_size=1, attn_cp_rank=0,
+                    attn_cp_size=1, is_mla_model=False, enable_storage_metrics=False,
+                    is_page_first_layout=False, model_name="sg",
+                    extra_config={"socket": sock})
+        base.update(kw)
+        return HiCacheStorageConfig(**base)
+
+    st = KvcachedStorage(cfg(daemon.sock))
+    assert (st.tp_rank, st.tp_size) == (1, 2)
+    assert (KvcachedStorage(cfg(daemon.sock, is_mla_model=True)).tp_size) == 1
+    # page_first_direct: [2, pages, layers, page_size, heads, head_dim].
+    L, P, H, D, N = 2, 16, 2, 16, 8
+    buf = torch.randn(2, N, L, P, H, D).to(torch.float16)
+    pool = SimpleNamespace(layout="page_first_direct", page_size=P, layer_num=L, head_num=H,
+                           head_dim=D, dtype=torch.float16, size=N * P, kv_buffer=buf)
+    st.register_mem_pool_host(pool)
+    keys = ["k%d" % i for i in range(3)]
+    slots = torch.cat([torch.arange(p * P, (p + 1) * P) for p in (5, 1, 6)])
+    assert st.batch_set_v1(keys, slots) == [True] * 3
+    want = buf[:, [5, 1, 6]].clone()
+    buf.zero_()
+    other = torch.cat([torch.arange(p * P, (p + 1) * P) for p in (0, 2, 3)])
+    assert st.batch_get_v1(keys + ["nope"], torch.cat([other, torch.arange(7 * P, 8 * P)])) == \
+        [True, True, True, False]
+    assert torch.equal(buf[:, [0, 2, 3]], want)
+    cp = KvcachedStorage(cfg(daemon.sock, attn_cp_rank=1, attn_cp_size=2))
+    cp.register_mem_pool_host(pool)
+    assert cp.batch_exists(keys) == 0	# another context-parallel rank: another namespace
+    names = {r["name"] for r in daemon.kvstat()["namespaces"]}
+    assert names == {"sg/float16 tp1/2 (engine keys)", "sg/float16 cp1/2 tp1/2 (engine keys)"}
+    with pytest.raises(ValueError, match="page_first"):
+        KvcachedStorage(cfg(daemon.sock)).register_mem_pool_host(
+            SimpleNamespace(**{**vars(pool), "layout": "page_first"}))
+    with pytest.raises(ValueError, match="MLA"):
+        KvcachedStorage(cfg(daemon.sock, is_mla_model=True)).register_mem_pool_host(
+            SimpleNamespace(**{**vars(pool), "kv_buffer": torch.zeros(L, N * P, 1, 64)}))
+    away = KvcachedStorage(cfg("/nonexistent/kv.sock"))
+    away.register_mem_pool_host(pool)
+    assert away.batch_exists(keys) == 0
+    assert away.batch_get_v1(keys, other) == [False] * 3
+    assert away.batch_set_v1(keys, other) == [False] * 3
+    assert away.get(keys[0]) is None and not away.exists(keys[0])
 
 
 def test_vllm_block_size_refused(daemon_factory):

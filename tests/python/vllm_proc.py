@@ -26,6 +26,8 @@ per-layer calls go around it (the connector does not depend on their
 interleaving with attention).
 
   prefill: a cold prefill; the connector saves the prompt's blocks.
+  chunked: the same prefill in chunks of --chunk tokens over several steps
+           (chunked prefill); the connector saves each step's full blocks.
   load:    another block table; prints the matched tokens, checks the
            logits of the tokens computed here equal a cold prefill's bit
            for bit.
@@ -88,6 +90,58 @@ def vllm_config(lm, name, sock, block_size, kv_block_tokens):
             kv_connector_extra_config={"socket": sock, "block_tokens": kv_block_tokens}))
 
 
+def run_chunked(sched, worker, engine, prompt, block_order, chunk):
+    """A cold prefill scheduled in chunks (chunked prefill): the first step
+    schedules the request as new with the blocks of its first chunk, each
+    later one as a cached request with the blocks its chunk adds; the
+    connector saves the prompt blocks each step completes. Returns the
+    logits and how many blocks kvcached held after each step."""
+    bs = engine.lm.block_tokens
+    req = SimpleNamespace(request_id="req-c", prompt_token_ids=prompt.tolist(),
+                          cache_salt=None, lora_request=None, num_computed_tokens=0)
+    assert sched.get_num_new_matched_tokens(req, 0) == (0, False)
+    n_blocks = -(-len(prompt) // bs)
+    ids = block_order[:n_blocks]
+    out_logits, done, have = [], 0, 0
+    table = torch.tensor(ids, dtype=torch.int64)
+    while done < len(prompt):
+        n = min(chunk, len(prompt) - done)
+        upto = -(-(done + n) // bs)
+        new_ids = ids[have:upto]
+        if done == 0:
+            sched.update_state_after_alloc(req, Blocks(new_ids), 0)
+            out = SimpleNamespace(
+                scheduled_new_reqs=[SimpleNamespace(req_id="req-c",
+                                                    prompt_token_ids=req.prompt_token_ids,
+                                                    block_ids=(list(new_ids),),
+                                                    num_computed_tokens=0)],
+                scheduled_cached_reqs=SimpleNamespace(req_ids=[], new_block_ids=[],
+                                                      num_computed_tokens=[],
+                                                      resumed_req_ids=set()),
+                num_scheduled_tokens={"req-c": n}, finished_req_ids=set())
+        else:
+            out = SimpleNamespace(
+                scheduled_new_reqs=[],
+                scheduled_cached_reqs=SimpleNamespace(
+                    req_ids=["req-c"], new_block_ids=[(list(new_ids),) if new_ids else None],
+                    num_computed_tokens=[done], resumed_req_ids=set()),
+                num_scheduled_tokens={"req-c": n}, finished_req_ids=set())
+        have = upto
+        meta = sched.build_connector_meta(out)
+        worker.bind_connector_metadata(meta)
+        worker.start_load_kv(SimpleNamespace())
+        out_logits.append(engine.forward(prompt[:done + n], done, table))
+        worker.wait_for_save()
+        worker.clear_connector_metadata()
+        done += n
+        probe = SimpleNamespace(request_id="probe", prompt_token_ids=req.prompt_token_ids,
+                                cache_salt=None, lora_request=None)
+        yield_blocks = sched.get_num_new_matched_tokens(probe, 0)[0] // bs
+        print(f"chunk: computed {done}, kvcached holds {yield_blocks} blocks")
+    assert sched.request_finished(req, ids) == (False, None)
+    return torch.cat(out_logits)
+
+
 def run_request(sched, worker, engine, prompt, block_order, kill_pid=None):
     """One prefill through both sides; returns (matched, errors, logits)."""
     bs = engine.lm.block_tokens
@@ -144,7 +198,9 @@ class NoClientEngine(Engine):
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=("prefill", "load", "kill"))
+    ap.add_argument("mode", choices=("prefill", "chunked", "load", "kill"))
+    ap.add_argument("--chunk", type=int, default=48,
+                    help="chunked: tokens a step (whole blocks: the engine computes from block starts)")
     ap.add_argument("--socket", required=True)
     ap.add_argument("--blocks", type=int, default=6, help="prompt length in vLLM blocks")
     ap.add_argument("--block-size", type=int, default=16, help="vLLM's block_size")
@@ -161,7 +217,7 @@ def main() -> int:
     cfg = vllm_config(lm, "tinyllama-vllm", args.socket, bs, args.kv_block_tokens)
     sched = KvcachedConnector(cfg, KVConnectorRole.SCHEDULER)
     worker = KvcachedConnector(cfg, KVConnectorRole.WORKER)
-    if args.mode == "prefill":
+    if args.mode in ("prefill", "chunked"):
         engine = NoClientEngine(lm, nb)
         order = list(range(nb))
     else:	# another block table, a larger cache
@@ -169,6 +225,14 @@ def main() -> int:
         order = list(range(2 * nb))[::-1]
     worker.register_kv_caches({f"model.layers.{i}.self_attn.attn": t
                                for i, t in enumerate(engine.cache)})
+    if args.mode == "chunked":
+        logits = run_chunked(sched, worker, engine, prompt, order, args.chunk)
+        cold = NoClientEngine(lm, nb)
+        full = cold.forward(prompt, 0, torch.tensor([(3 * i + 1) % nb for i in range(nb)]))
+        print(f"chunked: equal {torch.equal(logits, full)}")
+        worker.shutdown()
+        sched.shutdown()
+        return 0
     matched, errors, start, logits = run_request(
         sched, worker, engine, prompt, order,
         args.daemon_pid if args.mode == "kill" else None)
