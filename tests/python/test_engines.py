@@ -113,6 +113,27 @@ def test_vllm_shard_and_refusals(monkeypatch):
         KvcachedConnector(cfg, KVConnectorRole.WORKER)
 
 
+def test_vllm_refused_by_daemon(daemon, monkeypatch, caplog):
+    """A daemon that refuses the model (its block tokens differ from what
+    the connector was told) is logged with the daemon's reason and treated
+    as kvcached away: 0 matched tokens, nothing raised."""
+    stubs_on_path(monkeypatch)
+    from types import SimpleNamespace
+    from kvclient.vllm import KvcachedConnector
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    from vllm_proc import vllm_config
+    from engine_loop import TinyLlama
+
+    s = KvcachedConnector(vllm_config(TinyLlama(block_tokens=32), "m", daemon.sock, 32, 32),
+                          KVConnectorRole.SCHEDULER)
+    req = SimpleNamespace(request_id="r", prompt_token_ids=list(range(80)), cache_salt=None,
+                          lora_request=None)
+    with caplog.at_level("ERROR"):
+        assert s.get_num_new_matched_tokens(req, 0) == (0, False)
+    assert "kvcached refuses 'm/float32'" in caplog.text
+    assert "uses 32-token blocks, this pool caches 16-token blocks" in caplog.text
+
+
 def test_sglang_shard_and_layouts(daemon, monkeypatch):
     """The shard from HiCacheStorageConfig (an MLA model's ranks share one,
     context-parallel ranks stay apart by name); the page_first_direct host

@@ -21,9 +21,12 @@ class Reconnecting:
     """A Client of `model` at `socket`, or None while kvcached is away.
 
     ``on_open(client)`` runs on every (re)opened Client before it is used
-    (the adapters check the engine's buffers against it there). A
-    GeometryError is a configuration error, not an absence: it raises
-    ValueError with the daemon's reason."""
+    (the adapters check the engine's buffers against it there). Nothing
+    here raises: a daemon that refuses the model (GeometryError, with its
+    reason) or an on_open that refuses the Client is logged as an error
+    and treated as kvcached being away, since an engine's request must
+    never fail because of kvcached. The adapters check what they can of
+    the configuration when they are built, and raise there."""
 
     def __init__(self, model: Model, socket: Optional[str], salt: bytes | str = b"",
                  on_open: Optional[Callable[[Client], None]] = None, who: str = "kvcached"):
@@ -46,16 +49,19 @@ class Reconnecting:
         try:
             c = Client(self.model, socket=self.socket, salt=self.salt)
         except GeometryError as e:
-            raise ValueError(f"{self.who}: {e}") from e
+            log.error("%s: kvcached refuses %r, going on without it: %s", self.who,
+                      self.model.name, e)
+            return None
         except KvcError as e:
             log.warning("%s: kvcached unreachable, going on without it: %s", self.who, e)
             return None
         if self.on_open is not None:
             try:
                 self.on_open(c)
-            except BaseException:
+            except (ValueError, KvcError) as e:
                 c.close()
-                raise
+                log.error("%s: cannot use kvcached, going on without it: %s", self.who, e)
+                return None
         self.c = c
         return c
 

@@ -169,6 +169,7 @@ class KvcachedConnector(KVConnectorBase_V1):
         self._load_thread: Optional[threading.Thread] = None
         self._load_reqs: list = []
         self._load_event = None
+        self._stream = None	# cuda pool: the loads' own stream
 
     # ------------------------------------------------------ the Client
 
@@ -226,12 +227,17 @@ class KvcachedConnector(KVConnectorBase_V1):
         meta = KvcachedConnectorMetadata()
         for new in scheduler_output.scheduled_new_reqs:
             st = self._reqs.get(new.req_id)
-            if st is None:
-                st = self._reqs[new.req_id] = _ReqState(list(new.prompt_token_ids), None)
+            if st is None:	# never seen (no cache_salt known): never saved
+                toks = list(new.prompt_token_ids)
+                st = self._reqs[new.req_id] = _ReqState(toks, None,
+                                                        saved=len(toks) // self.block_tokens)
             st.block_ids = list(new.block_ids[0])
             st.computed = new.num_computed_tokens
         cached = scheduler_output.scheduled_cached_reqs
-        resumed = getattr(cached, "resumed_req_ids", None) or set()
+        resumed = getattr(cached, "resumed_req_ids", None)
+        if resumed is None:	# vLLM before resumed_req_ids: one flag per request
+            flags = getattr(cached, "resumed_from_preemption", None) or []
+            resumed = {r for r, f in zip(cached.req_ids, flags) if f}
         for i, rid in enumerate(cached.req_ids):
             st = self._reqs.get(rid)
             if st is None:
@@ -290,6 +296,10 @@ class KvcachedConnector(KVConnectorBase_V1):
                              f"[2, blocks, {inner[0]}, {inner[1]}, {inner[2]}] (FlashAttention)"
                              f" nor [blocks, 2, ...] (FlashInfer); MLA and other layouts are "
                              "not supported")
+        if self._layout == "flashinfer" and self.block_size != self.block_tokens:
+            raise ValueError(f"KvcachedConnector: the FlashInfer layout needs vLLM's "
+                             f"block_size {self.block_size} equal to kvcached's block tokens "
+                             f"{self.block_tokens}")
         self._caches = caches
         c = self._rc.c or self._client()
         if c is not None and self._kv is None:
@@ -310,9 +320,6 @@ class KvcachedConnector(KVConnectorBase_V1):
         if self._layout == "flash":
             return _client.PagedKV(c, [x.view(2, x.shape[1] * m, T, h, d)
                                        for x in self._caches])
-        if m != 1:
-            raise ValueError(f"KvcachedConnector: the FlashInfer layout needs vLLM's "
-                             f"block_size {B} equal to kvcached's block tokens {T}")
         return _client.PagedKV(c, [x[:, 0] for x in self._caches],
                                [x[:, 1] for x in self._caches])
 
@@ -370,7 +377,9 @@ class KvcachedConnector(KVConnectorBase_V1):
             return
         if c.pool_kind == "cuda":
             import torch
-            stream = torch.cuda.Stream(device=c.pool_device)
+            if self._stream is None:
+                self._stream = torch.cuda.Stream(device=c.pool_device)
+            stream = self._stream
             for req, ld, first, hits in work:
                 req.gather(self._kv, self._engine_ids(ld.block_ids, first, hits - first),
                            first, stream=stream)
@@ -422,9 +431,8 @@ class KvcachedConnector(KVConnectorBase_V1):
         """Scatter the prompt blocks computed in this step into kvcached
         pages and publish them (blocks already cached are skipped)."""
         self.wait_for_layer_load("")
-        if self._load_event is None and self._load_reqs and self._rc.c is not None and \
-                self._rc.c.pool_kind == "cuda":
-            import torch
+        if self._load_reqs and self._rc.c is not None and self._rc.c.pool_kind == "cuda":
+            import torch	# the current stream waited for the loads: their pins go
             torch.cuda.current_stream().synchronize()
         self._release_loads()
         meta = self._get_connector_metadata()
