@@ -96,6 +96,12 @@ def test_vllm_shard_and_refusals(monkeypatch):
     assert (w.model.layers, w.model.kv_heads, w.model.name) == (2, 2, "m/float32")
     s = KvcachedConnector(cfg, KVConnectorRole.SCHEDULER)
     assert (s.model.tp_rank, s.model.pp_rank) == (0, 0)
+    # Extra keys: cache_salt, LoRA, multimodal hashes.
+    from kvclient.vllm import _extra_of
+    assert _extra_of(SimpleNamespace()) is None
+    assert _extra_of(SimpleNamespace(cache_salt="t", lora_request=SimpleNamespace(lora_name="x"),
+                                     mm_features=[SimpleNamespace(identifier="h1")])) == \
+        b"salt:t\0lora:x\0mm:h1"
     # kvcached away: no match, nothing raised.
     req = SimpleNamespace(request_id="r", prompt_token_ids=list(range(80)), cache_salt="t",
                           lora_request=None)

@@ -96,8 +96,10 @@ class _ReqState:
 
 
 def _extra_of(request) -> Optional[bytes]:
-    """The request's extra keys: vLLM's cache_salt and LoRA adapter, which
-    make the same tokens different KV."""
+    """The request's extra keys: vLLM's cache_salt, its LoRA adapter and
+    its multimodal inputs' hashes, which make the same tokens different KV
+    (mixed into every block: a prompt with an image shares no block with
+    one without, even before the image)."""
     parts = []
     salt = getattr(request, "cache_salt", None)
     if salt:
@@ -105,6 +107,10 @@ def _extra_of(request) -> Optional[bytes]:
     lora = getattr(request, "lora_request", None)
     if lora is not None:
         parts.append(b"lora:" + str(getattr(lora, "lora_name", lora)).encode())
+    mm = getattr(request, "mm_hashes", None) or [
+        getattr(f, "identifier", f) for f in getattr(request, "mm_features", None) or []]
+    if mm:
+        parts.append(b"mm:" + ",".join(str(h) for h in mm).encode())
     return b"\0".join(parts) or None
 
 
@@ -153,7 +159,7 @@ class KvcachedConnector(KVConnectorBase_V1):
         self.model = _client.Model(
             _model_name(vllm_config, extra, dtype), dtype,
             layers=int(mc.get_num_layers(pc)), kv_heads=int(mc.get_num_kv_heads(pc)),
-            head_dim=int(mc.get_head_size()), block_tokens=T, pos="rope",
+            head_dim=int(mc.get_head_size()), block_tokens=T, pos=extra.get("pos", "rope"),
             tp_rank=tp_rank, tp_size=tp, pp_rank=pp_rank, pp_size=pp)
         self._rc = Reconnecting(self.model, extra.get("socket"), extra.get("salt", b""),
                                 self._opened, "KvcachedConnector")
