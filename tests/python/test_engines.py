@@ -29,17 +29,21 @@ def engine(script: str, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=180)
 
 
-@pytest.mark.parametrize("block_size", [16, 32, 8])
-def test_vllm_two_engines(daemon_factory, block_size):
+@pytest.mark.parametrize("block_size,copy", [(16, "auto"), (32, "auto"), (8, "auto"),
+                                             (16, "pages"), (32, "pages")])
+def test_vllm_two_engines(daemon_factory, block_size, copy):
     """vLLM block_size equal to kvcached's 16-token blocks, a multiple, a
-    divisor: the second engine's connector reports the first's prompt as
-    matched, loads it into other block ids, and its logits equal a cold
-    prefill's bit for bit."""
+    divisor; copies by gather/scatter (one pass for all layers) or by page
+    views layer by layer (what a divisor, or vLLM's buffers on a GPU with a
+    host pool, use): the second engine's connector reports the first's
+    prompt as matched, loads it into other block ids, and its logits equal
+    a cold prefill's bit for bit."""
     d = daemon_factory("--page-size", "8K")
-    a = engine("vllm_proc.py", "prefill", "--socket", d.sock, "--block-size", str(block_size))
+    opt = ("--block-size", str(block_size), "--copy", copy)
+    a = engine("vllm_proc.py", "prefill", "--socket", d.sock, *opt)
     assert a.returncode == 0, a.stdout + a.stderr
     assert a.stdout.splitlines() == ["prefill: matched 0 errors 0 computed from 0 equal True"]
-    b = engine("vllm_proc.py", "load", "--socket", d.sock, "--block-size", str(block_size))
+    b = engine("vllm_proc.py", "load", "--socket", d.sock, *opt)
     n = 6 * block_size	# 6 vLLM blocks + 5 tokens: every full block but never the last token
     assert b.stdout.splitlines() == [f"load: matched {n} errors 0 computed from {n} equal True"], \
         b.stdout + b.stderr

@@ -78,7 +78,7 @@ class Blocks:
         return (self.ids,)
 
 
-def vllm_config(lm, name, sock, block_size, kv_block_tokens):
+def vllm_config(lm, name, sock, block_size, kv_block_tokens, copy="auto"):
     return SimpleNamespace(
         model_config=ModelConfig(lm, name),
         cache_config=SimpleNamespace(block_size=block_size, cache_dtype="auto"),
@@ -87,7 +87,8 @@ def vllm_config(lm, name, sock, block_size, kv_block_tokens):
         kv_transfer_config=SimpleNamespace(
             kv_connector="KvcachedConnector", kv_connector_module_path="kvclient.vllm",
             kv_role="kv_both",
-            kv_connector_extra_config={"socket": sock, "block_tokens": kv_block_tokens}))
+            kv_connector_extra_config={"socket": sock, "block_tokens": kv_block_tokens,
+                                       "copy": copy}))
 
 
 def run_chunked(sched, worker, engine, prompt, block_order, chunk):
@@ -206,6 +207,7 @@ def main() -> int:
     ap.add_argument("--block-size", type=int, default=16, help="vLLM's block_size")
     ap.add_argument("--kv-block-tokens", type=int, default=16, help="kvcached's")
     ap.add_argument("--daemon-pid", type=int)
+    ap.add_argument("--copy", default="auto", help="the connector's copy option")
     args = ap.parse_args()
     torch.set_num_threads(1)
 
@@ -214,7 +216,7 @@ def main() -> int:
     g = torch.Generator().manual_seed(8)
     prompt = torch.randint(lm.vocab, (args.blocks * bs + 5,), generator=g)
     nb = args.blocks + 2
-    cfg = vllm_config(lm, "tinyllama-vllm", args.socket, bs, args.kv_block_tokens)
+    cfg = vllm_config(lm, "tinyllama-vllm", args.socket, bs, args.kv_block_tokens, args.copy)
     sched = KvcachedConnector(cfg, KVConnectorRole.SCHEDULER)
     worker = KvcachedConnector(cfg, KVConnectorRole.WORKER)
     if args.mode in ("prefill", "chunked"):

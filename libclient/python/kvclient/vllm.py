@@ -19,10 +19,13 @@ where the hits go, ``build_connector_meta`` hands the workers, per step,
 the blocks to load and the prompt blocks newly computed to save.
 
 Worker side: ``start_load_kv`` looks the blocks up again in this rank's
-namespace and gathers the hits into vLLM's paged buffer (on a host pool in
-a thread that releases the GIL, on a cuda pool on a stream of its own);
-``wait_for_layer_load`` waits for that copy at the first layer (one copy
-moves every layer: a kvcached page holds all layers of a block);
+namespace and copies the hits into vLLM's paged buffer in the background:
+either with gather (one pass for every layer: on a host pool in a thread
+that releases the GIL, on a cuda pool on a stream of its own; the first
+``wait_for_layer_load`` waits for it), or through page views layer by
+layer (a host pool with vLLM's buffers on a GPU, a kvcached block larger
+than vLLM's, or ``"copy": "pages"``), where ``wait_for_layer_load(layer
+i)`` waits for layer i only, so layer i computes while i+1 loads;
 ``wait_for_save`` scatters the newly computed prompt blocks into pages and
 publishes them. Blocks a worker could not load (evicted since the
 scheduler looked, daemon gone) are reported by
@@ -176,6 +179,11 @@ class KvcachedConnector(KVConnectorBase_V1):
         self._load_reqs: list = []
         self._load_event = None
         self._stream = None	# cuda pool: the loads' own stream
+        self._layer_index: dict = {}
+        self._layer_loaded: list = []
+        self._copy = extra.get("copy", "auto")
+        if self._copy not in ("auto", "pages"):
+            raise ValueError(f"KvcachedConnector: copy {self._copy!r}: 'auto' or 'pages'")
 
     # ------------------------------------------------------ the Client
 
@@ -307,19 +315,28 @@ class KvcachedConnector(KVConnectorBase_V1):
                              f"block_size {self.block_size} equal to kvcached's block tokens "
                              f"{self.block_tokens}")
         self._caches = caches
+        self._layer_index = {name: i for i, name in enumerate(kv_caches)}
         c = self._rc.c or self._client()
         if c is not None and self._kv is None:
             self._kv = self._paged(c)
 
     def _paged(self, c):
-        """The PagedKV over vLLM's buffers in kvcached blocks (a vLLM block
-        of m kvcached blocks is viewed as m blocks); None when a kvcached
-        block spans several vLLM blocks (copied through page views)."""
+        """How this rank moves KV: a PagedKV over vLLM's buffers in kvcached
+        blocks (a vLLM block of m kvcached blocks viewed as m blocks) for
+        gather/scatter, one pass for every layer; or None for page views,
+        layer by layer: when a kvcached block spans several vLLM blocks,
+        when vLLM's buffers are on a GPU and the pool in host memory (the
+        copies are then host-to-device), or when kv_connector_extra_config
+        says "copy": "pages"."""
         B, T = self.block_size, self.block_tokens
-        if B % T:
-            if c.pool_kind != "host":
-                raise ValueError(f"KvcachedConnector: vLLM blocks of {B} tokens smaller than "
-                                 f"kvcached's {T} need a host pool")
+        on_gpu = self._caches[0].device.type != "cpu"
+        if c.pool_kind != "host":
+            if B % T:
+                raise ValueError(f"KvcachedConnector: vLLM blocks of {B} tokens, smaller "
+                                 f"than kvcached's {T}, need a host pool")
+            if self._copy == "pages":
+                raise ValueError("KvcachedConnector: copy 'pages' needs a host pool")
+        elif B % T or on_gpu or self._copy == "pages":
             return None
         m = B // T
         h, d = self.model.kv_heads, self.model.head_dim
@@ -334,26 +351,33 @@ class KvcachedConnector(KVConnectorBase_V1):
         m = self.block_size // self.block_tokens
         return [block_ids[j // m] * m + j % m for j in range(first, first + n)]
 
-    def _copy_pages(self, req, block_ids: list, first: int, n: int, load: bool,
-                    from_token: int = 0) -> None:
-        """kvcached block > vLLM block: page views (host pool), one copy per
-        layer, K and V, per vLLM block."""
+    def _segments(self, block_ids: list, first: int, n: int, from_token: int = 0):
+        """(kvcached block, offset in it, vLLM block, offset in it, tokens)
+        for the tokens of kvcached blocks first..first+n-1 from from_token
+        on, cut at both block sizes' boundaries."""
         B, T = self.block_size, self.block_tokens
-        m = T // B
-        h, d = self.model.kv_heads, self.model.head_dim
+        step = min(B, T)
+        out = []
         for j in range(first, first + n):
-            page = req.page_tensor(j)	# [layers, 2, T, heads, head_dim]
-            for q in range(m):
-                if (j * m + q) * B < from_token:
-                    continue
-                b = block_ids[j * m + q]
-                for layer, x in enumerate(self._caches):
-                    src = page[layer, :, q * B:(q + 1) * B]
-                    dst = x[:, b] if self._layout == "flash" else x[b]
-                    if load:
-                        dst.copy_(src.reshape(2, B, h, d))
-                    else:
-                        src.copy_(dst)
+            for t in range(j * T, (j + 1) * T, step):
+                if t >= from_token:
+                    out.append((j, t - j * T, block_ids[t // B], t % B, step))
+        return out
+
+    def _copy_layer(self, pages: list, segs: list, layer: int, load: bool) -> None:
+        """Copy one layer of segs between page views (pages[j]: kvcached
+        block j's page, [layers, 2, T, heads, head_dim]) and vLLM's buffer."""
+        x = self._caches[layer]
+        for j, po, b, bo, n in segs:
+            src = pages[j][layer, :, po:po + n]
+            dst = x[:, b, bo:bo + n] if self._layout == "flash" else x[b, :, bo:bo + n]
+            if load:
+                dst.copy_(src)
+            else:
+                src.copy_(dst)
+
+    def _page_views(self, req, first: int, n: int) -> dict:
+        return {j: req.page_tensor(j) for j in range(first, first + n)}
 
     def start_load_kv(self, forward_context, **kwargs) -> None:
         meta = self._get_connector_metadata()
@@ -392,29 +416,68 @@ class KvcachedConnector(KVConnectorBase_V1):
             self._load_event = torch.cuda.Event()
             self._load_event.record(stream)
             return
-        self._load_thread = threading.Thread(target=self._gather_all, args=(work,),
+        if self._kv is not None:
+            target = self._gather_all
+        else:	# layer by layer: layer i's event is set once it is loaded
+            self._layer_loaded = [threading.Event() for _ in self._caches]
+            target = self._load_layers
+        self._load_thread = threading.Thread(target=target, args=(work,),
                                              name="kvcached-load", daemon=True)
         self._load_thread.start()
 
+    def _load_failed(self, ld, e: Exception) -> None:
+        """A load that failed part way: its blocks are recomputed."""
+        log.warning("kvcached: loading %s failed: %s", ld.req_id, e)
+        self._load_errors.update(ld.block_ids[t // self.block_size]
+                                 for t in range(ld.start, ld.end, self.block_size))
+
     def _gather_all(self, work) -> None:
+        """One gather per request, every layer in one pass (GIL released)."""
         for req, ld, first, hits in work:
             try:
-                if self._kv is not None:
-                    req.gather(self._kv, self._engine_ids(ld.block_ids, first, hits - first),
-                               first)
-                else:
-                    self._copy_pages(req, ld.block_ids, first, hits - first, True, ld.start)
-            except Exception as e:	# the blocks stay what they were: recompute them
-                log.warning("kvcached: loading %s failed: %s", ld.req_id, e)
-                self._load_errors.update(ld.block_ids[t // self.block_size]
-                                         for t in range(ld.start, ld.end, self.block_size))
+                req.gather(self._kv, self._engine_ids(ld.block_ids, first, hits - first),
+                           first)
+            except Exception as e:
+                self._load_failed(ld, e)
+
+    def _load_layers(self, work) -> None:
+        """Page views, layer by layer, so that layer i computes while layer
+        i+1 loads."""
+        jobs = []
+        for req, ld, first, hits in work:
+            try:
+                jobs.append((ld, self._page_views(req, first, hits - first),
+                             self._segments(ld.block_ids, first, hits - first, ld.start)))
+            except Exception as e:
+                self._load_failed(ld, e)
+        try:
+            for layer, done in enumerate(self._layer_loaded):
+                for ld, pages, segs in jobs:
+                    try:
+                        self._copy_layer(pages, segs, layer, True)
+                    except Exception as e:
+                        self._load_failed(ld, e)
+                done.set()
+        finally:
+            for done in self._layer_loaded:
+                done.set()
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        """One copy moves every layer: the first layer waits for it."""
-        t, self._load_thread = self._load_thread, None
-        if t is not None:
-            t.join()
-            self._release_loads()
+        """Page views: wait until this layer is loaded. Gather: one copy
+        moves every layer, the first layer waits for it. An unknown name
+        (or "") waits for everything."""
+        t = self._load_thread
+        if t is None:
+            return self._wait_stream()
+        i = self._layer_index.get(layer_name)
+        if self._kv is None and i is not None and i + 1 < len(self._layer_loaded):
+            self._layer_loaded[i].wait()
+            return
+        self._load_thread = None
+        t.join()
+        self._release_loads()
+
+    def _wait_stream(self) -> None:
         ev, self._load_event = self._load_event, None
         if ev is not None:
             import torch
@@ -466,7 +529,10 @@ class KvcachedConnector(KVConnectorBase_V1):
                         if stream is not None:
                             stream.synchronize()
                     else:
-                        self._copy_pages(r, sv.block_ids, hits, got, False)
+                        pages = self._page_views(r, hits, got)
+                        segs = self._segments(sv.block_ids, hits, got)
+                        for layer in range(len(self._caches)):
+                            self._copy_layer(pages, segs, layer, False)
                     r.publish()
             except KvcError as e:
                 if not c.connected():
