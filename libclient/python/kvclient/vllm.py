@@ -403,6 +403,10 @@ class KvcachedConnector(KVConnectorBase_V1):
             # recomputes those blocks.
             bad_from = max(hits * T, ld.start)
             self._load_errors.update(ld.block_ids[t // B] for t in range(bad_from, ld.end, B))
+        if c is None:	# dropped part way: what was looked up is released
+            for req, ld, first, hits in work:
+                self._load_failed(ld, KvcError(0, "the connection to kvcached ended"))
+            return
         if not work:
             return
         if c.pool_kind == "cuda":
