@@ -135,34 +135,33 @@ class KvcachedStorage(HiCacheStorage):
 
     # --------------------------------------------------- zero-copy batch
 
-    def batch_exists(self, keys: List[str], extra_info=None) -> int:
-        """How many of keys, from the first, kvcached holds."""
+    def _looked_up(self, keys: List[str], call: str, body) -> int:
+        """body(request, hits) on a request of keys after its lookup: the
+        number of leading pages it returns, or 0 when kvcached is away or
+        the call failed (logged; the Client dropped if the daemon went)."""
         c = self._client()
         if c is None or not keys:
             return 0
         try:
             with c.request_keys(keys) as r:
-                return r.lookup()
+                return body(r, r.lookup())
         except KvcError as e:
-            self._rc.drop(str(e))
+            self._failed(c, call, e)
             return 0
+
+    def batch_exists(self, keys: List[str], extra_info=None) -> int:
+        """How many of keys, from the first, kvcached holds."""
+        return self._looked_up(keys, "batch_exists", lambda r, hits: hits)
 
     def batch_get_v1(self, keys: List[str], host_indices, extra_info=None) -> List[bool]:
         """Copy the leading cached pages of keys into the host pool pages
         host_indices names (page_size slots per key); True for each copied."""
-        n = len(keys)
-        c = self._client()
-        if c is None or not n:
-            return [False] * n
-        try:
-            with c.request_keys(keys) as r:
-                hits = r.lookup()
-                if hits:
-                    r.gather(self._kv, self._pages(host_indices, hits))
-        except KvcError as e:
-            self._failed(c, "batch_get_v1", e)
-            return [False] * n
-        return [True] * hits + [False] * (n - hits)
+        def get(r, hits):
+            if hits:
+                r.gather(self._kv, self._pages(host_indices, hits))
+            return hits
+        done = self._looked_up(keys, "batch_get_v1", get)
+        return [True] * done + [False] * (len(keys) - done)
 
     def batch_set_v1(self, keys: List[str], host_indices, extra_info=None) -> List[bool]:
         """Store the host pool pages of keys: those kvcached holds already
@@ -170,23 +169,16 @@ class KvcachedStorage(HiCacheStorage):
         True for each page that kvcached holds afterwards (a full pool
         stores a leading part)."""
         n = len(keys)
-        c = self._client()
-        if c is None or not n:
-            return [False] * n
-        try:
-            with c.request_keys(keys) as r:
-                hits = r.lookup()
-                done = hits
-                if hits < n:
-                    got = r.alloc()
-                    if got:
-                        pages = self._pages(host_indices, n)
-                        r.scatter(self._kv, pages[hits:hits + got])
-                        r.publish()
-                        done = hits + got
-        except KvcError as e:
-            self._failed(c, "batch_set_v1", e)
-            return [False] * n
+
+        def put(r, hits):
+            if hits >= n:
+                return hits
+            got = r.alloc()
+            if got:
+                r.scatter(self._kv, self._pages(host_indices, n)[hits:hits + got])
+                r.publish()
+            return hits + got
+        done = self._looked_up(keys, "batch_set_v1", put)
         return [True] * done + [False] * (n - done)
 
     # ------------------------------------------- the older per-key API
