@@ -50,6 +50,8 @@ struct kvshm_walk {
 	size_t n;
 	uint32_t ns_id;
 	struct kvshm_key parent;	/* the parent of keys[0] */
+	bool flat;			/* every block's parent is `parent` (engine-
+					 * keyed requests: blocks not chained) */
 };
 
 /* Prefetch the page entry and tokens of candidate loc (no fault if out of
@@ -142,7 +144,8 @@ static inline size_t kvshm_walk_pin(const struct kvshm_header *h, struct kvshm_l
 				*missed = true;
 				break;
 			}
-			parent = w->keys[j];
+			if (!w->flat)
+				parent = w->keys[j];
 		}
 		run = kvshm_ledger_pin_run(l, w->slot + i, h, w->page + i, w->gen + i, j - i);
 		kvshm_ledger_touch_run(l, w->page + i, run);
