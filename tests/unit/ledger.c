@@ -489,6 +489,34 @@ static void test_walk_pins_verified_prefix(void **state)
 	assert_int_equal(slot(f, slots[1]), 0);
 }
 
+/* An engine-keyed walk (flat): every block's parent is the walk's parent
+ * (the root), not the block before it; a chained walk over the same
+ * blocks stops after the first. */
+static void test_walk_flat(void **state)
+{
+	struct fix *f = *state;
+	struct kvshm_key keys[3], root = { 9, 9 };
+	uint32_t tokens[3 * BT], page[3], gen[3], slots[3] = { 0, 1, 2 }, gp[3], gg[3], i, j, w, wg;
+	struct kvshm_walk walk = { keys, tokens, slots, gp, gg, 3, 1, root, true };
+	bool missed;
+
+	for (i = 0; i < 3; i++) {
+		keys[i] = (struct kvshm_key){ 0x9000 + i, (uint64_t)(0x77 + i) << 32 | i };
+		for (j = 0; j < BT; j++)
+			tokens[i * BT + j] = 500 + i * BT + j;
+		assert_int_equal(kvshm_page_alloc(f->h, 3, 1, &page[i], &gen[i]), 0);
+		assert_int_equal(kvshm_page_publish(f->h, page[i], gen[i], 3, keys[i], root,
+						    tokens + i * BT, &w, &wg), KVSHM_PUBLISHED);
+	}
+	assert_int_equal(kvshm_walk_pin(f->h, f->l, &walk, &missed), 3);
+	assert_false(missed);
+	for (i = 0; i < 3; i++)
+		kvshm_ledger_unpin(f->l, slots[i]);
+	walk.flat = false;
+	assert_int_equal(kvshm_walk_pin(f->h, f->l, &walk, &missed), 1);
+	assert_true(missed);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -502,6 +530,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_ring_wraps, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_validate, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk_pins_verified_prefix, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_flat, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("ledger", tests, NULL, NULL);
