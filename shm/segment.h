@@ -26,9 +26,10 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 10u	/* 8: remote tier counters; 9: single flight (page
-				 * flight, row flight, wait stats); 10: ledger
-				 * access ring of 1024, written deepest first */
+#define KVSHM_VERSION 11u	/* 8: remote tier counters; 9: single flight (page
+				 * flight, row flight, wait stats); 10: page
+				 * entries of one cache line; 11: ledger access
+				 * ring of 1024, a hit run written deepest first */
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -191,6 +192,7 @@ struct kvshm_stats {
 	_Atomic uint64_t remote_hits;		/* fetched, verified, placed */
 	_Atomic uint64_t remote_misses;		/* not there, server down, or late */
 	_Atomic uint64_t remote_dropped;	/* failed verification: never served */
+	_Atomic uint64_t remote_stale;		/* items of another format version: misses */
 	_Atomic uint64_t remote_timeouts;	/* operations past remote-timeout-ms */
 	_Atomic uint64_t remote_fetch_bytes;	/* item bytes fetched */
 	_Atomic uint64_t remote_fetch_bps;	/* measured fetch bandwidth, B/s */
@@ -262,6 +264,26 @@ enum kvshm_pos_kind {
 	KVSHM_POS_MAX = 3,
 };
 
+/*
+ * How a namespace names its blocks; part of its identity (kvshm_ns_id), so
+ * namespaces of different kinds never share a block.
+ *
+ * TOKENS: a block's key is the chain over its parent and its tokens
+ *   (shm/key.h); a hit is verified against parent and tokens.
+ * ENGINE: the engine names each block by a key of its own (SGLang's page
+ *   hashes) and never hands over the tokens. The library turns that key
+ *   into the block's key and its stored "tokens" (a digest of the engine
+ *   key, kvshm_key_engine), with the namespace root as every block's parent:
+ *   blocks are not chained and a hit is only as exact as the engine's hash.
+ *   A daemon check that recomputes keys from parent + tokens still holds,
+ *   but one that reads the stored tokens as prompt tokens (KV events) must
+ *   skip these namespaces.
+ */
+enum kvshm_ns_kind {
+	KVSHM_NS_TOKENS = 0,
+	KVSHM_NS_ENGINE = 1,
+};
+
 /* A model's tensor- / pipeline-parallel part (kvc_shard, normalised). */
 struct kvshm_shard {
 	uint16_t tp_rank;
@@ -284,10 +306,11 @@ struct kvshm_ns {
 	uint32_t head_dim;
 	uint32_t block_tokens;
 	uint32_t pos_kind;
-	uint32_t pad;
+	uint32_t kind;			/* enum kvshm_ns_kind (was padding, 0) */
 	uint64_t page_bytes;		/* the namespace's own page size */
 	struct kvshm_key id;		/* hash of the fields above + model
-					 * (+ shard when sharded) */
+					 * (+ shard when sharded, + kind when
+					 * not TOKENS) */
 	char model[KVSHM_MODEL_NAME];	/* NUL-terminated */
 	struct kvshm_shard shard;	/* sizes >= 1; 0/1 0/1: not sharded */
 };
@@ -421,7 +444,7 @@ static inline int kvshm_loc_is_slot(uint32_t loc)
  * owner: the client id holding a WRITING page; the daemon's own bookkeeping,
  *   shown to kvstat.
  * ref: daemon-only, unused by eviction since its order lives in the
- *   daemon (daemon/policy.h; clients report accesses through their
+ *   daemon (daemon/policy/policy.h; clients report accesses through their
  *   ledger's access ring); kept so the layout of the entry stays.
  * flight: 1 while the page is WRITING and *announced*: its owner said which
  *   block it will publish there (ALLOC_KEYS), key and parent hold that
@@ -441,6 +464,7 @@ struct kvshm_page {
 	struct kvshm_key parent;
 	uint32_t ref;
 	_Atomic uint32_t flight;
+	uint32_t pad[2];		/* one cache line per entry (layout 10) */
 };
 
 /* ------------------------------------------------------------ spill slots */
@@ -591,7 +615,7 @@ uint32_t kvshm_buckets_for(uint64_t entries);
 _Static_assert(sizeof(struct kvshm_key) == 16, "key");
 _Static_assert(sizeof(struct kvshm_entry) == 16, "entry");
 _Static_assert(sizeof(struct kvshm_bucket) == KVSHM_CACHELINE, "bucket");
-_Static_assert(sizeof(struct kvshm_page) == 56, "page entry");
+_Static_assert(sizeof(struct kvshm_page) == KVSHM_CACHELINE, "page entry: one line");
 _Static_assert(offsetof(struct kvshm_page, key) == 16, "page.key");
 _Static_assert(sizeof(struct kvshm_ns) == 128, "ns row");
 _Static_assert(sizeof(struct kvshm_client_row) == 80, "client row");
