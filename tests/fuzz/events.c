@@ -198,6 +198,7 @@ static void setup(uint8_t mode)
 	D.clients = calloc(1, sizeof(*D.clients));
 	D.mark = calloc(NPAGES, 1);
 	CHECK(D.clients && D.mark);
+	CHECK(!kvd_policy_open(&D.pol, D.cfg.eviction, NPAGES));
 	for (i = 0; i < NNS; i++)	/* row 3: rank 1 of 2, muted */
 		CHECK(!kve_test_ns(&kvshm_ns(D.h)[i], models[i], i == 3));
 	CHECK(!kvd_events_open_sink(&D, sink, NULL));
@@ -209,6 +210,7 @@ static void setup(uint8_t mode)
 static void teardown(void)
 {
 	kvd_events_close(&D);
+	kvd_policy_close(&D.pol);
 	free(D.h);
 	free(D.clients);
 	free(D.mark);
@@ -237,6 +239,8 @@ static void op_publish(uint8_t nsb, uint8_t blocks, uint8_t seed, uint8_t chaine
 		st = kvshm_page_publish(D.h, page, gen, 1, keys[i], i ? keys[i - 1] : root,
 					t + i * BT, &w, &wg);
 		kvd_events_published(&D, page, st);
+		if (st == KVSHM_PUBLISHED)
+			kvd_evict_insert(&D, page);	/* into the eviction order */
 	}
 	last_key = keys[nb - 1];
 	have_last = true;

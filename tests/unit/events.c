@@ -121,6 +121,7 @@ static void setup_with(const char *topic, int hash, uint32_t buffer)
 	D.clients = calloc(1, sizeof(*D.clients));
 	D.mark = calloc(NPAGES, 1);
 	assert_non_null(D.clients);
+	assert_int_equal(kvd_policy_open(&D.pol, D.cfg.eviction, NPAGES), 0);
 	assert_int_equal(kvd_events_open_sink(&D, sink, NULL), 0);
 	assert_int_equal(atomic_load(&kvshm_stats(D.h)->kv_events_enabled), 1);
 	sink_rc = 0;
@@ -139,6 +140,7 @@ static int teardown(void **state)
 	(void)state;
 	kvd_events_close(&D);
 	assert_null(D.events);
+	kvd_policy_close(&D.pol);
 	free(D.h);
 	free(D.clients);
 	free(D.mark);
@@ -177,6 +179,8 @@ static uint32_t publish(uint32_t ns, uint32_t seed, uint32_t nb, struct kvshm_ke
 		st = kvshm_page_publish(D.h, page, gen, 1, keys[i], i ? keys[i - 1] : root,
 					t + i * BT, &w, &wg);
 		kvd_events_published(&D, page, st);
+		if (st == KVSHM_PUBLISHED)
+			kvd_evict_insert(&D, page);	/* into the eviction order */
 		if (first == UINT32_MAX)
 			first = page;
 	}
