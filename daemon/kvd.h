@@ -107,10 +107,6 @@ struct kvd {
 	uint64_t gone_lookups, gone_hits, gone_misses, gone_pinfail;
 	uint64_t gone_lookup_tokens, gone_hit_tokens;
 
-	/* nsstat.c: the sweep counting each namespace's READY pages, a
-	 * slice of the page table per tick: where it is, counts so far. */
-	uint32_t ns_sweep_at;
-	uint32_t ns_sweep_pages[KVD_MAX_NS];
 	/* Single flight (flight.c): writers (owner ids) whose waiters to
 	 * wake once the message being handled is done; all of them when
 	 * more were noted than fit. Wait counters of clients that left. */
@@ -277,7 +273,7 @@ void kvd_evict_tick(struct kvd *d);
 
 /* nsstat.c: per-namespace statistics, and resetting all the counters. */
 /* On the tick: fold the live clients' new ledger counts into their
- * namespaces' statistics, count clients, sweep a slice of the pages. */
+ * namespaces' statistics and count their clients. */
 void kvd_nsstat_tick(struct kvd *d);
 /* A client leaves: fold what it counted since the last tick. */
 void kvd_nsstat_retire(struct kvd *d, struct kvd_client *c);

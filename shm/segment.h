@@ -241,16 +241,13 @@ struct kvshm_ns_stats {
 	_Atomic uint64_t hit_tokens;
 	_Atomic uint64_t published;	/* pages its clients published */
 	_Atomic uint64_t dropped;	/* pages dropped at a client's request */
-	/* Gauges. pages: READY pool pages of the namespace, counted by a
-	 * sweep over the page table a slice per tick (so up to n_pages /
-	 * KVSHM_NS_SWEEP ticks old). clients: attached with it now. */
+	/* Gauges. pages: pool pages holding a block of the namespace
+	 * (READY, or EVICTING on its way out), kept at each page transition
+	 * (shm/page.c). clients: attached with it now. */
 	_Atomic uint64_t pages;
 	_Atomic uint64_t clients;
 	uint64_t resv[7];
 };
-
-/* Page-table entries the per-namespace page count reads per tick. */
-#define KVSHM_NS_SWEEP 16384u
 
 /* Position encoding kinds a namespace can declare. */
 enum kvshm_pos_kind {
