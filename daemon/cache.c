@@ -62,28 +62,25 @@ uint32_t kvd_share_pages(const struct kvd *d)
  * (live or lingering), counted up to `share`: every page some slot of its
  * ledgers names, or its WRITING pages if more (an honest client records
  * them in its ledger too; one that wiped its ledger is still held to
- * them). Several pins of one page count once. The ledgers are read only
- * when the process's pin slots could name more pages than its share at
- * all; d->mark is the scratch, cleared again from the list of what was
- * marked (the ledgers may change meanwhile).
+ * them). Several pins of one page count once. Read only when the
+ * counters below say the process may be at its share; d->mark is the
+ * scratch, cleared again from the list of what was marked (the ledgers
+ * may change meanwhile).
  */
-static uint32_t process_holds(struct kvd *d, const struct kvd_client *c, uint32_t share)
+static uint32_t process_count(struct kvd *d, const struct kvd_client *c, uint32_t share)
 {
 	const uint32_t np = d->h->geo.n_pages;
-	uint64_t slots = 0, writing = 0;
-	uint32_t i, s, held = 0, cap = 0, *list = NULL;
+	uint64_t writing = 0;
+	uint32_t s, held = 0, cap = 0, *list = NULL;
+	const struct kvd_client *o = c;
 
-	for (i = 0; i < d->cfg.max_clients; i++)
-		if (kvd_pins_count(&d->clients[i]) && d->clients[i].pid == c->pid) {
-			slots += d->clients[i].nslots;
-			writing += d->clients[i].writing;
-		}
-	if (slots + writing <= share)
-		return 0;	/* cannot be over: below the share either way */
-	for (i = 0; i < d->cfg.max_clients && held < share; i++) {
-		const struct kvd_client *o = &d->clients[i];
-
-		if (!kvd_pins_count(o) || o->pid != c->pid)
+	while (o->proc_prev)
+		o = &d->clients[o->proc_prev - 1];
+	for (; o; o = o->proc_next ? &d->clients[o->proc_next - 1] : NULL) {
+		if (!kvd_pins_count(o))
+			continue;
+		writing += o->writing;
+		if (held >= share)
 			continue;
 		for (s = 0; s < o->nslots && held < share; s++) {
 			uint32_t p = kvshm_slot_page(atomic_load_explicit(&o->l->slot[s],
@@ -109,6 +106,41 @@ static uint32_t process_holds(struct kvd *d, const struct kvd_client *c, uint32_
 		d->mark[list[s]] = 0;
 	free(list);
 	return held > writing ? held : (uint32_t)writing;
+}
+
+/*
+ * Pages c's process holds pinned or writing, as far as max-share is
+ * concerned. Its handles are linked in one list, so this reads no other
+ * row. First from counters kept per handle: if all its pin slots and
+ * WRITING pages together stay below the share, it cannot be over; else
+ * each handle's WRITING pages, plus the distinct pages its ledger named
+ * when the pin census last read it (top.c: it counts no WRITING page),
+ * plus the pages it published since that read began (an honest client
+ * holds them pinned). Only when that estimate reaches the share are its
+ * own ledgers read (process_count), so the cost of an ALLOC does not
+ * grow with the pool and is paid in ledger reads only by a process at
+ * its share. Pins it took on others' pages since the census last read
+ * it are not in the estimate: at most a census pass late.
+ */
+static uint32_t process_holds(struct kvd *d, const struct kvd_client *c, uint32_t share)
+{
+	const struct kvd_client *o = c;
+	uint64_t slots = 0, writing = 0, held = 0;
+
+	while (o->proc_prev)
+		o = &d->clients[o->proc_prev - 1];
+	for (; o; o = o->proc_next ? &d->clients[o->proc_next - 1] : NULL) {
+		if (!kvd_pins_count(o))
+			continue;
+		slots += o->nslots;
+		writing += o->writing;
+		held += (uint64_t)o->writing + o->census_pins + o->fresh;
+	}
+	if (slots + writing <= share)
+		return 0;	/* cannot be over: below the share either way */
+	if (held < share)
+		return (uint32_t)held;
+	return process_count(d, c, share);
 }
 
 /*
@@ -261,6 +293,8 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		res[i].status = st;
 		if (st == KVSHM_PUBLISHED)
 			kvd_tiers_published(d, pub.page);
+		if (st >= 0)	/* its page or the winner's: pinned now */
+			c->fresh++;
 		/* Published, shared or refused: the page is no longer ours. */
 		c->writing--;
 		collisions += st == -EEXIST;

@@ -57,6 +57,16 @@ struct kvd_client {
 	 * namespace's statistics; drop.c: d->ticks + 1 at its last DROP. */
 	uint64_t ns_seen[KVD_NS_FOLD];
 	uint64_t drop_tick;
+	/* The handles of one process, linked (row + 1; 0: none), so that its
+	 * max-share is summed over its handles, never over every row. */
+	uint32_t proc_prev, proc_next;
+	/* Max-share (cache.c), kept per handle and summed per process:
+	 * census_pins, the distinct pages its ledger named when the pin
+	 * census (top.c) last read it; fresh, the pages it published since
+	 * that read began (an honest client holds them pinned). */
+	uint32_t census_pins, census_count;
+	uint64_t fresh, fresh_at_census;
+	bool census_reading;	/* the census is part way through its slots */
 
 	/* Framing: one message at a time is read into `in`. */
 	uint8_t *in;
@@ -114,6 +124,14 @@ struct kvd {
 	uint32_t n_flight_wake;
 	bool flight_wake_all;
 	uint64_t gone_waits[KVD_WAIT_STATS];
+	/* The pin census (top.c): a bounded slice of ledger slots per tick,
+	 * resuming at (census_row, census_slot); one pass is numbered
+	 * census_pass, and census_stamp[page] = pass << 32 | (row + 1) of the
+	 * last handle that named the page in it. */
+	uint64_t *census_stamp;
+	uint64_t census_pass, census_pass_tick;
+	uint32_t census_row, census_slot;
+	uint64_t census_pins, census_pinned;
 };
 
 /* epoll tags: fixed sources, then one per client socket and pidfd. */
@@ -255,7 +273,10 @@ uint32_t kvd_ledger_pins(const struct kvd *d, const struct kvd_client *c);
 bool kvd_client_holds(const struct kvd *d, const struct kvd_client *c);
 /* Feed c's new hit records into the top-prefix sketch. */
 void kvd_top_drain(struct kvd *d, struct kvd_client *c);
-/* Count pinned pages and pins in use over all ledgers. */
+/* Count pinned pages and pins in use over all ledgers: a slice of at
+ * most KVD_CENSUS_SLICE slots (and rows) per call, a pass at most every
+ * 5 ticks; the totals are published when a pass ends. */
+#define KVD_CENSUS_SLICE 16384u
 void kvd_pin_census(struct kvd *d);
 
 /* evict.c */

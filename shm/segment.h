@@ -26,8 +26,8 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 9u	/* 8: remote tier counters; 9: single flight (page
-				 * flight, row flight, wait stats) */
+#define KVSHM_VERSION 10u	/* 8: remote tier counters; 9: single flight (page
+				 * flight, row flight, wait stats); 10: tick timing */
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -110,6 +110,9 @@ enum kvshm_pool_kind {
  * count in their own ledgers, folded in by the daemon on every tick and when
  * a client leaves.
  */
+/* Buckets of the tick-duration histogram (struct kvshm_stats). */
+#define KVSHM_TICK_BUCKETS 40u
+
 struct kvshm_stats {
 	_Atomic uint64_t pages_free;
 	_Atomic uint64_t pages_writing;
@@ -202,7 +205,42 @@ struct kvshm_stats {
 	_Atomic uint64_t wait_timeouts;		/* ... the caller's timeout ran out */
 	_Atomic uint64_t wait_lost;		/* ... the writer released or died */
 	_Atomic uint64_t wait_tokens;		/* prefill tokens saved by waiting */
+	/* The daemon's tick (daemon/server.c): ticks run, those that took
+	 * longer than tick-ms (the loop fell behind), and how long each
+	 * took, as a histogram (kvshm_tick_bucket). Layout 10. */
+	_Atomic uint64_t ticks;
+	_Atomic uint64_t ticks_slow;
+	_Atomic uint64_t tick_hist[KVSHM_TICK_BUCKETS];
 };
+
+/*
+ * Histogram bucket of a tick that took `ns`: 0 for under 1 us, then two
+ * buckets per doubling, bucket b >= 1 holding [2^((b-1)/2), 2^(b/2)) us;
+ * the last one holds everything longer (about 0.7 s and up).
+ */
+static inline uint32_t kvshm_tick_bucket(uint64_t ns)
+{
+	uint64_t us = ns / 1000;
+	uint32_t k, b;
+
+	if (!us)
+		return 0;
+	if (us >= (1ull << 30))
+		return KVSHM_TICK_BUCKETS - 1;
+	k = 63u - (uint32_t)__builtin_clzll(us);	/* 2^k <= us < 2^(k+1) */
+	/* us >= 2^(k + 1/2) <=> us^2 >= 2^(2k+1) */
+	b = 2 * k + 1 + (us * us >= (1ull << (2 * k + 1)));
+	return b < KVSHM_TICK_BUCKETS ? b : KVSHM_TICK_BUCKETS - 1;
+}
+
+/* Upper end of bucket b in nanoseconds (UINT64_MAX for the last one). */
+static inline uint64_t kvshm_tick_bucket_ns(uint32_t b)
+{
+	if (b + 1 >= KVSHM_TICK_BUCKETS)
+		return UINT64_MAX;
+	/* 2^(b/2) us, the half powers rounded: 1000 * 2^(b/2). */
+	return (b & 1 ? 1414ull : 1000ull) << (b / 2);
+}
 
 /* When the remote tier writes a block (remote_write_mode). */
 enum kvshm_remote_write {
