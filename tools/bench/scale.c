@@ -179,8 +179,8 @@ static void row(const char *op, int procs, size_t blocks, const char *pct, const
 		const char *base, double kv, double first)
 {
 	struct row r = { .mode = "scale", .op = op, .procs = procs, .blocks = blocks,
-			 .page_bytes = PB, .pct = pct, .unit = unit, .peer_kind = base,
-			 .kv = kv, .peer = first };
+			 .page_bytes = strcmp(op, "idle_cpu_2m") ? PB : 2u << 20, .pct = pct,
+			 .unit = unit, .peer_kind = base, .kv = kv, .peer = first };
 
 	add_row(&r);
 }
