@@ -110,25 +110,30 @@ static uint32_t process_count(struct kvd *d, const struct kvd_client *c, uint32_
 
 /*
  * Pages c's process holds pinned or writing, as far as max-share is
- * concerned. Its handles are linked in one list, so this reads no other
- * row. First from counters kept per handle: if all its pin slots and
- * WRITING pages together stay below the share, it cannot be over; else
- * each handle's WRITING pages, plus the distinct pages its ledger named
- * when the pin census last read it (top.c: it counts no WRITING page),
- * plus the pages it published since that read began (an honest client
- * holds them pinned). Only when that estimate reaches the share are its
- * own ledgers read (process_count), so the cost of an ALLOC does not
- * grow with the pool and is paid in ledger reads only by a process at
- * its share. Pins it took on others' pages since the census last read
- * it are not in the estimate: at most a census pass late.
+ * concerned, when it asks for `n` more. Its handles are linked in one
+ * list, so this reads no other row. First from counters kept per handle:
+ * if all its pin slots and WRITING pages together stay below the share,
+ * it cannot be over; else each handle's WRITING pages, plus the distinct
+ * pages its ledger named when the pin census last read it (top.c: it
+ * counts no WRITING page), plus the pages it published since that read
+ * began (pinned when published; their release is seen by the next read).
+ * That estimate errs high, so when it leaves room for the n pages it is
+ * the answer; only when it does not are the process's own ledgers read
+ * (process_count) and the estimate set to what they hold. The cost of an
+ * ALLOC does not grow with the pool or other clients, and ledger reads
+ * are paid only by a process near its share. Pins it took on others'
+ * pages since the census last read it are not in the estimate: counted
+ * at most a census pass late.
  */
-static uint32_t process_holds(struct kvd *d, const struct kvd_client *c, uint32_t share)
+static uint32_t process_holds(struct kvd *d, struct kvd_client *c, uint32_t share, uint32_t n)
 {
-	const struct kvd_client *o = c;
+	struct kvd_client *o = c, *head;
 	uint64_t slots = 0, writing = 0, held = 0;
+	uint32_t exact;
 
 	while (o->proc_prev)
 		o = &d->clients[o->proc_prev - 1];
+	head = o;
 	for (; o; o = o->proc_next ? &d->clients[o->proc_next - 1] : NULL) {
 		if (!kvd_pins_count(o))
 			continue;
@@ -138,9 +143,15 @@ static uint32_t process_holds(struct kvd *d, const struct kvd_client *c, uint32_
 	}
 	if (slots + writing <= share)
 		return 0;	/* cannot be over: below the share either way */
-	if (held < share)
+	if (held + n <= share)
 		return (uint32_t)held;
-	return process_count(d, c, share);
+	exact = process_count(d, c, share);
+	for (o = head; o; o = o->proc_next ? &d->clients[o->proc_next - 1] : NULL) {
+		o->census_pins = 0;
+		o->fresh = o->fresh_at_census = 0;
+	}
+	c->census_pins = exact > writing ? exact - (uint32_t)writing : 0;
+	return exact;
 }
 
 /*
@@ -164,7 +175,7 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 	/* And the process's share of the pool, so no process starves the
 	 * others of pages. */
 	if (n) {
-		uint32_t share = kvd_share_pages(d), held = process_holds(d, c, share);
+		uint32_t share = kvd_share_pages(d), held = process_holds(d, c, share, n);
 
 		if (held >= share) {
 			kvd_stat_add(&kvshm_stats(d->h)->share_refused, 1);

@@ -238,7 +238,10 @@ static void on_holes(uint32_t first, uint32_t n, void *arg)
 
 void kvd_evict_tick(struct kvd *d)
 {
-	kvd_pool_holes(&d->pool, 64ull << 20, on_holes, d);
+	/* A slice of the pool per tick (see Trust in ARCHITECTURE.md for
+	 * how long a hole can go unseen): 32 MiB of 4 KiB pages, whose page
+	 * table mincore walks entry by entry, or 512 MiB of huge pages. */
+	kvd_pool_holes(&d->pool, d->pool.mem.huge ? 512ull << 20 : 32ull << 20, on_holes, d);
 	/* Pages being spilled are as good as free: they will be soon. */
 	uint32_t free_now = kvshm_free(d->h)->count + kvd_tiers_pending(d);
 

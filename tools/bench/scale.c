@@ -77,19 +77,22 @@ static uint64_t mem_kb(const char *path, const char *key)
 	return v;
 }
 
-/* CPU time of every thread of pid, in ns. */
-static uint64_t cpu_ns(pid_t pid)
+/* CPU time (ns) of each thread of pid: tid[i], ns[i]; returns how many.
+ * Threads come and go (the pool's pre-fault thread ends), so a window's
+ * CPU is the sum over the threads present at both ends. */
+#define MAX_TASKS 64
+static int cpu_tasks(pid_t pid, int *tid, uint64_t *ns)
 {
 	char path[64], p2[384];
-	uint64_t sum = 0;
 	struct dirent *e;
+	int n = 0;
 	DIR *dir;
 
 	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
 	dir = opendir(path);
 	if (!dir)
 		die("cannot read %s: %s", path, strerror(errno));
-	while ((e = readdir(dir))) {
+	while ((e = readdir(dir)) && n < MAX_TASKS) {
 		unsigned long long run = 0;
 		FILE *f;
 
@@ -97,20 +100,23 @@ static uint64_t cpu_ns(pid_t pid)
 			continue;
 		snprintf(p2, sizeof(p2), "%s/%.256s/schedstat", path, e->d_name);
 		f = fopen(p2, "r");
-		if (f && fscanf(f, "%llu", &run) == 1)
-			sum += run;
+		if (f && fscanf(f, "%llu", &run) == 1) {
+			tid[n] = atoi(e->d_name);
+			ns[n++] = run;
+		}
 		if (f)
 			fclose(f);
 	}
 	closedir(dir);
-	return sum;
+	return n;
 }
 
 struct seen {
 	struct kvobs o;
 	pid_t pid;
 	uint64_t hist[KVSHM_TICK_BUCKETS];
-	uint64_t cpu, t;
+	int ntask, tid[MAX_TASKS];
+	uint64_t ns[MAX_TASKS], t;
 };
 
 static void seen_attach(struct seen *s, const char *sock)
@@ -129,7 +135,7 @@ static void seen_mark(struct seen *s)
 
 	for (b = 0; b < KVSHM_TICK_BUCKETS; b++)
 		s->hist[b] = atomic_load_explicit(&st->tick_hist[b], memory_order_relaxed);
-	s->cpu = cpu_ns(s->pid);
+	s->ntask = cpu_tasks(s->pid, s->tid, s->ns);
 	s->t = now_ns();
 }
 
@@ -137,10 +143,15 @@ static void seen_mark(struct seen *s)
 static void seen_since(const struct seen *s, double *cpu_pct, double *tick_p99_us)
 {
 	const struct kvshm_stats *st = kvshm_stats(s->o.h);
-	uint64_t d[KVSHM_TICK_BUCKETS], n = 0, acc = 0;
+	uint64_t d[KVSHM_TICK_BUCKETS], n = 0, acc = 0, ns[MAX_TASKS], cpu = 0, t = now_ns();
+	int tid[MAX_TASKS], nt = cpu_tasks(s->pid, tid, ns), i, j;
 	uint32_t b;
 
-	*cpu_pct = 100.0 * (double)(cpu_ns(s->pid) - s->cpu) / (double)(now_ns() - s->t);
+	for (i = 0; i < nt; i++)
+		for (j = 0; j < s->ntask; j++)
+			if (tid[i] == s->tid[j] && ns[i] >= s->ns[j])
+				cpu += ns[i] - s->ns[j];
+	*cpu_pct = 100.0 * (double)cpu / (double)(t - s->t);
 	for (b = 0; b < KVSHM_TICK_BUCKETS; b++) {
 		d[b] = atomic_load_explicit(&st->tick_hist[b], memory_order_relaxed) - s->hist[b];
 		n += d[b];
