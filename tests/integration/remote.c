@@ -35,7 +35,7 @@
 
 #include <libmemcached/memcached.h>
 
-#include "../../daemon/remote_fmt.h"
+#include "../../daemon/tier/remote_fmt.h"
 #include "../../libclient/client_int.h"	/* the namespace id, for item keys */
 #include "../../tools/tinylm/tinylm.h"
 #include "../lib/harness.h"
@@ -523,7 +523,7 @@ static int first_on(const struct fx *f, kvc_t *c, const char *prefix, uint32_t s
 
 static bool alive(const struct host *h)
 {
-	return h->d.pid > 0 && kill(h->d.pid, 0) == 0 && kvt_can_connect(h->d.sock);
+	return h->d.pid > 0 && kill(h->d.pid, 0) == 0 && kvproto_can_connect(h->d.sock);
 }
 
 /*

@@ -198,9 +198,14 @@ static void row(const char *op, int procs, size_t blocks, const char *pct, const
 
 static void skip_row(const char *op, size_t blocks, const char *unit, const char *why)
 {
-	struct row r = { .mode = "scale", .op = op, .procs = 1, .blocks = blocks,
-			 .page_bytes = PB, .unit = unit, .peer_kind = "-", .skipped = why };
+	/* Rows keep the pointer until the end: the reason must outlive us. */
+	static char reasons[NELEM(pools)][160];
+	static size_t n;
+	struct row r = { .mode = "scale", .op = op, .procs = 0, .blocks = blocks,
+			 .page_bytes = PB, .unit = unit, .peer_kind = "-" };
 
+	snprintf(reasons[n % NELEM(pools)], sizeof(reasons[0]), "%s", why);
+	r.skipped = reasons[n++ % NELEM(pools)];
 	add_row(&r);
 }
 

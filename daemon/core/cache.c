@@ -1,0 +1,371 @@
+// SPDX-License-Identifier: MIT
+/*
+ * cache.c - the daemon side of a request: ALLOC, PUBLISH and FREE.
+ *
+ * A client may name only pages it was handed (WRITING, owned by it, at the
+ * generation it was given). ALLOC_KEYS also says which block each page is
+ * for, and the pages are announced in flight (single flight, flight.c);
+ * whatever ends an announcement here wakes that writer's waiters. Every record of a message is checked before any
+ * is applied, duplicates within the message included, so a lying client is
+ * refused and disconnected with the index exactly as it was.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../shm/page.h"
+#include "../obs/events.h"
+#include "kvd.h"
+#include "cache.h"
+#include "evict.h"
+#include "flight.h"
+#include "reply.h"
+#include "../util/log.h"
+#include "../tier/tier.h"
+
+/* Check every (page, gen) of a message; mark pages to catch repeats. */
+static int check_pages(struct kvd *d, struct kvd_client *c, const uint8_t *rec,
+		       uint32_t n, size_t stride, uint32_t *bad)
+{
+	const struct kvshm_page *pages = kvshm_pages(d->h);
+	uint32_t i, k;
+	int rc = 0;
+
+	for (i = 0; i < n; i++) {
+		struct kvproto_pg pg;
+
+		memcpy(&pg, rec + i * stride, sizeof(pg));
+		if (pg.page >= d->h->geo.n_pages || d->mark[pg.page] ||
+		    atomic_load(&pages[pg.page].state) != KVSHM_PAGE_WRITING ||
+		    pages[pg.page].owner != kvd_owner(c) ||
+		    atomic_load(&pages[pg.page].gen) != pg.gen) {
+			*bad = pg.page;
+			rc = -1;
+			break;
+		}
+		d->mark[pg.page] = 1;
+	}
+	for (k = 0; k < i; k++) {
+		struct kvproto_pg pg;
+
+		memcpy(&pg, rec + k * stride, sizeof(pg));
+		d->mark[pg.page] = 0;
+	}
+	return rc;
+}
+
+uint32_t kvd_share_pages(const struct kvd *d)
+{
+	uint32_t n = (uint32_t)((uint64_t)d->h->geo.n_pages * d->cfg.max_share / 100);
+
+	return n ? n : 1;
+}
+
+/*
+ * Distinct pages c's process holds pinned or writing, over all its handles
+ * (live or lingering), counted up to `share`: every page some slot of its
+ * ledgers names, or its WRITING pages if more (an honest client records
+ * them in its ledger too; one that wiped its ledger is still held to
+ * them). Several pins of one page count once. Read only when the
+ * counters below say the process may be at its share; d->mark is the
+ * scratch, cleared again from the list of what was marked (the ledgers
+ * may change meanwhile).
+ */
+static uint32_t process_count(struct kvd *d, const struct kvd_client *c, uint32_t share)
+{
+	const uint32_t np = d->h->geo.n_pages;
+	uint64_t writing = 0;
+	uint32_t s, held = 0, cap = 0, *list = NULL;
+	const struct kvd_client *o = c;
+
+	while (o->proc_prev)
+		o = &d->clients[o->proc_prev - 1];
+	for (; o; o = o->proc_next ? &d->clients[o->proc_next - 1] : NULL) {
+		if (!kvd_pins_count(o))
+			continue;
+		writing += o->writing;
+		if (held >= share)
+			continue;
+		for (s = 0; s < o->nslots && held < share; s++) {
+			uint32_t p = kvshm_slot_page(atomic_load_explicit(&o->l->slot[s],
+									  memory_order_relaxed));
+
+			if (p >= np || d->mark[p])
+				continue;
+			if (held == cap) {
+				uint32_t *nl = realloc(list, (cap ? cap * 2 : 256) * sizeof(*nl));
+
+				if (!nl) {
+					held = share;	/* cannot count: assume the worst */
+					break;
+				}
+				list = nl;
+				cap = cap ? cap * 2 : 256;
+			}
+			d->mark[p] = 1;
+			list[held++] = p;
+		}
+	}
+	for (s = 0; s < held && s < cap; s++)
+		d->mark[list[s]] = 0;
+	free(list);
+	return held > writing ? held : (uint32_t)writing;
+}
+
+/*
+ * Pages c's process holds pinned or writing, as far as max-share is
+ * concerned, when it asks for `n` more. Its handles are linked in one
+ * list, so this reads no other row. First from counters kept per handle:
+ * if all its pin slots and WRITING pages together stay below the share,
+ * it cannot be over; else each handle's WRITING pages, plus the distinct
+ * pages its ledger named when the pin census last read it (top.c: it
+ * counts no WRITING page), plus the pages it published since that read
+ * began (pinned when published; their release is seen by the next read).
+ * That estimate errs high, so when it leaves room for the n pages it is
+ * the answer; only when it does not are the process's own ledgers read
+ * (process_count) and the estimate set to what they hold. The cost of an
+ * ALLOC does not grow with the pool or other clients, and ledger reads
+ * are paid only by a process near its share. Pins it took on others'
+ * pages since the census last read it are not in the estimate: counted
+ * at most a census pass late.
+ */
+static uint32_t process_holds(struct kvd *d, struct kvd_client *c, uint32_t share, uint32_t n)
+{
+	struct kvd_client *o = c, *head;
+	uint64_t slots = 0, writing = 0, held = 0;
+	uint32_t exact;
+
+	while (o->proc_prev)
+		o = &d->clients[o->proc_prev - 1];
+	head = o;
+	for (; o; o = o->proc_next ? &d->clients[o->proc_next - 1] : NULL) {
+		if (!kvd_pins_count(o))
+			continue;
+		slots += o->nslots;
+		writing += o->writing;
+		held += (uint64_t)o->writing + o->census_pins + o->fresh;
+	}
+	if (slots + writing <= share)
+		return 0;	/* cannot be over: below the share either way */
+	if (held + n <= share)
+		return (uint32_t)held;
+	exact = process_count(d, c, share);
+	for (o = head; o; o = o->proc_next ? &d->clients[o->proc_next - 1] : NULL) {
+		o->census_pins = 0;
+		o->fresh = o->fresh_at_census = 0;
+	}
+	c->census_pins = exact > writing ? exact - (uint32_t)writing : 0;
+	return exact;
+}
+
+/*
+ * Grant up to `asked` pages. With claims (ALLOC_KEYS), page k is announced
+ * in flight as the block of claim k (shm/page.h), unless that block is in
+ * the index already.
+ */
+static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32_t asked,
+		       const uint8_t *claims)
+{
+	struct kvshm_free *fr = kvshm_free(d->h);
+	struct kvproto_count cnt = { 0, 0 };
+	struct kvproto_pg *out;
+	uint32_t n = asked, room, k;
+	int rc;
+
+	/* Each WRITING page needs one of the client's pin slots. */
+	room = c->nslots > c->writing ? c->nslots - c->writing : 0;
+	if (n > room)
+		n = room;
+	/* And the process's share of the pool, so no process starves the
+	 * others of pages. */
+	if (n) {
+		uint32_t share = kvd_share_pages(d), held = process_holds(d, c, share, n);
+
+		if (held >= share) {
+			kvd_stat_add(&kvshm_stats(d->h)->share_refused, 1);
+			kvd_reply_error(d, c, seq, -EDQUOT, false,
+					"this process holds %u of the pool's %u pages pinned or writing, its max-share of %u%%",
+					held, d->h->geo.n_pages, d->cfg.max_share);
+			return c->used && !c->lingering ? 0 : -1;
+		}
+		if (n > share - held)
+			n = share - held;
+	}
+	if (n && fr->count < n + d->low_pages) {
+		uint32_t coming = fr->count + kvd_tiers_pending(d);
+
+		if (coming < n + d->low_pages)
+			kvd_evict(d, n + d->low_pages - coming, true);
+		/* Evicted pages being spilled are free once written. */
+		if (fr->count < n)
+			kvd_tiers_drain(d);
+	}
+	out = malloc(sizeof(*out) * (n ? n : 1));
+	if (!out) {
+		kvd_reply_error(d, c, seq, -ENOMEM, false, "out of memory");
+		return 0;
+	}
+	for (k = 0; k < n; k++) {
+		if (kvshm_page_alloc(d->h, kvd_owner(c), c->ns_id, &out[k].page, &out[k].gen))
+			break;
+		if (d->damaged)	/* a hole found earlier was about its old use */
+			d->damaged[out[k].page] = 0;
+		if (claims) {
+			struct kvproto_claim cl;
+
+			memcpy(&cl, claims + (size_t)k * sizeof(cl), sizeof(cl));
+			kvshm_page_announce(d->h, out[k].page, out[k].gen, kvd_owner(c), cl.key,
+					    cl.parent);
+		}
+	}
+	c->writing += k;
+	if (k < asked)
+		kvd_stat_add(&kvshm_stats(d->h)->alloc_short, 1);
+	cnt.n = k;
+	rc = kvd_reply(d, c, KVPROTO_ALLOC_R, seq, &cnt, sizeof(cnt), out, k * sizeof(*out));
+	free(out);
+	return rc;
+}
+
+int kvd_cache_alloc(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
+		    const void *p)
+{
+	const uint32_t seq = hdr->seq;
+	struct kvproto_alloc a;
+
+	memcpy(&a, p, sizeof(a));
+	return alloc_pages(d, c, seq, a.n, NULL);
+}
+
+int kvd_cache_alloc_keys(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
+			 const void *p)
+{
+	const uint32_t seq = hdr->seq;
+	const uint8_t *claims = (const uint8_t *)p + sizeof(struct kvproto_alloc);
+	struct kvproto_alloc a;
+	struct kvproto_claim first;
+
+	memcpy(&a, p, sizeof(a));
+	memcpy(&first, claims, sizeof(first));
+	/* Someone else began writing the first block (or published it)
+	 * since the caller's lookup: it would rather wait for it (or pin
+	 * it) than compute it too. */
+	if ((a.flags & KVPROTO_ALLOC_SINGLE) && kvd_flight_taken(d, c, &first)) {
+		kvd_reply_error(d, c, seq, -EINPROGRESS, false,
+				"the first block is being written by another client, or cached");
+		return c->used && !c->lingering ? 0 : -1;
+	}
+	return alloc_pages(d, c, seq, a.n, claims);
+}
+
+int kvd_cache_publish(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
+		      const void *p)
+{
+	const uint32_t seq = hdr->seq;
+	size_t stride = sizeof(struct kvproto_pub) + (size_t)c->bt * 4;
+	const uint8_t *rec = (const uint8_t *)p + sizeof(struct kvproto_count);
+	struct kvproto_count cnt;
+	struct kvproto_pub_r *res;
+	uint32_t i, bad = 0, collisions = 0;
+	int rc;
+
+	memcpy(&cnt, p, sizeof(cnt));
+	if (check_pages(d, c, rec, cnt.n, stride, &bad)) {
+		kvd_reply_error(d, c, seq, -EINVAL, true,
+				"PUBLISH names page %u, which it does not hold WRITING at that generation",
+				bad);
+		return -1;
+	}
+	res = calloc(cnt.n, sizeof(*res));
+	if (!res) {
+		kvd_reply_error(d, c, seq, -ENOMEM, false, "out of memory");
+		return 0;
+	}
+	for (i = 0; i < cnt.n; i++) {
+		struct kvproto_pub pub;
+		uint32_t tokens[KVSHM_MAX_BLOCK_TOKENS];
+		int st;
+
+		memcpy(&pub, rec + i * stride, sizeof(pub));
+		memcpy(tokens, rec + i * stride + sizeof(pub), (size_t)c->bt * 4);
+		/* Waiters for this block (ours or another writer's) wake after. */
+		kvd_flight_note(d, pub.page);
+		kvd_flight_note_key(d, pub.key);
+		if (d->damaged && d->damaged[pub.page]) {
+			/* A client punched this page out while it was being
+			 * written: its KV is gone, never to be indexed. */
+			d->damaged[pub.page] = 0;
+			kvshm_page_free(d->h, pub.page, pub.gen, kvd_owner(c));
+			res[i].status = -EIO;
+			c->writing--;
+			continue;
+		}
+		/* A tier-1 copy of the block gives way to the new page. */
+		kvd_tiers_unindex(d, pub.key, pub.parent, tokens, c->ns_id);
+		st = kvshm_page_publish(d->h, pub.page, pub.gen, kvd_owner(c), pub.key,
+					pub.parent, tokens, &res[i].page, &res[i].gen);
+		kvd_events_published(d, pub.page, st);
+		res[i].status = st;
+		if (st == KVSHM_PUBLISHED)
+			kvd_tiers_published(d, pub.page);
+		if (st >= 0)	/* its page or the winner's: pinned now */
+			c->fresh++;
+		/* Published, shared or refused: the page is no longer ours. */
+		c->writing--;
+		collisions += st == -EEXIST;
+	}
+	kvd_flight_wake(d);
+	if (collisions)	/* one line per message, not per block */
+		kvd_warn("client %u (pid %d): %u key collisions refused; the index keeps the first blocks",
+			 c->id, (int)c->pid, collisions);
+	rc = kvd_reply(d, c, KVPROTO_PUBLISH_R, seq, &cnt, sizeof(cnt), res,
+		       cnt.n * (uint32_t)sizeof(*res));
+	free(res);
+	return rc;
+}
+
+int kvd_cache_free(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
+		   const void *p)
+{
+	const uint32_t seq = hdr->seq;
+	const uint8_t *rec = (const uint8_t *)p + sizeof(struct kvproto_count);
+	struct kvproto_count cnt;
+	uint32_t i, bad = 0;
+
+	memcpy(&cnt, p, sizeof(cnt));
+	if (check_pages(d, c, rec, cnt.n, sizeof(struct kvproto_pg), &bad)) {
+		kvd_reply_error(d, c, seq, -EINVAL, true,
+				"FREE names page %u, which it does not hold WRITING at that generation",
+				bad);
+		return -1;
+	}
+	for (i = 0; i < cnt.n; i++) {
+		struct kvproto_pg pg;
+
+		memcpy(&pg, rec + i * sizeof(pg), sizeof(pg));
+		kvd_flight_note(d, pg.page);
+		kvshm_page_free(d->h, pg.page, pg.gen, kvd_owner(c));
+	}
+	kvd_flight_wake(d);	/* their waiters get a miss at once */
+	c->writing -= cnt.n;
+	kvd_stat_add(&kvshm_stats(d->h)->frees, cnt.n);
+	return kvd_reply(d, c, KVPROTO_FREE_R, seq, &cnt, sizeof(cnt), NULL, 0);
+}
+
+uint32_t kvd_cache_reclaim(struct kvd *d, uint32_t owner)
+{
+	struct kvshm_page *pages = kvshm_pages(d->h);
+	uint32_t i, n = 0;
+
+	for (i = 0; i < d->h->geo.n_pages; i++) {
+		if (atomic_load(&pages[i].state) != KVSHM_PAGE_WRITING || pages[i].owner != owner)
+			continue;
+		kvd_flight_note(d, i);
+		if (!kvshm_page_free(d->h, i, atomic_load(&pages[i].gen), owner))
+			n++;
+	}
+	/* A writer that died: whoever waits for its blocks gets a miss now. */
+	kvd_flight_wake(d);
+	kvd_stat_add(&kvshm_stats(d->h)->reclaimed, n);
+	return n;
+}

@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: MIT
+/*
+ * evict.c - keeping free pages above the low watermark.
+ *
+ * CLOCK over the page table: a READY page whose reference bit is set gets
+ * a second chance; one whose bit is clear becomes a candidate. Candidates
+ * are marked EVICTING in a batch, then every ledger is scanned once; any
+ * candidate a slot names backs off to READY (with its bit set), the rest
+ * leave the index and return to the free list. A pinned page is therefore
+ * never evicted (the Dekker handshake in ledger.h), and the cost of the
+ * scan is one pass over the ledgers per batch, not per page.
+ *
+ * Reference bits come from the clients' access rings, drained every tick.
+ * Runs on the main thread from the tick and, when an ALLOC finds too few
+ * free pages, synchronously before it answers.
+ */
+#include "../../shm/page.h"
+#include "../obs/events.h"
+#include "kvd.h"
+#include "evict.h"
+#include "../util/log.h"
+#include <stdlib.h>
+
+#include "../../shm/index.h"
+#include "../tier/tier.h"
+
+#define BATCH 256
+/* Pages the tick evicts at most (4096 a tick: 200k pages/s at 20 ms). */
+#define KVD_EVICT_TICK 4096u
+
+static void back_off(uint32_t page, void *arg)
+{
+	struct kvd *d = arg;
+
+	/* A page whose spill write is in flight stays EVICTING until it is
+	 * done: a pin that names it now saw EVICTING (or will) and fails. */
+	if (kvd_tiers_busy(d, page))
+		return;
+	kvshm_page_evict_back_off(d->h, page);
+	kvshm_pages(d->h)[page].ref = 1;
+}
+
+static void scan_ledgers(struct kvd *d)
+{
+	uint32_t i;
+
+	for (i = 0; i < d->cfg.max_clients; i++)
+		if (kvd_pins_count(&d->clients[i]))
+			kvshm_ledger_scan(d->clients[i].l, d->clients[i].nslots, d->h,
+					  back_off, d);
+}
+
+uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
+{
+	struct kvshm_page *pages = kvshm_pages(d->h);
+	uint32_t n = d->h->geo.n_pages, freed = 0, scanned = 0, batch[BATCH], nb, i;
+	uint32_t backed = 0, limit;
+	/* The tick looks at a bounded slice of the table; an ALLOC that
+	 * needs pages now may sweep it twice. */
+	uint32_t max_scan = may_wait || n <= 8 * KVD_EVICT_TICK ? 2 * n : 16 * KVD_EVICT_TICK;
+	bool no_room = false;
+
+	if (!want || d->ticks < d->evict_quiet_until)
+		return 0;
+
+	while (freed < want && scanned < max_scan) {
+		/* Without may_wait (the tick), take no more candidates than the
+		 * spill tier has writes free: the loop never waits on the disk,
+		 * and the next tick or completion goes on. */
+		limit = may_wait ? BATCH : kvd_tiers_room(d);
+		if (limit > BATCH)
+			limit = BATCH;
+		if (!limit) {
+			no_room = true;
+			break;
+		}
+		nb = 0;
+		while (nb < limit && nb < want - freed && scanned < max_scan) {
+			uint32_t p = d->hand;
+
+			d->hand = (d->hand + 1) % n;
+			scanned++;
+			if (atomic_load_explicit(&pages[p].state, memory_order_relaxed) !=
+			    KVSHM_PAGE_READY)
+				continue;
+			if (pages[p].ref) {
+				pages[p].ref = 0;
+				continue;
+			}
+			/* A tier still copying it (a remote put) lets it be. */
+			if (kvd_tiers_busy(d, p))
+				continue;
+			if (kvshm_page_evict_mark(d->h, p))
+				batch[nb++] = p;
+		}
+		if (!nb)
+			break;
+		scan_ledgers(d);
+		for (i = 0; i < nb; i++) {
+			if (atomic_load_explicit(&pages[batch[i]].state, memory_order_relaxed) ==
+			    KVSHM_PAGE_EVICTING) {
+				/* To the spill tier (free when its write is
+				 * done), or plainly. */
+				if (!kvd_tiers_evicted(d, batch[i])) {
+					kvd_events_page_gone(d, batch[i]);
+					kvshm_page_evict_finish(d->h, batch[i]);
+				}
+				freed++;
+			} else {
+				backed++;
+			}
+		}
+		kvd_tiers_flush(d);
+	}
+	if (freed)
+		kvd_debug("evicted %u pages (wanted %u)", freed, want);
+	if (backed)
+		kvd_debug("eviction: %u pinned candidates backed off", backed);
+	if (freed) {
+		d->evict_backoff = 0;
+	} else if (no_room || max_scan < 2 * n) {
+		/* Spill writes are all busy, or the tick's slice ended short
+		 * of two sweeps: the next tick goes on from the hand. */
+	} else {
+		/* Everything is pinned or being written: two full sweeps found
+		 * nothing. Do not sweep again every tick and every ALLOC; wait
+		 * (up to 16 ticks) or until pins are released. */
+		d->evict_backoff = d->evict_backoff ? (d->evict_backoff < 8 ? d->evict_backoff * 2 : 16) : 1;
+		d->evict_quiet_until = d->ticks + d->evict_backoff;
+		d->evict_quiet_pins = atomic_load_explicit(&kvshm_stats(d->h)->pins,
+							   memory_order_relaxed);
+		kvd_debug("eviction: nothing evictable; next try in %u ticks", d->evict_backoff);
+	}
+	return freed;
+}
+
+uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id)
+{
+	struct kvshm_page *pages = kvshm_pages(d->h);
+	uint32_t i, left = 0;
+
+	/* No page of it may be under a spill write; its slots go too (the
+	 * row is about to name another model). */
+	kvd_tiers_forget_ns(d, ns_id);
+	for (i = 0; i < d->h->geo.n_pages; i++)
+		if (__atomic_load_n(&pages[i].ns_id, __ATOMIC_RELAXED) == ns_id &&
+		    !kvd_tiers_busy(d, i))
+			kvshm_page_evict_mark(d->h, i);
+	scan_ledgers(d);
+	for (i = 0; i < d->h->geo.n_pages; i++) {
+		uint32_t st = atomic_load_explicit(&pages[i].state, memory_order_relaxed);
+
+		if (__atomic_load_n(&pages[i].ns_id, __ATOMIC_RELAXED) != ns_id)
+			continue;
+		if (st == KVSHM_PAGE_EVICTING)
+			kvshm_page_evict_finish(d->h, i);
+		else if (st != KVSHM_PAGE_FREE)
+			left++;
+	}
+	kvd_events_ns_cleared(d, ns_id);
+	return left;
+}
+
+static void drain_rings(struct kvd *d)
+{
+	struct kvshm_page *pages = kvshm_pages(d->h);
+	uint32_t i;
+
+	for (i = 0; i < d->cfg.max_clients; i++) {
+		struct kvd_client *c = &d->clients[i];
+		uint64_t head, k;
+
+		if (!kvd_live(c))
+			continue;
+		head = atomic_load_explicit(&c->l->ring_head, memory_order_acquire);
+		k = head - c->ring_seen > KVSHM_RING ? head - KVSHM_RING : c->ring_seen;
+		for (; k < head; k++) {
+			uint32_t p = atomic_load_explicit(&c->l->ring[k & (KVSHM_RING - 1)],
+							  memory_order_relaxed);
+
+			if (p < d->h->geo.n_pages)
+				pages[p].ref = 1;
+		}
+		c->ring_seen = head;
+	}
+}
+
+/*
+ * Pool pages a client punched out (kvd_pool_holes has backed them with
+ * zeroed memory again): their blocks are gone. A READY page leaves the
+ * index at once, so no lookup hits it again, and is freed unless pinned
+ * (then the evictor frees it later; it is never spilled). A page being
+ * spilled has that write cancelled. A WRITING page is marked, and its
+ * publish is refused (cache.c). Readers that had it pinned may have read
+ * zeros: that, a client that may write the pool can always do.
+ */
+static void on_holes(uint32_t first, uint32_t n, void *arg)
+{
+	struct kvd *d = arg;
+	struct kvshm_page *pages = kvshm_pages(d->h);
+	uint32_t p;
+
+	if (!d->damaged) {
+		d->damaged = calloc(d->h->geo.n_pages, 1);
+		if (!d->damaged)
+			return;
+	}
+	for (p = first; p < first + n && p < d->h->geo.n_pages; p++) {
+		uint32_t st = atomic_load_explicit(&pages[p].state, memory_order_relaxed);
+
+		if (st == KVSHM_PAGE_FREE)
+			continue;
+		kvd_stat_add(&kvshm_stats(d->h)->pool_holes, 1);
+		d->damaged[p] = 1;
+		if (st == KVSHM_PAGE_WRITING)
+			continue;
+		kvd_events_page_gone(d, p);
+		if (!kvshm_index_remove(d->h, pages[p].key, p))
+			kvd_stat_add(&kvshm_stats(d->h)->index_entries, -1);
+		if (kvd_tiers_cancel(d, p))
+			continue;
+		/* A tier still copying it (a remote put) must not see it freed
+		 * and reused under its copy: the evictor frees it after. */
+		if (kvd_tiers_busy(d, p))
+			continue;
+		if (kvshm_page_evict_mark(d->h, p)) {
+			scan_ledgers(d);
+			if (atomic_load_explicit(&pages[p].state, memory_order_relaxed) ==
+			    KVSHM_PAGE_EVICTING) {
+				kvshm_page_evict_finish(d->h, p);
+				d->damaged[p] = 0;
+			}
+		}
+	}
+	kvd_warn("pool: pages %u..%u were punched out by a client (fallocate / MADV_REMOVE); their blocks are dropped",
+		 first, first + n - 1);
+}
+
+void kvd_evict_tick(struct kvd *d)
+{
+	/* A slice of the pool per tick (see Trust in ARCHITECTURE.md for
+	 * how long a hole can go unseen): 32 MiB of 4 KiB pages, whose page
+	 * table mincore walks entry by entry, or 512 MiB of huge pages. */
+	kvd_pool_holes(&d->pool, d->pool.mem.huge ? 512ull << 20 : 32ull << 20, on_holes, d);
+	/* Pages being spilled are as good as free: they will be soon. */
+	uint32_t free_now = kvshm_free(d->h)->count + kvd_tiers_pending(d);
+
+	drain_rings(d);
+	/* A bounded slice per tick: the watermarks are a share of the pool,
+	 * and evicting all of the gap at once made one tick's work grow with
+	 * it (an ALLOC that needs pages evicts what it needs itself). */
+	if (free_now < d->low_pages)
+		kvd_evict(d, d->high_pages - free_now < KVD_EVICT_TICK ?
+			  d->high_pages - free_now : KVD_EVICT_TICK, false);
+}

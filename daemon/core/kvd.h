@@ -1,0 +1,200 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvd.h - the daemon's state, shared by its .c files (private).
+ *
+ * kvcached serves from one thread: an epoll loop over the listening
+ * socket, the client sockets, a signalfd and a timerfd. That thread is the
+ * only writer of the shared segment, which is what lets the index and page
+ * table be read by clients with no lock at all. (One helper thread exists
+ * for a while after start: it pre-faults pool memory and touches nothing
+ * else; see pool_host.c. With --kv-events, libzmq's I/O thread moves the
+ * event batches from its queues to the network; it never sees the
+ * segment; see events.c.)
+ *
+ * Only the state lives here, with the few inline helpers that read it;
+ * each module declares its functions in its own header (server.h,
+ * reply.h, registry.h, cache.h, restore.h, evict.h, flight.h, nsstat.h,
+ * top.h, drop.h; tier.h for the tiers).
+ */
+#ifndef KVD_H
+#define KVD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "../../shm/ledger.h"
+#include "../../shm/proto.h"
+#include "../../shm/segment.h"
+#include "../config.h"
+#include "../pool/memfd.h"
+#include "../pool/pool.h"
+#include "../tier/tier.h"
+
+/* Namespace rows the daemon keeps (the segment's max_ns). */
+#define KVD_MAX_NS 64
+/* Ledger counters folded into per-namespace statistics (nsstat.c). */
+#define KVD_NS_FOLD 6
+
+struct kvd_client {
+	bool used;
+	bool hello;		/* HELLO accepted, ledger mapped */
+	bool lingering;		/* socket gone, process alive: pins still count */
+	bool refused;		/* its HELLO was refused (counted as such) */
+	int pidfd;		/* the peer process, or -1 */
+	uint32_t id;		/* row in d->clients; owner id is id + 1 */
+	int fd;
+	pid_t pid;
+	uint64_t since_ms;	/* kvd_now_ms() at accept: HELLO deadline */
+	uid_t uid;
+	gid_t gid;
+	uint32_t ns_id;
+	uint32_t bt;
+	uint32_t writing;	/* pages this client holds WRITING */
+	char comm[16];
+	struct kvd_memfd ledger;
+	struct kvshm_ledger *l;	/* client-writable: bound-check all of it */
+	uint32_t nslots;	/* our own record of the ledger's size */
+	uint64_t ring_seen;
+	uint64_t hit_seen;	/* hit ring records consumed */
+	/* nsstat.c: this client's ledger counters already added to its
+	 * namespace's statistics; drop.c: d->ticks + 1 at its last DROP. */
+	uint64_t ns_seen[KVD_NS_FOLD];
+	uint64_t drop_tick;
+	/* The handles of one process, linked (row + 1; 0: none), so that its
+	 * max-share is summed over its handles, never over every row. */
+	uint32_t proc_prev, proc_next;
+	/* Max-share (cache.c), kept per handle and summed per process:
+	 * census_pins, the distinct pages its ledger named when the pin
+	 * census (top.c) last read it; fresh, the pages it published since
+	 * that read began (an honest client holds them pinned). */
+	uint32_t census_pins, census_count;
+	uint64_t fresh, fresh_at_census;
+	bool census_reading;	/* the census is part way through its slots */
+
+	/* Framing: one message at a time is read into `in`. */
+	uint8_t *in;
+	uint32_t in_len, in_cap;
+	/* Replies not yet accepted by the socket. */
+	uint8_t *out;
+	uint32_t out_len, out_off, out_cap;
+	/* A restore whose reply waits for a tier (restore.c): nothing more
+	 * is read from the client until it is sent. */
+	struct kvd_restore *restore;
+
+	/* Ended by a handler (kvd_client_close): the event loop drops it
+	 * once the handler returns, for close_why (or as a BYE). */
+	bool closing;
+	bool close_bye;
+	struct kvd_client *close_next;	/* d->closing list */
+	char close_why[400];
+};
+
+#define KVD_FLIGHT_WAKE 32	/* writers woken one by one per message */
+#define KVD_WAIT_STATS 5	/* waits, served, timed out, lost, tokens */
+
+struct kvd {
+	struct kvd_config cfg;
+	struct kvd_memfd seg;
+	struct kvshm_header *h;
+	struct kvd_pool pool;
+	int lfd, epfd, sigfd, tfd;
+	bool stop;
+
+	struct kvd_client *clients;	/* cfg.max_clients rows */
+	uint32_t n_clients;
+	uint8_t *mark;			/* n_pages scratch for message checks */
+	uint8_t *damaged;		/* n_pages: punched out by a client (evict.c),
+					 * NULL until the first hole */
+	uint32_t hand;			/* CLOCK hand */
+	uint32_t low_pages, high_pages;
+
+	uint64_t ticks;
+	/* Eviction backs off after a pass that freed nothing (all pinned or
+	 * writing): no pass before tick evict_quiet_until, unless the pin
+	 * census sees pins fall below evict_quiet_pins. */
+	uint64_t evict_quiet_until;
+	uint64_t evict_quiet_pins;
+	uint32_t evict_backoff;
+	struct kvd_metrics *metrics;	/* /metrics server, or NULL */
+	struct kvd_spill *spill;	/* spill tier (spill.c), or NULL */
+	struct kvd_remote *remote;	/* remote tier (remote.c), or NULL */
+	const struct kvd_tier *tier[KVD_TIER_MAX];	/* by level; NULL: none */
+	struct kvd_events *events;	/* KV events (events.c), or NULL */
+	uint64_t watchdog_usec;		/* 0: no systemd watchdog */
+	uint64_t watchdog_last;		/* CLOCK_MONOTONIC usec of the last ping */
+
+	/* Counters of clients that have left, folded into the totals. */
+	uint64_t gone_lookups, gone_hits, gone_misses, gone_pinfail;
+	uint64_t gone_lookup_tokens, gone_hit_tokens;
+
+	/* Single flight (flight.c): writers (owner ids) whose waiters to
+	 * wake once the message being handled is done; all of them when
+	 * more were noted than fit. Wait counters of clients that left. */
+	uint32_t flight_wake[KVD_FLIGHT_WAKE];
+	uint32_t n_flight_wake;
+	bool flight_wake_all;
+	uint64_t gone_waits[KVD_WAIT_STATS];
+	/* The pin census (top.c): a bounded slice of ledger slots per tick,
+	 * resuming at (census_row, census_slot); one pass is numbered
+	 * census_pass, and census_stamp[page] = pass << 32 | (row + 1) of the
+	 * last handle that named the page in it. */
+	uint64_t *census_stamp;
+	uint64_t census_pass, census_pass_tick;
+	uint32_t census_row, census_slot;
+	uint64_t census_pins, census_pinned;
+
+	/* Clients marked closing, in the order they were (reply.c); the
+	 * event loop drops them (kvd_server_drop_closing). */
+	struct kvd_client *closing, *closing_tail;
+	/* What the tiers may call in the core (restore.c sets it). */
+	const struct kvd_tier_host *tier_host;
+};
+
+/* epoll tags: fixed sources, then one per client socket and pidfd. */
+enum {
+	KVD_EV_LISTEN = 1,
+	KVD_EV_SIGNAL,
+	KVD_EV_TIMER,
+	KVD_EV_TIER,			/* + tier level (< KVD_TIER_MAX) */
+	KVD_EV_EVENTS = KVD_EV_TIER + KVD_TIER_MAX,
+	KVD_EV_CLIENT = 16,		/* + client id (max-clients <= 4096) */
+	KVD_EV_PIDFD = 16 + 8192,	/* + client id */
+};
+
+/* A client whose socket is open (not lingering). */
+static inline bool kvd_live(const struct kvd_client *c)
+{
+	return c->used && c->hello && !c->lingering;
+}
+
+/* A client whose ledger the evictor must honour: live or lingering. */
+static inline bool kvd_pins_count(const struct kvd_client *c)
+{
+	return c->used && c->hello;
+}
+
+/* Owner id of a client's WRITING pages in the page table. */
+static inline uint32_t kvd_owner(const struct kvd_client *c)
+{
+	return c->id + 1;
+}
+
+/* CLOCK_MONOTONIC in milliseconds. */
+static inline uint64_t kvd_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Single-writer stat update (relaxed; see kvshm_stats). */
+static inline void kvd_stat_add(_Atomic uint64_t *c, int64_t v)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + (uint64_t)v,
+			      memory_order_relaxed);
+}
+
+#endif

@@ -1,0 +1,311 @@
+// SPDX-License-Identifier: MIT
+/*
+ * remote_fmt.c - building and checking remote-store items (see
+ * remote_fmt.h). Pure functions over memory; HMAC-SHA256 from OpenSSL's
+ * libcrypto.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+
+#include "../../shm/proto.h"
+#include "remote_fmt.h"
+
+struct kvd_rmac {
+	EVP_MAC_CTX *ctx;	/* keyed; EVP_MAC_init(ctx, NULL, ...) re-arms it */
+};
+
+int kvd_rmac_new(struct kvd_rmac **out, const void *secret, size_t len)
+{
+	static const unsigned char none[1];
+	char digest[] = "SHA256";
+	OSSL_PARAM params[] = {
+		OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+		OSSL_PARAM_construct_end(),
+	};
+	struct kvd_rmac *m = calloc(1, sizeof(*m));
+	EVP_MAC *mac;
+
+	*out = NULL;
+	if (!m)
+		return -ENOMEM;
+	mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+	m->ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+	EVP_MAC_free(mac);	/* the context keeps its own reference */
+	if (!m->ctx || !EVP_MAC_init(m->ctx, len ? secret : none, len, params)) {
+		kvd_rmac_free(m);
+		return -EIO;
+	}
+	*out = m;
+	return 0;
+}
+
+void kvd_rmac_free(struct kvd_rmac *m)
+{
+	if (!m)
+		return;
+	EVP_MAC_CTX_free(m->ctx);
+	free(m);
+}
+
+int kvd_rmac_dup(struct kvd_rmac **out, const struct kvd_rmac *m)
+{
+	struct kvd_rmac *n = calloc(1, sizeof(*n));
+
+	*out = NULL;
+	if (!n)
+		return -ENOMEM;
+	n->ctx = EVP_MAC_CTX_dup(m->ctx);
+	if (!n->ctx) {
+		free(n);
+		return -EIO;
+	}
+	*out = n;
+	return 0;
+}
+
+/* HMAC of buf[0..len) into mac. */
+static int mac_of(struct kvd_rmac *m, const void *buf, size_t len, uint8_t mac[KVD_RVAL_MAC])
+{
+	size_t out = 0;
+
+	if (!EVP_MAC_init(m->ctx, NULL, 0, NULL) || !EVP_MAC_update(m->ctx, buf, len) ||
+	    !EVP_MAC_final(m->ctx, mac, &out, KVD_RVAL_MAC) || out != KVD_RVAL_MAC)
+		return -EIO;
+	return 0;
+}
+
+size_t kvd_rval_payload_off(uint32_t bt)
+{
+	return sizeof(struct kvd_rval_hdr) + (size_t)bt * sizeof(uint32_t);
+}
+
+size_t kvd_rval_bytes(uint32_t bt, uint64_t payload_bytes)
+{
+	return kvd_rval_payload_off(bt) + (size_t)payload_bytes + KVD_RVAL_MAC;
+}
+
+/* The identity part of a namespace row: everything after `used`. */
+#define NS_ID_OFF offsetof(struct kvshm_ns, dtype_bytes)
+#define NS_ID_LEN (sizeof(struct kvshm_ns) - NS_ID_OFF)
+
+void kvd_rval_fill(void *buf, const struct kvshm_ns *ns, struct kvshm_key key,
+		   struct kvshm_key parent, const uint32_t *tokens, uint32_t bt,
+		   uint64_t payload_bytes)
+{
+	struct kvd_rval_hdr h;
+
+	memset(&h, 0, sizeof(h));
+	h.magic = KVD_RVAL_MAGIC;
+	h.version = KVD_RVAL_VERSION;
+	h.block_tokens = bt;
+	h.key = key;
+	h.parent = parent;
+	h.payload_bytes = payload_bytes;
+	memcpy((char *)&h.ns + NS_ID_OFF, (const char *)ns + NS_ID_OFF, NS_ID_LEN);
+	memcpy(buf, &h, sizeof(h));
+	memcpy((char *)buf + sizeof(h), tokens, (size_t)bt * sizeof(uint32_t));
+}
+
+int kvd_rval_seal(struct kvd_rmac *m, void *buf, size_t len)
+{
+	if (len < KVD_RVAL_MAC)
+		return -EINVAL;
+	return mac_of(m, buf, len - KVD_RVAL_MAC, (uint8_t *)buf + len - KVD_RVAL_MAC);
+}
+
+static int refuse(enum kvd_rval_fail *fail, const char **why, enum kvd_rval_fail f,
+		  const char *w)
+{
+	*fail = f;
+	*why = w;
+	return -EBADMSG;
+}
+
+int kvd_rval_check(struct kvd_rmac *m, const void *buf, size_t len,
+		   const struct kvd_rval_want *w, enum kvd_rval_fail *fail, const char **why)
+{
+	const uint8_t *b = buf;
+	uint8_t mac[KVD_RVAL_MAC];
+	struct kvd_rval_hdr h;
+	struct kvshm_ns ns;
+
+	*fail = KVD_RVAL_OK;
+	*why = NULL;
+	if (len < sizeof(h))
+		return refuse(fail, why, KVD_RVAL_FORMAT, "item shorter than its header");
+	memcpy(&h, b, sizeof(h));
+	if (h.magic != KVD_RVAL_MAGIC)
+		return refuse(fail, why, KVD_RVAL_FORMAT, "not a kvcached block (bad magic)");
+	if (h.version != KVD_RVAL_VERSION)
+		return refuse(fail, why, KVD_RVAL_FORMAT, "block format version differs");
+	if (h.block_tokens != w->bt || h.payload_bytes != w->ns->page_bytes ||
+	    len != kvd_rval_bytes(w->bt, w->ns->page_bytes))
+		return refuse(fail, why, KVD_RVAL_FORMAT,
+			      "item length or geometry does not match the namespace");
+	if (mac_of(m, b, len - KVD_RVAL_MAC, mac) ||
+	    CRYPTO_memcmp(mac, b + len - KVD_RVAL_MAC, KVD_RVAL_MAC))
+		return refuse(fail, why, KVD_RVAL_BADMAC,
+			      "MAC does not check (damaged, or sealed under another secret)");
+	/* The namespace, checked as a HELLO declaring it would be, then
+	 * against the client's own. */
+	if (kvproto_ns_declared(&h.ns, &ns) ||
+	    memcmp((const char *)&ns + NS_ID_OFF, (const char *)&h.ns + NS_ID_OFF, NS_ID_LEN) ||
+	    memcmp((const char *)&ns + NS_ID_OFF, (const char *)w->ns + NS_ID_OFF, NS_ID_LEN))
+		return refuse(fail, why, KVD_RVAL_IDENTITY, "block of another namespace");
+	if (!kvshm_key_eq(h.key, w->key) || !kvshm_key_eq(h.parent, w->parent))
+		return refuse(fail, why, KVD_RVAL_IDENTITY, "block of another key or parent");
+	if (memcmp(b + sizeof(h), w->tokens, (size_t)w->bt * sizeof(uint32_t)))
+		return refuse(fail, why, KVD_RVAL_TOKENS, "block of other tokens under the same key");
+	return 0;
+}
+
+static char *hex128(char *p, struct kvshm_key k)
+{
+	static const char digits[] = "0123456789abcdef";
+	int i;
+
+	for (i = 60; i >= 0; i -= 4)
+		*p++ = digits[(k.hi >> i) & 15];
+	for (i = 60; i >= 0; i -= 4)
+		*p++ = digits[(k.lo >> i) & 15];
+	return p;
+}
+
+size_t kvd_rval_key(char *out, const char *prefix, struct kvshm_key ns_id, struct kvshm_key key)
+{
+	size_t n = strnlen(prefix, KVD_RVAL_PREFIX_MAX - 1);
+	char *p = out;
+
+	memcpy(p, prefix, n);
+	p += n;
+	*p++ = ':';
+	p = hex128(p, ns_id);
+	*p++ = ':';
+	p = hex128(p, key);
+	*p = 0;
+	return (size_t)(p - out);
+}
+
+bool kvd_rval_prefix_ok(const char *s)
+{
+	size_t i, n = strlen(s);
+
+	if (!n || n >= KVD_RVAL_PREFIX_MAX)
+		return false;
+	for (i = 0; i < n; i++) {
+		char c = s[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+/* ------------------------------------------------------------ servers */
+
+static int spec_bad(const char **why, const char *w)
+{
+	*why = w;
+	return -EINVAL;
+}
+
+static bool host_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       c == '.' || c == '-' || c == '_';
+}
+
+/* One entry of len bytes at s. */
+static int parse_server(const char *s, size_t len, struct kvd_rserver *sv, const char **why)
+{
+	const char *host = s, *colon;
+	size_t hl, i;
+	unsigned long port = 0;
+
+	memset(sv, 0, sizeof(*sv));
+	if (!len)
+		return spec_bad(why, "empty server entry");
+	if (*s == '/') {
+		if (len >= 108)
+			return spec_bad(why, "Unix socket path longer than 107 bytes");
+		for (i = 0; i < len; i++)
+			if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+				return spec_bad(why, "control character in a socket path");
+		memcpy(sv->host, s, len);
+		return 0;
+	}
+	if (*s == '[') {
+		const char *rb = memchr(s, ']', len);
+
+		if (!rb || rb + 1 >= s + len || rb[1] != ':')
+			return spec_bad(why, "IPv6 address must read [ADDR]:PORT");
+		host = s + 1;
+		hl = (size_t)(rb - host);
+		colon = rb + 1;
+		for (i = 0; i < hl; i++)
+			if (!((host[i] >= '0' && host[i] <= '9') || (host[i] >= 'a' && host[i] <= 'f') ||
+			      (host[i] >= 'A' && host[i] <= 'F') || host[i] == ':' || host[i] == '.'))
+				return spec_bad(why, "not an IPv6 address between the brackets");
+	} else {
+		colon = NULL;
+		for (i = 0; i < len; i++)
+			if (s[i] == ':')
+				colon = s + i;
+		if (!colon)
+			return spec_bad(why, "server entry must read HOST:PORT");
+		hl = (size_t)(colon - host);
+		for (i = 0; i < hl; i++)
+			if (!host_char(host[i]))
+				return spec_bad(why, "host name has a character other than letters, digits, '.', '-', '_'");
+	}
+	if (!hl || hl >= sizeof(sv->host))
+		return spec_bad(why, "empty or over-long host");
+	for (i = (size_t)(colon + 1 - s); i < len; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return spec_bad(why, "port must be a number 1..65535");
+		port = port * 10 + (unsigned long)(s[i] - '0');
+		if (port > 65535)
+			return spec_bad(why, "port must be a number 1..65535");
+	}
+	if ((size_t)(colon + 1 - s) == len || !port)
+		return spec_bad(why, "port must be a number 1..65535");
+	memcpy(sv->host, host, hl);
+	sv->port = (uint16_t)port;
+	return 0;
+}
+
+int kvd_remote_parse(const char *spec, struct kvd_rserver *out, unsigned max, unsigned *n,
+		     const char **why)
+{
+	static const char scheme[] = "memcached:";
+	const char *p, *end;
+	int rc;
+
+	*n = 0;
+	if (strncmp(spec, scheme, sizeof(scheme) - 1))
+		return spec_bad(why, "must start with memcached: (the one store kvcached speaks)");
+	p = spec + sizeof(scheme) - 1;
+	if (!*p)
+		return spec_bad(why, "no server after memcached:");
+	for (;;) {
+		end = strchr(p, ',');
+		if (!end)
+			end = p + strlen(p);
+		if (*n == max)
+			return spec_bad(why, "more servers than kvcached takes (32)");
+		rc = parse_server(p, (size_t)(end - p), &out[*n], why);
+		if (rc)
+			return rc;
+		(*n)++;
+		if (!*end)
+			return 0;
+		p = end + 1;
+	}
+}
