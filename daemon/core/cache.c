@@ -352,14 +352,19 @@ int kvd_cache_free(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr
 	return kvd_reply(d, c, KVPROTO_FREE_R, seq, &cnt, sizeof(cnt), NULL, 0);
 }
 
-uint32_t kvd_cache_reclaim(struct kvd *d, uint32_t owner)
+uint32_t kvd_cache_reclaim(struct kvd *d, const struct kvd_client *c)
 {
 	struct kvshm_page *pages = kvshm_pages(d->h);
-	uint32_t i, n = 0;
+	uint32_t i, n = 0, found = 0, owner = kvd_owner(c);
 
-	for (i = 0; i < d->h->geo.n_pages; i++) {
+	/* c->writing counts its WRITING pages exactly (every path that
+	 * grants or ends one updates it): a client that leaves holding none,
+	 * the common case, costs no pass over the page table, and the pass
+	 * ends at the last of them. */
+	for (i = 0; i < d->h->geo.n_pages && found < c->writing; i++) {
 		if (atomic_load(&pages[i].state) != KVSHM_PAGE_WRITING || pages[i].owner != owner)
 			continue;
+		found++;
 		kvd_flight_note(d, i);
 		if (!kvshm_page_free(d->h, i, atomic_load(&pages[i].gen), owner))
 			n++;

@@ -333,7 +333,7 @@ static void retire_counters(struct kvd *d, struct kvd_client *c)
 /* Release everything the client holds and free its row. */
 static void release(struct kvd *d, struct kvd_client *c, const char *why)
 {
-	uint32_t reclaimed = kvd_cache_reclaim(d, kvd_owner(c));
+	uint32_t reclaimed = kvd_cache_reclaim(d, c);
 
 	if (c->hello)
 		kvd_info("client %u detached: pid %d (%s), %s; %u writing pages reclaimed",
