@@ -237,6 +237,8 @@ $(BUILD)/kvbench: $(BENCH_OBJ)
 $(BUILD)/kvbench: TOOL_LIBS := -lhiredis -lmemcached -luring
 # Its remote mode starts memcached servers the way the tests do.
 $(BUILD)/kvbench: $(BUILD)/tests/lib/mcsrv.o
+# Its scale mode reads /proc the way the tests do.
+$(BUILD)/kvbench: $(BUILD)/tests/lib/procfs.o
 
 # Unit tests reach internals through the objects (jemalloc's JET idea).
 $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(SHM_OBJ) $(DAEMON_LIB) $(KERNEL_OBJ)

@@ -137,7 +137,8 @@ struct kvshm_stats {
 	_Atomic uint64_t pin_failures;
 	_Atomic uint64_t lookup_tokens;		/* prompt tokens looked up */
 	_Atomic uint64_t hit_tokens;		/* of those, served from cache */
-	/* Census, every few ticks: distinct READY pages some ledger pins,
+	/* Census, a pass every few ticks (16,384 ledger slots a tick at
+	 * most; daemon/core/top.c): distinct READY pages some ledger pins,
 	 * and pin slots in use over all clients. */
 	_Atomic uint64_t pages_pinned;
 	_Atomic uint64_t pins;

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "../lib/harness.h"
+#include "../lib/procfs.h"
 #include "../../libclient/observe.h"
 #include "../../shm/index.h"
 
@@ -45,23 +46,6 @@ static uint64_t now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static uint64_t kb_of(const char *path, const char *key)
-{
-	char line[256];
-	uint64_t v = 0;
-	FILE *f = fopen(path, "r");
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, key, strlen(key))) {
-			v = strtoull(line + strlen(key), NULL, 10);
-			break;
-		}
-	fclose(f);
-	return v;
 }
 
 /* utime + stime of pid, in clock ticks (/proc/PID/stat fields 14, 15). */
@@ -88,7 +72,7 @@ static uint64_t cpu_ticks(pid_t pid)
 static void test_idle_daemon_stays_idle(void **state)
 {
 	const char *args[] = { "--pool-size", "2G", "--page-size", "4K", "--tick-ms", "20", NULL };
-	uint64_t avail = kb_of("/proc/meminfo", "MemAvailable:") << 10, t0, c0, c1;
+	uint64_t avail = kvt_proc_kb("/proc/meminfo", "MemAvailable:") << 10, t0, c0, c1;
 	struct kvt_daemon *dp = *state, d;
 	char path[64];
 	double share;
@@ -105,9 +89,9 @@ static void test_idle_daemon_stays_idle(void **state)
 	 * starts then): the pool resident in the daemon. */
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)d.pid);
 	t0 = now_ms();
-	while (kb_of(path, "RssShmem:") << 10 < (2ull << 30) && now_ms() - t0 < 120000)
+	while (kvt_proc_kb(path, "RssShmem:") << 10 < (2ull << 30) && now_ms() - t0 < 120000)
 		usleep(100000);
-	assert_true(kb_of(path, "RssShmem:") << 10 >= (2ull << 30));
+	assert_true(kvt_proc_kb(path, "RssShmem:") << 10 >= (2ull << 30));
 	usleep(500000);
 	c0 = cpu_ticks(d.pid);
 	t0 = now_ms();

@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "../../libclient/observe.h"
+#include "../../tests/lib/procfs.h"
 #include "bench.h"
 
 #define PROMPT 256	/* blocks per fill prompt */
@@ -59,23 +60,6 @@ static const struct {
 };
 
 /* ---- the daemon, seen from outside */
-
-static uint64_t mem_kb(const char *path, const char *key)
-{
-	char line[256];
-	uint64_t v = 0;
-	FILE *f = fopen(path, "r");
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, key, strlen(key))) {
-			v = strtoull(line + strlen(key), NULL, 10);
-			break;
-		}
-	fclose(f);
-	return v;
-}
 
 /* CPU time (ns) of each thread of pid: tid[i], ns[i]; returns how many.
  * Threads come and go (the pool's pre-fault thread ends), so a window's
@@ -177,7 +161,7 @@ static void wait_resident(const struct seen *s, uint64_t bytes)
 
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)s->pid);
 	for (i = 0; i < 600; i++) {
-		if (mem_kb(path, "RssShmem:") * 1024 >= bytes)
+		if (kvt_proc_kb(path, "RssShmem:") * 1024 >= bytes)
 			return;
 		sleep_ms(100);
 	}
@@ -323,7 +307,7 @@ static double idle_cpu(const char *page, const struct seen *s0, double *tick_p99
 static void pool_point(size_t k, struct firsts *f)
 {
 	char name[32], why[160];
-	uint64_t bytes = pools[k].bytes, avail = mem_kb("/proc/meminfo", "MemAvailable:") * 1024;
+	uint64_t bytes = pools[k].bytes, avail = kvt_proc_kb("/proc/meminfo", "MemAvailable:") * 1024;
 	const char *sock;
 	struct seen s;
 	double cpu2m, cpu4k, tick, tick2m, fill, look, look4k = 0, p50, p99, tfill, dummy;
