@@ -395,6 +395,9 @@ SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BINDIR@|$(BINDIR)|g' \
 	    -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' \
 	    -e 's|@VERSION@|$(KVC_VERSION)|g'
 
+# The documents the README and the manual pages point to, in $(DOCDIR).
+DOC_MD      := docs/INSTALL.md docs/PYTHON.md docs/ARCHITECTURE.md docs/EVENTS.md
+
 .PHONY: install uninstall
 install: all
 	$(E) "  INSTALL $(DESTDIR)$(PREFIX)"
@@ -415,7 +418,6 @@ install: all
 	$(Q)$(INSTALL) -m 0644 $(BUILD)/install/kvcached.service $(DESTDIR)$(UNITDIR)/kvcached.service
 	$(Q)$(INSTALL) -m 0644 daemon/kvcached.sysusers $(DESTDIR)$(SYSUSERSDIR)/kvcached.conf
 	$(Q)$(INSTALL) -m 0644 $(BUILD)/install/kvcached.conf $(DESTDIR)$(DOCDIR)/kvcached.conf.example
-	$(Q)$(INSTALL) -m 0644 docs/INSTALL.md $(DESTDIR)$(DOCDIR)/INSTALL.md
 	$(Q)mkdir -p $(BUILD)/install/man
 	$(Q)for m in $(notdir $(MAN_SRC:%.in=%)); do \
 		sec=$${m##*.}; \
@@ -428,7 +430,7 @@ install: all
 		printf '# Written by make install: where it put libkvclient.\nLIBDIR = "%s"\n' \
 			'$(LIBDIR)' >"$(DESTDIR)$$pydir/kvclient/_installed.py" && \
 		chmod 0644 "$(DESTDIR)$$pydir/kvclient/_installed.py"
-	$(Q)$(INSTALL) -m 0644 docs/PYTHON.md $(DESTDIR)$(DOCDIR)/PYTHON.md
+	$(Q)$(INSTALL) -m 0644 $(DOC_MD) $(DESTDIR)$(DOCDIR)/
 	$(Q)if [ -e $(DESTDIR)$(SYSCONFDIR)/kvcached/kvcached.conf ]; then \
 		echo "  KEEP    $(DESTDIR)$(SYSCONFDIR)/kvcached/kvcached.conf (exists; new example in $(DESTDIR)$(DOCDIR))"; \
 	else \
@@ -436,19 +438,21 @@ install: all
 			$(DESTDIR)$(SYSCONFDIR)/kvcached/kvcached.conf; \
 	fi
 
-# Leaves $(SYSCONFDIR)/kvcached/kvcached.conf: it is the admin's.
+# Leaves $(SYSCONFDIR)/kvcached/kvcached.conf: it is the admin's. Quiet
+# like install (V=1 shows the commands).
 uninstall:
-	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,kvcached kvdemo $(notdir $(TOOLS))) \
+	$(E) "  UNINSTALL $(DESTDIR)$(PREFIX)"
+	$(Q)rm -f $(addprefix $(DESTDIR)$(BINDIR)/,kvcached kvdemo $(notdir $(TOOLS))) \
 		$(addprefix $(DESTDIR)$(LIBDIR)/,$(LIBREAL) $(SONAME) libkvclient.so libkvclient.a) \
 		$(DESTDIR)$(INCLUDEDIR)/kvclient.h $(DESTDIR)$(PKGCONFIGDIR)/kvclient.pc \
 		$(DESTDIR)$(UNITDIR)/kvcached.service $(DESTDIR)$(SYSUSERSDIR)/kvcached.conf \
-		$(DESTDIR)$(DOCDIR)/kvcached.conf.example $(DESTDIR)$(DOCDIR)/INSTALL.md \
-		$(foreach m,$(notdir $(MAN_SRC:%.in=%)),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(m)) \
-		$(DESTDIR)$(DOCDIR)/PYTHON.md
-	pydir='$(PYTHONDIR)'; rm -f $(addprefix "$(DESTDIR)$$pydir/kvclient/",$(notdir $(PY_PKG))) \
+		$(DESTDIR)$(DOCDIR)/kvcached.conf.example \
+		$(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(DOC_MD))) \
+		$(foreach m,$(notdir $(MAN_SRC:%.in=%)),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(m))
+	$(Q)pydir='$(PYTHONDIR)'; rm -f $(addprefix "$(DESTDIR)$$pydir/kvclient/",$(notdir $(PY_PKG))) \
 		"$(DESTDIR)$$pydir/kvclient/_installed.py" && \
 		rm -rf "$(DESTDIR)$$pydir/kvclient/__pycache__" && \
 		{ rmdir "$(DESTDIR)$$pydir/kvclient" 2>/dev/null || true; }
-	-rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null
+	$(Q)rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null || true
 
 -include $(shell find $(BUILD) $(FUZZ_BUILD) -name '*.d' 2>/dev/null)

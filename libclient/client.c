@@ -671,7 +671,7 @@ const char *kvc_strerror(int err)
 	switch (err) {
 	case 0: return "success";
 	case -EINVAL: return "invalid argument";
-	case -E2BIG: return "prompt or extra keys too long";
+	case -E2BIG: return "too long: a prompt over KVC_MAX_TOKENS, extra keys over KVC_MAX_EXTRA bytes or a label over KVC_MAX_LABEL";
 	case -ENOMEM: return "out of memory";
 	case -ENAMETOOLONG: return "socket path too long";
 	case -ENOENT: return "no kvcached socket at that path (is the daemon running?)";

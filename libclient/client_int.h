@@ -79,6 +79,7 @@ struct kvc_req {
 	size_t t2;		/* then blocks that may be remote, not yet counted */
 	size_t t3;		/* or the run in flight after the hits, not yet counted */
 	bool single;		/* kvc_wait asked for single flight (flight.c) */
+	int short_err;		/* why kvc_alloc granted fewer than asked, or 0 */
 	/* What the ledger counters hold for this request so far: hit
 	 * blocks and missed blocks (kvci_count brings them up to date). */
 	uint32_t counted_hits;

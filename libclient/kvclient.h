@@ -359,6 +359,18 @@ int kvc_wait(struct kvc_req *r, int timeout_ms);
 int kvc_alloc(struct kvc_req *r);
 
 /*
+ * Why the last kvc_alloc of r granted pages for fewer blocks than follow
+ * the hits (those blocks are computed and not cached): 0 when it granted
+ * every one, or before any kvc_alloc; -EDQUOT this process holds its share
+ * of the pool (kvcached's max-share), -ENOSPC no free page (the pool is
+ * full of pinned or half-written pages) or no free pin slot of this
+ * handle, -EMSGSIZE more blocks than one PUBLISH message carries, -EIO a
+ * kvcached too old to say; or the error kvc_alloc returned. -EINVAL for a
+ * NULL request. Pure memory work.
+ */
+int kvc_req_short_reason(const struct kvc_req *r);
+
+/*
  * Where block i's KV lives: a hit page, or a page granted by kvc_alloc
  * (write the block's KV there before kvc_publish). NULL for a block with
  * no page or i out of range. Valid until kvc_req_free(). The pointer is

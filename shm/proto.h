@@ -10,7 +10,9 @@
  *   HELLO   c->d  struct kvproto_hello
  *   HELLO_R d->c  struct kvproto_hello_r  + fds [segment, pool, ledger]
  *   ALLOC   c->d  struct kvproto_alloc
- *   ALLOC_R d->c  struct kvproto_count + n x struct kvproto_pg
+ *   ALLOC_R d->c  struct kvproto_count + n x struct kvproto_pg; when n is
+ *                 less than asked, count.pad says which limit cut it
+ *                 (KVPROTO_SHORT_*; 0 from a daemon that does not say)
  *   PUBLISH c->d  struct kvproto_count + n x (struct kvproto_pub + bt tokens)
  *   PUBLISH_R     struct kvproto_count + n x struct kvproto_pub_r
  *   FREE    c->d  struct kvproto_count + n x struct kvproto_pg
@@ -226,6 +228,11 @@ struct kvproto_count {
 	uint32_t n;
 	uint32_t pad;
 };
+
+/* ALLOC_R's count.pad: the limit that granted fewer pages than asked. */
+#define KVPROTO_SHORT_SHARE 1u	/* the process's max-share of the pool */
+#define KVPROTO_SHORT_SLOTS 2u	/* the client's pin slots */
+#define KVPROTO_SHORT_POOL 3u	/* no free page (all pinned or being written) */
 
 struct kvproto_alloc {
 	uint32_t n;		/* pages wanted, 1..KVPROTO_MAX_COUNT */

@@ -174,8 +174,10 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 
 	/* Each WRITING page needs one of the client's pin slots. */
 	room = c->nslots > c->writing ? c->nslots - c->writing : 0;
-	if (n > room)
+	if (n > room) {
 		n = room;
+		cnt.pad = KVPROTO_SHORT_SLOTS;
+	}
 	/* And the process's share of the pool, so no process starves the
 	 * others of pages. */
 	if (n) {
@@ -188,8 +190,12 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 					held, d->h->geo.n_pages, d->cfg.max_share);
 			return c->used && !c->lingering ? 0 : -1;
 		}
-		if (n > share - held)
+		if (n > share - held) {
 			n = share - held;
+			/* A share of the whole pool is no cap: the pool is. */
+			cnt.pad = share < d->h->geo.n_pages ? KVPROTO_SHORT_SHARE
+							    : KVPROTO_SHORT_POOL;
+		}
 	}
 	if (n && fr->count < n + d->low_pages) {
 		uint32_t coming = fr->count + kvd_tiers_pending(d);
@@ -219,6 +225,8 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 		}
 	}
 	c->writing += k;
+	if (k < n)
+		cnt.pad = KVPROTO_SHORT_POOL;
 	if (k < asked)
 		kvd_stat_add(&kvshm_stats(d->h)->alloc_short, 1);
 	cnt.n = k;

@@ -409,6 +409,66 @@ static void test_alloc_ahead(void **state)
 	assert_int_equal(kvt_daemon_stop(&own), 0);
 }
 
+/*
+ * A grant of fewer pages than asked says which limit cut it (issue #24:
+ * kvdemo published 64 of 109 blocks and said nothing): the process's
+ * max-share, the handle's pin slots, the pool's free pages.
+ */
+static int short_grant(kvc_t *c, uint32_t seed, size_t blocks, int *why)
+{
+	uint32_t *t = malloc(blocks * BT * sizeof(uint32_t));
+	struct kvc_req *r;
+	int got;
+
+	assert_non_null(t);
+	kvt_tokens(t, blocks * BT, 0, seed);
+	assert_int_equal(kvc_req_new(c, t, blocks * BT, NULL, 0, &r), 0);
+	assert_int_equal(kvc_req_short_reason(r), 0);	/* nothing asked yet */
+	assert_int_equal(kvc_lookup(r), 0);
+	got = kvc_alloc(r);
+	*why = kvc_req_short_reason(r);
+	kvc_req_free(r);
+	free(t);
+	return got;
+}
+
+static void test_short_grant_says_why(void **state)
+{
+	const char *half[] = { "--pool-size", "256K", NULL };	/* 64 pages, share 32 */
+	const char *whole[] = { "--pool-size", "256K", "--max-share", "100", NULL };
+	struct kvc_model m = kvt_model();
+	struct kvc_options o = { .size = sizeof(o), .max_pins = 256 };
+	struct kvt_daemon d;
+	kvc_t *c;
+	int why;
+
+	(void)state;
+	assert_int_equal(kvc_req_short_reason(NULL), -EINVAL);
+	assert_int_equal(kvt_daemon_start(&d, half), 0);
+	o.socket_path = d.sock;
+	assert_int_equal(kvc_open(&m, &o, &c), 0);
+	assert_int_equal(short_grant(c, 9100, 4, &why), 4);
+	assert_int_equal(why, 0);			/* every block granted */
+	assert_int_equal(short_grant(c, 9101, 40, &why), 32);
+	assert_int_equal(why, -EDQUOT);			/* the share cut it */
+	kvc_close(c);
+	o.max_pins = 6;
+	assert_int_equal(kvc_open(&m, &o, &c), 0);
+	assert_int_equal(short_grant(c, 9102, 10, &why), 6);
+	assert_int_equal(why, -ENOSPC);			/* the pin slots */
+	kvc_close(c);
+	assert_int_equal(kvt_daemon_stop(&d), 0);
+
+	assert_int_equal(kvt_daemon_start(&d, whole), 0);
+	o.socket_path = d.sock;
+	o.max_pins = 256;
+	assert_int_equal(kvc_open(&m, &o, &c), 0);
+	assert_int_equal(short_grant(c, 9103, 80, &why), 64);
+	assert_int_equal(why, -ENOSPC);			/* the pool's pages */
+	kvc_close(c);
+	assert_int_equal(kvt_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -419,6 +479,7 @@ int main(void)
 		cmocka_unit_test(test_largest_publish_fits_one_frame),
 		cmocka_unit_test(test_limits_bound_only_the_greedy_client),
 		cmocka_unit_test(test_alloc_ahead),
+		cmocka_unit_test(test_short_grant_says_why),
 	};
 
 	return cmocka_run_group_tests_name("integration/api", tests, kvt_setup, kvt_teardown);

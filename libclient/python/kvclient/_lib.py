@@ -8,9 +8,13 @@ Where the library is looked for, in order:
 
 1. ``$KVCLIENT_LIB``: a path to libkvclient.so (a build tree:
    ``KVCLIENT_LIB=build/libkvclient.so``);
-2. the library directory ``make install`` recorded in ``_installed.py``
+2. the package's own copy, ``libkvclient.so.0`` next to this file, which
+   a ``pip install libclient/python`` puts there (the wheel carries the
+   library it was built with; absent in the source tree and in a
+   ``make install``);
+3. the library directory ``make install`` recorded in ``_installed.py``
    (absent in the source tree);
-3. the soname ``libkvclient.so.0`` through the dynamic linker
+4. the soname ``libkvclient.so.0`` through the dynamic linker
    (``LD_LIBRARY_PATH``, ld.so.cache).
 
 The library is loaded on first use, not on import, so that ``import
@@ -178,6 +182,9 @@ def _candidates() -> list[tuple[str, str]]:
     if env:
         out.append(("$KVCLIENT_LIB", env))
         return out	# named explicitly: nothing else may stand in for it
+    own = os.path.join(os.path.dirname(os.path.abspath(__file__)), SONAME)
+    if os.path.exists(own):
+        out.append(("the package's own copy (pip install)", own))
     try:
         from . import _installed  # written by make install
         out.append(("the install's libdir", os.path.join(_installed.LIBDIR, SONAME)))

@@ -33,7 +33,13 @@ from .errors import (ClientClosedError, DeviceMemoryError, ForkedHandleError,
                      InvalidArgumentError,
                      KvcError, NoPageError, NotSupportedError,
                      RequestReleasedError, RequestStateError, TensorDeviceError, TensorError,
-                     WrongDeviceError, error_class)
+                     TooBigError, WrongDeviceError, error_class)
+
+#: Limits of kvclient.h: KVC_MAX_LABEL (bytes of UTF-8), KVC_MAX_TOKENS,
+#: KVC_MAX_EXTRA (bytes).
+MAX_LABEL = 23
+MAX_TOKENS = 1 << 22
+MAX_EXTRA = 4096
 
 # Bumped in a child after fork (os.register_at_fork), like the C library's
 # own generation: a page view of an inherited Client is refused here, as
@@ -57,9 +63,9 @@ def _error(rc: int, call: str, reason: str | None = None, what: str | None = Non
     if err == _errno.ECHILD:
         text = ("this Client was opened by another process (this one was forked from "
                 "it); open a new kvclient.Client in this process")
-    msg = f"{what or call}: {text}"
-    if reason:
-        msg += f": {reason}"
+    # The daemon's or the library's own reason names the failure better
+    # than the errno's text, which it would only repeat.
+    msg = f"{what or call}: {reason or text}"
     return cls(err, msg, reason)
 
 
@@ -173,6 +179,31 @@ def _bytes_arg(v: Any, what: str) -> bytes | None:
     raise TypeError(f"{what} must be bytes or str, not {type(v).__name__}")
 
 
+def _label_bytes(label: Any) -> bytes:
+    """A request label as C takes it: at most KVC_MAX_LABEL bytes, no NUL."""
+    if not isinstance(label, str):
+        raise TypeError(f"label must be a str, not {type(label).__name__}")
+    b = label.encode()
+    if len(b) > MAX_LABEL:
+        raise TooBigError(_errno.E2BIG, f"label {label!r}: {len(b)} bytes, at most "
+                          f"{MAX_LABEL} (KVC_MAX_LABEL)")
+    if b"\0" in b:
+        raise InvalidArgumentError(_errno.EINVAL, f"label {label!r}: contains a NUL")
+    return b
+
+
+def _too_big(call: str, rc: int, n: int, extra: bytes | None) -> TooBigError | None:
+    """For -E2BIG from kvc_req_new/kvc_keys: the error naming the limit."""
+    if rc != -_errno.E2BIG:
+        return None
+    if n > MAX_TOKENS:
+        what = f"the prompt is too long: {n} tokens, at most {MAX_TOKENS} (KVC_MAX_TOKENS)"
+    else:
+        what = (f"the extra keys are too long: {len(extra or b'')} bytes, at most "
+                f"{MAX_EXTRA} (KVC_MAX_EXTRA)")
+    return TooBigError(_errno.E2BIG, f"{call}: {what}")
+
+
 def _stream_of(stream: Any) -> int:
     if isinstance(stream, int) and not isinstance(stream, bool):
         return stream
@@ -238,7 +269,9 @@ class Client:
         if rc < 0:
             reason = eb.value.decode("utf-8", "replace") or None
             where = os.fsdecode(path) if path else "the default socket"
-            raise _error(rc, "kvc_open", reason, f"attach to kvcached at {where}")
+            what = ("attach to kvcached" if reason and where in reason else
+                    f"attach to kvcached at {where}")
+            raise _error(rc, "kvc_open", reason, what)
         self._h = h
         self._pid = os.getpid()
         self._fork = _fork_gen[0]
@@ -319,10 +352,12 @@ class Client:
             addr, n, keep = conv(tokens) if conv else _b.u32(tokens)
         if extra is not None:
             extra = _bytes_arg(extra, "extra")
+        if label is not None:
+            label_b = _label_bytes(label)
         r = c_void_p()
         rc = self._req_new(h, addr, n, extra, len(extra) if extra else 0, r)
         if rc < 0:
-            raise _error(rc, "kvc_req_new")
+            raise _too_big("request", rc, n, extra) or _error(rc, "kvc_req_new")
         # Request.__init__, inlined: this is the per-prompt path.
         req = _new_request(Request)
         req._c = self
@@ -332,7 +367,7 @@ class Client:
         req.hits = req.granted = 0
         self._live.add(key)
         if label is not None:
-            rc = _L._lib.req_label(r, label.encode())
+            rc = _L._lib.req_label(r, label_b)
             if rc < 0:
                 req.release()
                 raise _error(rc, "kvc_req_label", what=f"label {label!r}")
@@ -349,7 +384,7 @@ class Client:
         out = (_L.Key * max(nb, 1))()
         rc = _L.lib().keys(h, addr, n, ex, len(ex) if ex else 0, out, nb)
         if rc < 0:
-            raise _error(rc, "kvc_keys")
+            raise _too_big("keys", rc, n, ex) or _error(rc, "kvc_keys")
         return _keys_list(out, rc)
 
     def _stream(self, stream: Any, kv: "PagedKV"):
@@ -607,8 +642,8 @@ class Request:
         Returns how many were granted (also ``granted``), for blocks
         ``hits .. hits + granted - 1``; fewer than asked when the pool is
         full of pinned pages or this Client's pin slots run out."""
-        if self._stage > _LOOKED_UP or self._c._h is None:
-            raise self._stage_error("alloc", "call it once, before publish()")
+        if self._stage != _LOOKED_UP or self._c._h is None:
+            raise self._stage_error("alloc", "call it once, after lookup() and before publish()")
         rc = _L.lib().alloc(self._r)
         if rc < 0:	# InFlightError leaves it looked up: wait() again
             raise _error(rc, "kvc_alloc")
@@ -701,6 +736,8 @@ class Request:
         in one C call. Host pool: done on return. Cuda pool: queued on
         ``stream`` (default: torch's current stream of the pool's GPU);
         synchronize it before release()."""
+        if self._stage == _NEW:
+            raise self._stage_error("gather", "call it after lookup()")
         self._copy(_L._lib.gather, "kvc_gather", kv, block_ids, first, stream)
 
     def scatter(self, kv: "PagedKV", block_ids: Any, first: int | None = None,
@@ -709,6 +746,8 @@ class Request:
         granted for blocks ``first + j`` (``first`` defaults to ``hits``, the
         first granted block), before publish(). Cuda pool: synchronize the
         stream before publish()."""
+        if self._stage in (_NEW, _LOOKED_UP, _PUBLISHED):
+            raise self._stage_error("scatter", "call it after alloc() and before publish()")
         self._copy(_L._lib.scatter, "kvc_scatter", kv, block_ids,
                    self.hits if first is None else first, stream)
 
