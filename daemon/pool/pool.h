@@ -30,6 +30,7 @@ struct kvd_pool {
 	struct kvd_pool_cuda *cuda;	/* cuda pool (pool_cuda.c), else NULL */
 	uint64_t hole_cursor;		/* kvd_pool_holes: next offset */
 	unsigned char *hole_vec;	/* kvd_pool_holes: mincore vector */
+	uint64_t hole_vec_bytes;	/* ... covering this many pool bytes */
 };
 
 /*

@@ -109,7 +109,10 @@ uint32_t kvd_pool_holes(struct kvd_pool *p, uint64_t max_bytes,
 		p->hole_vec = malloc(max_bytes / base + 1);
 		if (!p->hole_vec)
 			return 0;
+		p->hole_vec_bytes = max_bytes;
 	}
+	if (max_bytes > p->hole_vec_bytes)	/* the vector is sized by the first call */
+		max_bytes = p->hole_vec_bytes;
 	if (off >= p->bytes)
 		off = 0;
 	n = p->bytes - off < max_bytes ? p->bytes - off : max_bytes;
