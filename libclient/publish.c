@@ -45,7 +45,7 @@ static int alloc_keys(struct kvc_req *r, uint32_t k0, struct kvproto_alloc *a,
 	memcpy(msg, a, sizeof(*a));
 	for (k = 0; k < a->n; k++) {
 		size_t i = r->hits + k0 + k;
-		struct kvproto_claim cl = { r->keys[i], i ? r->keys[i - 1] : c->root };
+		struct kvproto_claim cl = { r->keys[i], kvci_parent(r, i) };
 
 		memcpy(msg + sizeof(*a) + (size_t)k * sizeof(cl), &cl, sizeof(cl));
 	}
@@ -247,7 +247,7 @@ int kvc_publish(struct kvc_req *r)
 		p.gen = r->gen[i];
 		KVC_TSAN_RELEASE(c->pool + (uint64_t)p.page * c->slot_bytes);
 		p.key = r->keys[i];
-		p.parent = i ? r->keys[i - 1] : c->root;
+		p.parent = kvci_parent(r, i);
 		memcpy(msg + sizeof(cnt) + k * rec, &p, sizeof(p));
 		memcpy(msg + sizeof(cnt) + k * rec + sizeof(p), r->tokens + i * bt, bt * 4);
 		k++;

@@ -192,9 +192,13 @@ struct kvproto_hdr {
 	uint32_t seq;
 };
 
+/* HELLO flags: the namespace's blocks are named by the engine's keys
+ * (enum kvshm_ns_kind KVSHM_NS_ENGINE), not by token chains. */
+#define KVPROTO_HELLO_ENGINE_KEYS 0x1u
+
 struct kvproto_hello {
 	uint32_t version;
-	uint32_t flags;		/* none defined: must be 0 */
+	uint32_t flags;		/* KVPROTO_HELLO_ENGINE_KEYS or 0 */
 	uint32_t dtype_bytes;
 	uint32_t layers;
 	uint32_t kv_heads;
@@ -368,7 +372,8 @@ _Static_assert(sizeof(struct kvproto_fetch) == 24, "fetch");
 /*
  * The namespace a HELLO declares, checked the same way on both ends: dtype
  * 1, 2, 4 or 8 bytes, layers and kv heads 1..4096, head dim 1..65536,
- * block tokens 1..KVSHM_MAX_BLOCK_TOKENS, a known position kind, flags 0, a
+ * block tokens 1..KVSHM_MAX_BLOCK_TOKENS, a known position kind, no flag
+ * but KVPROTO_HELLO_ENGINE_KEYS (which makes the namespace's kind ENGINE), a
  * non-empty NUL-terminated model name; page bytes computed with overflow
  * checked. Fills the identity fields, page_bytes and id of *ns (`used` is
  * left 0). Returns 0 or -EINVAL.

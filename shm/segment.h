@@ -297,6 +297,26 @@ enum kvshm_pos_kind {
 	KVSHM_POS_MAX = 3,
 };
 
+/*
+ * How a namespace names its blocks; part of its identity (kvshm_ns_id), so
+ * namespaces of different kinds never share a block.
+ *
+ * TOKENS: a block's key is the chain over its parent and its tokens
+ *   (shm/key.h); a hit is verified against parent and tokens.
+ * ENGINE: the engine names each block by a key of its own (SGLang's page
+ *   hashes) and never hands over the tokens. The library turns that key
+ *   into the block's key and its stored "tokens" (a digest of the engine
+ *   key, kvshm_key_engine), with the namespace root as every block's parent:
+ *   blocks are not chained and a hit is only as exact as the engine's hash.
+ *   A daemon check that recomputes keys from parent + tokens still holds,
+ *   but one that reads the stored tokens as prompt tokens (KV events) must
+ *   skip these namespaces.
+ */
+enum kvshm_ns_kind {
+	KVSHM_NS_TOKENS = 0,
+	KVSHM_NS_ENGINE = 1,
+};
+
 /* A model's tensor- / pipeline-parallel part (kvc_shard, normalised). */
 struct kvshm_shard {
 	uint16_t tp_rank;
@@ -319,10 +339,11 @@ struct kvshm_ns {
 	uint32_t head_dim;
 	uint32_t block_tokens;
 	uint32_t pos_kind;
-	uint32_t pad;
+	uint32_t kind;			/* enum kvshm_ns_kind (was padding, 0) */
 	uint64_t page_bytes;		/* the namespace's own page size */
 	struct kvshm_key id;		/* hash of the fields above + model
-					 * (+ shard when sharded) */
+					 * (+ shard when sharded, + kind when
+					 * not TOKENS) */
 	char model[KVSHM_MODEL_NAME];	/* NUL-terminated */
 	struct kvshm_shard shard;	/* sizes >= 1; 0/1 0/1: not sharded */
 };

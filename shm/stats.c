@@ -225,9 +225,11 @@ static void ns_name(const struct kvshm_ns *ns, char *out)
 	if (ns->shard.tp_size > 1)
 		n += snprintf(out + n, KVSHM_NS_NAME - n, " tp%u/%u",
 			      ns->shard.tp_rank, ns->shard.tp_size);
-	if (ns->shard.pp_size > 1)
-		snprintf(out + n, KVSHM_NS_NAME - n, " pp%u/%u",
-			 ns->shard.pp_rank, ns->shard.pp_size);
+	if (ns->shard.pp_size > 1 && n < KVSHM_NS_NAME)
+		n += snprintf(out + n, KVSHM_NS_NAME - n, " pp%u/%u",
+			      ns->shard.pp_rank, ns->shard.pp_size);
+	if (ns->kind == KVSHM_NS_ENGINE && n < KVSHM_NS_NAME)
+		snprintf(out + n, KVSHM_NS_NAME - n, " (engine keys)");
 }
 
 int kvshm_snap_take(const struct kvshm_header *h, struct kvshm_snap *s)

@@ -448,7 +448,9 @@ static void print_json(FILE *f, const struct kvobs *o, const struct kvshm_snap *
 		json_num(f, ratio(n->hit_blocks, n->hit_blocks + n->miss_blocks), 6);
 		fputs(",\"tokens\":", f);
 		json_num(f, ratio(n->hit_tokens, n->lookup_tokens), 6);
-		fputs("}}", f);
+		/* How its blocks are keyed: by tokens, or by the engine's keys. */
+		fprintf(f, "},\"keys\":\"%s\"}",
+			s->ns[i].kind == KVSHM_NS_ENGINE ? "engine" : "tokens");
 	}
 	fputs("],\"top_prefixes\":[", f);
 	for (i = 0; i < s->n_top; i++) {

@@ -37,7 +37,7 @@ static void test_open_arguments(void **state)
 		assert_null(c); \
 	} while (0)
 	BAD_MODEL(size, 8);
-	BAD_MODEL(flags, 1);
+	BAD_MODEL(flags, 2);	/* 1 is KVC_MODEL_ENGINE_KEYS */
 	BAD_MODEL(name, NULL);
 	BAD_MODEL(name, "");
 	BAD_MODEL(name, "a-model-name-that-is-much-longer-than-sixty-three-bytes-allowed-here");
@@ -187,6 +187,64 @@ static void test_daemon_gone(void **state)
 	assert_int_equal(kvc_req_new(c, t, 4 * BT, NULL, 0, &r), 0);
 	assert_int_equal(kvc_lookup(r), -ENOTCONN);
 	kvc_req_free(r);
+	kvc_close(c);
+}
+
+/*
+ * Engine-keyed handles (KVC_MODEL_ENGINE_KEYS) take only kvc_req_new_keys,
+ * token-keyed ones only kvc_req_new and kvc_keys; bad key arguments are
+ * refused; kvc_connected sees the daemon go with no round trip.
+ */
+static void test_engine_keys(void **state)
+{
+	struct kvt_daemon own, *d = &own;
+	struct kvc_model m = kvt_model();
+	struct kvc_options o = { .size = sizeof(o), .socket_path = own.sock };
+	static char big[KVC_MAX_ENGINE_KEY + 1];
+	uint32_t t[BT], lens[3] = { 2, 3, 1 }, zero[2] = { 1, 0 };
+	struct kvc_key k;
+	struct kvc_req *r;
+	kvc_t *e = NULL, *c;
+
+	(void)state;
+	assert_int_equal(kvt_daemon_start(&own, NULL), 0);	/* stopped below */
+	c = kvt_open(d, NULL);
+	assert_non_null(c);
+	m.flags = KVC_MODEL_ENGINE_KEYS;
+	assert_int_equal(kvc_open(&m, &o, &e), 0);
+	kvt_tokens(t, BT, 0, 5);
+	assert_int_equal(kvc_req_new(e, t, BT, NULL, 0, &r), -EINVAL);
+	assert_null(r);
+	assert_int_equal(kvc_keys(e, t, BT, NULL, 0, &k, 1), -EINVAL);
+	assert_int_equal(kvc_req_new_keys(c, "abcdef", lens, 3, &r), -EINVAL);
+	assert_int_equal(kvc_req_new_keys(e, NULL, lens, 3, &r), -EINVAL);
+	assert_int_equal(kvc_req_new_keys(e, "abcdef", NULL, 3, &r), -EINVAL);
+	assert_int_equal(kvc_req_new_keys(e, "a", zero, 2, &r), -EINVAL);
+	lens[0] = sizeof(big);
+	assert_int_equal(kvc_req_new_keys(e, big, lens, 1, &r), -E2BIG);
+	assert_int_equal(kvc_req_new_keys(e, "abcdef", lens, 3, NULL), -EINVAL);
+	lens[0] = 2;
+	assert_int_equal(kvc_req_new_keys(e, "abcdef", lens, 3, &r), 0);
+	assert_int_equal(kvc_req_blocks(r), 3);
+	assert_int_equal(kvc_lookup(r), 0);
+	assert_int_equal(kvc_alloc(r), 3);
+	assert_int_equal(kvc_publish(r), 3);
+	kvc_req_free(r);
+	/* "cde" and "f" alone, in another order: keyed on their own. */
+	lens[0] = 3;
+	lens[1] = 1;
+	assert_int_equal(kvc_req_new_keys(e, "cdef", lens, 2, &r), 0);
+	assert_int_equal(kvc_lookup(r), 2);
+	kvc_req_free(r);
+	assert_int_equal(kvc_req_new_keys(e, NULL, NULL, 0, &r), 0);
+	assert_int_equal(kvc_lookup(r), 0);
+	kvc_req_free(r);
+	assert_int_equal(kvc_connected(NULL), -EINVAL);
+	assert_int_equal(kvc_connected(e), 0);
+	assert_int_equal(kvt_daemon_stop(d), 0);
+	assert_int_equal(kvc_connected(e), -ENOTCONN);
+	assert_int_equal(kvc_connected(c), -ENOTCONN);
+	kvc_close(e);
 	kvc_close(c);
 }
 
@@ -475,6 +533,7 @@ int main(void)
 		cmocka_unit_test(test_open_arguments),
 		cmocka_unit_test(test_request_arguments),
 		cmocka_unit_test(test_daemon_gone),
+		cmocka_unit_test(test_engine_keys),
 		cmocka_unit_test(test_fork_does_not_share_a_handle),
 		cmocka_unit_test(test_largest_publish_fits_one_frame),
 		cmocka_unit_test(test_limits_bound_only_the_greedy_client),

@@ -85,6 +85,8 @@ class Layout(Structure):
 
 
 OPEN_ALLOC_AHEAD = 0x1
+MODEL_ENGINE_KEYS = 0x1
+MAX_ENGINE_KEY = 1024
 POOL_HOST = 1
 POOL_CUDA = 2
 LAYOUT_KV = 1
@@ -98,6 +100,8 @@ _PROTOS = (
                          c_size_t], False),
     ("kvc_req_new", c_int, [c_void_p, c_void_p, c_size_t, c_char_p, c_size_t,
                             POINTER(c_void_p)], False),
+    ("kvc_req_new_keys", c_int, [c_void_p, c_char_p, c_void_p, c_size_t,
+                                 POINTER(c_void_p)], False),
     ("kvc_req_label", c_int, [c_void_p, c_char_p], False),
     ("kvc_req_blocks", c_size_t, [c_void_p], False),
     ("kvc_req_keys", c_int, [c_void_p, c_void_p, c_size_t], False),
@@ -113,6 +117,7 @@ _PROTOS = (
     ("kvc_block_page", c_int64, [c_void_p, c_size_t], False),
     ("kvc_publish", c_int, [c_void_p], True),
     ("kvc_req_free", None, [c_void_p], True),
+    ("kvc_connected", c_int, [c_void_p], False),
     ("kvc_pool_kind", c_int, [c_void_p], False),
     ("kvc_pool_device", c_int, [c_void_p], False),
     ("kvc_gather", c_int, [c_void_p, c_size_t, c_size_t, POINTER(Layout), c_void_p,

@@ -100,14 +100,21 @@ class Model:
     (``tp_rank``/``tp_size``, ``pp_rank``/``pp_size``) says which part of a
     model parallelised across processes this client holds; the defaults
     (0 of 1) mean not sharded.
+
+    ``keys="engine"`` (KVC_MODEL_ENGINE_KEYS) declares a namespace whose
+    blocks the engine names by keys of its own (SGLang's page hashes):
+    requests come from ``Client.request_keys``, never from tokens, and a
+    hit is only as exact as the engine's key. Such a namespace never shares
+    blocks with the token-keyed one of the same model.
     """
 
     __slots__ = ("name", "dtype", "dtype_bytes", "layers", "kv_heads", "head_dim",
-                 "block_tokens", "pos", "tp_rank", "tp_size", "pp_rank", "pp_size")
+                 "block_tokens", "pos", "tp_rank", "tp_size", "pp_rank", "pp_size", "keys")
 
     def __init__(self, name: str, dtype: Any, layers: int, kv_heads: int, head_dim: int,
                  block_tokens: int, pos: PosKind | str | int = PosKind.ROPE, *,
-                 tp_rank: int = 0, tp_size: int = 1, pp_rank: int = 0, pp_size: int = 1):
+                 tp_rank: int = 0, tp_size: int = 1, pp_rank: int = 0, pp_size: int = 1,
+                 keys: str = "tokens"):
         if not isinstance(name, str):
             raise TypeError("name must be a str")
         if not 1 <= len(name.encode()) <= 63 or "\0" in name:
@@ -128,6 +135,10 @@ class Model:
         self.tp_rank = _u("tp_rank", tp_rank, 0, max(self.tp_size - 1, 0))
         self.pp_size = _u("pp_size", pp_size, 0, 65535)
         self.pp_rank = _u("pp_rank", pp_rank, 0, max(self.pp_size - 1, 0))
+        if keys not in ("tokens", "engine"):
+            raise ValueError(f"keys {keys!r}: 'tokens' (kvcached keys blocks by their tokens)"
+                             " or 'engine' (the engine names each block)")
+        self.keys = keys
 
     @property
     def page_shape(self) -> tuple[int, int, int, int, int]:
@@ -143,6 +154,7 @@ class Model:
     def _struct(self) -> _L.ModelStruct:
         m = _L.ModelStruct()
         m.size = ctypes.sizeof(m)
+        m.flags = _L.MODEL_ENGINE_KEYS if self.keys == "engine" else 0
         m.name = self.name.encode()
         m.dtype_bytes = self.dtype_bytes
         m.layers = self.layers
@@ -164,6 +176,8 @@ class Model:
             shard += f", tp_rank={self.tp_rank}, tp_size={self.tp_size}"
         if self.pp_size > 1:
             shard += f", pp_rank={self.pp_rank}, pp_size={self.pp_size}"
+        if self.keys != "tokens":
+            shard += f", keys={self.keys!r}"
         return (f"Model({self.name!r}, {self.dtype or self.dtype_bytes!r}, layers={self.layers}"
                 f", kv_heads={self.kv_heads}, head_dim={self.head_dim}, block_tokens="
                 f"{self.block_tokens}, pos={self.pos.name.lower()!r}{shard})")
@@ -307,6 +321,14 @@ class Client:
     def closed(self) -> bool:
         return self._h is None
 
+    def connected(self) -> bool:
+        """Is the daemon still there (kvc_connected)? One poll() of the
+        socket, no round trip. False once the daemon has closed the
+        connection (exited, killed): the Client is then dead, and pages
+        pinned before stay readable until their requests are released."""
+        h = self._h
+        return h is not None and _L.lib().connected(h) == 0
+
     def __enter__(self) -> "Client":
         return self
 
@@ -357,7 +379,11 @@ class Client:
         r = c_void_p()
         rc = self._req_new(h, addr, n, extra, len(extra) if extra else 0, r)
         if rc < 0:
-            raise _too_big("request", rc, n, extra) or _error(rc, "kvc_req_new")
+            what = None
+            if rc == -_errno.EINVAL and self.model.keys == "engine":
+                what = ("request: this Client's namespace is engine-keyed "
+                        "(Model(keys='engine')): use request_keys()")
+            raise _too_big("request", rc, n, extra) or _error(rc, "kvc_req_new", what=what)
         # Request.__init__, inlined: this is the per-prompt path.
         req = _new_request(Request)
         req._c = self
@@ -367,10 +393,37 @@ class Client:
         req.hits = req.granted = 0
         self._live.add(key)
         if label is not None:
-            rc = _L._lib.req_label(r, label_b)
-            if rc < 0:
-                req.release()
-                raise _error(rc, "kvc_req_label", what=f"label {label!r}")
+            _label(req, r, label, label_b)
+        return req
+
+    def request_keys(self, keys: Any, label: str | None = None) -> "Request":
+        """Start a request of an engine-keyed Client (``Model(keys="engine")``)
+        for blocks the engine names (kvc_req_new_keys): ``keys`` is a
+        sequence of str or bytes, one per block, each 1..1024 bytes. Block i
+        is the same block in every request that names it ``keys[i]``; lookup()
+        counts the leading ones cached. The rest of the request is as for
+        request()."""
+        h = self._handle()
+        if isinstance(keys, (str, bytes)):
+            raise TypeError("keys must be a sequence of str or bytes, one per block")
+        bs = [k.encode() if isinstance(k, str) else bytes(k) for k in keys]
+        if label is not None:
+            label_b = _label_bytes(label)
+        lens = _array("I", map(len, bs))
+        buf = b"".join(bs)
+        r = c_void_p()
+        rc = _L.lib().req_new_keys(h, buf, lens.buffer_info()[0] if bs else None, len(bs), r)
+        if rc < 0:
+            what = None
+            if rc == -_errno.EINVAL and self.model.keys != "engine":
+                what = ("request_keys: this Client's namespace keys blocks by tokens; "
+                        "open it with Model(..., keys='engine')")
+            elif rc in (-_errno.EINVAL, -_errno.E2BIG):
+                what = f"request_keys: every key must be 1..{_L.MAX_ENGINE_KEY} bytes"
+            raise _error(rc, "kvc_req_new_keys", what=what)
+        req = Request(self, r)
+        if label is not None:
+            _label(req, r, label, label_b)
         return req
 
     def keys(self, tokens: Any, extra: bytes | str | None = None) -> list[int]:
@@ -453,6 +506,14 @@ class Client:
             if n < size:
                 return buf.raw[:n].decode("utf-8", "replace")
             size = int(n) + 1
+
+
+def _label(req: "Request", r, label: str, label_b: bytes) -> None:
+    """kvc_req_label for a request just made; releases it on failure."""
+    rc = _L._lib.req_label(r, label_b)
+    if rc < 0:
+        req.release()
+        raise _error(rc, "kvc_req_label", what=f"label {label!r}")
 
 
 def _keys_list(arr, n: int) -> list[int]:
