@@ -115,7 +115,6 @@ const struct kvshm_metric kvshm_metrics[] = {
 	M("kvcached_pool_holes_total", "counter",
 	  "Pool pages found punched out (fallocate or MADV_REMOVE by a client); their blocks dropped.",
 	  NULL, "pool_holes", pool_holes),
-	M("kvcached_ticks_total", "counter", "Daemon ticks run.", NULL, "ticks", ticks),
 	M("kvcached_ticks_slow_total", "counter",
 	  "Daemon ticks that took longer than tick-ms (the event loop fell behind).", NULL,
 	  "ticks_slow", ticks_slow),
