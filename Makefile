@@ -27,7 +27,7 @@ override LDFLAGS += -fsanitize=thread
 NOJEMALLOC := 1
 endif
 JEMALLOC := $(if $(NOJEMALLOC),,-ljemalloc)
-DAEMON_LIBS := -lmicrohttpd -luring -lmemcached -lcrypto
+DAEMON_LIBS := -lmicrohttpd -luring -lmemcached -lsodium
 
 # CUDA (issue #6): built whenever nvcc is found, GPU or not; `make NVCC=`
 # or `make NO_CUDA=1` builds without. Nothing links libcudart or libcuda:
@@ -234,9 +234,10 @@ $(TOOLS): $(BUILD)/%: $(BUILD)/tools/%.o $(LIBA)
 # kvbench also links its modes and the peers' client libraries (Redis:
 # hiredis, memcached: libmemcached).
 $(BUILD)/kvbench: $(BENCH_OBJ)
-$(BUILD)/kvbench: TOOL_LIBS := -lhiredis -lmemcached -luring
-# Its remote mode starts memcached servers the way the tests do.
-$(BUILD)/kvbench: $(BUILD)/tests/lib/mcsrv.o
+$(BUILD)/kvbench: TOOL_LIBS := -lhiredis -lmemcached -luring -lsodium -lcrypto
+# Its remote mode starts memcached servers the way the tests do, and times
+# the item MAC (daemon/tier/remote_fmt.c) against its candidates.
+$(BUILD)/kvbench: $(BUILD)/tests/lib/mcsrv.o $(BUILD)/daemon/tier/remote_fmt.o
 # Its scale mode reads /proc the way the tests do.
 $(BUILD)/kvbench: $(BUILD)/tests/lib/procfs.o
 
@@ -338,16 +339,31 @@ $(BUILD)/tests/integration/tinylm $(BUILD)/tests/integration/flight: $(BUILD)/te
 # (daemon/tier/remote_fmt.c, libmemcached) and runs tinylm across two hosts.
 $(BUILD)/tests/integration/remote: $(BUILD)/tests/integration/remote.o $(TESTLIB_OBJ) $(BUILD)/daemon/tier/remote_fmt.o $(TINYLM_LIB) $(LIBA)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm -lmemcached -lcrypto
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm -lmemcached -lsodium
 
 $(BUILD)/tests/unit/tinylm $(BUILD)/tests/unit/group: $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(TINYLM_LIB) $(LIBA)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm
 
-# The Python binding (libclient/python/kvclient) builds nothing: it loads
-# libkvclient.so with ctypes. Its tests (tests/python/test_*.py, run by
+# The Python binding (libclient/python/kvclient) loads libkvclient.so with
+# ctypes. Its optional fast path, _kvcfast (per-prompt calls and token
+# conversion in C), is built here next to the library, against the headers
+# of $(PYTHON) (python3-dev), when they are installed; the binding works
+# without it. Not in sanitizer builds: their runtime cannot be loaded into
+# a plain interpreter. Its tests (tests/python/test_*.py, run by
 # tests/run-tests) use small C programs (tests/python/*.c) built here to
 # write and check pages from C.
+PYTHON    ?= /usr/bin/python3
+PY_INC    := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
+PY_EXT    := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
+ifeq ($(SAN)$(if $(wildcard $(PY_INC)/Python.h),,none),)
+KVCFAST   := $(BUILD)/_kvcfast$(PY_EXT)
+all: $(KVCFAST)
+$(KVCFAST): libclient/python/kvclient/_kvcfast.c
+	$(E) "  CC      $@"
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -fvisibility=hidden -isystem $(PY_INC) -shared -o $@ $< $(LDFLAGS)
+endif
 PYTEST_SRC := $(sort $(wildcard tests/python/*.c))
 PYTEST_BIN := $(PYTEST_SRC:tests/python/%.c=$(BUILD)/tests/python/%)
 all: $(PYTEST_BIN)
@@ -430,6 +446,8 @@ install: all
 		printf '# Written by make install: where it put libkvclient.\nLIBDIR = "%s"\n' \
 			'$(LIBDIR)' >"$(DESTDIR)$$pydir/kvclient/_installed.py" && \
 		chmod 0644 "$(DESTDIR)$$pydir/kvclient/_installed.py"
+	$(Q)if [ -n "$(KVCFAST)" ] && [ -e "$(KVCFAST)" ]; then \
+		$(INSTALL) -m 0644 $(KVCFAST) "$(DESTDIR)$(PYTHONDIR)/kvclient/"; fi
 	$(Q)$(INSTALL) -m 0644 $(DOC_MD) $(DESTDIR)$(DOCDIR)/
 	$(Q)if [ -e $(DESTDIR)$(SYSCONFDIR)/kvcached/kvcached.conf ]; then \
 		echo "  KEEP    $(DESTDIR)$(SYSCONFDIR)/kvcached/kvcached.conf (exists; new example in $(DESTDIR)$(DOCDIR))"; \
@@ -450,7 +468,7 @@ uninstall:
 		$(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(DOC_MD))) \
 		$(foreach m,$(notdir $(MAN_SRC:%.in=%)),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(m))
 	$(Q)pydir='$(PYTHONDIR)'; rm -f $(addprefix "$(DESTDIR)$$pydir/kvclient/",$(notdir $(PY_PKG))) \
-		"$(DESTDIR)$$pydir/kvclient/_installed.py" && \
+		"$(DESTDIR)$$pydir/kvclient/_installed.py" "$(DESTDIR)$$pydir/kvclient/"_kvcfast*.so && \
 		rm -rf "$(DESTDIR)$$pydir/kvclient/__pycache__" && \
 		{ rmdir "$(DESTDIR)$$pydir/kvclient" 2>/dev/null || true; }
 	$(Q)rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null || true

@@ -16,8 +16,8 @@
 #include "../shm/index.h"
 #include "../shm/key.h"
 #include "../shm/page.h"
+#include "../shm/prefix.h"
 
-#define PREFETCH_AHEAD 8
 /* Restore bandwidth assumed before the daemon has measured one (B/s): a
  * modest NVMe drive. */
 #define KVC_RESTORE_BPS_GUESS 1e9
@@ -114,6 +114,9 @@ int kvc_req_new(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
 		memcpy(r->tokens, tokens, n * c->bt * sizeof(uint32_t));
 		kvshm_key_chain(c->root, kvshm_key_extra(extra, extra_len), r->tokens,
 				n * c->bt, c->bt, r->keys);
+		/* The keys first, then their buckets on their way (issue #23):
+		 * by the time the engine calls kvc_lookup they have arrived. */
+		kvshm_walk_prefetch(c->seg, r->keys, n);
 	}
 	*out = r;
 	return 0;
@@ -147,6 +150,7 @@ int kvc_req_new_keys(kvc_t *c, const void *keys, const uint32_t *key_lens, size_
 		r->keys[i] = kvshm_key_engine(c->root, k, key_lens[i], r->tokens + i * c->bt, c->bt);
 		k += key_lens[i];
 	}
+	kvshm_walk_prefetch(c->seg, r->keys, n);
 	*out = r;
 	return 0;
 }
@@ -174,42 +178,33 @@ size_t kvc_req_blocks(const struct kvc_req *r)
 /*
  * Pin blocks from..n while they are READY pages that verify; stops at the
  * first miss or when pin slots run out. Returns the block it stopped at;
- * *missed says whether it stopped on a miss (not on the pin quota).
+ * *missed says whether it stopped on a miss (not on the pin quota or a pin
+ * lost to the evictor). The walk itself (prefetch pipeline, one fence per
+ * run of pins) is shm/prefix.h's.
  */
 size_t kvci_pin_run(struct kvc_req *r, size_t from, bool *missed)
 {
 	kvc_t *c = r->c;
-	const struct kvshm_header *h = c->seg;
 	struct kvshm_ledger *l = c->ledger;
 	size_t i, k, got;
-	uint32_t bt = c->bt;
+	struct kvshm_walk w;
 
-	for (k = from; k < r->n && k < from + PREFETCH_AHEAD; k++)
-		kvshm_index_prefetch(h, r->keys[k]);
+	*missed = false;
+	if (from >= r->n)
+		return from;
 	/* All the pin slots this walk can use, in one lock round. */
 	got = kvc_slots_get(c, r->slot + from, (uint32_t)(r->n - from));
-	*missed = false;
-	for (i = from; i < from + got; i++) {
-		uint32_t page, gen;
-
-		if (i + PREFETCH_AHEAD < r->n)
-			kvshm_index_prefetch(h, r->keys[i + PREFETCH_AHEAD]);
-		page = kvshm_index_find(h, r->keys[i]);
-		if (page == UINT32_MAX ||
-		    !kvshm_page_verify(h, page, c->ns_id, r->keys[i], kvci_parent(r, i),
-				       r->tokens + i * bt, &gen)) {
-			*missed = true;
-			break;
-		}
-		if (!kvshm_ledger_pin(l, r->slot[i], h, page, gen)) {
-			atomic_fetch_add_explicit(&l->pin_failures, 1, memory_order_relaxed);
-			break;
-		}
-		kvshm_ledger_touch(l, page);
-		r->page[i] = page;
-		r->gen[i] = gen;
-		r->state[i] = KVC_B_PINNED;
-		KVC_TSAN_ACQUIRE(c->pool + (uint64_t)page * c->slot_bytes);
+	w = (struct kvshm_walk){
+		.keys = r->keys + from, .tokens = r->tokens + from * c->bt,
+		.slot = r->slot + from, .page = r->page + from, .gen = r->gen + from,
+		.n = got, .ns_id = c->ns_id, .parent = kvci_parent(r, from), .flat = r->flat,
+	};
+	i = from + kvshm_walk_pin(c->seg, l, &w, missed);
+	if (!*missed && i < from + got)
+		atomic_fetch_add_explicit(&l->pin_failures, 1, memory_order_relaxed);
+	for (k = from; k < i; k++) {
+		r->state[k] = KVC_B_PINNED;
+		KVC_TSAN_ACQUIRE(c->pool + (uint64_t)r->page[k] * c->slot_bytes);
 	}
 	/* Slots past the hit prefix go back (when got < n, the pin quota
 	 * ended the prefix and the rest is a miss). */

@@ -26,8 +26,9 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 10u	/* 8: remote tier counters; 9: single flight (page
-				 * flight, row flight, wait stats); 10: tick timing */
+#define KVSHM_VERSION 11u	/* 8: remote tier counters; 9: single flight (page
+				 * flight, row flight, wait stats); 10: page
+				 * entries of one cache line; 11: tick timing */
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -194,6 +195,7 @@ struct kvshm_stats {
 	_Atomic uint64_t remote_hits;		/* fetched, verified, placed */
 	_Atomic uint64_t remote_misses;		/* not there, server down, or late */
 	_Atomic uint64_t remote_dropped;	/* failed verification: never served */
+	_Atomic uint64_t remote_stale;		/* items of another format version: misses */
 	_Atomic uint64_t remote_timeouts;	/* operations past remote-timeout-ms */
 	_Atomic uint64_t remote_fetch_bytes;	/* item bytes fetched */
 	_Atomic uint64_t remote_fetch_bps;	/* measured fetch bandwidth, B/s */
@@ -208,7 +210,7 @@ struct kvshm_stats {
 	_Atomic uint64_t wait_tokens;		/* prefill tokens saved by waiting */
 	/* The daemon's tick (daemon/server.c): ticks run, those that took
 	 * longer than tick-ms (the loop fell behind), and how long each
-	 * took, as a histogram (kvshm_tick_bucket). Layout 10. */
+	 * took, as a histogram (kvshm_tick_bucket). Layout 11. */
 	_Atomic uint64_t ticks;
 	_Atomic uint64_t ticks_slow;
 	_Atomic uint64_t tick_hist[KVSHM_TICK_BUCKETS];
@@ -496,6 +498,7 @@ struct kvshm_page {
 	struct kvshm_key parent;
 	uint32_t ref;
 	_Atomic uint32_t flight;
+	uint32_t pad[2];		/* one cache line per entry (layout 10) */
 };
 
 /* ------------------------------------------------------------ spill slots */
@@ -646,7 +649,7 @@ uint32_t kvshm_buckets_for(uint64_t entries);
 _Static_assert(sizeof(struct kvshm_key) == 16, "key");
 _Static_assert(sizeof(struct kvshm_entry) == 16, "entry");
 _Static_assert(sizeof(struct kvshm_bucket) == KVSHM_CACHELINE, "bucket");
-_Static_assert(sizeof(struct kvshm_page) == 56, "page entry");
+_Static_assert(sizeof(struct kvshm_page) == KVSHM_CACHELINE, "page entry: one line");
 _Static_assert(offsetof(struct kvshm_page, key) == 16, "page.key");
 _Static_assert(sizeof(struct kvshm_ns) == 128, "ns row");
 _Static_assert(sizeof(struct kvshm_client_row) == 80, "client row");

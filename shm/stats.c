@@ -170,6 +170,8 @@ const struct kvshm_metric kvshm_metrics[] = {
 	  "remote_misses", remote_misses),
 	M("kvcached_remote_fetch_blocks_total", "counter", NULL, "result=\"dropped\"",
 	  "remote_dropped", remote_dropped),
+	M("kvcached_remote_fetch_blocks_total", "counter", NULL, "result=\"stale\"",
+	  "remote_stale", remote_stale),
 	M("kvcached_remote_timeouts_total", "counter",
 	  "Remote operations past remote-timeout-ms, and fetches answered at their deadline.",
 	  NULL, "remote_timeouts", remote_timeouts),

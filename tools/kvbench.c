@@ -95,6 +95,7 @@ static const struct mode modes[] = {
 	{ "ttft", mode_ttft, "tinylm time to first token, warm vs cold prefill" },
 	{ "remote", mode_remote, "remote tier between two hosts vs raw memcached; cross-host TTFT" },
 	{ "gpu", mode_gpu, "gather/scatter kernels GB/s vs cuMemcpyDtoD (skipped: no GPU)" },
+	{ "flat", mode_flat, "verified lookup rate with 64k..4M blocks cached vs 4k cached" },
 	{ "python", mode_python, "the Python binding per request vs the same calls from C" },
 	{ "serve", mode_serve, "N tinylm engines serving: kvcached vs no cache, private caches" },
 	{ "scale", mode_scale, "daemon cost vs pool size, cached blocks, clients (only when named)" },
@@ -183,6 +184,8 @@ static void fmt_size(char *buf, size_t len, const struct row *r)
 			 strcmp(r->op, "hash_lookup") ? "" : ", hashed");
 	else if (r->workload)
 		snprintf(buf, len, "%s, %d proc", r->workload, r->procs);
+	else if (!strcmp(r->mode, "flat"))
+		snprintf(buf, len, "%zu k blk cached", r->blocks >> 10);
 	else if (!strcmp(r->mode, "ttft") || !strcmp(r->op, "ttft_remote"))
 		snprintf(buf, len, "%zu-tok doc + question", r->blocks * BT);
 	else if (!strcmp(r->mode, "publish") || !strcmp(r->mode, "pages") ||

@@ -494,7 +494,7 @@ static void print_json(FILE *f, const struct kvobs *o, const struct kvshm_snap *
 	if (remote_configured(s))
 		fprintf(f, "{\"enabled\":true,\"servers\":%llu,\"servers_up\":%llu,\"write\":\"%s\","
 			"\"puts\":%llu,\"put_bytes\":%llu,\"put_skipped\":%llu,\"put_errors\":%llu,"
-			"\"fetches\":%llu,\"hits\":%llu,\"misses\":%llu,\"dropped\":%llu,"
+			"\"fetches\":%llu,\"hits\":%llu,\"misses\":%llu,\"dropped\":%llu,\"stale\":%llu,"
 			"\"timeouts\":%llu,\"fetch_bytes\":%llu,\"fetch_bps\":%llu}",
 			(unsigned long long)V(s, remote_servers),
 			(unsigned long long)V(s, remote_servers_up),
@@ -506,6 +506,7 @@ static void print_json(FILE *f, const struct kvobs *o, const struct kvshm_snap *
 			(unsigned long long)V(s, remote_fetches), (unsigned long long)V(s, remote_hits),
 			(unsigned long long)V(s, remote_misses),
 			(unsigned long long)V(s, remote_dropped),
+			(unsigned long long)V(s, remote_stale),
 			(unsigned long long)V(s, remote_timeouts),
 			(unsigned long long)V(s, remote_fetch_bytes),
 			(unsigned long long)V(s, remote_fetch_bps));
@@ -589,8 +590,9 @@ static void remote_lines(FILE *f, const struct kvshm_snap *s)
 			fmt_bps(b, sizeof(b), (double)V(s, remote_fetch_bps)));
 	else
 		fputs("fetch bandwidth not measured yet\n", f);
-	fprintf(f, "             %llu dropped (failed verification), %llu timeouts, %llu puts skipped, %llu put errors\n",
-		(unsigned long long)V(s, remote_dropped), (unsigned long long)V(s, remote_timeouts),
+	fprintf(f, "             %llu dropped (failed verification), %llu stale (another item format), %llu timeouts, %llu puts skipped, %llu put errors\n",
+		(unsigned long long)V(s, remote_dropped), (unsigned long long)V(s, remote_stale),
+		(unsigned long long)V(s, remote_timeouts),
 		(unsigned long long)V(s, remote_put_skipped),
 		(unsigned long long)V(s, remote_put_errors));
 }

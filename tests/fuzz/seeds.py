@@ -439,6 +439,9 @@ def remote_seeds():
     # remote_val: byte 0 mode, byte 1 block tokens - 1, byte 2 secret.
     write("remote_val", "raw-empty", b"\x00\x0f\x01")
     write("remote_val", "raw-magic", b"\x00\x00\x01" + struct.pack("<QII", 0x31544F4D4552564B, 1, 1))
+    # An item header of format 2 (nonce after the payload length), short.
+    write("remote_val", "raw-v2", b"\x00\x00\x01" + struct.pack("<QII", 0x31544F4D4552564B, 2, 1) +
+          bytes(40) + bytes(range(24)) + bytes(200))
     write("remote_val", "built", b"\x01\x03\x01" + bytes(range(256)) * 4)
     write("remote_val", "built-damaged", b"\x01\x00\x02" + bytes(range(64)) + b"\x05\x00\xff")
     write("remote_val", "built-insecure", b"\x01\x0f\x00" + bytes(200))

@@ -505,6 +505,54 @@ static void test_bad_items_dropped(void **state)
 	host_stop(&b);
 }
 
+/* An item as a host of the previous release wrote it: format version 1
+ * (HMAC-SHA256, a 32-byte MAC: 16 bytes longer). */
+static void old_version(const struct fx *f, uint8_t *val, size_t len)
+{
+	struct kvd_rval_hdr h;
+
+	(void)f;
+	(void)len;
+	memcpy(&h, val, sizeof(h));
+	h.version = 1;
+	memcpy(val, &h, sizeof(h));
+}
+
+/* During an upgrade of the fleet, B fetches items of another format
+ * version: each is a miss, counted as stale (not as dropped, and not
+ * logged as damage), and the prefix ends there. */
+static void test_other_version_is_a_miss(void **state)
+{
+	struct fx *f = *state;
+	struct host a = { 0 }, b = { 0 };
+	struct kvshm_stats s;
+	size_t remote;
+	kvc_t *ca, *cb;
+
+	SKIP_IF_NEEDED(f);
+	pair_start(f, &a, &b, "stale", &ca, &cb);
+	publish(ca, 200, 1);
+	WAIT_STAT(&a, remote_puts, NB);
+	rewrite(f, ca, "stale", 200, 3, old_version);
+	assert_int_equal(fetch(cb, 200, &remote), 3);
+	s = stats_of(&b);
+	assert_int_equal(ST(s, remote_stale), 1);
+	assert_int_equal(ST(s, remote_dropped), 0);
+	assert_true(ST(s, remote_misses) >= 1);
+	assert_int_equal(log_count(&b, "dropped"), 0);
+	{
+		const char *js[] = { "--socket", b.d.sock, "--json", NULL };
+		static char out[1 << 16];
+
+		assert_int_equal(kvt_run(kvt_bin("kvstat"), js, out, sizeof(out)), 0);
+		assert_non_null(strstr(out, "\"dropped\":0,\"stale\":1,"));
+	}
+	kvc_close(ca);
+	kvc_close(cb);
+	host_stop(&a);
+	host_stop(&b);
+}
+
 /* The first block of prompt seed whose item lives on server v (NB: none). */
 static int first_on(const struct fx *f, kvc_t *c, const char *prefix, uint32_t seed, int v)
 {
@@ -947,6 +995,7 @@ static const struct CMUnitTest tests[] = {
 	cmocka_unit_test(test_tinylm_across_hosts),
 	cmocka_unit_test(test_kvdemo_says_remote_hits),
 	cmocka_unit_test(test_bad_items_dropped),
+	cmocka_unit_test(test_other_version_is_a_miss),
 	cmocka_unit_test(test_server_killed_and_back),
 	cmocka_unit_test(test_server_hangs_and_back),
 	cmocka_unit_test(test_kill9_while_writing),

@@ -22,6 +22,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <glob.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
@@ -941,6 +942,21 @@ static void check_tree(const char *root, const char *make_out)
 	}
 	closedir(dir);
 	want(PY_DIR "/_installed.py", 0644, NULL);
+	/* Its optional C fast path, where this build has one. */
+	{
+		const char *b = getenv("BUILD");
+		glob_t g;
+
+		snprintf(path, sizeof(path), "%s/_kvcfast*.so", b && *b ? b : "build");
+		if (!glob(path, 0, NULL, &g) && g.gl_pathc == 1) {
+			const char *base = strrchr(g.gl_pathv[0], '/');
+
+			snprintf(path, sizeof(path), "%s/%.60s", PY_DIR,
+				 base ? base + 1 : g.gl_pathv[0]);
+			want(path, 0644, NULL);
+		}
+		globfree(&g);
+	}
 	/* The documents the README points to (issue #24). */
 	want("/usr/share/doc/kvcached/PYTHON.md", 0644, NULL);
 	want("/usr/share/doc/kvcached/ARCHITECTURE.md", 0644, NULL);

@@ -26,6 +26,9 @@ print("package", kvclient.__version__)
 print("library", kvclient.version())
 assert kvclient.library_path() == os.path.join(site, "kvclient", "libkvclient.so.0"), \
     kvclient.library_path()
+from kvclient import _lib
+f = _lib.fast()
+print("fast", f is not None and os.path.dirname(f.__file__) == os.path.join(site, "kvclient"))
 m = kvclient.Model("kvt-venv", "float16", layers=1, kv_heads=2, head_dim=32, block_tokens=16)
 with kvclient.Client(m, socket=sock) as c:
     ids = list(range(1000, 1000 + 3 * 16))
@@ -88,6 +91,8 @@ def test_pip_install_in_a_venv(venv, daemon):
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.splitlines() == [
         f"metadata {want}", f"package {want}", f"library {want}",
+        # The fast path travels in the wheel when make built it.
+        f"fast {bool(list(BUILD.glob('_kvcfast*.so')))}",
         "hits 0 of 3", "hits 3 of 3",
     ]
     # pip knows every file it put there: uninstall leaves nothing.

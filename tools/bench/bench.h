@@ -174,6 +174,7 @@ void key_hex(char *out, struct kvc_key k);
 
 /* ---- modes, one file each (tools/bench/<name>.c) */
 void mode_lookup(void);
+void mode_flat(void);
 void mode_publish(void);
 void mode_pages(void);
 /* Named in kvbench.c's table already (weak until their file exists). */

@@ -115,7 +115,13 @@ def _files(v: str) -> list[tuple[str, bytes]]:
         if f.is_file() and (f.suffix == ".py" or f.name == "py.typed") and \
            f.name != "_installed.py":
             out.append((f"{NAME}/{f.name}", f.read_bytes()))
-    out.append((f"{NAME}/{SONAME}", library(v).read_bytes()))
+    lib = library(v)
+    out.append((f"{NAME}/{SONAME}", lib.read_bytes()))
+    # The optional fast path (_kvcfast.c), built by make next to the library.
+    # Its file name carries the interpreter's ABI tag, so another Python
+    # never loads it and falls back to ctypes.
+    for ext in sorted(lib.parent.glob("_kvcfast*.so")):
+        out.append((f"{NAME}/{ext.name}", ext.read_bytes()))
     di = _dist_info(v)
     out.append((f"{di}/METADATA", _metadata(v).encode()))
     out.append((f"{di}/WHEEL", (f"Wheel-Version: 1.0\nGenerator: kvclient_backend {v}\n"
@@ -154,7 +160,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         lines = []
         for arc, data in files:
             info = zipfile.ZipInfo(arc, date_time=(2020, 1, 1, 0, 0, 0))
-            info.external_attr = (0o755 if arc.endswith(SONAME) else 0o644) << 16
+            info.external_attr = (0o755 if arc.endswith((SONAME, ".so")) else 0o644) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, data)
             lines.append(_record_line(arc, data))

@@ -224,6 +224,55 @@ def lib() -> Lib:
     return _lib
 
 
+_fast_mod = None
+_fast_tried = False
+
+
+def fast():
+    """The optional C fast path (_kvcfast.c), bound to the loaded library,
+    or None: not built, not loadable, or KVCLIENT_NO_FAST set. Looked for
+    inside the package (an installed build), then next to the library
+    (a build tree: make puts it beside libkvclient.so)."""
+    global _fast_mod, _fast_tried
+    if _fast_tried:
+        return _fast_mod
+    L = lib()
+    with _lock:
+        if _fast_tried:
+            return _fast_mod
+        mod = None
+        if not os.environ.get("KVCLIENT_NO_FAST"):
+            try:
+                from . import _kvcfast as mod
+            except ImportError:
+                mod = _fast_beside(L.path)
+        if mod is not None:
+            addr = [ctypes.cast(getattr(L, n), c_void_p).value
+                    for n in ("req_new", "lookup", "req_free_nowait")]
+            mod.bind(*addr)
+        _fast_mod, _fast_tried = mod, True
+    return _fast_mod
+
+
+def _fast_beside(path: str):
+    import importlib.machinery
+    import importlib.util
+    if os.sep not in path:
+        return None	# found by the dynamic linker: no folder to look in
+    d = os.path.dirname(path)
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        f = os.path.join(d, "_kvcfast" + suffix)
+        if os.path.exists(f):
+            try:
+                spec = importlib.util.spec_from_file_location(__package__ + "._kvcfast", f)
+                mod = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(mod)
+                return mod
+            except (ImportError, OSError):
+                return None
+    return None
+
+
 def errbuf(n: int = 512):
     """A zeroed buffer for kvc_options.errbuf."""
     return (c_char * n)()

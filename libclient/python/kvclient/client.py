@@ -297,10 +297,13 @@ class Client:
         dev = L.pool_device(h)
         self.pool_device: int | None = dev if dev >= 0 else None
         self._geom = model._geometry()
-        # Hot-path functions, bound once.
+        # Hot-path functions, bound once: the C fast path's (requests are
+        # then plain ints) when it is built, else ctypes' (c_void_p).
+        self._fast = F = _L.fast()
+        self._hv = h.value
         self._req_new = L.req_new
-        self._lookup = L.lookup
-        self._free_nowait = L.req_free_nowait
+        self._lookup = F.lookup if F else L.lookup
+        self._free_nowait = F.req_free if F else L.req_free_nowait
         self._free_wait = L.req_free
 
     # -------------------------------------------------------------- life
@@ -367,18 +370,37 @@ class Client:
         h = self._h
         if h is None:
             raise ClientClosedError(_errno.EBADF, "the Client is closed")
-        if type(tokens) is _array and tokens.typecode in "Ii":	# the cheapest input
-            addr, n = tokens.buffer_info()
-        else:
-            conv = _U32.get(type(tokens))
-            addr, n, keep = conv(tokens) if conv else _b.u32(tokens)
         if extra is not None:
             extra = _bytes_arg(extra, "extra")
         if label is not None:
             label_b = _label_bytes(label)
-        r = c_void_p()
-        rc = self._req_new(h, addr, n, extra, len(extra) if extra else 0, r)
-        if rc < 0:
+        F = self._fast
+        # The C fast path takes lists, tuples and buffers (array.array,
+        # numpy) itself; None: not taken, go the ctypes way.
+        rc = F.req_new(self._hv, tokens, extra) if F else None
+        if rc is None and F and type(tokens).__module__.startswith("torch"):
+            # A CPU tensor's numpy() view (no copy) is a buffer the fast
+            # path takes; anything else (CUDA, grad, strided, out of
+            # range) goes the ctypes way below, which says what is wrong.
+            try:
+                rc = F.req_new(self._hv, tokens.numpy(), extra)
+            except Exception:
+                rc = None
+        n = 0	# the fast path takes no more than KVC_MAX_TOKENS tokens
+        if rc is None:
+            if type(tokens) is _array and tokens.typecode in "Ii":
+                addr, n = tokens.buffer_info()
+            else:
+                conv = _U32.get(type(tokens))
+                addr, n, keep = conv(tokens) if conv else _b.u32(tokens)
+            if F:	# a tensor: by address, still without ctypes
+                rc = F.req_new_at(self._hv, addr or 0, n, extra)
+            else:
+                r = c_void_p()
+                rc = self._req_new(h, addr, n, extra, len(extra) if extra else 0, r)
+                if rc >= 0:
+                    rc = r
+        if not isinstance(rc, c_void_p) and rc < 0:
             what = None
             if rc == -_errno.EINVAL and self.model.keys == "engine":
                 what = ("request: this Client's namespace is engine-keyed "
@@ -387,13 +409,13 @@ class Client:
         # Request.__init__, inlined: this is the per-prompt path.
         req = _new_request(Request)
         req._c = self
-        req._r = r
-        req._key = key = r.value
+        req._r = rc
+        req._key = key = rc if F else rc.value
         req._stage = _NEW
         req.hits = req.granted = 0
         self._live.add(key)
         if label is not None:
-            _label(req, r, label, label_b)
+            _label(req, req._r, label, label_b)
         return req
 
     def request_keys(self, keys: Any, label: str | None = None) -> "Request":
@@ -536,7 +558,8 @@ class Request:
 
     def __init__(self, client: Client, r: c_void_p):
         self._c = client
-        self._r = r
+        # With the C fast path (client._fast) requests are plain ints.
+        self._r = r.value if client._fast else r
         self._key = r.value
         self._stage = _NEW
         #: leading blocks that are cached and pinned (after lookup/restore/publish)
