@@ -238,6 +238,8 @@ $(BUILD)/kvbench: TOOL_LIBS := -lhiredis -lmemcached -luring -lsodium -lcrypto
 # Its remote mode starts memcached servers the way the tests do, and times
 # the item MAC (daemon/tier/remote_fmt.c) against its candidates.
 $(BUILD)/kvbench: $(BUILD)/tests/lib/mcsrv.o $(BUILD)/daemon/tier/remote_fmt.o
+# Its scale mode reads /proc the way the tests do.
+$(BUILD)/kvbench: $(BUILD)/tests/lib/procfs.o
 
 # Unit tests reach internals through the objects (jemalloc's JET idea).
 $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(SHM_OBJ) $(DAEMON_LIB) $(KERNEL_OBJ)

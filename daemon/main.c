@@ -210,6 +210,7 @@ out:
 	kvd_policy_close(&d.pol);
 	free(d.mark);
 	free(d.damaged);
+	free(d.census_stamp);
 	free(d.clients);
 	if (!rc)
 		kvd_info("stopped cleanly");

@@ -26,10 +26,11 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 11u	/* 8: remote tier counters; 9: single flight (page
+#define KVSHM_VERSION 12u	/* 8: remote tier counters; 9: single flight (page
 				 * flight, row flight, wait stats); 10: page
-				 * entries of one cache line; 11: ledger access
-				 * ring of 1024, a hit run written deepest first */
+				 * entries of one cache line; 11: tick timing;
+				 * 12: ledger access ring of 1024, a hit run
+				 * written deepest first */
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -112,6 +113,9 @@ enum kvshm_pool_kind {
  * count in their own ledgers, folded in by the daemon on every tick and when
  * a client leaves.
  */
+/* Buckets of the tick-duration histogram (struct kvshm_stats). */
+#define KVSHM_TICK_BUCKETS 40u
+
 struct kvshm_stats {
 	_Atomic uint64_t pages_free;
 	_Atomic uint64_t pages_writing;
@@ -136,7 +140,8 @@ struct kvshm_stats {
 	_Atomic uint64_t pin_failures;
 	_Atomic uint64_t lookup_tokens;		/* prompt tokens looked up */
 	_Atomic uint64_t hit_tokens;		/* of those, served from cache */
-	/* Census, every few ticks: distinct READY pages some ledger pins,
+	/* Census, a pass every few ticks (16,384 ledger slots a tick at
+	 * most; daemon/core/top.c): distinct READY pages some ledger pins,
 	 * and pin slots in use over all clients. */
 	_Atomic uint64_t pages_pinned;
 	_Atomic uint64_t pins;
@@ -205,7 +210,42 @@ struct kvshm_stats {
 	_Atomic uint64_t wait_timeouts;		/* ... the caller's timeout ran out */
 	_Atomic uint64_t wait_lost;		/* ... the writer released or died */
 	_Atomic uint64_t wait_tokens;		/* prefill tokens saved by waiting */
+	/* The daemon's tick (daemon/server.c): ticks run, those that took
+	 * longer than tick-ms (the loop fell behind), and how long each
+	 * took, as a histogram (kvshm_tick_bucket). Layout 11. */
+	_Atomic uint64_t ticks;
+	_Atomic uint64_t ticks_slow;
+	_Atomic uint64_t tick_hist[KVSHM_TICK_BUCKETS];
 };
+
+/*
+ * Histogram bucket of a tick that took `ns`: 0 for under 1 us, then two
+ * buckets per doubling, bucket b >= 1 holding [2^((b-1)/2), 2^(b/2)) us;
+ * the last one holds everything longer (about 0.7 s and up).
+ */
+static inline uint32_t kvshm_tick_bucket(uint64_t ns)
+{
+	uint64_t us = ns / 1000;
+	uint32_t k, b;
+
+	if (!us)
+		return 0;
+	if (us >= (1ull << 30))
+		return KVSHM_TICK_BUCKETS - 1;
+	k = 63u - (uint32_t)__builtin_clzll(us);	/* 2^k <= us < 2^(k+1) */
+	/* us >= 2^(k + 1/2) <=> us^2 >= 2^(2k+1) */
+	b = 2 * k + 1 + (us * us >= (1ull << (2 * k + 1)));
+	return b < KVSHM_TICK_BUCKETS ? b : KVSHM_TICK_BUCKETS - 1;
+}
+
+/* Upper end of bucket b in nanoseconds (UINT64_MAX for the last one). */
+static inline uint64_t kvshm_tick_bucket_ns(uint32_t b)
+{
+	if (b + 1 >= KVSHM_TICK_BUCKETS)
+		return UINT64_MAX;
+	/* 2^(b/2) us, the half powers rounded: 1000 * 2^(b/2). */
+	return (b & 1 ? 1414ull : 1000ull) << (b / 2);
+}
 
 /* When the remote tier writes a block (remote_write_mode). */
 enum kvshm_remote_write {
@@ -244,16 +284,13 @@ struct kvshm_ns_stats {
 	_Atomic uint64_t hit_tokens;
 	_Atomic uint64_t published;	/* pages its clients published */
 	_Atomic uint64_t dropped;	/* pages dropped at a client's request */
-	/* Gauges. pages: READY pool pages of the namespace, counted by a
-	 * sweep over the page table a slice per tick (so up to n_pages /
-	 * KVSHM_NS_SWEEP ticks old). clients: attached with it now. */
+	/* Gauges. pages: pool pages holding a block of the namespace
+	 * (READY, or EVICTING on its way out), kept at each page transition
+	 * (shm/page.c). clients: attached with it now. */
 	_Atomic uint64_t pages;
 	_Atomic uint64_t clients;
 	uint64_t resv[7];
 };
-
-/* Page-table entries the per-namespace page count reads per tick. */
-#define KVSHM_NS_SWEEP 16384u
 
 /* Position encoding kinds a namespace can declare. */
 enum kvshm_pos_kind {

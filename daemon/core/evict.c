@@ -27,6 +27,8 @@
 #include "../tier/tier.h"
 
 #define BATCH 256
+/* Pages the tick evicts at most (4096 a tick: 200k pages/s at 20 ms). */
+#define KVD_EVICT_TICK 4096u
 
 static void back_off(uint32_t page, void *arg)
 {
@@ -75,7 +77,11 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 		return 0;
 
 	/* No more picks than held pages: one that is kept goes back as just
-	 * used, behind all the others, so each is tried at most once. */
+	 * used, behind all the others, so each is tried at most once. The
+	 * tick takes a bounded slice; an ALLOC that needs pages now may try
+	 * them all. */
+	if (!may_wait && budget > 16 * KVD_EVICT_TICK)
+		budget = 16 * KVD_EVICT_TICK;
 	while (freed < want && picked < budget && !dry) {
 		/* Without may_wait (the tick), take no more candidates than the
 		 * spill tier has writes free: the loop never waits on the disk,
@@ -137,11 +143,12 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 		kvd_debug("eviction: %u pinned candidates backed off", backed);
 	if (freed) {
 		d->evict_backoff = 0;
-	} else if (no_room) {
-		/* Spill writes are all busy: the next tick goes on. */
+	} else if (no_room || (picked >= budget && budget < d->pol.held)) {
+		/* Spill writes are all busy, or the tick's slice ended before
+		 * every held page was tried: the next tick goes on. */
 	} else {
-		/* Everything is pinned or being written: two full sweeps found
-		 * nothing. Do not sweep again every tick and every ALLOC; wait
+		/* Everything is pinned or being written: every held page was
+		 * tried. Do not try again every tick and every ALLOC; wait
 		 * (up to 16 ticks) or until pins are released. */
 		d->evict_backoff = d->evict_backoff ? (d->evict_backoff < 8 ? d->evict_backoff * 2 : 16) : 1;
 		d->evict_quiet_until = d->ticks + d->evict_backoff;
@@ -259,11 +266,18 @@ static void on_holes(uint32_t first, uint32_t n, void *arg)
 
 void kvd_evict_tick(struct kvd *d)
 {
-	kvd_pool_holes(&d->pool, 64ull << 20, on_holes, d);
+	/* A slice of the pool per tick (see Trust in ARCHITECTURE.md for
+	 * how long a hole can go unseen): 32 MiB of 4 KiB pages, whose page
+	 * table mincore walks entry by entry, or 512 MiB of huge pages. */
+	kvd_pool_holes(&d->pool, d->pool.mem.huge ? 512ull << 20 : 32ull << 20, on_holes, d);
 	/* Pages being spilled are as good as free: they will be soon. */
 	uint32_t free_now = kvshm_free(d->h)->count + kvd_tiers_pending(d);
 
 	drain_rings(d);
+	/* A bounded slice per tick: the watermarks are a share of the pool,
+	 * and evicting all of the gap at once made one tick's work grow with
+	 * it (an ALLOC that needs pages evicts what it needs itself). */
 	if (free_now < d->low_pages)
-		kvd_evict(d, d->high_pages - free_now, false);
+		kvd_evict(d, d->high_pages - free_now < KVD_EVICT_TICK ?
+			  d->high_pages - free_now : KVD_EVICT_TICK, false);
 }

@@ -272,7 +272,7 @@ static void retire_counters(struct kvd *d, struct kvd_client *c)
 /* Release everything the client holds and free its row. */
 static void release(struct kvd *d, struct kvd_client *c, const char *why)
 {
-	uint32_t reclaimed = kvd_cache_reclaim(d, kvd_owner(c));
+	uint32_t reclaimed = kvd_cache_reclaim(d, c);
 
 	if (c->hello)
 		kvd_info("client %u detached: pid %d (%s), %s; %u writing pages reclaimed",
@@ -287,6 +287,11 @@ static void release(struct kvd *d, struct kvd_client *c, const char *why)
 	kvd_memfd_close(&c->ledger);
 	free(c->in);
 	free(c->out);
+	/* Out of its process's list of handles. */
+	if (c->proc_prev)
+		d->clients[c->proc_prev - 1].proc_next = c->proc_next;
+	if (c->proc_next)
+		d->clients[c->proc_next - 1].proc_prev = c->proc_prev;
 	memset(c, 0, sizeof(*c));
 	d->n_clients--;
 	/* Its counts reach the totals now, not a tick after its row is gone. */
@@ -425,9 +430,8 @@ void kvd_registry_tick(struct kvd *d)
 	hello_deadline(d);
 	fold_stats(d);
 	atomic_store_explicit(&kvshm_stats(d->h)->fds_passed, kvd_closer_passed_total(), RELAXED);
-	/* The census reads every ledger slot: every 5th tick is enough. */
-	if (d->ticks++ % 5 == 0)
-		kvd_pin_census(d);
+	d->ticks++;
+	kvd_pin_census(d);
 	atomic_store_explicit(&d->h->heartbeat,
 			      atomic_load_explicit(&d->h->heartbeat, RELAXED) + 1, RELAXED);
 }
