@@ -54,7 +54,7 @@ E := @true
 endif
 
 SHM_SRC    := $(sort $(wildcard shm/*.c))
-DAEMON_SRC := $(sort $(wildcard daemon/*.c))
+DAEMON_SRC := $(sort $(wildcard daemon/*.c daemon/*/*.c))
 CLIENT_SRC := $(sort $(wildcard libclient/*.c))
 KERNEL_SRC := $(sort $(wildcard kernels/*.c))
 UNIT_SRC   := $(sort $(wildcard tests/unit/*.c))
@@ -129,15 +129,23 @@ tools: deps-run
 # The plain build and the ASan+UBSan build run the same suites, so every
 # run of CI also runs the sanitizers.
 NPROC := $(shell nproc 2>/dev/null || echo 2)
+# tests/floors checks the layout of the calls (check-floors, below).
 # Then every fuzz target replays its seeds and regression inputs and
 # fuzzes for FUZZ_SECONDS_TEST seconds (before the suites, so that their
 # summary line stays the last line).
 test: deps
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) all
+	$(Q)./tests/floors $(BUILD)
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) SAN=asan BUILD=build-asan all
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) fuzz-build
 	$(Q)FUZZ_BUILD=$(FUZZ_BUILD) ./tests/fuzz/run -t $(FUZZ_SECONDS_TEST) $(FUZZ_TARGETS)
 	$(Q)BUILDS="$(BUILD) build-asan" ./tests/run-tests
+
+# No file of daemon/ or libclient/ in a call loop, no daemon file calling
+# into a floor above its own (tests/floors reads the objects with nm).
+.PHONY: check-floors
+check-floors: $(KVCACHED) $(LIBA)
+	$(Q)./tests/floors $(BUILD)
 
 # The GPU suites (tests/gpu/): built by `all` (a compile check), run only
 # here; each test skips, saying why, where there is no driver or GPU.
@@ -240,7 +248,7 @@ $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o $(TESTLIB_OBJ) $(LI
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -ldl $(TEST_LIBS)
 
-# KV events (daemon/events.c): the tests subscribe with libzmq and decode
+# KV events (daemon/obs/events.c): the tests subscribe with libzmq and decode
 # with msgpack-c; the daemon links neither.
 $(BUILD)/tests/unit/events: TEST_LIBS := -lmsgpackc
 $(BUILD)/tests/integration/events: TEST_LIBS := -lzmq -lmsgpackc
@@ -325,8 +333,8 @@ $(BUILD)/tests/integration/tinylm $(BUILD)/tests/integration/flight $(BUILD)/tes
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm
 
 # The remote tier's test also writes raw items into memcached itself
-# (daemon/remote_fmt.c, libmemcached) and runs tinylm across two hosts.
-$(BUILD)/tests/integration/remote: $(BUILD)/tests/integration/remote.o $(TESTLIB_OBJ) $(BUILD)/daemon/remote_fmt.o $(TINYLM_LIB) $(LIBA)
+# (daemon/tier/remote_fmt.c, libmemcached) and runs tinylm across two hosts.
+$(BUILD)/tests/integration/remote: $(BUILD)/tests/integration/remote.o $(TESTLIB_OBJ) $(BUILD)/daemon/tier/remote_fmt.o $(TINYLM_LIB) $(LIBA)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm -lmemcached -lcrypto
 

@@ -12,6 +12,7 @@
 #include <grp.h>
 #include <limits.h>
 #include <pwd.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,121 +21,10 @@
 #include "../shm/proto.h"
 #include "../shm/segment.h"
 #include "config.h"
-#include "events.h"
-#include "log.h"
-#include "memcheck.h"
-#include "remote_fmt.h"
-
-void kvd_config_defaults(struct kvd_config *cfg)
-{
-	memset(cfg, 0, sizeof(*cfg));
-	if (kvproto_socket_path(cfg->socket, sizeof(cfg->socket)))
-		cfg->socket[0] = 0;
-	strcpy(cfg->pool, "host");
-	cfg->pool_size = 1ull << 30;
-	cfg->page_size = 2ull << 20;	/* Llama-3-8B, bf16, 16 tokens */
-	cfg->block_tokens = 16;
-	cfg->max_clients = 64;
-	cfg->max_per_process = 16;
-	cfg->max_pins = 8192;
-	cfg->max_share = 50;
-	cfg->hello_timeout_ms = 5000;
-	cfg->low_watermark = 5;
-	cfg->high_watermark = 10;
-	cfg->socket_mode = 0660;
-	cfg->tick_ms = 20;
-	cfg->hugepages = KVD_HUGE_AUTO;
-	cfg->log_level = KVD_LOG_INFO;
-	cfg->spill_size = 16ull << 30;
-	strcpy(cfg->kv_events_topic, "kv@{host}@{model}");
-	cfg->kv_events_buffer = 10000;
-	cfg->kv_events_hwm = 10000;
-	cfg->kv_events_stall_ms = 1000;
-	cfg->remote_write = KVD_REMOTE_PUBLISH;
-	cfg->remote_timeout_ms = 100;
-	strcpy(cfg->remote_prefix, "kvc");
-	/* Our own user, and root: root can read any process's memory
-	 * anyway, and `sudo kvstat` should simply work. */
-	cfg->allow_uid[0] = geteuid();
-	cfg->allow_uid[1] = 0;
-	cfg->n_allow_uid = geteuid() ? 2 : 1;
-}
-
-void kvd_config_usage(FILE *f)
-{
-	fprintf(f,
-"usage: kvcached [options]\n"
-"\n"
-"The host-local KV-cache daemon: owns a pool of KV pages and the shared\n"
-"index that every libkvclient process on the host reads.\n"
-"\n"
-"  --config FILE          read settings from FILE (same keys, \"key = value\")\n"
-"  --socket PATH          Unix socket (default: $KVCACHED_SOCKET, else\n"
-"                         /run/kvcached/kvcached.sock as root,\n"
-"                         $XDG_RUNTIME_DIR/kvcached.sock otherwise)\n"
-"  --pool host|cuda       where pages live (default host; cuda: GPU memory\n"
-"                         shared over CUDA VMM file descriptors)\n"
-"  --gpu N                CUDA device ordinal of a cuda pool (default 0)\n"
-"  --pool-size SIZE|PCT%%  pool bytes, suffix K M G T (default 1G), or a share\n"
-"                         of the memory available to kvcached (e.g. 40%%:\n"
-"                         of MemAvailable and any memory cgroup limit)\n"
-"  --page-size SIZE       bytes per page slot, a multiple of 4K (default 2M)\n"
-"  --block-tokens N       tokens per cached block (default 16)\n"
-"  --max-clients N        attached handles at once (default 64)\n"
-"  --max-per-process N    handles one process may attach (default 16)\n"
-"  --max-pins N           pin slots per client (default 8192; at most\n"
-"                         max-share of the pool)\n"
-"  --max-share PCT        pool share one process may use (default 50): pages\n"
-"                         pinned or writing, over all its handles\n"
-"  --hello-timeout-ms N   time to send HELLO (default 5000), then dropped\n"
-"  --low-watermark PCT    evict when free pages fall below PCT%% (default 5)\n"
-"  --high-watermark PCT   ...until PCT%% are free (default 10)\n"
-"  --allow-users LIST     user names or uids that may attach (default: own\n"
-"                         user and root; a list replaces both)\n"
-"  --allow-groups LIST    group names or gids that may attach (default none)\n"
-"  --socket-mode OCTAL    socket file mode (default 0660)\n"
-"  --hugepages auto|on|off  hugetlb pages for the host pool (default auto)\n"
-"  --log-level error|warning|info|debug  (default info)\n"
-"  --tick-ms N            housekeeping period in ms (default 20)\n"
-"  --spill-dir DIR        spill evicted pages to slot files in DIR (NVMe);\n"
-"                         found again after a restart (default: no spill)\n"
-"  --spill-size SIZE      bytes of spill slots under DIR (default 16G)\n"
-"  --spill-io auto|uring|threads  (default auto: io_uring if it works, else\n"
-"                         pread/pwrite on worker threads)\n"
-"  --metrics-listen IP:PORT  serve Prometheus /metrics over HTTP there\n"
-"                         (default off; e.g. 127.0.0.1:9464)\n"
-"  --kv-events ENDPOINT   publish KV events for cluster routers (vLLM's\n"
-"                         format, docs/EVENTS.md) on a ZMQ PUB socket, e.g.\n"
-"                         tcp://*:5557 or ipc:///run/kvcached/events\n"
-"                         (default off; libzmq is loaded only then)\n"
-"  --kv-events-replay ENDPOINT  ROUTER socket that resends buffered batches\n"
-"                         from a requested sequence number (default off)\n"
-"  --kv-events-buffer N   batches kept for replay (default 10000)\n"
-"  --kv-events-topic T    (default kv@{host}@{model}) topic of a namespace's\n"
-"                         batches; {host} and {model} are replaced\n"
-"  --kv-events-hash uint64|int64|bytes  (default uint64) block hash form:\n"
-"                         as vLLM sends it, signed (Dynamo), the 16-byte key\n"
-"  --kv-events-hwm N      (default 10000) batches queued per subscriber;\n"
-"                         more are dropped and counted\n"
-"  --kv-events-stall-ms N  (default 1000) how long one subscriber's full\n"
-"                         queue may drop every batch before it alone loses\n"
-"                         them (0: never)\n"
-"  --kv-events-mode bind|connect  (default bind) bind the endpoint, or\n"
-"                         connect to a subscriber that binds\n"
-"  --remote memcached:HOST:PORT[,HOST:PORT...]  a remote tier shared by\n"
-"                         hosts on these memcached servers (ketama; start\n"
-"                         them with -I above page-size; default: none)\n"
-"  --remote-write publish|evict  when blocks go there (default publish)\n"
-"                         publish: as published; evict: as evicted\n"
-"  --remote-secret-file FILE  cluster secret the blocks are sealed with\n"
-"                         (HMAC-SHA256); must not be readable by others\n"
-"  --remote-insecure      no secret, with a warning (default false)\n"
-"  --remote-timeout-ms N  limit of every remote operation (default 100)\n"
-"  --remote-prefix WORD   item keys start with WORD (default kvc)\n"
-"  --foreground           run in the foreground (kvcached never forks;\n"
-"                         accepted for scripts that pass it)\n"
-"  --help, --version\n");
-}
+#include "obs/events.h"
+#include "util/log.h"
+#include "pool/memcheck.h"
+#include "tier/remote_fmt.h"
 
 int kvd_parse_size(const char *s, uint64_t *out)
 {
@@ -284,224 +174,404 @@ static int parse_ids(const char *val, bool users, struct kvd_config *cfg,
 	return 0;
 }
 
+/* ------------------------------------------------------------ values
+ * The parsers of the table's CUSTOM rows: 0, 1 with *why naming the
+ * problem, or -1 after printing their own message. */
+
+static int set_socket(struct kvd_config *cfg, const char *val, const char *where,
+		      const char **why)
+{
+	(void)where;
+	if (!*val || strlen(val) >= sizeof(cfg->socket)) {
+		*why = "empty, or longer than 107 bytes";
+		return 1;
+	}
+	strcpy(cfg->socket, val);
+	return 0;
+}
+
+static int set_pool(struct kvd_config *cfg, const char *val, const char *where,
+		    const char **why)
+{
+	(void)where;
+	if (strcmp(val, "host") && strcmp(val, "cuda")) {
+		*why = "must be host or cuda";
+		return 1;
+	}
+	strcpy(cfg->pool, val);
+	return 0;
+}
+
+static int set_pool_size(struct kvd_config *cfg, const char *val, const char *where,
+			 const char **why)
+{
+	size_t l = strlen(val);
+
+	(void)where;
+	if (l > 1 && val[l - 1] == '%') {
+		char num[16];
+
+		*why = "a share must be 1%..100%";
+		if (l - 1 >= sizeof(num))
+			return 1;
+		memcpy(num, val, l - 1);
+		num[l - 1] = 0;
+		if (parse_u32(num, 1, 100, &cfg->pool_share, 10))
+			return 1;
+	} else {
+		if (kvd_parse_size(val, &cfg->pool_size)) {
+			*why = "not a size (a number with an optional K, M, G or T suffix, or a share such as 40%)";
+			return 1;
+		}
+		cfg->pool_share = 0;
+	}
+	return 0;
+}
+
+static int set_metrics_listen(struct kvd_config *cfg, const char *val, const char *where,
+			      const char **why)
+{
+	(void)where;
+	if (!*val) {
+		cfg->metrics_listen[0] = 0;	/* off */
+		return 0;
+	}
+	if (strlen(val) >= sizeof(cfg->metrics_listen) ||
+	    kvd_parse_listen(val, &cfg->metrics_addr)) {
+		*why = "must be IP:PORT, e.g. 127.0.0.1:9464 or [::1]:9464";
+		return 1;
+	}
+	strcpy(cfg->metrics_listen, val);
+	return 0;
+}
+
+static int set_topic(struct kvd_config *cfg, const char *val, const char *where,
+		     const char **why)
+{
+	(void)where;
+	if (kvd_events_topic_check(val, why))
+		return 1;
+	strcpy(cfg->kv_events_topic, val);
+	return 0;
+}
+
+static int set_remote(struct kvd_config *cfg, const char *val, const char *where,
+		      const char **why)
+{
+	struct kvd_rserver sv[KVD_REMOTE_MAX_SERVERS];
+	unsigned n;
+
+	(void)where;
+	if (!*val) {
+		cfg->remote[0] = 0;	/* none */
+		return 0;
+	}
+	if (strlen(val) >= sizeof(cfg->remote)) {
+		*why = "longer than 2047 bytes";
+		return 1;
+	}
+	if (kvd_remote_parse(val, sv, KVD_REMOTE_MAX_SERVERS, &n, why))
+		return 1;
+	strcpy(cfg->remote, val);
+	return 0;
+}
+
+static int set_remote_prefix(struct kvd_config *cfg, const char *val, const char *where,
+			     const char **why)
+{
+	(void)where;
+	if (!kvd_rval_prefix_ok(val)) {
+		*why = "must be 1..63 letters, digits, '.', '_' or '-'";
+		return 1;
+	}
+	strcpy(cfg->remote_prefix, val);
+	return 0;
+}
+
+static int set_users(struct kvd_config *cfg, const char *val, const char *where,
+		     const char **why)
+{
+	(void)why;
+	return parse_ids(val, true, cfg, where);
+}
+
+static int set_groups(struct kvd_config *cfg, const char *val, const char *where,
+		      const char **why)
+{
+	(void)why;
+	return parse_ids(val, false, cfg, where);
+}
+
+/* ------------------------------------------------------------ the table */
+
+enum kvd_opt_type {
+	OPT_U32,	/* lo..hi, decimal */
+	OPT_OCTAL,	/* lo..hi, octal */
+	OPT_SIZE,	/* kvd_parse_size; lo 1: not zero */
+	OPT_BOOL,	/* true/yes/1/empty, false/no/0 */
+	OPT_WORD,	/* one of `words`, stored as its value in `vals` */
+	OPT_PATH,	/* empty, or an absolute path shorter than the field */
+	OPT_ENDPOINT,	/* empty, or a ZMQ endpoint (kvd_endpoint_check) */
+	OPT_CUSTOM,	/* set() does it */
+};
+
+static const char *const w_hugepages[] = { "auto", "on", "off", NULL };
+static const int v_hugepages[] = { KVD_HUGE_AUTO, KVD_HUGE_ON, KVD_HUGE_OFF };
+static const char *const w_log[] = { "error", "warning", "info", "debug", NULL };
+static const int v_log[] = { KVD_LOG_ERR, KVD_LOG_WARN, KVD_LOG_INFO, KVD_LOG_DEBUG };
+static const char *const w_spill_io[] = { "auto", "uring", "threads", NULL };
+static const int v_spill_io[] = { 0, 1, 2 };
+static const char *const w_hash[] = { "uint64", "int64", "bytes", NULL };
+static const int v_hash[] = { KVD_EVENTS_HASH_UINT64, KVD_EVENTS_HASH_INT64,
+			      KVD_EVENTS_HASH_BYTES };
+static const char *const w_mode[] = { "bind", "connect", NULL };
+static const int v_mode[] = { 0, 1 };
+static const char *const w_remote_write[] = { "publish", "evict", NULL };
+static const int v_remote_write[] = { KVD_REMOTE_PUBLISH, KVD_REMOTE_EVICT };
+
+/*
+ * Every setting, one row each, in the order --help lists them: the key
+ * (the config file's, and the long flag --key), the value --help shows
+ * (NULL: a flag that takes none), how the value is read and what a bad
+ * one is told, the default (a value the row reads; applied by
+ * kvd_config_defaults) or, where it is none or computed, what --help
+ * says instead, and the help text. Parsing, the defaults and --help come
+ * from here; tests/unit/config checks that the example config and both
+ * man pages list every key.
+ */
+struct kvd_option {
+	const char *key;
+	const char *arg;
+	enum kvd_opt_type type;
+	size_t off, size;		/* the field of struct kvd_config */
+	uint32_t lo, hi;		/* U32, OCTAL bounds; SIZE: lo 1, not 0 */
+	const char *const *words;	/* WORD */
+	const int *vals;
+	int (*set)(struct kvd_config *cfg, const char *val, const char *where,
+		   const char **why);	/* CUSTOM */
+	const char *bad;		/* the message for a bad value */
+	const char *def;		/* default value, or NULL */
+	const char *shown;		/* --help's default where def is NULL */
+	const char *help;
+};
+
+#define F(field) offsetof(struct kvd_config, field), sizeof(((struct kvd_config *)0)->field)
+
+static const struct kvd_option options[] = {
+	{ "socket", "PATH", OPT_CUSTOM, F(socket), .set = set_socket,
+	  .help = "Unix socket (default: $KVCACHED_SOCKET, else /run/kvcached/kvcached.sock "
+		  "as root, $XDG_RUNTIME_DIR/kvcached.sock otherwise)" },
+	{ "pool", "host|cuda", OPT_CUSTOM, F(pool), .set = set_pool, .def = "host",
+	  .help = "where pages live (cuda: GPU memory shared over CUDA VMM file descriptors)" },
+	{ "gpu", "N", OPT_U32, F(gpu), 0, 1023, .bad = "must be a CUDA device ordinal 0..1023",
+	  .def = "0", .help = "CUDA device ordinal of a cuda pool" },
+	{ "pool-size", "SIZE|PCT%", OPT_CUSTOM, F(pool_size), .set = set_pool_size, .def = "1G",
+	  .help = "pool bytes, suffix K M G T, or a share of the memory available to "
+		  "kvcached (e.g. 40%: of MemAvailable and any memory cgroup limit)" },
+	{ "page-size", "SIZE", OPT_SIZE, F(page_size),
+	  .bad = "not a size (a number with an optional K, M, G or T suffix)", .def = "2M",
+	  .help = "bytes per page slot, a multiple of 4K" },
+	{ "block-tokens", "N", OPT_U32, F(block_tokens), 1, KVSHM_MAX_BLOCK_TOKENS,
+	  .bad = "must be 1..1024", .def = "16", .help = "tokens per cached block" },
+	{ "max-clients", "N", OPT_U32, F(max_clients), 1, 4096, .bad = "must be 1..4096",
+	  .def = "64", .help = "attached handles at once" },
+	{ "max-per-process", "N", OPT_U32, F(max_per_process), 1, 4096, .bad = "must be 1..4096",
+	  .def = "16", .help = "handles one process may attach" },
+	{ "max-pins", "N", OPT_U32, F(max_pins), 1, 1u << 22, .bad = "must be 1..4194304",
+	  .def = "8192", .help = "pin slots per client (at most max-share of the pool)" },
+	{ "max-share", "PCT", OPT_U32, F(max_share), 1, 100,
+	  .bad = "must be a percentage 1..100", .def = "50",
+	  .help = "pool share one process may use: pages pinned or writing, over all its "
+		  "handles" },
+	{ "hello-timeout-ms", "N", OPT_U32, F(hello_timeout_ms), 1, 600000,
+	  .bad = "must be 1..600000", .def = "5000",
+	  .help = "time to send HELLO, then the connection is dropped" },
+	{ "low-watermark", "PCT", OPT_U32, F(low_watermark), 0, 90,
+	  .bad = "must be a percentage 0..90", .def = "5",
+	  .help = "evict when free pages fall below PCT%" },
+	{ "high-watermark", "PCT", OPT_U32, F(high_watermark), 0, 95,
+	  .bad = "must be a percentage 0..95", .def = "10", .help = "...until PCT% are free" },
+	{ "allow-users", "LIST", OPT_CUSTOM, F(allow_uid), .set = set_users,
+	  .help = "user names or uids that may attach (default: own user and root; a list "
+		  "replaces both)" },
+	{ "allow-groups", "LIST", OPT_CUSTOM, F(allow_gid), .set = set_groups, .shown = "none",
+	  .help = "group names or gids that may attach" },
+	{ "socket-mode", "OCTAL", OPT_OCTAL, F(socket_mode), 0, 0777,
+	  .bad = "must be an octal mode such as 0660", .def = "0660",
+	  .help = "socket file mode" },
+	{ "hugepages", "auto|on|off", OPT_WORD, F(hugepages), .words = w_hugepages,
+	  .vals = v_hugepages, .bad = "must be auto, on or off", .def = "auto",
+	  .help = "hugetlb pages for the host pool" },
+	{ "log-level", "error|warning|info|debug", OPT_WORD, F(log_level), .words = w_log,
+	  .vals = v_log, .bad = "must be error, warning, info or debug", .def = "info",
+	  .help = "what the log shows" },
+	{ "tick-ms", "N", OPT_U32, F(tick_ms), 1, 10000, .bad = "must be 1..10000", .def = "20",
+	  .help = "housekeeping period in ms" },
+	{ "spill-dir", "DIR", OPT_PATH, F(spill_dir), .bad = "longer than 255 bytes",
+	  .shown = "no spill",
+	  .help = "spill evicted pages to slot files in DIR (NVMe); found again after a "
+		  "restart" },
+	{ "spill-size", "SIZE", OPT_SIZE, F(spill_size), 1,
+	  .bad = "not a size (a non-zero number with an optional K, M, G or T suffix)",
+	  .def = "16G", .help = "bytes of spill slots under DIR" },
+	{ "spill-io", "auto|uring|threads", OPT_WORD, F(spill_io), .words = w_spill_io,
+	  .vals = v_spill_io, .bad = "must be auto, uring or threads", .def = "auto",
+	  .help = "auto: io_uring if it works, else pread/pwrite on worker threads" },
+	{ "metrics-listen", "IP:PORT", OPT_CUSTOM, F(metrics_listen), .set = set_metrics_listen,
+	  .shown = "off", .help = "serve Prometheus /metrics over HTTP there (e.g. "
+				  "127.0.0.1:9464)" },
+	{ "kv-events", "ENDPOINT", OPT_ENDPOINT, F(kv_events),
+	  .bad = "must be a ZMQ endpoint tcp://HOST:PORT or ipc://PATH (printable, under 256 bytes)",
+	  .shown = "off", .help = "publish KV events for cluster routers (vLLM's format, "
+				  "docs/EVENTS.md) on a ZMQ PUB socket, e.g. tcp://*:5557 or "
+				  "ipc:///run/kvcached/events (libzmq is loaded only then)" },
+	{ "kv-events-replay", "ENDPOINT", OPT_ENDPOINT, F(kv_events_replay),
+	  .bad = "must be a ZMQ endpoint tcp://HOST:PORT or ipc://PATH (printable, under 256 bytes)",
+	  .shown = "off",
+	  .help = "ROUTER socket that resends buffered batches from a requested sequence "
+		  "number" },
+	{ "kv-events-buffer", "N", OPT_U32, F(kv_events_buffer), 0, 1000000,
+	  .bad = "must be 0..1000000 batches", .def = "10000",
+	  .help = "batches kept for replay" },
+	{ "kv-events-topic", "T", OPT_CUSTOM, F(kv_events_topic), .set = set_topic,
+	  .def = "kv@{host}@{model}",
+	  .help = "topic of a namespace's batches; {host} and {model} are replaced" },
+	{ "kv-events-hash", "uint64|int64|bytes", OPT_WORD, F(kv_events_hash), .words = w_hash,
+	  .vals = v_hash, .bad = "must be uint64, int64 or bytes", .def = "uint64",
+	  .help = "block hash form: as vLLM sends it, signed (Dynamo), the 16-byte key" },
+	{ "kv-events-hwm", "N", OPT_U32, F(kv_events_hwm), 1, 1000000,
+	  .bad = "must be 1..1000000 batches", .def = "10000",
+	  .help = "batches queued per subscriber; more are dropped and counted" },
+	{ "kv-events-stall-ms", "N", OPT_U32, F(kv_events_stall_ms), 0, 3600000,
+	  .bad = "must be 0..3600000 ms", .def = "1000",
+	  .help = "how long one subscriber's full queue may drop every batch before it "
+		  "alone loses them (0: never)" },
+	{ "kv-events-mode", "bind|connect", OPT_WORD, F(kv_events_connect), .words = w_mode,
+	  .vals = v_mode, .bad = "must be bind or connect", .def = "bind",
+	  .help = "bind the endpoint, or connect to a subscriber that binds" },
+	{ "remote", "memcached:HOST:PORT[,HOST:PORT...]", OPT_CUSTOM, F(remote),
+	  .set = set_remote, .shown = "none",
+	  .help = "a remote tier shared by hosts on these memcached servers (ketama; start "
+		  "them with -I above page-size)" },
+	{ "remote-write", "publish|evict", OPT_WORD, F(remote_write), .words = w_remote_write,
+	  .vals = v_remote_write, .bad = "must be publish or evict", .def = "publish",
+	  .help = "when blocks go there: as published, or as evicted" },
+	{ "remote-secret-file", "FILE", OPT_PATH, F(remote_secret_file),
+	  .bad = "longer than 255 bytes", .shown = "none",
+	  .help = "cluster secret the blocks are sealed with (HMAC-SHA256); must not be "
+		  "readable by others" },
+	{ "remote-insecure", NULL, OPT_BOOL, F(remote_insecure), .bad = "must be true or false",
+	  .def = "false", .help = "no secret, with a warning" },
+	{ "remote-timeout-ms", "N", OPT_U32, F(remote_timeout_ms), 1, 60000,
+	  .bad = "must be 1..60000", .def = "100", .help = "limit of every remote operation" },
+	{ "remote-prefix", "WORD", OPT_CUSTOM, F(remote_prefix), .set = set_remote_prefix,
+	  .def = "kvc", .help = "item keys start with WORD" },
+	{ "foreground", NULL, OPT_BOOL, F(foreground), .bad = "must be true or false",
+	  .help = "run in the foreground (kvcached never forks; accepted for scripts that "
+		  "pass it)" },
+};
+
+#undef F
+
+static const struct kvd_option *option(const char *key)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(options) / sizeof(options[0]); i++)
+		if (!strcmp(key, options[i].key))
+			return &options[i];
+	return NULL;
+}
+
+size_t kvd_config_keys(const char **keys, size_t max)
+{
+	size_t i, n = sizeof(options) / sizeof(options[0]);
+
+	for (i = 0; i < n && i < max; i++)
+		keys[i] = options[i].key;
+	return n;
+}
+
+static int parse_bool(const char *val, bool *out)
+{
+	if (!strcmp(val, "") || !strcmp(val, "true") || !strcmp(val, "yes") || !strcmp(val, "1"))
+		*out = true;
+	else if (!strcmp(val, "false") || !strcmp(val, "no") || !strcmp(val, "0"))
+		*out = false;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+/* Apply val by row o: 0, 1 with *why set, or -1 (message printed). */
+static int apply(struct kvd_config *cfg, const struct kvd_option *o, const char *val,
+		 const char *where, const char **why)
+{
+	char *field = (char *)cfg + o->off;
+	uint64_t sz;
+	uint32_t u;
+	bool b;
+	int i;
+
+	*why = o->bad;
+	switch (o->type) {
+	case OPT_U32:
+	case OPT_OCTAL:
+		if (parse_u32(val, o->lo, o->hi, &u, o->type == OPT_OCTAL ? 8 : 10))
+			return 1;
+		memcpy(field, &u, sizeof(u));
+		return 0;
+	case OPT_SIZE:
+		if (kvd_parse_size(val, &sz) || (o->lo && !sz))
+			return 1;
+		memcpy(field, &sz, sizeof(sz));
+		return 0;
+	case OPT_BOOL:
+		if (parse_bool(val, &b))
+			return 1;
+		memcpy(field, &b, sizeof(b));
+		return 0;
+	case OPT_WORD:
+		for (i = 0; o->words[i]; i++) {
+			if (strcmp(val, o->words[i]))
+				continue;
+			if (o->size == sizeof(bool))
+				*(bool *)(void *)field = o->vals[i] != 0;
+			else
+				memcpy(field, &o->vals[i], sizeof(int));
+			return 0;
+		}
+		return 1;
+	case OPT_PATH:
+		if (strlen(val) >= o->size)
+			return 1;
+		if (*val && *val != '/') {
+			*why = "must be an absolute path";
+			return 1;
+		}
+		strcpy(field, val);
+		return 0;
+	case OPT_ENDPOINT:
+		if (*val && kvd_endpoint_check(val))
+			return 1;
+		strcpy(field, val);
+		return 0;
+	default:
+		*why = NULL;
+		return o->set(cfg, val, where, why);
+	}
+}
+
 int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 		   const char *where)
 {
-#define BAD(what) do { \
-		if (*where) \
-			fprintf(stderr, "kvcached: %s: %s %s: %s\n", where, key, val, what); \
-		else \
-			fprintf(stderr, "kvcached: --%s %s: %s\n", key, val, what); \
-		return -1; \
-	} while (0)
-	uint32_t u;
+	const struct kvd_option *o = option(key);
+	const char *why = NULL;
+	int rc;
 
 	if (!val)
 		val = "";
-	if (!strcmp(key, "socket")) {
-		if (!*val || strlen(val) >= sizeof(cfg->socket))
-			BAD("empty, or longer than 107 bytes");
-		strcpy(cfg->socket, val);
-	} else if (!strcmp(key, "pool")) {
-		if (strcmp(val, "host") && strcmp(val, "cuda"))
-			BAD("must be host or cuda");
-		strcpy(cfg->pool, val);
-	} else if (!strcmp(key, "gpu")) {
-		if (parse_u32(val, 0, 1023, &cfg->gpu, 10))
-			BAD("must be a CUDA device ordinal 0..1023");
-	} else if (!strcmp(key, "pool-size")) {
-		size_t l = strlen(val);
-
-		if (l > 1 && val[l - 1] == '%') {
-			char num[16];
-
-			if (l - 1 >= sizeof(num))
-				BAD("a share must be 1%..100%");
-			memcpy(num, val, l - 1);
-			num[l - 1] = 0;
-			if (parse_u32(num, 1, 100, &cfg->pool_share, 10))
-				BAD("a share must be 1%..100%");
-		} else {
-			if (kvd_parse_size(val, &cfg->pool_size))
-				BAD("not a size (a number with an optional K, M, G or T suffix, or a share such as 40%)");
-			cfg->pool_share = 0;
-		}
-	} else if (!strcmp(key, "max-share")) {
-		if (parse_u32(val, 1, 100, &cfg->max_share, 10))
-			BAD("must be a percentage 1..100");
-	} else if (!strcmp(key, "hello-timeout-ms")) {
-		if (parse_u32(val, 1, 600000, &cfg->hello_timeout_ms, 10))
-			BAD("must be 1..600000");
-	} else if (!strcmp(key, "page-size")) {
-		if (kvd_parse_size(val, &cfg->page_size))
-			BAD("not a size (a number with an optional K, M, G or T suffix)");
-	} else if (!strcmp(key, "block-tokens")) {
-		if (parse_u32(val, 1, KVSHM_MAX_BLOCK_TOKENS, &cfg->block_tokens, 10))
-			BAD("must be 1..1024");
-	} else if (!strcmp(key, "max-clients")) {
-		if (parse_u32(val, 1, 4096, &cfg->max_clients, 10))
-			BAD("must be 1..4096");
-	} else if (!strcmp(key, "max-per-process")) {
-		if (parse_u32(val, 1, 4096, &cfg->max_per_process, 10))
-			BAD("must be 1..4096");
-	} else if (!strcmp(key, "max-pins")) {
-		if (parse_u32(val, 1, 1u << 22, &cfg->max_pins, 10))
-			BAD("must be 1..4194304");
-	} else if (!strcmp(key, "low-watermark")) {
-		if (parse_u32(val, 0, 90, &cfg->low_watermark, 10))
-			BAD("must be a percentage 0..90");
-	} else if (!strcmp(key, "high-watermark")) {
-		if (parse_u32(val, 0, 95, &cfg->high_watermark, 10))
-			BAD("must be a percentage 0..95");
-	} else if (!strcmp(key, "tick-ms")) {
-		if (parse_u32(val, 1, 10000, &cfg->tick_ms, 10))
-			BAD("must be 1..10000");
-	} else if (!strcmp(key, "socket-mode")) {
-		if (parse_u32(val, 0, 0777, &u, 8))
-			BAD("must be an octal mode such as 0660");
-		cfg->socket_mode = u;
-	} else if (!strcmp(key, "hugepages")) {
-		if (!strcmp(val, "auto"))
-			cfg->hugepages = KVD_HUGE_AUTO;
-		else if (!strcmp(val, "on"))
-			cfg->hugepages = KVD_HUGE_ON;
-		else if (!strcmp(val, "off"))
-			cfg->hugepages = KVD_HUGE_OFF;
-		else
-			BAD("must be auto, on or off");
-	} else if (!strcmp(key, "log-level")) {
-		if (!strcmp(val, "error"))
-			cfg->log_level = KVD_LOG_ERR;
-		else if (!strcmp(val, "warning"))
-			cfg->log_level = KVD_LOG_WARN;
-		else if (!strcmp(val, "info"))
-			cfg->log_level = KVD_LOG_INFO;
-		else if (!strcmp(val, "debug"))
-			cfg->log_level = KVD_LOG_DEBUG;
-		else
-			BAD("must be error, warning, info or debug");
-	} else if (!strcmp(key, "foreground")) {
-		if (!strcmp(val, "") || !strcmp(val, "true") || !strcmp(val, "yes") ||
-		    !strcmp(val, "1"))
-			cfg->foreground = true;
-		else if (!strcmp(val, "false") || !strcmp(val, "no") || !strcmp(val, "0"))
-			cfg->foreground = false;
-		else
-			BAD("must be true or false");
-	} else if (!strcmp(key, "spill-dir")) {
-		if (strlen(val) >= sizeof(cfg->spill_dir))
-			BAD("longer than 255 bytes");
-		if (*val && *val != '/')
-			BAD("must be an absolute path");
-		strcpy(cfg->spill_dir, val);
-	} else if (!strcmp(key, "spill-size")) {
-		uint64_t sz;
-
-		if (kvd_parse_size(val, &sz) || !sz)
-			BAD("not a size (a non-zero number with an optional K, M, G or T suffix)");
-		cfg->spill_size = sz;
-	} else if (!strcmp(key, "spill-io")) {
-		if (!strcmp(val, "auto"))
-			cfg->spill_io = 0;
-		else if (!strcmp(val, "uring"))
-			cfg->spill_io = 1;
-		else if (!strcmp(val, "threads"))
-			cfg->spill_io = 2;
-		else
-			BAD("must be auto, uring or threads");
-	} else if (!strcmp(key, "metrics-listen")) {
-		if (!*val) {
-			cfg->metrics_listen[0] = 0;	/* off */
-		} else {
-			if (strlen(val) >= sizeof(cfg->metrics_listen) ||
-			    kvd_parse_listen(val, &cfg->metrics_addr))
-				BAD("must be IP:PORT, e.g. 127.0.0.1:9464 or [::1]:9464");
-			strcpy(cfg->metrics_listen, val);
-		}
-	} else if (!strcmp(key, "kv-events") || !strcmp(key, "kv-events-replay")) {
-		char *dst = key[9] ? cfg->kv_events_replay : cfg->kv_events;
-
-		if (*val && kvd_endpoint_check(val))
-			BAD("must be a ZMQ endpoint tcp://HOST:PORT or ipc://PATH (printable, under 256 bytes)");
-		strcpy(dst, val);
-	} else if (!strcmp(key, "kv-events-topic")) {
-		const char *why = NULL;
-
-		if (kvd_events_topic_check(val, &why))
-			BAD(why);
-		strcpy(cfg->kv_events_topic, val);
-	} else if (!strcmp(key, "kv-events-buffer")) {
-		if (parse_u32(val, 0, 1000000, &cfg->kv_events_buffer, 10))
-			BAD("must be 0..1000000 batches");
-	} else if (!strcmp(key, "kv-events-hwm")) {
-		if (parse_u32(val, 1, 1000000, &cfg->kv_events_hwm, 10))
-			BAD("must be 1..1000000 batches");
-	} else if (!strcmp(key, "kv-events-stall-ms")) {
-		if (parse_u32(val, 0, 3600000, &cfg->kv_events_stall_ms, 10))
-			BAD("must be 0..3600000 ms");
-	} else if (!strcmp(key, "kv-events-hash")) {
-		if (!strcmp(val, "uint64"))
-			cfg->kv_events_hash = KVD_EVENTS_HASH_UINT64;
-		else if (!strcmp(val, "int64"))
-			cfg->kv_events_hash = KVD_EVENTS_HASH_INT64;
-		else if (!strcmp(val, "bytes"))
-			cfg->kv_events_hash = KVD_EVENTS_HASH_BYTES;
-		else
-			BAD("must be uint64, int64 or bytes");
-	} else if (!strcmp(key, "kv-events-mode")) {
-		if (!strcmp(val, "bind"))
-			cfg->kv_events_connect = false;
-		else if (!strcmp(val, "connect"))
-			cfg->kv_events_connect = true;
-		else
-			BAD("must be bind or connect");
-	} else if (!strcmp(key, "remote")) {
-		struct kvd_rserver sv[KVD_REMOTE_MAX_SERVERS];
-		const char *why = NULL;
-		unsigned n;
-
-		if (!*val) {
-			cfg->remote[0] = 0;	/* none */
-		} else {
-			if (strlen(val) >= sizeof(cfg->remote))
-				BAD("longer than 2047 bytes");
-			if (kvd_remote_parse(val, sv, KVD_REMOTE_MAX_SERVERS, &n, &why))
-				BAD(why);
-			strcpy(cfg->remote, val);
-		}
-	} else if (!strcmp(key, "remote-write")) {
-		if (!strcmp(val, "publish"))
-			cfg->remote_write = KVD_REMOTE_PUBLISH;
-		else if (!strcmp(val, "evict"))
-			cfg->remote_write = KVD_REMOTE_EVICT;
-		else
-			BAD("must be publish or evict");
-	} else if (!strcmp(key, "remote-secret-file")) {
-		if (strlen(val) >= sizeof(cfg->remote_secret_file))
-			BAD("longer than 255 bytes");
-		if (*val && *val != '/')
-			BAD("must be an absolute path");
-		strcpy(cfg->remote_secret_file, val);
-	} else if (!strcmp(key, "remote-insecure")) {
-		if (!strcmp(val, "") || !strcmp(val, "true") || !strcmp(val, "yes") ||
-		    !strcmp(val, "1"))
-			cfg->remote_insecure = true;
-		else if (!strcmp(val, "false") || !strcmp(val, "no") || !strcmp(val, "0"))
-			cfg->remote_insecure = false;
-		else
-			BAD("must be true or false");
-	} else if (!strcmp(key, "remote-timeout-ms")) {
-		if (parse_u32(val, 1, 60000, &cfg->remote_timeout_ms, 10))
-			BAD("must be 1..60000");
-	} else if (!strcmp(key, "remote-prefix")) {
-		if (!kvd_rval_prefix_ok(val))
-			BAD("must be 1..63 letters, digits, '.', '_' or '-'");
-		strcpy(cfg->remote_prefix, val);
-	} else if (!strcmp(key, "allow-users")) {
-		return parse_ids(val, true, cfg, where);
-	} else if (!strcmp(key, "allow-groups")) {
-		return parse_ids(val, false, cfg, where);
-	} else {
+	if (!o) {
 		if (*where)
 			fprintf(stderr, "kvcached: %s: unknown setting '%s' (see kvcached --help)\n",
 				where, key);
@@ -509,34 +579,95 @@ int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 			fprintf(stderr, "kvcached: --%s: unknown option (see kvcached --help)\n", key);
 		return -1;
 	}
-	return 0;
-#undef BAD
+	rc = apply(cfg, o, val, where, &why);
+	if (rc > 0) {
+		if (*where)
+			fprintf(stderr, "kvcached: %s: %s %s: %s\n", where, key, val, why);
+		else
+			fprintf(stderr, "kvcached: --%s %s: %s\n", key, val, why);
+	}
+	return rc ? -1 : 0;
 }
 
-static bool known_key(const char *key)
+void kvd_config_defaults(struct kvd_config *cfg)
 {
-	static const char *const keys[] = {
-		"allow-groups", "allow-users", "block-tokens", "foreground", "gpu",
-		"hello-timeout-ms", "high-watermark", "hugepages", "kv-events",
-		"kv-events-buffer", "kv-events-hash", "kv-events-hwm", "kv-events-mode",
-		"kv-events-replay", "kv-events-stall-ms", "kv-events-topic", "log-level",
-		"low-watermark", "max-clients", "max-per-process", "max-pins", "max-share",
-		"metrics-listen", "page-size", "pool", "pool-size", "remote", "remote-insecure",
-		"remote-prefix", "remote-secret-file", "remote-timeout-ms", "remote-write", "socket",
-		"socket-mode", "spill-dir", "spill-io", "spill-size", "tick-ms",
-	};
 	size_t i;
 
-	for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
-		if (!strcmp(key, keys[i]))
-			return true;
-	return false;
+	memset(cfg, 0, sizeof(*cfg));
+	for (i = 0; i < sizeof(options) / sizeof(options[0]); i++)
+		if (options[i].def && kvd_config_set(cfg, options[i].key, options[i].def, "default"))
+			abort();	/* a row whose default it does not read */
+	if (kvproto_socket_path(cfg->socket, sizeof(cfg->socket)))
+		cfg->socket[0] = 0;
+	/* Our own user, and root: root can read any process's memory
+	 * anyway, and `sudo kvstat` should simply work. */
+	cfg->allow_uid[0] = geteuid();
+	cfg->allow_uid[1] = 0;
+	cfg->n_allow_uid = geteuid() ? 2 : 1;
 }
 
-/* Keys that take no value on the command line. */
-static bool flag_key(const char *key)
+/* text, wrapped at 79 columns, every line after the first indented by
+ * `indent`; the first starts at column `col`. */
+static void wrap(FILE *f, const char *text, int col, int indent)
 {
-	return !strcmp(key, "foreground") || !strcmp(key, "remote-insecure");
+	while (*text) {
+		int n = (int)strcspn(text, " ");
+
+		if (col > indent && col + 1 + n > 79) {
+			fprintf(f, "\n%*s", indent, "");
+			col = indent;
+		} else if (col > indent) {
+			fputc(' ', f);
+			col++;
+		}
+		fprintf(f, "%.*s", n, text);
+		col += n;
+		text += n;
+		text += strspn(text, " ");
+	}
+	fputc('\n', f);
+}
+
+void kvd_config_usage(FILE *f)
+{
+	size_t i;
+
+	fprintf(f,
+"usage: kvcached [options]\n"
+"\n"
+"The host-local KV-cache daemon: owns a pool of KV pages and the shared\n"
+"index that every libkvclient process on the host reads. Every option is\n"
+"also a key of the config file (\"key = value\"); options win over it.\n"
+"\n"
+"  --config FILE          read settings from FILE (same keys, \"key = value\")\n");
+	for (i = 0; i < sizeof(options) / sizeof(options[0]); i++) {
+		const struct kvd_option *o = &options[i];
+		const char *def = o->def ? o->def : o->shown;
+		char head[96];
+		int col;
+
+		col = snprintf(head, sizeof(head), "  --%s%s%s", o->key, o->arg ? " " : "",
+			       o->arg ? o->arg : "");
+		fputs(head, f);
+		if (col < 25) {
+			fprintf(f, "%*s", 25 - col, "");
+			col = 25;
+		} else {
+			fputs(" ", f);
+			col++;
+		}
+		/* "(default X)", or the first word, stays on the head's line. */
+		if (def) {
+			col += fprintf(f, "(default %s)", def);
+			wrap(f, o->help, col, 25);
+		} else {
+			int n = (int)strcspn(o->help, " ");
+
+			col += fprintf(f, "%.*s", n, o->help);
+			wrap(f, o->help + n + strspn(o->help + n, " "), col, 25);
+		}
+	}
+	fprintf(f, "  --help, --version\n");
 }
 
 static char *trim(char *s)
@@ -708,7 +839,7 @@ int kvd_config_args(struct kvd_config *cfg, int argc, char **argv)
 		} else if (!strncmp(argv[i], "--config=", 9)) {
 			file = argv[i] + 9;
 		} else if (!strncmp(argv[i], "--", 2) && !strchr(argv[i], '=') &&
-			   !flag_key(argv[i] + 2) && known_key(argv[i] + 2)) {
+			   option(argv[i] + 2) && option(argv[i] + 2)->arg) {
 			i++;	/* its value, even one that reads "--config" */
 		}
 	}
@@ -743,13 +874,13 @@ int kvd_config_args(struct kvd_config *cfg, int argc, char **argv)
 				i++;
 			continue;
 		}
-		if (!known_key(key)) {
+		if (!option(key)) {
 			fprintf(stderr, "kvcached: --%s: unknown option (see kvcached --help)\n", key);
 			return -1;
 		}
 		if (eq) {
 			val = eq + 1;
-		} else if (flag_key(key)) {
+		} else if (!option(key)->arg) {
 			val = "true";
 		} else {
 			if (i + 1 >= argc) {

@@ -83,8 +83,12 @@ enum kvd_remote_write {
 	KVD_REMOTE_EVICT = 1,		/* only when the pool evicts it */
 };
 
-/* Defaults: see kvd_config_usage(). */
+/* Defaults: the config table's (config.c; kvd_config_usage shows them). */
 void kvd_config_defaults(struct kvd_config *cfg);
+
+/* The keys of every setting, in --help's order: up to max into keys;
+ * returns how many there are. */
+size_t kvd_config_keys(const char **keys, size_t max);
 
 /*
  * Apply argv (and the --config file it names, before the other flags, so

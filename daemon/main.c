@@ -16,14 +16,14 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
-#include "events.h"
-#include "kvd.h"
-#include "log.h"
-#include "memcheck.h"
-#include "metrics.h"
-#include "notify.h"
-#include "remote.h"
-#include "spill.h"
+#include "obs/events.h"
+#include "core/kvd.h"
+#include "util/log.h"
+#include "pool/memcheck.h"
+#include "obs/metrics.h"
+#include "server/notify.h"
+#include "tier/remote.h"
+#include "tier/spill.h"
 
 static int segment_open(struct kvd *d)
 {
@@ -126,6 +126,7 @@ int main(int argc, char **argv)
 	memset(&d, 0, sizeof(d));
 	d.lfd = d.sigfd = d.tfd = d.epfd = -1;
 	d.seg.fd = d.pool.mem.fd = -1;
+	d.tier_host = &kvd_core_tier_host;	/* what the tiers may ask of the core */
 	kvd_config_defaults(&d.cfg);
 	rc = kvd_config_args(&d.cfg, argc, argv);
 	if (rc)

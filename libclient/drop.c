@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * drop.c - kvc_drop_namespace: one DROP round trip (daemon/drop.c does the
+ * drop.c - kvc_drop_namespace: one DROP round trip (daemon/core/drop.c does the
  * work).
  */
 #include <errno.h>

@@ -5,12 +5,15 @@
  * (kvc_req_inflight), and waiting for them (kvc_wait) instead of
  * computing them a second time.
  *
+ * Which blocks are in flight is a lookup's question (lookup.c,
+ * kvci_inflight_run); waiting for them is this file's.
+ *
  * A writer's pages are announced by the daemon when it grants them
  * (ALLOC_KEYS): the index names each page under its block's key while it
  * is still WRITING (shm/page.h). A waiter sleeps with FUTEX_WAIT on the
  * writer's client-row `flight` word in the read-only segment mapping; the
  * daemon bumps that word and wakes it when the writer publishes, frees
- * its pages, or dies (daemon/flight.c). Then the waiter pins what was
+ * its pages, or dies (daemon/core/flight.c). Then the waiter pins what was
  * published, as a lookup would, and goes on to the next block.
  *
  * While it sleeps the waiter holds no lock of the handle (other threads
@@ -33,26 +36,6 @@
 #include "client_int.h"
 #include "../shm/index.h"
 #include "../shm/page.h"
-
-/* Is block i in flight (announced by another client)? *owner: whose. */
-static bool block_inflight(const struct kvc_req *r, size_t i, uint32_t *owner)
-{
-	const kvc_t *c = r->c;
-	struct kvshm_key parent = i ? r->keys[i - 1] : c->root;
-
-	return kvshm_page_inflight(c->seg, kvshm_index_find(c->seg, r->keys[i]), c->ns_id,
-				   r->keys[i], parent, c->client_id + 1, owner);
-}
-
-size_t kvci_inflight_run(const struct kvc_req *r, size_t from)
-{
-	uint32_t owner;
-	size_t j;
-
-	for (j = from; j < r->n && block_inflight(r, j, &owner); j++)
-		;
-	return j - from;
-}
 
 size_t kvc_req_inflight(const struct kvc_req *r)
 {
@@ -170,7 +153,7 @@ int kvc_wait(struct kvc_req *r, int timeout_ms)
 			end = WAIT_SERVED;	/* all hit, or out of pin slots */
 			break;
 		}
-		if (!block_inflight(r, i, &owner)) {
+		if (!kvci_block_inflight(r, i, &owner)) {
 			/* Neither cached nor in flight: the writer we waited
 			 * for released it unpublished, or died. */
 			end = seen == i ? WAIT_LOST : WAIT_SERVED;
@@ -181,7 +164,7 @@ int kvc_wait(struct kvc_req *r, int timeout_ms)
 		 * ends the flight before it bumps the word. */
 		w = kvshm_flight_word(h, owner);
 		f = atomic_load_explicit(w, memory_order_acquire);
-		if (!block_inflight(r, i, &again) || again != owner)
+		if (!kvci_block_inflight(r, i, &again) || again != owner)
 			continue;
 		if (passed(&deadline)) {
 			end = WAIT_TIMEOUT;

@@ -15,7 +15,7 @@
  * another writer publishes the same block first (the entry moves to its
  * page in place), or when the page is freed (the entry goes: a miss).
  * Waiters sleep on their writer's client-row `flight` word, which the
- * daemon bumps after any of these (daemon/flight.c).
+ * daemon bumps after any of these (daemon/core/flight.c).
  *
  * Every transition below is a daemon-only writer function, called from its
  * main thread; kvshm_page_verify is the reader side that a client's lookup

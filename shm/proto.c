@@ -35,10 +35,175 @@ static int counted(const void *p, uint32_t len, uint64_t rec, uint64_t *n,
 	return 0;
 }
 
+/* ----------------------------------------------------------- checks
+ * What a frame's size rule does not cover (the table's check column,
+ * proto.h). Each runs after the rule, on a payload of the right size. */
+
+static int kvproto_check_alloc(const struct kvproto_hdr *h, const void *p, uint32_t bt,
+			       const char **why)
+{
+	struct kvproto_alloc a;
+
+	(void)h;
+	(void)bt;
+	memcpy(&a, p, sizeof(a));
+	if (!a.n || a.n > KVPROTO_MAX_COUNT)
+		return bad(why, "ALLOC count is 0 or over the limit");
+	if (a.flags)
+		return bad(why, "ALLOC has unknown flags");
+	return 0;
+}
+
+static int kvproto_check_alloc_keys(const struct kvproto_hdr *h, const void *p, uint32_t bt,
+				    const char **why)
+{
+	struct kvproto_alloc a;
+
+	(void)bt;
+	memcpy(&a, p, sizeof(a));
+	if (!a.n || a.n > KVPROTO_MAX_COUNT)
+		return bad(why, "ALLOC_KEYS count is 0 or over the limit");
+	if (a.flags & ~KVPROTO_ALLOC_SINGLE)
+		return bad(why, "ALLOC_KEYS has unknown flags");
+	if (sizeof(a) + (uint64_t)a.n * sizeof(struct kvproto_claim) != h->len)
+		return bad(why, "payload length does not match its record count");
+	return 0;
+}
+
+static int kvproto_check_alloc_r(const struct kvproto_hdr *h, const void *p, uint32_t bt,
+				 const char **why)
+{
+	uint64_t n;
+
+	(void)bt;
+	if (h->len == sizeof(struct kvproto_count)) {
+		struct kvproto_count c;
+
+		memcpy(&c, p, sizeof(c));
+		/* The one short form: zero pages granted. */
+		return c.n ? bad(why, "payload length does not match its record count") : 0;
+	}
+	return counted(p, h->len, sizeof(struct kvproto_pg), &n, why);
+}
+
+static int kvproto_check_stat(const struct kvproto_hdr *h, const void *p, uint32_t bt,
+			      const char **why)
+{
+	struct kvproto_stat st;
+
+	(void)h;
+	(void)bt;
+	memcpy(&st, p, sizeof(st));
+	if (st.flags)
+		return bad(why, "STAT has unknown flags");
+	return 0;
+}
+
+static int kvproto_check_fetch(const struct kvproto_hdr *h, const void *p, uint32_t bt,
+			       const char **why)
+{
+	struct kvproto_fetch f;
+
+	memcpy(&f, p, sizeof(f));
+	if (!f.n || f.n > KVPROTO_MAX_COUNT)
+		return bad(why, "FETCH count is 0 or over the limit");
+	if (f.flags)
+		return bad(why, "FETCH has unknown flags");
+	if (kvproto_fetch_bytes(f.n, bt) != h->len)
+		return bad(why, "FETCH length does not match its count");
+	return 0;
+}
+
+static int kvproto_check_pool(const struct kvproto_hdr *h, const void *p, uint32_t bt,
+			      const char **why)
+{
+	struct kvproto_pool q;
+
+	(void)h;
+	(void)bt;
+	memcpy(&q, p, sizeof(q));
+	if (q.flags)
+		return bad(why, "POOL flags not zero");
+	return 0;
+}
+
+static int kvproto_check_pool_r(const struct kvproto_hdr *h, const void *p, uint32_t bt,
+				const char **why)
+{
+	struct kvproto_pool_r q;
+	uint64_t all;
+
+	(void)h;
+	(void)bt;
+	memcpy(&q, p, sizeof(q));
+	if (!q.n_chunks || q.n_chunks > KVPROTO_MAX_CHUNKS || !q.chunk_bytes ||
+	    !q.granularity || q.chunk_bytes % q.granularity ||
+	    __builtin_mul_overflow(q.chunk_bytes, (uint64_t)q.n_chunks, &all) ||
+	    !q.pool_bytes || q.pool_bytes > all)
+		return bad(why, "POOL reply: chunk count, chunk size or pool size out of range");
+	return 0;
+}
+
+static int kvproto_check_drop(const struct kvproto_hdr *h, const void *p, uint32_t bt,
+			      const char **why)
+{
+	struct kvproto_drop q;
+
+	(void)h;
+	(void)bt;
+	memcpy(&q, p, sizeof(q));
+	if (q.flags)
+		return bad(why, "DROP has unknown flags");
+	return 0;
+}
+
+static int kvproto_check_reset(const struct kvproto_hdr *h, const void *p, uint32_t bt,
+			       const char **why)
+{
+	struct kvproto_reset q;
+
+	(void)h;
+	(void)bt;
+	memcpy(&q, p, sizeof(q));
+	if (q.flags)
+		return bad(why, "RESET has unknown flags");
+	return 0;
+}
+
+/* ------------------------------------------------------------ rules */
+
+/* What a broken size rule says, after the frame's desc. */
+#define KVPROTO_SIZE_MSG_NONE		" carries no payload"
+#define KVPROTO_SIZE_MSG_EXACT		" has the wrong size"
+#define KVPROTO_SIZE_MSG_MIN		" shorter than its header"
+#define KVPROTO_SIZE_MSG_MIN_BT		" shorter than its header"
+#define KVPROTO_SIZE_MSG_COUNTED	""
+#define KVPROTO_SIZE_MSG_COUNTED_BT	""
+#define KVPROTO_SIZE_MSG_CUSTOM		""
+
+struct kvproto_rule {
+	bool known;
+	uint8_t size;			/* enum kvproto_size */
+	uint32_t bytes;
+	int (*check)(const struct kvproto_hdr *h, const void *p, uint32_t bt, const char **why);
+	const char *bad_size;		/* "<desc> has the wrong size", ... */
+	const char *no_ns;		/* "<desc> before a namespace is declared" */
+};
+
+#define KVPROTO_RULE_ROW(name, type, desc, size, bytes, check, hello, handler)            \
+	[type] = { true, KVPROTO_SIZE_##size, (uint32_t)(bytes), check,                     \
+		   desc KVPROTO_SIZE_MSG_##size, desc " before a namespace is declared" },
+
+static const struct kvproto_rule rules[KVPROTO_TYPE_MAX + 1] = {
+	KVPROTO_FRAMES(KVPROTO_RULE_ROW)
+};
+
 int kvproto_decode(const struct kvproto_hdr *h, const void *payload,
 		   uint32_t bt, const char **why)
 {
+	const struct kvproto_rule *r;
 	uint64_t n;
+	int rc;
 
 	if (h->magic != KVPROTO_MAGIC)
 		return bad(why, "bad message magic");
@@ -46,154 +211,39 @@ int kvproto_decode(const struct kvproto_hdr *h, const void *payload,
 		return bad(why, "message longer than the limit");
 	if (h->len && !payload)
 		return bad(why, "missing payload");
-	switch (h->type) {
-	case KVPROTO_HELLO:
-		if (h->len != sizeof(struct kvproto_hello))
-			return bad(why, "HELLO has the wrong size");
-		return 0;
-	case KVPROTO_HELLO_R:
-		if (h->len != sizeof(struct kvproto_hello_r))
-			return bad(why, "HELLO reply has the wrong size");
-		return 0;
-	case KVPROTO_ALLOC: {
-		struct kvproto_alloc a;
-
-		if (h->len != sizeof(a))
-			return bad(why, "ALLOC has the wrong size");
-		memcpy(&a, payload, sizeof(a));
-		if (!a.n || a.n > KVPROTO_MAX_COUNT)
-			return bad(why, "ALLOC count is 0 or over the limit");
-		if (a.flags)
-			return bad(why, "ALLOC has unknown flags");
-		return 0;
-	}
-	case KVPROTO_ALLOC_KEYS: {
-		struct kvproto_alloc a;
-
-		if (h->len < sizeof(a))
-			return bad(why, "ALLOC_KEYS shorter than its header");
-		memcpy(&a, payload, sizeof(a));
-		if (!a.n || a.n > KVPROTO_MAX_COUNT)
-			return bad(why, "ALLOC_KEYS count is 0 or over the limit");
-		if (a.flags & ~KVPROTO_ALLOC_SINGLE)
-			return bad(why, "ALLOC_KEYS has unknown flags");
-		if (sizeof(a) + (uint64_t)a.n * sizeof(struct kvproto_claim) != h->len)
-			return bad(why, "payload length does not match its record count");
-		return 0;
-	}
-	case KVPROTO_ALLOC_R:
-	case KVPROTO_FREE:
-		if (h->type == KVPROTO_ALLOC_R && h->len == sizeof(struct kvproto_count)) {
-			struct kvproto_count c;
-
-			memcpy(&c, payload, sizeof(c));
-			/* The one short form: zero pages granted. */
-			return c.n ? bad(why, "payload length does not match its record count") : 0;
-		}
-		return counted(payload, h->len, sizeof(struct kvproto_pg), &n, why);
-	case KVPROTO_PUBLISH:
-		if (!bt || bt > KVSHM_MAX_BLOCK_TOKENS)
-			return bad(why, "PUBLISH before a namespace is declared");
-		return counted(payload, h->len, sizeof(struct kvproto_pub) + (uint64_t)bt * 4,
-			       &n, why);
-	case KVPROTO_PUBLISH_R:
-		return counted(payload, h->len, sizeof(struct kvproto_pub_r), &n, why);
-	case KVPROTO_FREE_R:
-		if (h->len != sizeof(struct kvproto_count))
-			return bad(why, "FREE reply has the wrong size");
-		return 0;
-	case KVPROTO_STAT: {
-		struct kvproto_stat st;
-
-		if (h->len != sizeof(st))
-			return bad(why, "STAT has the wrong size");
-		memcpy(&st, payload, sizeof(st));
-		if (st.flags)
-			return bad(why, "STAT has unknown flags");
-		return 0;
-	}
-	case KVPROTO_STAT_R:
-		if (h->len != sizeof(struct kvproto_stat_r))
-			return bad(why, "STAT reply has the wrong size");
-		return 0;
-	case KVPROTO_RESTORE:
-		return counted(payload, h->len, sizeof(struct kvshm_key), &n, why);
-	case KVPROTO_RESTORE_R:
-	case KVPROTO_FETCH_R:
-		return counted(payload, h->len, sizeof(int32_t), &n, why);
-	case KVPROTO_FETCH: {
-		struct kvproto_fetch f;
-
-		if (!bt || bt > KVSHM_MAX_BLOCK_TOKENS)
-			return bad(why, "FETCH before a namespace is declared");
-		if (h->len < sizeof(f))
-			return bad(why, "FETCH shorter than its header");
-		memcpy(&f, payload, sizeof(f));
-		if (!f.n || f.n > KVPROTO_MAX_COUNT)
-			return bad(why, "FETCH count is 0 or over the limit");
-		if (f.flags)
-			return bad(why, "FETCH has unknown flags");
-		if (kvproto_fetch_bytes(f.n, bt) != h->len)
-			return bad(why, "FETCH length does not match its count");
-		return 0;
-	}
-	case KVPROTO_BYE:
-		if (h->len)
-			return bad(why, "BYE carries no payload");
-		return 0;
-	case KVPROTO_POOL: {
-		struct kvproto_pool q;
-
-		if (h->len != sizeof(q))
-			return bad(why, "POOL has the wrong size");
-		memcpy(&q, payload, sizeof(q));
-		if (q.flags)
-			return bad(why, "POOL flags not zero");
-		return 0;
-	}
-	case KVPROTO_POOL_R: {
-		struct kvproto_pool_r q;
-		uint64_t all;
-
-		if (h->len != sizeof(q))
-			return bad(why, "POOL reply has the wrong size");
-		memcpy(&q, payload, sizeof(q));
-		if (!q.n_chunks || q.n_chunks > KVPROTO_MAX_CHUNKS || !q.chunk_bytes ||
-		    !q.granularity || q.chunk_bytes % q.granularity ||
-		    __builtin_mul_overflow(q.chunk_bytes, (uint64_t)q.n_chunks, &all) ||
-		    !q.pool_bytes || q.pool_bytes > all)
-			return bad(why, "POOL reply: chunk count, chunk size or pool size out of range");
-		return 0;
-	}
-	case KVPROTO_DROP:
-	case KVPROTO_RESET: {
-		struct kvproto_drop q;	/* the same shape as kvproto_reset */
-
-		_Static_assert(sizeof(struct kvproto_drop) == sizeof(struct kvproto_reset), "op");
-		if (h->len != sizeof(q))
-			return bad(why, h->type == KVPROTO_DROP ? "DROP has the wrong size"
-								: "RESET has the wrong size");
-		memcpy(&q, payload, sizeof(q));
-		if (q.flags)
-			return bad(why, h->type == KVPROTO_DROP ? "DROP has unknown flags"
-								: "RESET has unknown flags");
-		return 0;
-	}
-	case KVPROTO_DROP_R:
-		if (h->len != sizeof(struct kvproto_drop_r))
-			return bad(why, "DROP reply has the wrong size");
-		return 0;
-	case KVPROTO_RESET_R:
-		if (h->len != sizeof(struct kvproto_reset_r))
-			return bad(why, "RESET reply has the wrong size");
-		return 0;
-	case KVPROTO_ERROR:
-		if (h->len < sizeof(struct kvproto_error))
-			return bad(why, "ERROR shorter than its header");
-		return 0;
-	default:
+	if (h->type > KVPROTO_TYPE_MAX || !rules[h->type].known)
 		return bad(why, "unknown message type");
+	r = &rules[h->type];
+	switch (r->size) {
+	case KVPROTO_SIZE_NONE:
+		if (h->len)
+			return bad(why, r->bad_size);
+		break;
+	case KVPROTO_SIZE_EXACT:
+		if (h->len != r->bytes)
+			return bad(why, r->bad_size);
+		break;
+	case KVPROTO_SIZE_MIN:
+	case KVPROTO_SIZE_MIN_BT:
+		if (r->size == KVPROTO_SIZE_MIN_BT && (!bt || bt > KVSHM_MAX_BLOCK_TOKENS))
+			return bad(why, r->no_ns);
+		if (h->len < r->bytes)
+			return bad(why, r->bad_size);
+		break;
+	case KVPROTO_SIZE_COUNTED:
+	case KVPROTO_SIZE_COUNTED_BT:
+		if (r->size == KVPROTO_SIZE_COUNTED_BT && (!bt || bt > KVSHM_MAX_BLOCK_TOKENS))
+			return bad(why, r->no_ns);
+		rc = counted(payload, h->len,
+			     r->bytes + (r->size == KVPROTO_SIZE_COUNTED_BT ? (uint64_t)bt * 4 : 0),
+			     &n, why);
+		if (rc)
+			return rc;
+		break;
+	default:	/* CUSTOM */
+		break;
 	}
+	return r->check ? r->check(h, payload, bt, why) : 0;
 }
 
 /* "64 KiB", "2 MiB", "12345 bytes"; and the page-size flag value. */

@@ -82,36 +82,104 @@
 #define KVPROTO_MAX_LEN (16u << 20)	/* largest payload either side sends */
 #define KVPROTO_MAX_COUNT 65536u	/* records per message */
 
-enum kvproto_type {
-	KVPROTO_HELLO = 1,
-	KVPROTO_HELLO_R = 2,
-	KVPROTO_ALLOC = 3,
-	KVPROTO_ALLOC_R = 4,
-	KVPROTO_PUBLISH = 5,
-	KVPROTO_PUBLISH_R = 6,
-	KVPROTO_FREE = 7,
-	KVPROTO_FREE_R = 8,
-	KVPROTO_ERROR = 9,
-	KVPROTO_STAT = 10,
-	KVPROTO_STAT_R = 11,
-	KVPROTO_BYE = 12,
-	KVPROTO_RESTORE = 13,
-	KVPROTO_RESTORE_R = 14,
-	/* cuda pool (issue #6); numbered apart so other frames can be added
-	 * after BYE without a clash. */
-	KVPROTO_POOL = 32,
-	KVPROTO_POOL_R = 33,
-	/* Dropping a namespace and resetting the statistics; numbered from
-	 * 50, apart from the other ranges. */
-	KVPROTO_DROP = 50,
-	KVPROTO_DROP_R = 51,
-	KVPROTO_RESET = 52,
-	KVPROTO_RESET_R = 53,
-	/* remote tier: numbered from 60 */
-	KVPROTO_FETCH = 60,
-	KVPROTO_FETCH_R = 61,
-	/* single flight; numbered from 40 for the same reason */
-	KVPROTO_ALLOC_KEYS = 40,
+/*
+ * Every frame, one row each, in numeric order: the wire contract's one
+ * table. kvproto_decode (proto.c) checks a frame by its row, the daemon's
+ * dispatch (daemon/server/server.c) runs its row's handler, and the enum
+ * below is made from it. Adding a frame is adding a row (and its
+ * handler, and the library call that sends it). Columns:
+ *
+ *   name     the frame is KVPROTO_<name>
+ *   type     its number on the wire (ranges apart: 32 cuda pool, 40
+ *            single flight, 50 drop and reset, 60 remote tier)
+ *   desc     its name in decode's messages ("<desc> has the wrong size")
+ *   size     the size rule, on top of magic and KVPROTO_MAX_LEN:
+ *              NONE        no payload
+ *              EXACT       exactly `bytes`
+ *              MIN         at least `bytes` (a header; check does the rest)
+ *              COUNTED     a kvproto_count, then n records of `bytes`
+ *              CUSTOM      check does it all
+ *            and _BT: needs the connection's block tokens (a namespace
+ *            declared): COUNTED_BT records are `bytes` + 4 per token
+ *   bytes    the size the rule uses (0 where none)
+ *   check    proto.c's check of what the rule does not cover, or NULL
+ *   hello    when the daemon takes it: BEFORE (before HELLO only: after
+ *            it, it is no request), AFTER (after HELLO only; every reply
+ *            is AFTER: a client never sends one), ANY (HELLO: its handler
+ *            refuses a second one)
+ *   handler  the daemon's handler of a request (core), NULL for a reply;
+ *            only the daemon expands this column
+ */
+#define KVPROTO_FRAMES(X)                                                                 \
+	X(HELLO,      1,  "HELLO",        EXACT,      sizeof(struct kvproto_hello),          \
+	  NULL,                  ANY,    kvd_registry_hello)                              \
+	X(HELLO_R,    2,  "HELLO reply",  EXACT,      sizeof(struct kvproto_hello_r),        \
+	  NULL,                  AFTER,  NULL)                                            \
+	X(ALLOC,      3,  "ALLOC",        EXACT,      sizeof(struct kvproto_alloc),          \
+	  kvproto_check_alloc,   AFTER,  kvd_cache_alloc)                                 \
+	X(ALLOC_R,    4,  "ALLOC reply",  CUSTOM,     0,                                     \
+	  kvproto_check_alloc_r, AFTER,  NULL)                                            \
+	X(PUBLISH,    5,  "PUBLISH",      COUNTED_BT, sizeof(struct kvproto_pub),            \
+	  NULL,                  AFTER,  kvd_cache_publish)                               \
+	X(PUBLISH_R,  6,  "PUBLISH reply", COUNTED,   sizeof(struct kvproto_pub_r),          \
+	  NULL,                  AFTER,  NULL)                                            \
+	X(FREE,       7,  "FREE",         COUNTED,    sizeof(struct kvproto_pg),             \
+	  NULL,                  AFTER,  kvd_cache_free)                                  \
+	X(FREE_R,     8,  "FREE reply",   EXACT,      sizeof(struct kvproto_count),          \
+	  NULL,                  AFTER,  NULL)                                            \
+	X(ERROR,      9,  "ERROR",        MIN,        sizeof(struct kvproto_error),          \
+	  NULL,                  AFTER,  NULL)                                            \
+	X(STAT,       10, "STAT",         EXACT,      sizeof(struct kvproto_stat),           \
+	  kvproto_check_stat,    BEFORE, kvd_registry_stat)                               \
+	X(STAT_R,     11, "STAT reply",   EXACT,      sizeof(struct kvproto_stat_r),         \
+	  NULL,                  AFTER,  NULL)                                            \
+	X(BYE,        12, "BYE",          NONE,       0,                                     \
+	  NULL,                  AFTER,  kvd_client_bye)                                  \
+	X(RESTORE,    13, "RESTORE",      COUNTED,    sizeof(struct kvshm_key),              \
+	  NULL,                  AFTER,  kvd_restore)                                     \
+	X(RESTORE_R,  14, "RESTORE reply", COUNTED,   sizeof(int32_t),                       \
+	  NULL,                  AFTER,  NULL)                                            \
+	X(POOL,       32, "POOL",         EXACT,      sizeof(struct kvproto_pool),           \
+	  kvproto_check_pool,    AFTER,  kvd_registry_pool)                               \
+	X(POOL_R,     33, "POOL reply",   EXACT,      sizeof(struct kvproto_pool_r),         \
+	  kvproto_check_pool_r,  AFTER,  NULL)                                            \
+	X(ALLOC_KEYS, 40, "ALLOC_KEYS",   MIN,        sizeof(struct kvproto_alloc),          \
+	  kvproto_check_alloc_keys, AFTER, kvd_cache_alloc_keys)                          \
+	X(DROP,       50, "DROP",         EXACT,      sizeof(struct kvproto_drop),           \
+	  kvproto_check_drop,    AFTER,  kvd_drop_ns)                                     \
+	X(DROP_R,     51, "DROP reply",   EXACT,      sizeof(struct kvproto_drop_r),         \
+	  NULL,                  AFTER,  NULL)                                            \
+	X(RESET,      52, "RESET",        EXACT,      sizeof(struct kvproto_reset),          \
+	  kvproto_check_reset,   BEFORE, kvd_nsstat_reset_req)                            \
+	X(RESET_R,    53, "RESET reply",  EXACT,      sizeof(struct kvproto_reset_r),        \
+	  NULL,                  AFTER,  NULL)                                            \
+	X(FETCH,      60, "FETCH",        MIN_BT,     sizeof(struct kvproto_fetch),          \
+	  kvproto_check_fetch,   AFTER,  kvd_restore)                                     \
+	X(FETCH_R,    61, "FETCH reply",  COUNTED,    sizeof(int32_t),                       \
+	  NULL,                  AFTER,  NULL)
+
+#define KVPROTO_ENUM_ROW(name, type, ...) KVPROTO_##name = type,
+enum kvproto_type { KVPROTO_FRAMES(KVPROTO_ENUM_ROW) };
+#undef KVPROTO_ENUM_ROW
+/* The largest type number (FETCH_R). */
+#define KVPROTO_TYPE_MAX 61u
+
+/* The size rules (the table's size column). */
+enum kvproto_size {
+	KVPROTO_SIZE_NONE,
+	KVPROTO_SIZE_EXACT,
+	KVPROTO_SIZE_MIN,
+	KVPROTO_SIZE_COUNTED,
+	KVPROTO_SIZE_CUSTOM,
+	KVPROTO_SIZE_MIN_BT,
+	KVPROTO_SIZE_COUNTED_BT,
+};
+
+/* When the daemon takes a frame (the table's hello column). */
+enum kvproto_take {
+	KVPROTO_TAKE_ANY,
+	KVPROTO_TAKE_BEFORE,
+	KVPROTO_TAKE_AFTER,
 };
 
 struct kvproto_hdr {

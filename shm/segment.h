@@ -146,7 +146,7 @@ struct kvshm_stats {
 	/* Disconnected clients whose process lives on: their pins still
 	 * count until it exits (see registry.c). */
 	_Atomic uint64_t clients_lingering;
-	/* Spill tier, continued (see daemon/spill.c). */
+	/* Spill tier, continued (see daemon/tier/spill.c). */
 	_Atomic uint64_t spill_path;		/* enum kvshm_spill_path */
 	_Atomic uint64_t spill_slots;		/* slots in the spill area */
 	_Atomic uint64_t spill_write_bytes;
@@ -166,7 +166,7 @@ struct kvshm_stats {
 	/* CLOCK_REALTIME ns of the last reset of the counters (kvstat
 	 * --reset); 0: never reset, they count from start_time_ns. */
 	_Atomic uint64_t reset_time_ns;
-	/* KV events for cluster routers (daemon/events.c); zero while
+	/* KV events for cluster routers (daemon/obs/events.c); zero while
 	 * --kv-events is not set. */
 	_Atomic uint64_t kv_events_enabled;	/* 1 while publishing */
 	_Atomic uint64_t kv_events;		/* events in batches sent */
@@ -176,7 +176,7 @@ struct kvshm_stats {
 	_Atomic uint64_t kv_event_replay_errors;	/* malformed or refused */
 	_Atomic uint64_t kv_events_lossy;	/* 1 while a stalled subscriber
 						 * loses batches alone, uncounted */
-	/* Remote tier (tier 2, see daemon/remote.c); zero without one.
+	/* Remote tier (tier 2, see daemon/tier/remote.c); zero without one.
 	 * Clients read remote_servers_up in their lookups: while it is 0 no
 	 * lookup offers tier 2. Counters of blocks and bytes: */
 	_Atomic uint64_t remote_servers;	/* memcached servers configured */
@@ -193,7 +193,7 @@ struct kvshm_stats {
 	_Atomic uint64_t remote_timeouts;	/* operations past remote-timeout-ms */
 	_Atomic uint64_t remote_fetch_bytes;	/* item bytes fetched */
 	_Atomic uint64_t remote_fetch_bps;	/* measured fetch bandwidth, B/s */
-	/* Single-flight prefill (daemon/flight.c, libclient/flight.c). The
+	/* Single-flight prefill (daemon/core/flight.c, libclient/flight.c). The
 	 * wait counters are folded in from the ledgers like the lookup ones. */
 	_Atomic uint64_t flights;		/* pages announced in flight */
 	_Atomic uint64_t pages_in_flight;	/* of them, still being written */
@@ -225,7 +225,7 @@ enum kvshm_spill_path {
  * A namespace's statistics: entry i of this parallel array belongs to
  * namespace row i (the rows themselves are also the spill tier's on-disk
  * identity, so they stay as they are). Writer: the daemon's main thread
- * only, relaxed atomic stores on its tick (daemon/nsstat.c); readers load
+ * only, relaxed atomic stores on its tick (daemon/core/nsstat.c); readers load
  * them relaxed for a row whose `used` they saw set (acquire), so two of
  * them may be a tick apart. The daemon zeroes an entry before it writes
  * its row for a new namespace. The counters (not the gauges) go back to
@@ -299,7 +299,7 @@ struct kvshm_ns {
  * row by storing 0 to `pid` first. Counters are relaxed copies of what the
  * client counts in its ledger, refreshed every tick.
  *
- * flight: the futex word of single-flight waiters (daemon/flight.c). The
+ * flight: the futex word of single-flight waiters (daemon/core/flight.c). The
  *   daemon bumps it (release store, then FUTEX_WAKE on its own mapping)
  *   after any page this client announced in flight stopped being in flight
  *   (published, freed, taken over, reclaimed). Never reset, whatever

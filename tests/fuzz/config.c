@@ -31,10 +31,10 @@
 #include <unistd.h>
 
 #include "../../daemon/config.h"
-#include "../../daemon/events.h"
-#include "../../daemon/memcheck.h"
-#include "../../daemon/log.h"
-#include "../../daemon/remote_fmt.h"
+#include "../../daemon/obs/events.h"
+#include "../../daemon/pool/memcheck.h"
+#include "../../daemon/util/log.h"
+#include "../../daemon/tier/remote_fmt.h"
 #include "../../shm/segment.h"
 
 #include "check.h"

@@ -68,12 +68,12 @@
 #include <unistd.h>
 
 #include "../lib/utf8_oracle.h"
-#include "../../daemon/closer.h"
-#include "../../daemon/kvd.h"
-#include "../../daemon/log.h"
-#include "../../daemon/spill.h"
-#include "../../daemon/spill_fmt.h"
-#include "../../daemon/spill_io.h"
+#include "../../daemon/util/closer.h"
+#include "../../daemon/core/kvd.h"
+#include "../../daemon/util/log.h"
+#include "../../daemon/tier/spill.h"
+#include "../../daemon/tier/spill_fmt.h"
+#include "../../daemon/tier/spill_io.h"
 #include "../../shm/index.h"
 #include "../../shm/ledger.h"
 #include "../../shm/page.h"
@@ -240,6 +240,7 @@ static void reset(uint32_t bt, bool spill)
 	d.h = seg.base;
 	d.pool = keep.pool;
 	d.lfd = d.sigfd = d.tfd = -1;
+	d.tier_host = &kvd_core_tier_host;
 	d.epfd = keep.epfd;
 	d.clients = keep.clients;
 	d.mark = keep.mark;
@@ -266,6 +267,7 @@ static void check_state(void);
 static void step_done(void)
 {
 	kvd_spill_reap(&d);
+	kvd_server_drop_closing(&d);	/* as the loop does after each event */
 	check_state();
 }
 
@@ -1000,6 +1002,7 @@ static void op_frame(struct in *in, uint32_t row, bool fix, bool with_pidfd)
 	if (h.magic != KVPROTO_MAGIC || h.len > KVPROTO_MAX_LEN) {
 		kvd_reply_error(&d, c, h.seq, -EBADMSG, true,
 				"bad frame header (magic %#x, length %u)", h.magic, h.len);
+		kvd_server_drop_closing(&d);
 		if (h.len <= KVPROTO_MAX_LEN) {	/* the rest of that frame is lost */
 			in->p += h.len;
 			in->left -= h.len;
@@ -1023,6 +1026,7 @@ static void op_frame(struct in *in, uint32_t row, bool fix, bool with_pidfd)
 			memcpy(&rq.n, buf + sizeof(h), sizeof(rq.n));
 	}
 	kvd_server_frame(&d, c, buf);
+	kvd_server_drop_closing(&d);	/* as the loop does after each event */
 	free(buf);
 	pump((int)id, &rq);
 }
@@ -1117,6 +1121,7 @@ static void run_ops(struct in *in)
 			kvd_evict_tick(&d);
 			kvd_registry_tick(&d);
 			kvd_nsstat_tick(&d);
+			kvd_server_drop_closing(&d);
 			if (d.ticks <= 3)	/* rendering is slow; the end checks too */
 				check_metrics();
 			break;

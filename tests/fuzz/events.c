@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * events.c - fuzz target for the KV events (daemon/events.c): the replay
+ * events.c - fuzz target for the KV events (daemon/obs/events.c): the replay
  * request parser (parsed input from the network), and the batches the
  * daemon encodes for any sequence of tier transitions.
  *
@@ -38,9 +38,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../daemon/events.h"
-#include "../../daemon/kvd.h"
-#include "../../daemon/log.h"
+#include "../../daemon/obs/events.h"
+#include "../../daemon/core/kvd.h"
+#include "../../daemon/util/log.h"
 #include "../../shm/index.h"
 #include "../../shm/key.h"
 #include "../../shm/page.h"

@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../daemon/remote_fmt.h"
+#include "../../daemon/tier/remote_fmt.h"
 #include "../../shm/proto.h"
 
 #include "check.h"

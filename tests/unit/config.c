@@ -10,9 +10,11 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -22,7 +24,7 @@
 #include <unistd.h>
 
 #include "../../daemon/config.h"
-#include "../../daemon/log.h"
+#include "../../daemon/util/log.h"
 
 #define SOCK "/tmp/kvt-unit-config.sock"
 
@@ -849,6 +851,115 @@ static void test_args_errors(void **state)
 	assert_has(c.text, "high-watermark");
 }
 
+/* A file of the repository (the tests run from its root), NUL-terminated. */
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf;
+	long n;
+
+	if (!f)
+		fail_msg("%s: %s (run the tests from the repository root)", path, strerror(errno));
+	assert_int_equal(fseek(f, 0, SEEK_END), 0);
+	n = ftell(f);
+	assert_true(n > 0);
+	rewind(f);
+	buf = calloc(1, (size_t)n + 1);
+	assert_non_null(buf);
+	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	return buf;
+}
+
+/* `word` in text, not as the start of a longer key: what follows is no
+ * letter, digit or (escaped) dash; nor is what comes before. */
+static bool has_key(const char *text, const char *word)
+{
+	const char *p;
+	size_t n = strlen(word);
+
+	for (p = text; (p = strstr(p, word)); p++) {
+		const char *e = p + n;
+		char before = p > text ? p[-1] : ' ';
+
+		if (isalnum((unsigned char)before) || before == '-')
+			continue;
+		if (isalnum((unsigned char)*e) || *e == '-' || (e[0] == '\\' && e[1] == '-'))
+			continue;
+		return true;
+	}
+	return false;
+}
+
+/* "pool-size" as roff writes it: "pool\-size". */
+static void roff_key(char *out, size_t len, const char *prefix, const char *key)
+{
+	size_t o = (size_t)snprintf(out, len, "%s", prefix);
+
+	for (; *key && o + 3 < len; key++) {
+		if (*key == '-')
+			out[o++] = '\\';
+		out[o++] = *key;
+	}
+	out[o] = 0;
+}
+
+/*
+ * Every key of the config table is in --help (which comes from it), in
+ * the example config (set or commented) and in both manual pages: the
+ * options of kvcached(8) and the keys of kvcached.conf(5).
+ */
+static void test_keys_documented(void **state)
+{
+	const char *keys[128];
+	char *help[] = { "kvcached", "--help", NULL };
+	char *conf = slurp("daemon/kvcached.conf.example");
+	char *man8 = slurp("man/kvcached.8.in");
+	char *man5 = slurp("man/kvcached.conf.5.in");
+	struct kvd_config cfg;
+	struct cap c;
+	size_t i, n = kvd_config_keys(keys, 128);
+
+	(void)state;
+	assert_true(n >= 38 && n <= 128);
+	assert_int_equal(args(&cfg, &c, 1, help), 1);
+	for (i = 0; i < n; i++) {
+		char pat[96];
+
+		snprintf(pat, sizeof(pat), "\n  --%s", keys[i]);
+		if (!has_key(c.text, pat + 3))
+			fail_msg("--help does not list --%s", keys[i]);
+		snprintf(pat, sizeof(pat), "\n%s = ", keys[i]);
+		if (!strstr(conf, pat)) {
+			snprintf(pat, sizeof(pat), "\n#%s = ", keys[i]);
+			if (!strstr(conf, pat))
+				fail_msg("daemon/kvcached.conf.example has no line '%s = ...'", keys[i]);
+		}
+		roff_key(pat, sizeof(pat), "\\-\\-", keys[i]);
+		if (!has_key(man8, pat))
+			fail_msg("man/kvcached.8.in does not list %s", pat);
+		roff_key(pat, sizeof(pat), "", keys[i]);
+		if (!has_key(man5, pat))
+			fail_msg("man/kvcached.conf.5.in does not list %s", pat);
+	}
+	/* And nothing there that is no key: every --option of --help. */
+	for (const char *h = c.text; (h = strstr(h, "\n  --")); h++) {
+		char key[64];
+		size_t k = strspn(h + 5, "abcdefghijklmnopqrstuvwxyz-");
+
+		snprintf(key, sizeof(key), "%.*s", (int)k, h + 5);
+		if (strcmp(key, "config") && strcmp(key, "help")) {
+			for (i = 0; i < n && strcmp(keys[i], key); i++)
+				;
+			if (i == n)
+				fail_msg("--help lists --%s, which is no key of the table", key);
+		}
+	}
+	free(conf);
+	free(man8);
+	free(man5);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -869,6 +980,7 @@ int main(void)
 		cmocka_unit_test(test_args_config_file),
 		cmocka_unit_test(test_remote),
 		cmocka_unit_test(test_args_errors),
+		cmocka_unit_test(test_keys_documented),
 	};
 
 	return cmocka_run_group_tests_name("config", tests, group_setup, group_teardown);

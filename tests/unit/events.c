@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * events.c - unit tests for daemon/events.c, with no ZMQ: batches go to a
+ * events.c - unit tests for daemon/obs/events.c, with no ZMQ: batches go to a
  * sink (kvd_events_open_sink) and are decoded with the strict schema
  * decoder of tests/lib/kvevents.h. The tier hooks are driven by the real
  * page transitions (shm/page.c) and by the daemon's own evict.c.
@@ -26,8 +26,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../daemon/events.h"
-#include "../../daemon/kvd.h"
+#include "../../daemon/obs/events.h"
+#include "../../daemon/core/kvd.h"
 #include "../../shm/index.h"
 #include "../../shm/key.h"
 #include "../../shm/page.h"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * pool.c - unit tests for daemon/pool.c on a host pool: the copies and
+ * pool.c - unit tests for daemon/pool/pool.c on a host pool: the copies and
  * checksums the spill tier uses (kvd_pool_copy_out / copy_in /
  * checksum / pin_host), their range checks, and opening a cuda pool
  * where it cannot be had (no driver here, or a build without CUDA)
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../daemon/pool.h"
+#include "../../daemon/pool/pool.h"
 #include "../../kernels/cudadrv.h"
 #include "../../kernels/page_ref.h"
 

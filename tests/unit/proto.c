@@ -333,6 +333,39 @@ static void test_header(void **state)
 	bad_hdr(&h, NULL, 16);
 }
 
+/*
+ * The frame table (KVPROTO_FRAMES): rows in numeric order, and every
+ * number between them an unknown type to decode, whatever its payload.
+ */
+#define TYPE_ROW(name, type, ...) type,
+static const unsigned frame_types[] = { KVPROTO_FRAMES(TYPE_ROW) };
+
+static void test_frame_table(void **state)
+{
+	struct kvproto_hdr h;
+	const char *why;
+	size_t i;
+	unsigned t;
+
+	(void)state;
+	put_alloc(1, 0);	/* a payload that is a count of 1 */
+	for (i = 1; i < sizeof(frame_types) / sizeof(frame_types[0]); i++)
+		assert_true(frame_types[i - 1] < frame_types[i]);
+	assert_int_equal(frame_types[i - 1], KVPROTO_TYPE_MAX);
+	for (i = 0, t = 0; t <= KVPROTO_TYPE_MAX + 1; t++) {
+		if (i < sizeof(frame_types) / sizeof(frame_types[0]) && t == frame_types[i]) {
+			i++;
+			continue;
+		}
+		h = hdr((uint16_t)t, 0);
+		why = NULL;
+		assert_int_equal(kvproto_decode(&h, NULL, 16, &why), -EBADMSG);
+		assert_string_equal(why, "unknown message type");
+		h = hdr((uint16_t)t, sizeof(struct kvproto_count));
+		assert_int_equal(kvproto_decode(&h, buf, 16, NULL), -EBADMSG);
+	}
+}
+
 static char *saved_sock, *saved_xdg;
 
 static int env_setup(void **state)
@@ -598,6 +631,7 @@ int main(void)
 		cmocka_unit_test(test_publish),
 		cmocka_unit_test(test_replies),
 		cmocka_unit_test(test_header),
+		cmocka_unit_test(test_frame_table),
 		cmocka_unit_test_setup_teardown(test_socket_path, env_setup, env_teardown),
 	};
 

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../daemon/remote_fmt.h"
+#include "../../daemon/tier/remote_fmt.h"
 #include "../../shm/proto.h"
 
 static void hex(char *out, const uint8_t *b, size_t n)

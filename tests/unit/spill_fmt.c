@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../daemon/spill_fmt.h"
+#include "../../daemon/tier/spill_fmt.h"
 #include "../../shm/proto.h"
 
 #define BT 16

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "../shm/segment.h"
+#include "../../shm/segment.h"
 
 struct kvd_metrics;
 

@@ -33,8 +33,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "../shm/index.h"
-#include "../shm/page.h"
+#include "../../shm/index.h"
+#include "../../shm/page.h"
 #include "kvd.h"
 
 #define RELAXED memory_order_relaxed

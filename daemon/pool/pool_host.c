@@ -16,7 +16,7 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
-#include "log.h"
+#include "../util/log.h"
 #include "pool.h"
 
 #define HUGE_2M (2ull << 20)

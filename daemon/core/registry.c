@@ -20,10 +20,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../shm/key.h"
-#include "closer.h"
+#include "../../shm/key.h"
+#include "../util/closer.h"
 #include "kvd.h"
-#include "log.h"
+#include "../util/log.h"
 
 #define RELAXED memory_order_relaxed
 
@@ -123,9 +123,10 @@ static int send_with_fds(struct kvd_client *c, uint16_t type, uint32_t seq,
 	       (ssize_t)(sizeof(h) + len) ? 0 : -1;
 }
 
-int kvd_registry_stat(struct kvd *d, struct kvd_client *c, uint32_t seq,
+int kvd_registry_stat(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
 		      const void *p)
 {
+	const uint32_t seq = hdr->seq;
 	struct kvproto_stat st;
 	struct kvproto_stat_r r = { KVPROTO_VERSION, KVSHM_VERSION, d->h->segment_bytes };
 
@@ -137,7 +138,7 @@ int kvd_registry_stat(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	}
 	if (send_with_fds(c, KVPROTO_STAT_R, seq, &r, sizeof(r), &d->seg.fd, 1))
 		kvd_debug("client %u (pid %d): STAT reply not delivered", c->id, (int)c->pid);
-	kvd_registry_drop(d, c, "observer served");
+	kvd_client_close(d, c, "observer served", false);
 	return -1;
 }
 
@@ -167,9 +168,12 @@ static int refuse_hello(struct kvd *d, struct kvd_client *c, uint32_t seq, int e
 	return -1;
 }
 
-int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
-		       const struct kvproto_hello *hi)
+int kvd_registry_hello(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
+		       const void *p)
 {
+	const uint32_t seq = hdr->seq;
+	struct kvproto_hello hello;
+	const struct kvproto_hello *hi = &hello;
 	struct kvproto_hello_r hr;
 	struct kvshm_ns ns;
 	struct kvshm_client_row *row;
@@ -178,6 +182,11 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	uint32_t nslots;
 	int nsid, fds[3], nfds, rc;
 
+	if (c->hello) {
+		kvd_reply_error(d, c, seq, -EPROTO, true, "second HELLO");
+		return -1;
+	}
+	memcpy(&hello, p, sizeof(hello));
 	if (hi->version != KVPROTO_VERSION) {
 		snprintf(msg, sizeof(msg), "protocol version %u, this kvcached speaks %u",
 			 hi->version, KVPROTO_VERSION);
@@ -244,7 +253,7 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		fds[nfds++] = kvd_pool_fd(&d->pool);
 	fds[nfds++] = c->ledger.fd;
 	if (send_with_fds(c, KVPROTO_HELLO_R, seq, &hr, sizeof(hr), fds, nfds)) {
-		kvd_registry_drop(d, c, "HELLO reply not delivered");
+		kvd_client_close(d, c, "HELLO reply not delivered", false);
 		return -1;
 	}
 	/* The ledger fd now lives in the client; our mapping stays. */
@@ -266,8 +275,10 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
 }
 
 /* POOL: hand a cuda pool's chunk fds to an attached client. */
-int kvd_registry_pool(struct kvd *d, struct kvd_client *c, uint32_t seq, const void *p)
+int kvd_registry_pool(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
+		      const void *p)
 {
+	const uint32_t seq = hdr->seq;
 	struct kvproto_pool q;
 	struct kvproto_pool_r r;
 	const int *fds;
@@ -284,7 +295,7 @@ int kvd_registry_pool(struct kvd *d, struct kvd_client *c, uint32_t seq, const v
 		return -1;
 	}
 	if (send_with_fds(c, KVPROTO_POOL_R, seq, &r, sizeof(r), fds, (int)r.n_chunks)) {
-		kvd_registry_drop(d, c, "POOL reply not delivered");
+		kvd_client_close(d, c, "POOL reply not delivered", false);
 		return -1;
 	}
 	kvd_debug("client %u: %u cuda pool chunk fds sent", c->id, r.n_chunks);
@@ -349,7 +360,11 @@ static void end_connection(struct kvd *d, struct kvd_client *c, const char *why,
 	if (!c->used || c->lingering)
 		return;
 	epoll_ctl(d->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-	kvd_drain_close(c->fd);
+	/* Closing with unread input resets the peer, which would lose the
+	 * ERROR just sent: a bounded amount is drained first. Both happen
+	 * on a closer thread: the close drops whatever descriptors the peer
+	 * queued, and that can block for as long as the peer wants. */
+	kvd_closer_put(c->fd, true);
 	c->fd = -1;
 	if (c->hello)
 		retire_counters(d, c);

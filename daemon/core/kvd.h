@@ -19,13 +19,13 @@
 #include <sys/types.h>
 #include <time.h>
 
-#include "../shm/ledger.h"
-#include "../shm/proto.h"
-#include "../shm/segment.h"
-#include "config.h"
-#include "memfd.h"
-#include "pool.h"
-#include "tier.h"
+#include "../../shm/ledger.h"
+#include "../../shm/proto.h"
+#include "../../shm/segment.h"
+#include "../config.h"
+#include "../pool/memfd.h"
+#include "../pool/pool.h"
+#include "../tier/tier.h"
 
 /* Namespace rows the daemon keeps (the segment's max_ns). */
 #define KVD_MAX_NS 64
@@ -64,9 +64,16 @@ struct kvd_client {
 	/* Replies not yet accepted by the socket. */
 	uint8_t *out;
 	uint32_t out_len, out_off, out_cap;
-	/* A restore whose reply waits for a tier (tier.c): nothing more is
-	 * read from the client until it is sent. */
+	/* A restore whose reply waits for a tier (restore.c): nothing more
+	 * is read from the client until it is sent. */
 	struct kvd_restore *restore;
+
+	/* Ended by a handler (kvd_client_close): the event loop drops it
+	 * once the handler returns, for close_why (or as a BYE). */
+	bool closing;
+	bool close_bye;
+	struct kvd_client *close_next;	/* d->closing list */
+	char close_why[400];
 };
 
 #define KVD_FLIGHT_WAKE 32	/* writers woken one by one per message */
@@ -118,6 +125,12 @@ struct kvd {
 	uint32_t n_flight_wake;
 	bool flight_wake_all;
 	uint64_t gone_waits[KVD_WAIT_STATS];
+
+	/* Clients marked closing, in the order they were (reply.c); the
+	 * event loop drops them (kvd_server_drop_closing). */
+	struct kvd_client *closing, *closing_tail;
+	/* What the tiers may call in the core (restore.c sets it). */
+	const struct kvd_tier_host *tier_host;
 };
 
 /* epoll tags: fixed sources, then one per client socket and pidfd. */
@@ -165,27 +178,48 @@ static inline void kvd_stat_add(_Atomic uint64_t *c, int64_t v)
 			      memory_order_relaxed);
 }
 
+/*
+ * A frame's handler: the handler column of the frame table
+ * (KVPROTO_FRAMES, shm/proto.h), run by the dispatch (server.c) on a
+ * frame kvproto_decode passed: hdr, then its hdr->len payload bytes at p.
+ * Returns 0, or -1 when c is closing or done (nothing more is read).
+ */
+typedef int kvd_frame_fn(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
+			 const void *p);
+
 /* server.c */
 int kvd_server_open(struct kvd *d);
 int kvd_server_run(struct kvd *d);
 void kvd_server_close(struct kvd *d);
-/* Queue a reply; 0 or -1 when the client had to be dropped. */
-int kvd_reply(struct kvd *d, struct kvd_client *c, uint16_t type, uint32_t seq,
-	      const void *p1, uint32_t n1, const void *p2, uint32_t n2);
-/* Close a client socket after draining a bounded amount of its input. */
-void kvd_drain_close(int fd);
 /*
  * Decode and dispatch one complete frame (header and exactly its payload)
- * from client c. Returns 0, or -1 when c was dropped or is done. The
- * server calls it on c->in; the daemon_frames fuzz target calls it too,
- * so that it fuzzes the dispatch the daemon runs.
+ * from client c. Returns 0, or -1 when c is closing or done. The server
+ * calls it on c->in; the daemon_frames fuzz target calls it too, so that
+ * it fuzzes the dispatch the daemon runs.
  */
 int kvd_server_frame(struct kvd *d, struct kvd_client *c, const uint8_t *in);
+/* Drop every client a handler marked closing (the loop, after each
+ * handler; the fuzz target, after each step). */
+void kvd_server_drop_closing(struct kvd *d);
+
+/* reply.c */
+/* epoll_ctl on d's epoll set, tag in data.u64. */
+int kvd_ep_set(struct kvd *d, int op, int fd, uint32_t events, uint64_t tag);
+/* Queue a reply; 0, or -1 when the client is closing (its send failed). */
+int kvd_reply(struct kvd *d, struct kvd_client *c, uint16_t type, uint32_t seq,
+	      const void *p1, uint32_t n1, const void *p2, uint32_t n2);
+/* Send what is queued; -1 when the peer is gone. */
+int kvd_client_flush(struct kvd *d, struct kvd_client *c);
+/* End c's connection: the event loop drops it when the handler returns
+ * (a BYE: everything it held goes at once). The first reason stands. */
+void kvd_client_close(struct kvd *d, struct kvd_client *c, const char *why, bool bye);
 /* A restore is parked on c: read nothing more from it until its reply
  * (only a hang-up is noticed meanwhile); resume once the reply is sent. */
 void kvd_client_park(struct kvd *d, struct kvd_client *c);
 void kvd_client_resume(struct kvd *d, struct kvd_client *c);
-/* Send an ERROR; fatal ones drop the client. */
+/* BYE (a frame handler): end the connection, releasing all at once. */
+kvd_frame_fn kvd_client_bye;
+/* Send an ERROR; fatal ones end the connection (kvd_client_close). */
 void kvd_reply_error(struct kvd *d, struct kvd_client *c, uint32_t seq,
 		     int err, bool fatal, const char *fmt, ...)
 	__attribute__((format(printf, 6, 7)));
@@ -198,8 +232,8 @@ void kvd_reply_error(struct kvd *d, struct kvd_client *c, uint32_t seq,
  * is free.
  */
 int kvd_registry_ns(struct kvd *d, const struct kvshm_ns *want, bool may_reclaim);
-int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
-		       const struct kvproto_hello *hi);
+/* HELLO (a second one is refused). */
+kvd_frame_fn kvd_registry_hello;
 /*
  * The client's connection ends. After a BYE (bye = true), or when its
  * process is gone, everything it held is released at once. Otherwise (a
@@ -208,31 +242,26 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, uint32_t seq,
  * the process exited: its threads may still be reading pinned pages.
  */
 void kvd_registry_drop(struct kvd *d, struct kvd_client *c, const char *why);
-/* POOL: a cuda pool's chunk fds for an attached client (-1: dropped). */
-int kvd_registry_pool(struct kvd *d, struct kvd_client *c, uint32_t seq, const void *p);
+/* POOL: a cuda pool's chunk fds for an attached client (-1: closing). */
+kvd_frame_fn kvd_registry_pool;
 void kvd_registry_bye(struct kvd *d, struct kvd_client *c);
 /* The lingering client's process exited: release everything. */
 void kvd_registry_exited(struct kvd *d, struct kvd_client *c);
-/* STAT: hand an observer the segment fd, then drop it. Returns -1. */
-int kvd_registry_stat(struct kvd *d, struct kvd_client *c, uint32_t seq,
-		      const void *p);
+/* STAT: hand an observer the segment fd, then end it. Returns -1. */
+kvd_frame_fn kvd_registry_stat;
 void kvd_registry_tick(struct kvd *d);
 
-/* cache.c: ALLOC, PUBLISH, FREE. Return 0, or -1 if c was dropped. */
-int kvd_cache_alloc(struct kvd *d, struct kvd_client *c, uint32_t seq,
-		    const void *p, uint32_t len);
-int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
-		      const void *p, uint32_t len);
-int kvd_cache_free(struct kvd *d, struct kvd_client *c, uint32_t seq,
-		   const void *p, uint32_t len);
+/* cache.c: ALLOC, PUBLISH, FREE. Return 0, or -1 if c is closing. */
+kvd_frame_fn kvd_cache_alloc;
+kvd_frame_fn kvd_cache_publish;
+kvd_frame_fn kvd_cache_free;
 /* Pages one process may hold pinned or writing: max-share of the pool. */
 uint32_t kvd_share_pages(const struct kvd *d);
 /* Give back every WRITING page of owner; returns how many. */
 uint32_t kvd_cache_reclaim(struct kvd *d, uint32_t owner);
 
 /* cache.c: ALLOC_KEYS (ALLOC with the blocks' keys: announced pages). */
-int kvd_cache_alloc_keys(struct kvd *d, struct kvd_client *c, uint32_t seq,
-			 const void *p, uint32_t len);
+kvd_frame_fn kvd_cache_alloc_keys;
 
 /* flight.c: single flight */
 /* Is the claimed block in flight by a client other than c, or cached? */
@@ -288,11 +317,23 @@ void kvd_nsstat_clear(struct kvd *d, uint32_t ns_id);
 void kvd_stats_reset(struct kvd *d);
 /* RESET from c (before HELLO): reset if c is root or the daemon's own
  * user, else refuse. Always ends c's connection: returns -1. */
-int kvd_nsstat_reset_req(struct kvd *d, struct kvd_client *c, uint32_t seq, const void *p);
+kvd_frame_fn kvd_nsstat_reset_req;
+
+/* restore.c */
+/*
+ * RESTORE (keys only) or FETCH (parent, keys and tokens) from client c:
+ * bring the blocks the tiers hold into pool pages and reply with one
+ * status per block, now or, when a tier deferred, once it is done (the
+ * client's further frames wait meanwhile). Returns 0, or -1 if c is
+ * closing.
+ */
+kvd_frame_fn kvd_restore;
+/* The core's side of the tier interface (d->tier_host). */
+extern const struct kvd_tier_host kvd_core_tier_host;
 
 /* drop.c: DROP from c: evict every unpinned block of c's namespace (pool
  * pages and spill slots). Returns 0, or -1 if c was dropped. */
-int kvd_drop_ns(struct kvd *d, struct kvd_client *c, uint32_t seq, const void *p);
+kvd_frame_fn kvd_drop_ns;
 
 /* top.c: empty the top-prefix sketch (a reset of the statistics). */
 void kvd_top_reset(struct kvd *d);

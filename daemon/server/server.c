@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,20 +27,13 @@
 
 #include <time.h>
 
-#include "closer.h"
-#include "events.h"
-#include "kvd.h"
-#include "tier.h"
-#include "log.h"
+#include "../util/closer.h"
+#include "../obs/events.h"
+#include "../core/kvd.h"
+#include "../tier/tier.h"
+#include "../util/log.h"
 #include "notify.h"
 
-
-static int ep_set(struct kvd *d, int op, int fd, uint32_t events, uint64_t tag)
-{
-	struct epoll_event ev = { .events = events, .data.u64 = tag };
-
-	return epoll_ctl(d->epfd, op, fd, &ev);
-}
 
 /* Make sure the socket's folder exists; refuse to steal a live socket. */
 static int prepare_path(const char *path)
@@ -190,32 +182,23 @@ int kvd_server_open(struct kvd *d)
 	it.it_interval.tv_sec = d->cfg.tick_ms / 1000;
 	it.it_value = it.it_interval;
 	timerfd_settime(d->tfd, 0, &it, NULL);
-	if (ep_set(d, EPOLL_CTL_ADD, d->lfd, EPOLLIN, KVD_EV_LISTEN) ||
-	    ep_set(d, EPOLL_CTL_ADD, d->sigfd, EPOLLIN, KVD_EV_SIGNAL) ||
-	    ep_set(d, EPOLL_CTL_ADD, d->tfd, EPOLLIN, KVD_EV_TIMER) ||
+	if (kvd_ep_set(d, EPOLL_CTL_ADD, d->lfd, EPOLLIN, KVD_EV_LISTEN) ||
+	    kvd_ep_set(d, EPOLL_CTL_ADD, d->sigfd, EPOLLIN, KVD_EV_SIGNAL) ||
+	    kvd_ep_set(d, EPOLL_CTL_ADD, d->tfd, EPOLLIN, KVD_EV_TIMER) ||
 	    (kvd_events_fd(d) >= 0 &&	/* ZMQ_FD signals edges */
-	     ep_set(d, EPOLL_CTL_ADD, kvd_events_fd(d), EPOLLIN | EPOLLET, KVD_EV_EVENTS))) {
+	     kvd_ep_set(d, EPOLL_CTL_ADD, kvd_events_fd(d), EPOLLIN | EPOLLET, KVD_EV_EVENTS))) {
 		kvd_err("epoll: %s", strerror(errno));
 		return -1;
 	}
 	for (lv = 1; lv < KVD_TIER_MAX; lv++) {
 		int fd = kvd_tiers_fd(d, (enum kvd_tier_level)lv);
 
-		if (fd >= 0 && ep_set(d, EPOLL_CTL_ADD, fd, EPOLLIN, KVD_EV_TIER + (uint64_t)lv)) {
+		if (fd >= 0 && kvd_ep_set(d, EPOLL_CTL_ADD, fd, EPOLLIN, KVD_EV_TIER + (uint64_t)lv)) {
 			kvd_err("epoll: %s", strerror(errno));
 			return -1;
 		}
 	}
 	return 0;
-}
-
-void kvd_drain_close(int fd)
-{
-	/* Closing with unread input resets the peer, which would lose the
-	 * ERROR just sent: a bounded amount is drained first. Both happen
-	 * on a closer thread: the close drops whatever descriptors the peer
-	 * queued, and that can block for as long as the peer wants. */
-	kvd_closer_put(fd, true);
 }
 
 static bool peer_trusted(const struct kvd *d, int fd, const struct ucred *cr)
@@ -258,7 +241,7 @@ static void refuse(int fd, int err, const char *msg)
 	n += strlen(msg);
 	if (send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
 		kvd_debug("refusal not delivered: %s", strerror(errno));
-	kvd_drain_close(fd);
+	kvd_closer_put(fd, true);	/* drained first: the peer gets the ERROR */
 }
 
 #ifndef SO_PEERPIDFD
@@ -298,7 +281,7 @@ static void do_accept(struct kvd *d)
 			return;
 		}
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl)) {
-			kvd_drain_close(fd);
+			kvd_closer_put(fd, true);
 			continue;
 		}
 		if (!peer_trusted(d, fd, &cr)) {
@@ -359,11 +342,11 @@ static void do_accept(struct kvd *d)
 		c->uid = cr.uid;
 		c->gid = cr.gid;
 		c->ledger.fd = -1;
-		if (ep_set(d, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, KVD_EV_CLIENT + i) ||
+		if (kvd_ep_set(d, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, KVD_EV_CLIENT + i) ||
 		    (c->pidfd >= 0 &&
-		     ep_set(d, EPOLL_CTL_ADD, c->pidfd, EPOLLIN, KVD_EV_PIDFD + i))) {
+		     kvd_ep_set(d, EPOLL_CTL_ADD, c->pidfd, EPOLLIN, KVD_EV_PIDFD + i))) {
 			epoll_ctl(d->epfd, EPOLL_CTL_DEL, fd, NULL);
-			kvd_drain_close(fd);
+			kvd_closer_put(fd, true);
 			if (c->pidfd >= 0)
 				close(c->pidfd);
 			c->used = false;
@@ -374,102 +357,16 @@ static void do_accept(struct kvd *d)
 	}
 }
 
-static int flush_out(struct kvd *d, struct kvd_client *c)
-{
-	while (c->out_off < c->out_len) {
-		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
-				 MSG_NOSIGNAL | MSG_DONTWAIT);
+/* The handler column of the frame table (shm/proto.h), by type. */
+#define KVD_FRAME_ROW(name, type, desc, size, bytes, check, hello, handler)               \
+	[type] = { handler, KVPROTO_TAKE_##hello },
 
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN) {
-			/*
-			 * Stop reading until the client takes its replies. No
-			 * EPOLLRDHUP meanwhile: level-triggered, a half-closed peer
-			 * would wake us on every wait while we cannot read (a spin).
-			 * A peer that is gone entirely still raises EPOLLHUP/ERR.
-			 */
-			ep_set(d, EPOLL_CTL_MOD, c->fd, EPOLLOUT, KVD_EV_CLIENT + c->id);
-			return 0;
-		}
-		if (n <= 0)
-			return -1;
-		c->out_off += (uint32_t)n;
-	}
-	if (c->out_len)
-		ep_set(d, EPOLL_CTL_MOD, c->fd, EPOLLIN | EPOLLRDHUP, KVD_EV_CLIENT + c->id);
-	c->out_len = c->out_off = 0;
-	return 0;
-}
-
-int kvd_reply(struct kvd *d, struct kvd_client *c, uint16_t type, uint32_t seq,
-	      const void *p1, uint32_t n1, const void *p2, uint32_t n2)
-{
-	struct kvproto_hdr h = { KVPROTO_MAGIC, type, 0, n1 + n2, seq };
-	uint64_t need = (uint64_t)c->out_len + sizeof(h) + n1 + n2;
-
-	if (c->lingering || c->fd < 0)
-		return -1;
-
-	if (need > c->out_cap) {
-		uint8_t *nb = realloc(c->out, need);
-
-		if (!nb) {
-			kvd_registry_drop(d, c, "out of memory for a reply");
-			return -1;
-		}
-		c->out = nb;
-		c->out_cap = (uint32_t)need;
-	}
-	memcpy(c->out + c->out_len, &h, sizeof(h));
-	c->out_len += sizeof(h);
-	if (n1)
-		memcpy(c->out + c->out_len, p1, n1);
-	c->out_len += n1;
-	if (n2)
-		memcpy(c->out + c->out_len, p2, n2);
-	c->out_len += n2;
-	if (flush_out(d, c)) {
-		kvd_registry_drop(d, c, "hung up");
-		return -1;
-	}
-	return 0;
-}
-
-void kvd_client_park(struct kvd *d, struct kvd_client *c)
-{
-	/* No EPOLLIN: level-triggered, unread input would wake us in a spin.
-	 * EPOLLHUP and EPOLLERR are reported regardless. */
-	ep_set(d, EPOLL_CTL_MOD, c->fd, 0, KVD_EV_CLIENT + c->id);
-}
-
-void kvd_client_resume(struct kvd *d, struct kvd_client *c)
-{
-	/* With a reply still queued, flush_out re-arms once it is sent. */
-	if (kvd_live(c) && !c->out_len)
-		ep_set(d, EPOLL_CTL_MOD, c->fd, EPOLLIN | EPOLLRDHUP, KVD_EV_CLIENT + c->id);
-}
-
-void kvd_reply_error(struct kvd *d, struct kvd_client *c, uint32_t seq,
-		     int err, bool fatal, const char *fmt, ...)
-{
-	struct kvproto_error e = { err, fatal };
-	char msg[400];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	if (fatal) {
-		kvd_warn("client %u (pid %d): %s; disconnecting", c->id, (int)c->pid, msg);
-		if (!c->refused)	/* a refused HELLO counts as refused only */
-			kvd_stat_add(&kvshm_stats(d->h)->clients_dropped, 1);
-	}
-	if (kvd_reply(d, c, KVPROTO_ERROR, seq, &e, sizeof(e), msg, (uint32_t)strlen(msg)))
-		return;
-	if (fatal)
-		kvd_registry_drop(d, c, msg);
-}
+static const struct {
+	kvd_frame_fn *handler;	/* NULL: a reply, no request */
+	uint8_t take;		/* enum kvproto_take */
+} frames[KVPROTO_TYPE_MAX + 1] = {
+	KVPROTO_FRAMES(KVD_FRAME_ROW)
+};
 
 int kvd_server_frame(struct kvd *d, struct kvd_client *c, const uint8_t *in)
 {
@@ -482,48 +379,17 @@ int kvd_server_frame(struct kvd *d, struct kvd_client *c, const uint8_t *in)
 		kvd_reply_error(d, c, h.seq, -EBADMSG, true, "bad message: %s", why);
 		return -1;
 	}
-	if (!c->hello && h.type == KVPROTO_STAT)
-		return kvd_registry_stat(d, c, h.seq, p);
-	if (!c->hello && h.type == KVPROTO_RESET)
-		return kvd_nsstat_reset_req(d, c, h.seq, p);
-	if (!c->hello && h.type != KVPROTO_HELLO) {
+	/* Decoded: a type of the table. */
+	if (!c->hello && frames[h.type].take == KVPROTO_TAKE_AFTER) {
 		kvd_reply_error(d, c, h.seq, -EPROTO, true, "expected HELLO first");
 		return -1;
 	}
-	switch (h.type) {
-	case KVPROTO_BYE:
-		kvd_registry_bye(d, c);
-		return -1;
-	case KVPROTO_HELLO: {
-		struct kvproto_hello hi;
-
-		if (c->hello) {
-			kvd_reply_error(d, c, h.seq, -EPROTO, true, "second HELLO");
-			return -1;
-		}
-		memcpy(&hi, p, sizeof(hi));
-		return kvd_registry_hello(d, c, h.seq, &hi);
-	}
-	case KVPROTO_ALLOC:
-		return kvd_cache_alloc(d, c, h.seq, p, h.len);
-	case KVPROTO_ALLOC_KEYS:
-		return kvd_cache_alloc_keys(d, c, h.seq, p, h.len);
-	case KVPROTO_PUBLISH:
-		return kvd_cache_publish(d, c, h.seq, p, h.len);
-	case KVPROTO_FREE:
-		return kvd_cache_free(d, c, h.seq, p, h.len);
-	case KVPROTO_RESTORE:
-	case KVPROTO_FETCH:
-		return kvd_tiers_restore(d, c, h.type, h.seq, p, h.len);
-	case KVPROTO_POOL:
-		return kvd_registry_pool(d, c, h.seq, p);
-	case KVPROTO_DROP:
-		return kvd_drop_ns(d, c, h.seq, p);
-	default:
+	if (!frames[h.type].handler || (c->hello && frames[h.type].take == KVPROTO_TAKE_BEFORE)) {
 		kvd_reply_error(d, c, h.seq, -EPROTO, true, "message type %u is not a request",
 				h.type);
 		return -1;
 	}
+	return frames[h.type].handler(d, c, &h, p);
 }
 
 /*
@@ -569,8 +435,8 @@ static void do_read(struct kvd *d, struct kvd_client *c)
 		uint32_t need = sizeof(h);
 		ssize_t n;
 
-		if (!c->used || c->lingering)
-			return;	/* a handler dropped it */
+		if (!c->used || c->lingering || c->closing)
+			return;	/* a handler ended it */
 		if (c->out_len || c->restore)
 			return;	/* replies pending: wait for EPOLLOUT, or a
 				 * parked restore (kvd_client_park) */
@@ -656,6 +522,26 @@ static void watchdog(struct kvd *d)
 	}
 }
 
+void kvd_server_drop_closing(struct kvd *d)
+{
+	while (d->closing) {
+		struct kvd_client *c = d->closing;
+		char why[sizeof(c->close_why)];
+		bool bye = c->close_bye;
+
+		d->closing = c->close_next;
+		if (!d->closing)
+			d->closing_tail = NULL;
+		c->closing = false;
+		c->close_next = NULL;
+		memcpy(why, c->close_why, sizeof(why));
+		if (bye)
+			kvd_registry_bye(d, c);
+		else
+			kvd_registry_drop(d, c, why);
+	}
+}
+
 int kvd_server_run(struct kvd *d)
 {
 	struct epoll_event ev[64];
@@ -704,13 +590,15 @@ int kvd_server_run(struct kvd *d)
 						kvd_registry_drop(d, c, "hung up");
 					continue;
 				}
-				if ((ev[i].events & EPOLLOUT) && flush_out(d, c)) {
+				if ((ev[i].events & EPOLLOUT) && kvd_client_flush(d, c)) {
 					kvd_registry_drop(d, c, "hung up");
 					continue;
 				}
 				if (ev[i].events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP | EPOLLERR))
 					do_read(d, c);
 			}
+			/* The handler has returned: drop whom it ended. */
+			kvd_server_drop_closing(d);
 		}
 	}
 	return 0;

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../shm/stats.h"
-#include "log.h"
+#include "../../shm/stats.h"
+#include "../util/log.h"
 #include "metrics.h"
 
 struct kvd_metrics {

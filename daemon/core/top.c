@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "kvd.h"
-#include "log.h"
+#include "../util/log.h"
 
 static void top_add(struct kvshm_top *t, uint32_t ns_id, struct kvshm_key key,
 		    uint64_t tokens, const char *label)

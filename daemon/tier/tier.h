@@ -10,7 +10,8 @@
  *
  * Eviction, publish, restore, the event loop and shutdown call the
  * kvd_tiers_* helpers below, which walk the registered tiers in order, so
- * none of them names a tier. Everything here runs on the daemon's main
+ * none of them names a tier. A tier in turn never names the core: what it
+ * needs of it comes through d->tier_host (struct kvd_tier_host). Everything here runs on the daemon's main
  * thread; a tier that does I/O elsewhere (threads, io_uring) hands its
  * completions back through the fd it gives the event loop.
  *
@@ -26,7 +27,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../shm/segment.h"
+#include "../../shm/segment.h"
 
 struct kvd;
 struct kvd_client;
@@ -82,6 +83,10 @@ struct kvd_tier {
 	uint32_t (*pending)(const struct kvd *d);
 	bool (*busy)(const struct kvd *d, uint32_t page);
 	void (*drain)(struct kvd *d);
+	/* cancel: the page's blocks are gone (a client punched it out):
+	 * drop a write of it in flight; true if there was one (the tier
+	 * frees the page when the cancelled write completes). */
+	bool (*cancel)(struct kvd *d, uint32_t page);
 
 	/*
 	 * Reads: look a run of keys up, then fetch into pages. claim is asked
@@ -143,16 +148,30 @@ void kvd_tiers_tick(struct kvd *d);
 void kvd_tiers_close(struct kvd *d);
 
 /*
- * RESTORE (keys only) or FETCH (parent, keys and tokens) from client c:
- * bring the blocks the tiers hold into pool pages and reply with one
- * status per block, now or, when a tier deferred, once it is done (the
- * client's further frames wait meanwhile). Returns 0, or -1 if c was
- * dropped.
+ * Reads, for the core's restore (core/restore.c). claim: the first tier
+ * that claims block f (see claim above): its level, 0 when none does, or
+ * that tier's -errno. fetch: tier level's fetch of the n blocks it
+ * claimed (0: done, 1: it calls kvd_tiers_fetch_done(d, rq) later).
  */
-int kvd_tiers_restore(struct kvd *d, struct kvd_client *c, uint16_t type, uint32_t seq,
-		      const void *p, uint32_t len);
+int kvd_tiers_claim(struct kvd *d, uint32_t ns_id, uint32_t loc, bool full, struct kvd_fetch *f);
+int kvd_tiers_fetch(struct kvd *d, enum kvd_tier_level level, struct kvd_client *c,
+		    struct kvd_fetch *f, uint32_t n, struct kvd_restore *rq);
 
 /* A tier that deferred its part of rq is done (its statuses are set). */
 void kvd_tiers_fetch_done(struct kvd *d, struct kvd_restore *rq);
+
+/* A punched-out page: cancel a tier's write of it (true: one did). */
+bool kvd_tiers_cancel(struct kvd *d, uint32_t page);
+
+/*
+ * What a tier may ask of the core, handed to the tiers as d->tier_host
+ * (set before any tier opens): ns finds or adds a namespace row, as
+ * HELLO does (a warm restart's blocks name theirs; may_reclaim false);
+ * fetch_done finishes a restore whose tiers are all done.
+ */
+struct kvd_tier_host {
+	int (*ns)(struct kvd *d, const struct kvshm_ns *want, bool may_reclaim);
+	void (*fetch_done)(struct kvd *d, struct kvd_restore *rq);
+};
 
 #endif

@@ -59,11 +59,11 @@
 
 #include <libmemcached/memcached.h>
 
-#include "../shm/index.h"
-#include "../shm/page.h"
-#include "events.h"
-#include "kvd.h"
-#include "log.h"
+#include "../../shm/index.h"
+#include "../../shm/page.h"
+#include "../obs/events.h"
+#include "../core/kvd.h"
+#include "../util/log.h"
 #include "remote.h"
 #include "remote_fmt.h"
 #include "tier.h"

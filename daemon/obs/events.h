@@ -22,8 +22,8 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "../shm/segment.h"
-#include "kvd.h"
+#include "../../shm/segment.h"
+#include "../core/kvd.h"
 
 /*
  * Where a block lives, as the events name it (vLLM's `medium`). POOL is

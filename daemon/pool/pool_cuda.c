@@ -26,12 +26,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../kernels/cudadrv.h"
-#include "log.h"
+#include "../../kernels/cudadrv.h"
+#include "../util/log.h"
 #include "pool.h"
 
 #ifdef KVC_HAVE_CUDA
-#include "../kernels/page_cuda.h"
+#include "../../kernels/page_cuda.h"
 
 /* Pools up to this size are one chunk; larger ones are chunks of this
  * size, until KVPROTO_MAX_CHUNKS of them would not hold it. */

@@ -11,9 +11,9 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#include "../shm/proto.h"
-#include "../shm/segment.h"
-#include "config.h"
+#include "../../shm/proto.h"
+#include "../../shm/segment.h"
+#include "../config.h"
 #include "memfd.h"
 
 struct kvd_pool_cuda;

@@ -13,11 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../shm/page.h"
-#include "events.h"
+#include "../../shm/page.h"
+#include "../obs/events.h"
 #include "kvd.h"
-#include "log.h"
-#include "tier.h"
+#include "../util/log.h"
+#include "../tier/tier.h"
 
 /* Check every (page, gen) of a message; mark pages to catch repeats. */
 static int check_pages(struct kvd *d, struct kvd_client *c, const uint8_t *rec,
@@ -180,24 +180,24 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 	return rc;
 }
 
-int kvd_cache_alloc(struct kvd *d, struct kvd_client *c, uint32_t seq,
-		    const void *p, uint32_t len)
+int kvd_cache_alloc(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
+		    const void *p)
 {
+	const uint32_t seq = hdr->seq;
 	struct kvproto_alloc a;
 
-	(void)len;
 	memcpy(&a, p, sizeof(a));
 	return alloc_pages(d, c, seq, a.n, NULL);
 }
 
-int kvd_cache_alloc_keys(struct kvd *d, struct kvd_client *c, uint32_t seq,
-			 const void *p, uint32_t len)
+int kvd_cache_alloc_keys(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
+			 const void *p)
 {
+	const uint32_t seq = hdr->seq;
 	const uint8_t *claims = (const uint8_t *)p + sizeof(struct kvproto_alloc);
 	struct kvproto_alloc a;
 	struct kvproto_claim first;
 
-	(void)len;
 	memcpy(&a, p, sizeof(a));
 	memcpy(&first, claims, sizeof(first));
 	/* Someone else began writing the first block (or published it)
@@ -211,9 +211,10 @@ int kvd_cache_alloc_keys(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	return alloc_pages(d, c, seq, a.n, claims);
 }
 
-int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
-		      const void *p, uint32_t len)
+int kvd_cache_publish(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
+		      const void *p)
 {
+	const uint32_t seq = hdr->seq;
 	size_t stride = sizeof(struct kvproto_pub) + (size_t)c->bt * 4;
 	const uint8_t *rec = (const uint8_t *)p + sizeof(struct kvproto_count);
 	struct kvproto_count cnt;
@@ -221,7 +222,6 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	uint32_t i, bad = 0, collisions = 0;
 	int rc;
 
-	(void)len;
 	memcpy(&cnt, p, sizeof(cnt));
 	if (check_pages(d, c, rec, cnt.n, stride, &bad)) {
 		kvd_reply_error(d, c, seq, -EINVAL, true,
@@ -275,14 +275,14 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, uint32_t seq,
 	return rc;
 }
 
-int kvd_cache_free(struct kvd *d, struct kvd_client *c, uint32_t seq,
-		   const void *p, uint32_t len)
+int kvd_cache_free(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
+		   const void *p)
 {
+	const uint32_t seq = hdr->seq;
 	const uint8_t *rec = (const uint8_t *)p + sizeof(struct kvproto_count);
 	struct kvproto_count cnt;
 	uint32_t i, bad = 0;
 
-	(void)len;
 	memcpy(&cnt, p, sizeof(cnt));
 	if (check_pages(d, c, rec, cnt.n, sizeof(struct kvproto_pg), &bad)) {
 		kvd_reply_error(d, c, seq, -EINVAL, true,

@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../shm/segment.h"
+#include "../../shm/segment.h"
 
 struct kvd;
 struct kvd_client;

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "kvd.h"
-#include "log.h"
+#include "../util/log.h"
 
 /* READY pool pages and spill slots (spilled or backing) of ns_id. */
 static void count_ns(const struct kvd *d, uint32_t ns_id, uint32_t *pages, uint32_t *slots)
@@ -39,8 +39,10 @@ static void count_ns(const struct kvd *d, uint32_t ns_id, uint32_t *pages, uint3
 	}
 }
 
-int kvd_drop_ns(struct kvd *d, struct kvd_client *c, uint32_t seq, const void *p)
+int kvd_drop_ns(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
+		const void *p)
 {
+	const uint32_t seq = hdr->seq;
 	struct kvproto_drop_r r = { 0 };
 	struct kvproto_drop q;
 	uint32_t pages0, slots0, pages1, slots1;

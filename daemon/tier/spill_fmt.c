@@ -8,7 +8,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "../shm/proto.h"
+#include "../../shm/proto.h"
 #include "spill_fmt.h"
 
 static int bad(const char **why, const char *w)

@@ -8,8 +8,8 @@
 #include <errno.h>
 #include <string.h>
 
-#include "../kernels/page_ref.h"
-#include "log.h"
+#include "../../kernels/page_ref.h"
+#include "../util/log.h"
 #include "pool.h"
 
 /* pool_cuda.c */

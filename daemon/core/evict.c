@@ -14,15 +14,14 @@
  * Runs on the main thread from the tick and, when an ALLOC finds too few
  * free pages, synchronously before it answers.
  */
-#include "../shm/page.h"
-#include "events.h"
+#include "../../shm/page.h"
+#include "../obs/events.h"
 #include "kvd.h"
-#include "log.h"
+#include "../util/log.h"
 #include <stdlib.h>
 
-#include "../shm/index.h"
-#include "spill.h"
-#include "tier.h"
+#include "../../shm/index.h"
+#include "../tier/tier.h"
 
 #define BATCH 256
 
@@ -211,7 +210,7 @@ static void on_holes(uint32_t first, uint32_t n, void *arg)
 		kvd_events_page_gone(d, p);
 		if (!kvshm_index_remove(d->h, pages[p].key, p))
 			kvd_stat_add(&kvshm_stats(d->h)->index_entries, -1);
-		if (kvd_spill_cancel(d, p))
+		if (kvd_tiers_cancel(d, p))
 			continue;
 		/* A tier still copying it (a remote put) must not see it freed
 		 * and reused under its copy: the evictor frees it after. */

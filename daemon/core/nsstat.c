@@ -32,9 +32,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../shm/stats.h"
+#include "../../shm/stats.h"
 #include "kvd.h"
-#include "log.h"
+#include "../util/log.h"
 
 #define RELAXED memory_order_relaxed
 
@@ -203,8 +203,10 @@ void kvd_stats_reset(struct kvd *d)
 			      (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec, RELAXED);
 }
 
-int kvd_nsstat_reset_req(struct kvd *d, struct kvd_client *c, uint32_t seq, const void *p)
+int kvd_nsstat_reset_req(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
+			 const void *p)
 {
+	const uint32_t seq = hdr->seq;
 	struct kvproto_reset_r r = { KVPROTO_VERSION, 0 };
 	struct kvproto_reset q;
 	uid_t me = geteuid();
@@ -227,6 +229,6 @@ int kvd_nsstat_reset_req(struct kvd *d, struct kvd_client *c, uint32_t seq, cons
 	kvd_stats_reset(d);
 	kvd_info("statistics reset by pid %d (uid %u)", (int)c->pid, (unsigned)c->uid);
 	if (!kvd_reply(d, c, KVPROTO_RESET_R, seq, &r, sizeof(r), NULL, 0))
-		kvd_registry_drop(d, c, "reset served");
+		kvd_client_close(d, c, "reset served", false);
 	return -1;
 }

@@ -44,11 +44,11 @@
 #include <msgpack.h>	/* the packer: static inline, nothing to link */
 #include <zmq.h>	/* types and constants; functions come from dlopen */
 
-#include "../shm/index.h"
-#include "../shm/key.h"
-#include "../shm/page.h"
+#include "../../shm/index.h"
+#include "../../shm/key.h"
+#include "../../shm/page.h"
 #include "events.h"
-#include "log.h"
+#include "../util/log.h"
 
 #define BATCH_BYTES (256u << 10)	/* a topic's batch is sent early past this */
 #define RING_BYTES (64ull << 20)	/* replay ring: at most this many payload bytes */

@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../shm/segment.h"
+#include "../../shm/segment.h"
 
 #define KVD_RVAL_MAGIC   0x31544f4d4552564bull	/* "KVREMOT1" */
 #define KVD_RVAL_VERSION 1u

@@ -12,7 +12,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "../util/log.h"
 #include "spill_io.h"
 
 #define WORKERS 4

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../shm/segment.h"
+#include "../../shm/segment.h"
 
 #define KVD_AREA_MAGIC   0x41455241504b564bull	/* "KVKPAREA" */
 #define KVD_SLOT_MAGIC   0x314c4c495053564bull	/* "KVSPILL1" */

@@ -13,7 +13,7 @@
 #include <openssl/evp.h>
 #include <openssl/params.h>
 
-#include "../shm/proto.h"
+#include "../../shm/proto.h"
 #include "remote_fmt.h"
 
 struct kvd_rmac {

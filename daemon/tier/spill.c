@@ -36,11 +36,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../shm/index.h"
-#include "../shm/page.h"
-#include "events.h"
-#include "kvd.h"
-#include "log.h"
+#include "../../shm/index.h"
+#include "../../shm/page.h"
+#include "../obs/events.h"
+#include "../core/kvd.h"
+#include "../util/log.h"
 #include "spill.h"
 #include "spill_fmt.h"
 #include "spill_io.h"
@@ -868,7 +868,7 @@ static void warm_file(struct kvd *d, uint32_t f, uint32_t *good, uint32_t *bad,
 			continue;
 		}
 		memcpy(&h, sp->staging, sizeof(h));
-		ns = kvd_registry_ns(d, &h.ns, false);
+		ns = d->tier_host->ns(d, &h.ns, false);
 		if (ns < 0) {
 			(*norow)++;
 			continue;
@@ -913,6 +913,7 @@ static const struct kvd_tier spill_tier = {
 	.pending = kvd_spill_pending,
 	.busy = kvd_spill_busy,
 	.drain = kvd_spill_drain,
+	.cancel = kvd_spill_cancel,
 	.claim = kvd_spill_claim,
 	.fetch = kvd_spill_fetch,
 	.unindex = kvd_spill_unindex,
