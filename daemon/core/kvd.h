@@ -85,6 +85,7 @@ struct kvd {
 	struct kvshm_header *h;
 	struct kvd_pool pool;
 	int lfd, epfd, sigfd, tfd;
+	bool made_sock_dir;	/* server.c created the socket's folder */
 	bool stop;
 
 	struct kvd_client *clients;	/* cfg.max_clients rows */
@@ -188,6 +189,9 @@ typedef int kvd_frame_fn(struct kvd *d, struct kvd_client *c, const struct kvpro
 			 const void *p);
 
 /* server.c */
+/* Before anything is allocated: the socket path fits, and no live daemon
+ * serves it. 0 or -1 (logged). */
+int kvd_server_precheck(const struct kvd *d);
 int kvd_server_open(struct kvd *d);
 int kvd_server_run(struct kvd *d);
 void kvd_server_close(struct kvd *d);
