@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -124,6 +125,9 @@ struct kvd_events {
 	void *lib;
 	struct zapi z;
 	void *ctx, *pub, *router;
+	/* ipc:// endpoints we bound: their socket files are ours to remove
+	 * when we stop (libzmq leaves them). */
+	bool pub_bound, router_bound;
 	int fd;			/* router's ZMQ_FD, or -1 */
 	bool lossy;		/* NODROP off: a stalled subscriber loses alone */
 	bool probing;		/* NODROP on again to see if it still stalls */
@@ -972,6 +976,7 @@ static int open_router(struct kvd *d)
 		kvd_err("kv-events-replay %s: cannot bind: %s", d->cfg.kv_events_replay, zerr(e));
 		return -1;
 	}
+	e->router_bound = true;
 	return 0;
 }
 
@@ -1031,6 +1036,7 @@ int kvd_events_open(struct kvd *d)
 			cfg->kv_events_connect ? "connect" : "bind", zerr(e));
 		goto fail;
 	}
+	e->pub_bound = !cfg->kv_events_connect;
 	if (cfg->kv_events_replay[0] && open_router(d))
 		goto fail;
 	kvd_info("kv events: %s %s (libzmq %d.%d.%d), topic %s, %s hashes%s%s, replay buffer %u batches",
@@ -1044,6 +1050,18 @@ int kvd_events_open(struct kvd *d)
 fail:
 	kvd_events_close(d);
 	return -1;
+}
+
+/* The socket file of an ipc:// endpoint we bound (not an abstract one,
+ * "ipc://@name", which has no file): libzmq leaves it behind. */
+static void unlink_ipc(const char *ep)
+{
+	struct stat st;
+
+	if (strncmp(ep, "ipc://", 6) || ep[6] == '@' || !ep[6])
+		return;
+	if (!lstat(ep + 6, &st) && S_ISSOCK(st.st_mode))
+		unlink(ep + 6);
 }
 
 void kvd_events_close(struct kvd *d)
@@ -1061,6 +1079,10 @@ void kvd_events_close(struct kvd *d)
 		e->z.zmq_close(e->pub);
 	if (e->ctx)
 		e->z.zmq_ctx_term(e->ctx);
+	if (e->pub_bound)
+		unlink_ipc(d->cfg.kv_events);
+	if (e->router_bound)
+		unlink_ipc(d->cfg.kv_events_replay);
 	/* libzmq stays loaded: its threads are gone, unloading gains nothing. */
 	for (i = 0; e->st && i < e->max_ns; i++) {
 		free(e->st[i].ev);
