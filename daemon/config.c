@@ -380,6 +380,10 @@ static const struct kvd_option options[] = {
 	  .def = "16", .help = "handles one process may attach" },
 	{ "max-pins", "N", OPT_U32, F(max_pins), 1, 1u << 22, .bad = "must be 1..4194304",
 	  .def = "8192", .help = "pin slots per client (at most max-share of the pool)" },
+	{ "max-announced", "N", OPT_U32, F(max_announced), 0, 1u << 22,
+	  .bad = "must be 0..4194304", .def = "1024",
+	  .help = "blocks one client may have announced in flight and not yet published "
+		  "(single flight; pages past it are granted unannounced; 0: none)" },
 	{ "max-share", "PCT", OPT_U32, F(max_share), 1, 100,
 	  .bad = "must be a percentage 1..100 (50 or 50%)", .def = "50",
 	  .help = "pool share one process may use: pages pinned or writing, over all its "

@@ -114,7 +114,7 @@ static uint32_t process_holds(struct kvd *d, const struct kvd_client *c, uint32_
 /*
  * Grant up to `asked` pages. With claims (ALLOC_KEYS), page k is announced
  * in flight as the block of claim k (shm/page.h), unless that block is in
- * the index already.
+ * the index already or the client holds max-announced pages WRITING.
  */
 static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32_t asked,
 		       const uint8_t *claims)
@@ -163,7 +163,9 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 			break;
 		if (d->damaged)	/* a hole found earlier was about its old use */
 			d->damaged[out[k].page] = 0;
-		if (claims) {
+		/* Announced only within max-announced: c->writing (pages it
+		 * holds WRITING, announced or not) bounds its announcements. */
+		if (claims && c->writing + k < d->cfg.max_announced) {
 			struct kvproto_claim cl;
 
 			memcpy(&cl, claims + (size_t)k * sizeof(cl), sizeof(cl));

@@ -37,6 +37,7 @@
 #include "../lib/tlm_fixture.h"
 #include "../../shm/key.h"
 #include "../../shm/proto.h"
+#include "../../shm/stats.h"
 #include "../../libclient/observe.h"
 #include "../../tools/tinylm/tinylm.h"
 
@@ -697,6 +698,50 @@ static void test_refreshing_writer_cannot_keep_a_waiter(void **state)
 	assert_int_equal(rc, 0);
 }
 
+/*
+ * max-announced: a client holding that many pages WRITING gets further
+ * pages unannounced, so no client fills the index with claims it never
+ * writes. A writer granted 8 pages under a cap of 3 has announced 3:
+ * others see 3 blocks in flight and compute the rest.
+ */
+static void test_announcements_capped(void **state)
+{
+	static const char *const args[] = { "--page-size", "8K", "--pool-size", "2M",
+					    "--max-announced", "3", NULL };
+	struct kvc_model km = kvt_model();
+	struct kvshm_stats st;
+	struct kvt_daemon d;
+	uint32_t t[8 * BT];
+	struct kvc_req *r;
+	size_t inflight;
+	int tries;
+	kvc_t *c;
+	pid_t w;
+
+	(void)state;
+	assert_int_equal(kvt_daemon_start(&d, args), 0);
+	w = stuck_writer(&d, &km, 909, 8 * BT);	/* granted all 8 */
+	c = kvt_open(&d, NULL);
+	assert_non_null(c);
+	prompt(t, 8 * BT, 909);
+	assert_int_equal(kvc_req_new(c, t, 8 * BT, NULL, 0, &r), 0);
+	assert_int_equal(kvc_lookup(r), 0);
+	inflight = kvc_req_inflight(r);
+	kvc_req_free(r);
+	kvc_close(c);
+	for (tries = 0; tries < 200; tries++) {	/* the gauge is set on a tick */
+		kvt_stats(d.sock, &st);
+		if (st.pages_in_flight == 3)
+			break;
+		sleep_ms(5);
+	}
+	kill(w, SIGKILL);
+	assert_int_equal(kvt_wait(w), 128 + SIGKILL);
+	assert_int_equal(kvt_daemon_stop(&d), 0);
+	assert_int_equal(inflight, 3);
+	assert_int_equal(st.pages_in_flight, 3);
+}
+
 /* API edges: bad arguments, and a wait with nothing in flight. */
 static void test_wait_arguments(void **state)
 {
@@ -751,6 +796,7 @@ int main(void)
 		cmocka_unit_test(test_wait_arguments),
 		cmocka_unit_test(test_daemon_killed_ends_wait),
 		cmocka_unit_test(test_refreshing_writer_cannot_keep_a_waiter),
+		cmocka_unit_test(test_announcements_capped),
 	};
 
 	/* KVT_ONLY=test_name runs one (checking a test against a reverted fix). */
