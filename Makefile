@@ -141,10 +141,10 @@ test: deps
 	$(Q)FUZZ_BUILD=$(FUZZ_BUILD) ./tests/fuzz/run -t $(FUZZ_SECONDS_TEST) $(FUZZ_TARGETS)
 	$(Q)BUILDS="$(BUILD) build-asan" ./tests/run-tests
 
-# No file of daemon/ or libclient/ in a call loop, no daemon file calling
+# No file of daemon/, libclient/ or kvbench in a call loop, none calling
 # into a floor above its own (tests/floors reads the objects with nm).
 .PHONY: check-floors
-check-floors: $(KVCACHED) $(LIBA)
+check-floors: $(KVCACHED) $(LIBA) $(BUILD)/kvbench
 	$(Q)./tests/floors $(BUILD)
 
 # The GPU suites (tests/gpu/): built by `all` (a compile check), run only

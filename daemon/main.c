@@ -18,6 +18,8 @@
 
 #include "obs/events.h"
 #include "core/kvd.h"
+#include "core/restore.h"
+#include "server/server.h"
 #include "util/log.h"
 #include "pool/memcheck.h"
 #include "obs/metrics.h"

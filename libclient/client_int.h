@@ -162,8 +162,8 @@ void kvci_count(struct kvc_req *r);
  * (lookup.c); returns where it stopped, *missed: on a miss, not on the
  * pin quota. */
 size_t kvci_pin_run(struct kvc_req *r, size_t from, bool *missed);
-/* Blocks from `from` on that other clients are writing now (lookup.c;
- * flight.c waits for them). */
+/* inflight.c: blocks from `from` on that other clients are writing now
+ * (flight.c waits for them). */
 size_t kvci_inflight_run(const struct kvc_req *r, size_t from);
 /* Is block i in flight (announced by another client)? *owner: whose. */
 bool kvci_block_inflight(const struct kvc_req *r, size_t i, uint32_t *owner);

@@ -5,8 +5,8 @@
  * (kvc_req_inflight), and waiting for them (kvc_wait) instead of
  * computing them a second time.
  *
- * Which blocks are in flight is a lookup's question (lookup.c,
- * kvci_inflight_run); waiting for them is this file's.
+ * Which blocks are in flight is inflight.c's question; waiting for them
+ * is this file's.
  *
  * A writer's pages are announced by the daemon when it grants them
  * (ALLOC_KEYS): the index names each page under its block's key while it

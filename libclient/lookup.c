@@ -205,26 +205,6 @@ static size_t spilled_run(const struct kvc_req *r, size_t from)
 	return j - from;
 }
 
-/* Is block i in flight (announced by another client)? *owner: whose. */
-bool kvci_block_inflight(const struct kvc_req *r, size_t i, uint32_t *owner)
-{
-	const kvc_t *c = r->c;
-	struct kvshm_key parent = i ? r->keys[i - 1] : c->root;
-
-	return kvshm_page_inflight(c->seg, kvshm_index_find(c->seg, r->keys[i]), c->ns_id,
-				   r->keys[i], parent, c->client_id + 1, owner);
-}
-
-size_t kvci_inflight_run(const struct kvc_req *r, size_t from)
-{
-	uint32_t owner;
-	size_t j;
-
-	for (j = from; j < r->n && kvci_block_inflight(r, j, &owner); j++)
-		;
-	return j - from;
-}
-
 /* May tier 2 hold blocks? While the daemon's remote tier has a server
  * that answers (one relaxed load of a shared counter). */
 static bool remote_up(const kvc_t *c)

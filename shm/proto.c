@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "key.h"
@@ -360,4 +362,17 @@ int kvproto_client_socket_path_in(char *buf, size_t len, const char *sys)
 	if (!access(sys, F_OK) && len > strlen(sys))
 		strcpy(buf, sys);
 	return 0;
+}
+
+bool kvproto_can_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool ok;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	ok = fd >= 0 && !connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	if (fd >= 0)
+		close(fd);
+	return ok;
 }

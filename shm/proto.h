@@ -407,4 +407,8 @@ int kvproto_client_socket_path(char *buf, size_t len);
 /* The same with the system socket path given (for tests). */
 int kvproto_client_socket_path_in(char *buf, size_t len, const char *sys);
 
+/* Does something accept connections on the Unix socket at path? (The
+ * tools and tests that start a daemon wait on it.) */
+bool kvproto_can_connect(const char *path);
+
 #endif

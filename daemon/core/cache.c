@@ -16,6 +16,10 @@
 #include "../../shm/page.h"
 #include "../obs/events.h"
 #include "kvd.h"
+#include "cache.h"
+#include "evict.h"
+#include "flight.h"
+#include "reply.h"
 #include "../util/log.h"
 #include "../tier/tier.h"
 

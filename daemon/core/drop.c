@@ -18,6 +18,9 @@
 #include <string.h>
 
 #include "kvd.h"
+#include "drop.h"
+#include "evict.h"
+#include "reply.h"
 #include "../util/log.h"
 
 /* READY pool pages and spill slots (spilled or backing) of ns_id. */

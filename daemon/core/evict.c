@@ -17,6 +17,7 @@
 #include "../../shm/page.h"
 #include "../obs/events.h"
 #include "kvd.h"
+#include "evict.h"
 #include "../util/log.h"
 #include <stdlib.h>
 

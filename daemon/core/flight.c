@@ -36,6 +36,7 @@
 #include "../../shm/index.h"
 #include "../../shm/page.h"
 #include "kvd.h"
+#include "flight.h"
 
 #define RELAXED memory_order_relaxed
 

@@ -34,6 +34,9 @@
 
 #include "../../shm/stats.h"
 #include "kvd.h"
+#include "nsstat.h"
+#include "reply.h"
+#include "top.h"
 #include "../util/log.h"
 
 #define RELAXED memory_order_relaxed

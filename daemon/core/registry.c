@@ -23,6 +23,13 @@
 #include "../../shm/key.h"
 #include "../util/closer.h"
 #include "kvd.h"
+#include "cache.h"
+#include "evict.h"
+#include "flight.h"
+#include "nsstat.h"
+#include "registry.h"
+#include "reply.h"
+#include "top.h"
 #include "../util/log.h"
 
 #define RELAXED memory_order_relaxed

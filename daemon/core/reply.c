@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 
 #include "kvd.h"
+#include "reply.h"
 #include "../util/log.h"
 
 int kvd_ep_set(struct kvd *d, int op, int fd, uint32_t events, uint64_t tag)

@@ -19,6 +19,10 @@
 #include "../../shm/page.h"
 #include "../tier/tier.h"
 #include "kvd.h"
+#include "evict.h"
+#include "registry.h"
+#include "reply.h"
+#include "restore.h"
 
 struct kvd_restore {
 	struct kvd_client *c;	/* parked on c while c->restore == this */

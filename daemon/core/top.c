@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kvd.h"
+#include "top.h"
 #include "../util/log.h"
 
 static void top_add(struct kvshm_top *t, uint32_t ns_id, struct kvshm_key key,

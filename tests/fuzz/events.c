@@ -40,6 +40,7 @@
 
 #include "../../daemon/obs/events.h"
 #include "../../daemon/core/kvd.h"
+#include "../../daemon/core/evict.h"
 #include "../../daemon/util/log.h"
 #include "../../shm/index.h"
 #include "../../shm/key.h"

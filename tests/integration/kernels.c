@@ -197,7 +197,7 @@ static void test_cuda_pool_refused_clearly(void **state)
 	assert_int_equal(kvt_run(NULL, args, out, sizeof(out)), 1);
 	if (!strstr(out, want) || !strstr(out, "use --pool host"))
 		fail_msg("kvcached --pool cuda said \"%s\", want \"%s ...; use --pool host\"", out, want);
-	assert_false(kvt_can_connect(sock));
+	assert_false(kvproto_can_connect(sock));
 }
 
 static int raw_connect(const char *path)

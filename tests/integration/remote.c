@@ -567,7 +567,7 @@ static int first_on(const struct fx *f, kvc_t *c, const char *prefix, uint32_t s
 
 static bool alive(const struct host *h)
 {
-	return h->d.pid > 0 && kill(h->d.pid, 0) == 0 && kvt_can_connect(h->d.sock);
+	return h->d.pid > 0 && kill(h->d.pid, 0) == 0 && kvproto_can_connect(h->d.sock);
 }
 
 /*

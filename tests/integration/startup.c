@@ -44,7 +44,7 @@ static void test_live_socket_checked_before_the_pool(void **state)
 	assert_int_equal(kvt_daemon_start(&d, NULL), 0);
 	args[1] = d.sock;
 	rc = kvt_run(NULL, args, out, sizeof(out));
-	live = kvt_can_connect(d.sock);	/* the first one serves on */
+	live = kvproto_can_connect(d.sock);	/* the first one serves on */
 	assert_int_equal(kvt_daemon_stop(&d), 0);
 	assert_int_equal(rc, 1);
 	if (!strstr(out, "another kvcached is serving it") || strstr(out, "pool-size"))
@@ -125,9 +125,9 @@ static void test_missing_socket_folder(void **state)
 		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
-	for (tries = 0; tries < 2000 && !kvt_can_connect(sock); tries++)
+	for (tries = 0; tries < 2000 && !kvproto_can_connect(sock); tries++)
 		usleep(10000);
-	assert_true(kvt_can_connect(sock));
+	assert_true(kvproto_can_connect(sock));
 	assert_int_equal(stat(sub, &st), 0);
 	assert_true(S_ISDIR(st.st_mode));
 	assert_int_equal(kill(p, SIGTERM), 0);

@@ -376,7 +376,7 @@ static int daemon_start(struct storm *s)
 	}
 	s->d.pid = pid;
 	for (i = 0; i < 1000; i++) {	/* up to 10 s */
-		if (kvt_can_connect(s->d.sock))
+		if (kvproto_can_connect(s->d.sock))
 			return 0;
 		if (waitpid(pid, &st, WNOHANG) == pid) {
 			s->d.pid = 0;

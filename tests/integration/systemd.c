@@ -408,7 +408,7 @@ static void ready_then_stop(bool abstract)
 	sdd_start(&s, NULL, NULL);
 	got = sdd_await(&s, "READY=1", 1, WAIT_MS);
 	/* The moment READY=1 is in, the socket must accept a client. */
-	accepts = kvt_can_connect(s.sock);
+	accepts = kvproto_can_connect(s.sock);
 	if (got != 1 || !accepts) {
 		sdd_print_log(&s);
 		sdd_fini(&s);

@@ -571,9 +571,9 @@ static int start_as(struct kvt_daemon *d, uid_t as, const char *dir_path,
 		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
-	for (i = 0; i < 500 && !kvt_can_connect(d->sock); i++)
+	for (i = 0; i < 500 && !kvproto_can_connect(d->sock); i++)
 		usleep(10000);
-	return kvt_can_connect(d->sock) ? 0 : -1;
+	return kvproto_can_connect(d->sock) ? 0 : -1;
 }
 
 static void stop_as(struct kvt_daemon *d, bool rm_dir)

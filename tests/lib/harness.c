@@ -120,19 +120,6 @@ int kvt_run(const char *prog, const char *const *args, char *out, size_t outlen)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-bool kvt_can_connect(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	bool ok;
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	ok = fd >= 0 && !connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-	if (fd >= 0)
-		close(fd);
-	return ok;
-}
-
 int kvt_daemon_argv(const char *sock, const char *const *args, const char **argv, int max)
 {
 	static const char *const base[] = {
@@ -181,7 +168,7 @@ int kvt_daemon_start(struct kvt_daemon *d, const char *const *args)
 	for (i = 0; i < 1000; i++) {	/* up to 10 s */
 		int st;
 
-		if (kvt_can_connect(d->sock))
+		if (kvproto_can_connect(d->sock))
 			return 0;
 		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
 			d->pid = 0;

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "../../libclient/kvclient.h"
+#include "../../shm/proto.h"	/* kvproto_can_connect */
 
 struct kvt_daemon {
 	pid_t pid;
@@ -66,8 +67,6 @@ int kvt_raw_hello(int fd, int fds[3], struct kvproto_hello_r *hr);
  * under a 20 s alarm. Returns its exit status, 128 + signal, or -1.
  */
 int kvt_run(const char *prog, const char *const *args, char *out, size_t outlen);
-/* Does a Unix stream socket at path accept a connection right now? */
-bool kvt_can_connect(const char *path);
 /* True once the daemon's log contains `s`. */
 bool kvt_log_has(const struct kvt_daemon *d, const char *s);
 

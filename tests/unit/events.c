@@ -28,6 +28,7 @@
 
 #include "../../daemon/obs/events.h"
 #include "../../daemon/core/kvd.h"
+#include "../../daemon/core/evict.h"
 #include "../../shm/index.h"
 #include "../../shm/key.h"
 #include "../../shm/page.h"

@@ -3,8 +3,9 @@
  * bench.h - what kvbench's modes share: options, result rows, the daemon
  * kvbench starts, the peer servers (Redis, memcached) and small helpers.
  *
- * tools/kvbench.c owns main(), the options, the mode table, the daemon and
- * the output; each mode lives in its own tools/bench/<mode>.c and is one
+ * tools/kvbench.c owns main(), the options, the mode table and the
+ * output; common.c what the modes share (it calls no mode and nothing of
+ * kvbench.c); each mode lives in its own tools/bench/<mode>.c and is one
  * function `void mode_<name>(void)` that adds rows with add_row(). A mode
  * that needs its own kvcached starts it with daemon_start() and stops it
  * with daemon_stop() (or leaves that to the cleanup), and checks
@@ -57,12 +58,14 @@ struct row {
 	const char *workload;	/* serve: "qa" or "chat"; else NULL */
 };
 void add_row(const struct row *r);
+/* The rows added so far (the output, kvbench.c). */
+const struct row *bench_rows(int *n);
 /* A mode's own members of the JSON "config" object (",\"name\":{...}"),
  * and lines printed after the table (its parameters); empty if none. */
 extern char mode_json[2048];
 extern char mode_text[4096];
 
-/* ---- helpers (kvbench.c) */
+/* ---- helpers (common.c) */
 void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt, ...);
 int ck(int rc, const char *what);	/* die unless rc >= 0 */
 void *xmalloc(size_t n);		/* zeroed */
@@ -82,12 +85,19 @@ int cmp_dbl(const void *a, const void *b);
 double median(double *v, size_t n);	/* sorts v */
 uint32_t pctl(const uint32_t *sorted, size_t n, double p);
 void sleep_ms(int ms);
-bool can_connect(const char *path);
 bool read_full(int fd, void *buf, size_t len);
 /* The private folder of this run (created on first use). */
 const char *run_dir(void);
+/* Stop what kvbench started (the daemon, what bench_at_exit named) and
+ * remove the run's folder: at the end, and from die(). */
+void bench_cleanup(void);
+/* SIGINT/SIGTERM/SIGHUP: kill what kvbench started, async-signal-safely. */
+void bench_on_signal(int sig);
+/* Something a mode started that every way out must stop: stop() from
+ * bench_cleanup, kill_async() from the signal handler. */
+void bench_at_exit(void (*stop)(void), void (*kill_async)(void));
 
-/* ---- the kvcached kvbench starts (kvbench.c) */
+/* ---- the kvcached kvbench starts (common.c) */
 /* Start kvcached on a private socket (name.sock in run_dir()), with the
  * given page and pool size and hugepages off; returns the socket path. */
 const char *daemon_start(const char *name, const char *page_size, const char *pool_size);
@@ -95,6 +105,9 @@ const char *daemon_start(const char *name, const char *page_size, const char *po
 const char *daemon_start_args(const char *name, const char *page_size, const char *pool_size,
 			      const char *const *extra);
 void daemon_stop(bool quiet);
+/* Fork and exec argv (argv[0] a path) with its output to log and stdin
+ * from /dev/null; the child gets deathsig when kvbench dies. Its pid. */
+pid_t bench_spawn(const char *const *argv, const char *log, int deathsig);
 
 /* ---- clients */
 int try_open(const char *sock, const struct kvc_model *m, kvc_t **c, char *err,

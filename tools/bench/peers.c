@@ -23,6 +23,7 @@
 #include <hiredis/hiredis.h>
 #include <libmemcached/memcached.h>
 
+#include "../../shm/proto.h"
 #include "bench.h"
 
 struct srv {
@@ -75,33 +76,11 @@ static void srv_log_tail(const struct srv *s)
 
 static void srv_start(struct srv *s, const char *const *argv)
 {
-	int i, st, fd;
+	int i, st;
 
-	fflush(stdout);
-	fflush(stderr);
-	s->pid = fork();
-	if (s->pid < 0) {
-		s->pid = 0;
-		die("fork: %s", strerror(errno));
-	}
-	if (!s->pid) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != main_pid)
-			_exit(127);
-		fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		if (fd >= 0)
-			dup2(fd, 0);
-		execv(argv[0], (char **)argv);
-		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-		_exit(127);
-	}
+	s->pid = bench_spawn(argv, s->log, SIGKILL);
 	for (i = 0; i < 1000; i++) {	/* up to 10 s */
-		if (can_connect(s->sock))
+		if (kvproto_can_connect(s->sock))
 			return;
 		if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
 			s->pid = 0;
@@ -132,6 +111,7 @@ void servers_start(void)
 	if (started)
 		return;
 	started = true;
+	bench_at_exit(servers_stop, servers_kill_async);
 	dir = run_dir();
 	for (k = 0; k < SRV_N; k++) {
 		struct srv *s = &srvs[k];

@@ -51,6 +51,7 @@
 #include <libmemcached/memcached.h>
 
 #include "../../libclient/observe.h"
+#include "../../shm/proto.h"
 #include "../../tests/lib/mcsrv.h"
 #include "../tinylm/tinylm.h"
 #include "bench.h"
@@ -348,7 +349,7 @@ static void start_b(const char *secret, const char *extra_page)
 	snprintf(rm.bsock, sizeof(rm.bsock), "%s/remote-b.sock", run_dir());
 	snprintf(log, sizeof(log), "%s/remote-b.log", run_dir());
 	rm.b = spawn(argv, log);
-	for (i = 0; i < 1000 && !can_connect(rm.bsock); i++)
+	for (i = 0; i < 1000 && !kvproto_can_connect(rm.bsock); i++)
 		sleep_ms(10);
 	if (i == 1000)
 		die("remote: host B's kvcached did not start (see %s)", log);

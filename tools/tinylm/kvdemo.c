@@ -299,19 +299,6 @@ static bool want(const char *w)
 
 /* ---- the daemon (--spawn), as kvbench starts its own ---- */
 
-static bool can_connect(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	bool ok;
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	ok = fd >= 0 && !connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-	if (fd >= 0)
-		close(fd);
-	return ok;
-}
-
 static void exe_dir(char *out, size_t len)
 {
 	char exe[4096], *slash;
@@ -369,7 +356,7 @@ static void spawn_daemon(size_t page_bytes)
 		_exit(127);
 	}
 	for (i = 0; i < 1000; i++) {
-		if (can_connect(dmn.sock)) {
+		if (kvproto_can_connect(dmn.sock)) {
 			opt.socket = dmn.sock;
 			printf("spawned kvcached: %s --page-size %s --pool-size %s --block-tokens %s\n",
 			       path, page, opt.pool_size, bt);

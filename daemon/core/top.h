@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * top.h - the pin census and the top-prefix sketch (top.c).
+ */
+#ifndef KVD_TOP_H
+#define KVD_TOP_H
+
+#include "kvd.h"
+
+/* Pin slots of c's ledger naming a page right now (c's own word). */
+uint32_t kvd_ledger_pins(const struct kvd *d, const struct kvd_client *c);
+/* c holds pages: WRITING ones, or pins in its ledger. */
+bool kvd_client_holds(const struct kvd *d, const struct kvd_client *c);
+/* Feed c's new hit records into the top-prefix sketch. */
+void kvd_top_drain(struct kvd *d, struct kvd_client *c);
+/* Count pinned pages and pins in use over all ledgers. */
+void kvd_pin_census(struct kvd *d);
+
+/* Empty the top-prefix sketch (a reset of the statistics). */
+void kvd_top_reset(struct kvd *d);
+
+#endif
