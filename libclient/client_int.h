@@ -90,6 +90,7 @@ struct kvc_req {
 	uint32_t counted_hits;
 	size_t counted_misses;
 	struct kvshm_key *keys;
+	struct kvshm_key extra;	/* digest of the extra keys (zero: none) */
 	uint32_t *tokens;	/* n * bt */
 	uint32_t *page;
 	uint32_t *gen;

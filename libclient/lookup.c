@@ -97,8 +97,8 @@ int kvc_req_new(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
 		r->tokens = (uint32_t *)((char *)r + head + small);
 		memset(r->state, 0, n);
 		memcpy(r->tokens, tokens, n * c->bt * sizeof(uint32_t));
-		kvshm_key_chain(c->root, kvshm_key_extra(extra, extra_len), r->tokens,
-				n * c->bt, c->bt, r->keys);
+		r->extra = kvshm_key_extra(extra, extra_len);
+		kvshm_key_chain(c->root, r->extra, r->tokens, n * c->bt, c->bt, r->keys);
 		for (i = 0; i < n; i++)
 			r->slot[i] = UINT32_MAX;
 	}

@@ -386,11 +386,19 @@ static void test_forged_publish_over_spilled_block(void **state)
 	memcpy(frame + sizeof(cnt), &pub, sizeof(pub));
 	memcpy(frame + sizeof(cnt) + sizeof(pub), forged, sizeof(forged));
 	assert_int_equal(kvt_send_frame(fd, KVPROTO_PUBLISH, frame, sizeof(frame)), 0);
+	/* The key is not that of its parent and tokens: refused before
+	 * anything is applied (issue #24), the forger disconnected. The
+	 * spill tier's own check (a 128-bit hash of each slot's tokens)
+	 * stays behind it for namespaces whose keys cannot be recomputed. */
 	assert_int_equal(read(fd, &rh, sizeof(rh)), sizeof(rh));
-	assert_int_equal(rh.type, KVPROTO_PUBLISH_R);
-	assert_int_equal(read(fd, &cnt, sizeof(cnt)), sizeof(cnt));
-	assert_int_equal(read(fd, &pr, sizeof(pr)), sizeof(pr));
-	assert_int_equal(pr.status, -EEXIST);	/* a collision, refused */
+	assert_int_equal(rh.type, KVPROTO_ERROR);
+	{
+		struct kvproto_error e;
+
+		assert_int_equal(read(fd, &e, sizeof(e)), sizeof(e));
+		assert_int_equal(e.err, -EINVAL);
+	}
+	(void)pr;
 	close(fd);
 	for (i = 0; i < 3; i++)
 		close(fds[i]);
