@@ -27,7 +27,7 @@ override LDFLAGS += -fsanitize=thread
 NOJEMALLOC := 1
 endif
 JEMALLOC := $(if $(NOJEMALLOC),,-ljemalloc)
-DAEMON_LIBS := -lmicrohttpd -luring -lmemcached -lcrypto
+DAEMON_LIBS := -lmicrohttpd -luring -lmemcached -lsodium
 
 # CUDA (issue #6): built whenever nvcc is found, GPU or not; `make NVCC=`
 # or `make NO_CUDA=1` builds without. Nothing links libcudart or libcuda:
@@ -234,9 +234,12 @@ $(TOOLS): $(BUILD)/%: $(BUILD)/tools/%.o $(LIBA)
 # kvbench also links its modes and the peers' client libraries (Redis:
 # hiredis, memcached: libmemcached).
 $(BUILD)/kvbench: $(BENCH_OBJ)
-$(BUILD)/kvbench: TOOL_LIBS := -lhiredis -lmemcached -luring
-# Its remote mode starts memcached servers the way the tests do.
-$(BUILD)/kvbench: $(BUILD)/tests/lib/mcsrv.o
+$(BUILD)/kvbench: TOOL_LIBS := -lhiredis -lmemcached -luring -lsodium -lcrypto
+# Its remote mode starts memcached servers the way the tests do, and times
+# the item MAC (daemon/tier/remote_fmt.c) against its candidates.
+$(BUILD)/kvbench: $(BUILD)/tests/lib/mcsrv.o $(BUILD)/daemon/tier/remote_fmt.o
+# Its scale mode reads /proc the way the tests do.
+$(BUILD)/kvbench: $(BUILD)/tests/lib/procfs.o
 
 # Unit tests reach internals through the objects (jemalloc's JET idea).
 $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(SHM_OBJ) $(DAEMON_LIB) $(KERNEL_OBJ)
@@ -336,16 +339,31 @@ $(BUILD)/tests/integration/tinylm $(BUILD)/tests/integration/flight $(BUILD)/tes
 # (daemon/tier/remote_fmt.c, libmemcached) and runs tinylm across two hosts.
 $(BUILD)/tests/integration/remote: $(BUILD)/tests/integration/remote.o $(TESTLIB_OBJ) $(BUILD)/daemon/tier/remote_fmt.o $(TINYLM_LIB) $(LIBA)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm -lmemcached -lcrypto
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm -lmemcached -lsodium
 
 $(BUILD)/tests/unit/tinylm $(BUILD)/tests/unit/group: $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(TINYLM_LIB) $(LIBA)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm
 
-# The Python binding (libclient/python/kvclient) builds nothing: it loads
-# libkvclient.so with ctypes. Its tests (tests/python/test_*.py, run by
+# The Python binding (libclient/python/kvclient) loads libkvclient.so with
+# ctypes. Its optional fast path, _kvcfast (per-prompt calls and token
+# conversion in C), is built here next to the library, against the headers
+# of $(PYTHON) (python3-dev), when they are installed; the binding works
+# without it. Not in sanitizer builds: their runtime cannot be loaded into
+# a plain interpreter. Its tests (tests/python/test_*.py, run by
 # tests/run-tests) use small C programs (tests/python/*.c) built here to
 # write and check pages from C.
+PYTHON    ?= /usr/bin/python3
+PY_INC    := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
+PY_EXT    := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
+ifeq ($(SAN)$(if $(wildcard $(PY_INC)/Python.h),,none),)
+KVCFAST   := $(BUILD)/_kvcfast$(PY_EXT)
+all: $(KVCFAST)
+$(KVCFAST): libclient/python/kvclient/_kvcfast.c
+	$(E) "  CC      $@"
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -fvisibility=hidden -isystem $(PY_INC) -shared -o $@ $< $(LDFLAGS)
+endif
 PYTEST_SRC := $(sort $(wildcard tests/python/*.c))
 PYTEST_BIN := $(PYTEST_SRC:tests/python/%.c=$(BUILD)/tests/python/%)
 all: $(PYTEST_BIN)
@@ -393,6 +411,9 @@ SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BINDIR@|$(BINDIR)|g' \
 	    -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' \
 	    -e 's|@VERSION@|$(KVC_VERSION)|g'
 
+# The documents the README and the manual pages point to, in $(DOCDIR).
+DOC_MD      := docs/INSTALL.md docs/PYTHON.md docs/ARCHITECTURE.md docs/EVENTS.md
+
 .PHONY: install uninstall
 install: all
 	$(E) "  INSTALL $(DESTDIR)$(PREFIX)"
@@ -413,7 +434,6 @@ install: all
 	$(Q)$(INSTALL) -m 0644 $(BUILD)/install/kvcached.service $(DESTDIR)$(UNITDIR)/kvcached.service
 	$(Q)$(INSTALL) -m 0644 daemon/kvcached.sysusers $(DESTDIR)$(SYSUSERSDIR)/kvcached.conf
 	$(Q)$(INSTALL) -m 0644 $(BUILD)/install/kvcached.conf $(DESTDIR)$(DOCDIR)/kvcached.conf.example
-	$(Q)$(INSTALL) -m 0644 docs/INSTALL.md $(DESTDIR)$(DOCDIR)/INSTALL.md
 	$(Q)mkdir -p $(BUILD)/install/man
 	$(Q)for m in $(notdir $(MAN_SRC:%.in=%)); do \
 		sec=$${m##*.}; \
@@ -426,7 +446,9 @@ install: all
 		printf '# Written by make install: where it put libkvclient.\nLIBDIR = "%s"\n' \
 			'$(LIBDIR)' >"$(DESTDIR)$$pydir/kvclient/_installed.py" && \
 		chmod 0644 "$(DESTDIR)$$pydir/kvclient/_installed.py"
-	$(Q)$(INSTALL) -m 0644 docs/PYTHON.md $(DESTDIR)$(DOCDIR)/PYTHON.md
+	$(Q)if [ -n "$(KVCFAST)" ] && [ -e "$(KVCFAST)" ]; then \
+		$(INSTALL) -m 0644 $(KVCFAST) "$(DESTDIR)$(PYTHONDIR)/kvclient/"; fi
+	$(Q)$(INSTALL) -m 0644 $(DOC_MD) $(DESTDIR)$(DOCDIR)/
 	$(Q)if [ -e $(DESTDIR)$(SYSCONFDIR)/kvcached/kvcached.conf ]; then \
 		echo "  KEEP    $(DESTDIR)$(SYSCONFDIR)/kvcached/kvcached.conf (exists; new example in $(DESTDIR)$(DOCDIR))"; \
 	else \
@@ -434,19 +456,21 @@ install: all
 			$(DESTDIR)$(SYSCONFDIR)/kvcached/kvcached.conf; \
 	fi
 
-# Leaves $(SYSCONFDIR)/kvcached/kvcached.conf: it is the admin's.
+# Leaves $(SYSCONFDIR)/kvcached/kvcached.conf: it is the admin's. Quiet
+# like install (V=1 shows the commands).
 uninstall:
-	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,kvcached kvdemo $(notdir $(TOOLS))) \
+	$(E) "  UNINSTALL $(DESTDIR)$(PREFIX)"
+	$(Q)rm -f $(addprefix $(DESTDIR)$(BINDIR)/,kvcached kvdemo $(notdir $(TOOLS))) \
 		$(addprefix $(DESTDIR)$(LIBDIR)/,$(LIBREAL) $(SONAME) libkvclient.so libkvclient.a) \
 		$(DESTDIR)$(INCLUDEDIR)/kvclient.h $(DESTDIR)$(PKGCONFIGDIR)/kvclient.pc \
 		$(DESTDIR)$(UNITDIR)/kvcached.service $(DESTDIR)$(SYSUSERSDIR)/kvcached.conf \
-		$(DESTDIR)$(DOCDIR)/kvcached.conf.example $(DESTDIR)$(DOCDIR)/INSTALL.md \
-		$(foreach m,$(notdir $(MAN_SRC:%.in=%)),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(m)) \
-		$(DESTDIR)$(DOCDIR)/PYTHON.md
-	pydir='$(PYTHONDIR)'; rm -f $(addprefix "$(DESTDIR)$$pydir/kvclient/",$(notdir $(PY_PKG))) \
-		"$(DESTDIR)$$pydir/kvclient/_installed.py" && \
+		$(DESTDIR)$(DOCDIR)/kvcached.conf.example \
+		$(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(DOC_MD))) \
+		$(foreach m,$(notdir $(MAN_SRC:%.in=%)),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(m))
+	$(Q)pydir='$(PYTHONDIR)'; rm -f $(addprefix "$(DESTDIR)$$pydir/kvclient/",$(notdir $(PY_PKG))) \
+		"$(DESTDIR)$$pydir/kvclient/_installed.py" "$(DESTDIR)$$pydir/kvclient/"_kvcfast*.so && \
 		rm -rf "$(DESTDIR)$$pydir/kvclient/__pycache__" && \
 		{ rmdir "$(DESTDIR)$$pydir/kvclient" 2>/dev/null || true; }
-	-rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null
+	$(Q)rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null || true
 
 -include $(shell find $(BUILD) $(FUZZ_BUILD) -name '*.d' 2>/dev/null)

@@ -463,8 +463,8 @@ static const struct kvd_option options[] = {
 	  .help = "when blocks go there: as published, or as evicted" },
 	{ "remote-secret-file", "FILE", OPT_PATH, F(remote_secret_file),
 	  .bad = "longer than 255 bytes", .shown = "none",
-	  .help = "cluster secret the blocks are sealed with (HMAC-SHA256); must not be "
-		  "readable by others" },
+	  .help = "cluster secret the blocks are sealed with (Poly1305, a per-item key "
+		  "derived by XChaCha20); must not be readable by others" },
 	{ "remote-insecure", NULL, OPT_BOOL, F(remote_insecure), .bad = "must be true or false",
 	  .def = "false", .help = "no secret, with a warning" },
 	{ "remote-timeout-ms", "N", OPT_U32, F(remote_timeout_ms), 1, 60000,

@@ -211,6 +211,7 @@ out:
 	kvd_memfd_close(&d.seg);
 	free(d.mark);
 	free(d.damaged);
+	free(d.census_stamp);
 	free(d.clients);
 	if (!rc)
 		kvd_info("stopped cleanly");

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -354,7 +355,7 @@ static int check_model(const struct kvc_model *m)
 {
 	size_t nl;
 
-	if (!m || m->size != sizeof(*m) || m->flags || !m->name ||
+	if (!m || m->size != sizeof(*m) || (m->flags & ~KVC_MODEL_ENGINE_KEYS) || !m->name ||
 	    !zero_resv(m->resv, 3) ||
 	    m->shard.tp_rank >= (m->shard.tp_size ? m->shard.tp_size : 1) ||
 	    m->shard.pp_rank >= (m->shard.pp_size ? m->shard.pp_size : 1))
@@ -370,6 +371,7 @@ static void hello_of(const struct kvc_model *m, uint32_t max_pins,
 {
 	memset(hi, 0, sizeof(*hi));
 	hi->version = KVPROTO_VERSION;
+	hi->flags = m->flags & KVC_MODEL_ENGINE_KEYS ? KVPROTO_HELLO_ENGINE_KEYS : 0;
 	hi->dtype_bytes = m->dtype_bytes;
 	hi->layers = m->layers;
 	hi->kv_heads = m->kv_heads;
@@ -518,6 +520,7 @@ static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options 
 		goto out;
 	}
 	c->root = kvshm_key_root(ns.id, o ? o->salt : NULL, o ? o->salt_len : 0);
+	c->engine_keys = ns.kind == KVSHM_NS_ENGINE;
 	rc = 0;
 	if (c->pool_kind == KVSHM_POOL_CUDA)
 		rc = attach_cuda(c, &hr, o);
@@ -590,6 +593,34 @@ int kvc_open(const struct kvc_model *model, const struct kvc_options *opts,
 	}
 	*out = c;
 	return 0;
+}
+
+int kvc_connected(kvc_t *c)
+{
+	struct pollfd p;
+	int rc;
+
+	if (!c)
+		return -EINVAL;
+	if ((rc = kvc_usable(c)))
+		return rc;
+	/* A round trip in progress will see for itself. */
+	if (pthread_mutex_trylock(&c->io_lock))
+		return 0;
+	rc = 0;
+	if (c->fd < 0) {
+		rc = -ENOTCONN;
+	} else {
+		p.fd = c->fd;
+		p.events = POLLRDHUP;
+		p.revents = 0;
+		if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+			mark_dead(c);
+			rc = -ENOTCONN;
+		}
+	}
+	pthread_mutex_unlock(&c->io_lock);
+	return rc;
 }
 
 void kvc_close(kvc_t *c)
@@ -671,7 +702,7 @@ const char *kvc_strerror(int err)
 	switch (err) {
 	case 0: return "success";
 	case -EINVAL: return "invalid argument";
-	case -E2BIG: return "prompt or extra keys too long";
+	case -E2BIG: return "too long: a prompt over KVC_MAX_TOKENS, extra keys over KVC_MAX_EXTRA bytes or a label over KVC_MAX_LABEL";
 	case -ENOMEM: return "out of memory";
 	case -ENAMETOOLONG: return "socket path too long";
 	case -ENOENT: return "no kvcached socket at that path (is the daemon running?)";

@@ -36,6 +36,7 @@ struct kvc {
 	uint32_t ns_id;
 	uint32_t n_pages;
 	uint32_t bt;			/* block tokens */
+	bool engine_keys;		/* KVC_MODEL_ENGINE_KEYS: kvc_req_new_keys only */
 	uint64_t slot_bytes;		/* pool page (slot) bytes */
 	uint64_t page_bytes;		/* this namespace's page bytes */
 	struct kvshm_key root;		/* H(namespace, salt) */
@@ -85,6 +86,8 @@ struct kvc_req {
 	 * caller writes around kvc_wait and kvc_alloc, its waiting ends. */
 	bool wait_armed;
 	struct timespec wait_until;
+	bool flat;		/* engine keys: every block's parent is the root */
+	int short_err;		/* why kvc_alloc granted fewer than asked, or 0 */
 	/* What the ledger counters hold for this request so far: hit
 	 * blocks and missed blocks (kvci_count brings them up to date). */
 	uint32_t counted_hits;
@@ -182,6 +185,13 @@ int kvc_gpu_attach(kvc_t *c, const struct kvproto_pool_r *pr, const int *fds,
 void kvc_gpu_detach(kvc_t *c);
 /* Wait for every kernel of this process's pool context (before BYE). */
 void kvc_gpu_quiesce(kvc_t *c);
+
+/* The parent of block i: the block before it, or the root (first block,
+ * or any block of an engine-keyed request, whose blocks are not chained). */
+static inline struct kvshm_key kvci_parent(const struct kvc_req *r, size_t i)
+{
+	return i && !r->flat ? r->keys[i - 1] : r->c->root;
+}
 
 /* Drop block i's page reference (unpin or forget). */
 void kvc_block_release(struct kvc_req *r, size_t i);

@@ -16,7 +16,7 @@
 bool kvci_block_inflight(const struct kvc_req *r, size_t i, uint32_t *owner)
 {
 	const kvc_t *c = r->c;
-	struct kvshm_key parent = i ? r->keys[i - 1] : c->root;
+	struct kvshm_key parent = kvci_parent(r, i);
 
 	return kvshm_page_inflight(c->seg, kvshm_index_find(c->seg, r->keys[i]), c->ns_id,
 				   r->keys[i], parent, c->client_id + 1, owner);

@@ -94,6 +94,24 @@ struct kvc_shard {
 };
 
 /*
+ * kvc_model.flags: KVC_MODEL_ENGINE_KEYS declares a namespace whose blocks
+ * the engine names by keys of its own (SGLang HiCache's page hashes)
+ * instead of by tokens: requests are made with kvc_req_new_keys, each block
+ * keyed on its own from its engine key (no chain: a page's key already
+ * says which prefix it ends, or the engine does not care). Such a
+ * namespace is never the same as a token-keyed one of the same model (the
+ * kind is part of its identity), and a hit there is only as exact as the
+ * engine's key: kvcached cannot check the tokens it never sees.
+ * kvc_req_new and kvc_keys refuse a handle of this kind (-EINVAL), and
+ * kvc_req_new_keys a handle of the other. Its requests report no spilled
+ * or remote run (kvc_req_spilled and kvc_req_remote are 0).
+ */
+#define KVC_MODEL_ENGINE_KEYS 0x1u
+
+/* Longest engine key, in bytes. */
+#define KVC_MAX_ENGINE_KEY 1024
+
+/*
  * The model geometry and identity a client declares: its namespace. KV
  * never crosses namespaces. Every field must be set (shard may be all
  * zero); resv must be zero. `shard` took the place of the first reserved
@@ -101,7 +119,7 @@ struct kvc_shard {
  */
 struct kvc_model {
 	uint32_t size;		/* sizeof(struct kvc_model) */
-	uint32_t flags;		/* none defined: 0 */
+	uint32_t flags;		/* KVC_MODEL_ENGINE_KEYS or 0 */
 	const char *name;	/* model name and revision, 1..63 bytes */
 	uint32_t dtype_bytes;	/* 1 (fp8), 2 (fp16/bf16), 4 (fp32) or 8 */
 	uint32_t layers;	/* 1..4096 */
@@ -197,6 +215,21 @@ int kvc_keys(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
  */
 int kvc_req_new(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
 		const void *extra, size_t extra_len, struct kvc_req **out);
+
+/*
+ * Start a request of an engine-keyed handle (KVC_MODEL_ENGINE_KEYS) for n
+ * blocks named by the engine: block i's key is the key_lens[i] bytes at
+ * keys + key_lens[0] + ... + key_lens[i-1] (the keys one after another in
+ * one buffer). Everything after is as for kvc_req_new: kvc_lookup finds
+ * the leading blocks cached (the first key not cached ends the run),
+ * kvc_alloc, kvc_block, kvc_gather / kvc_scatter, kvc_publish. Blocks are
+ * keyed independently: the same engine key is the same block in every
+ * request. Errors: -EINVAL (NULL arguments with n > 0, a key of 0 bytes, a
+ * token-keyed handle), -E2BIG (a key over KVC_MAX_ENGINE_KEY bytes, n over
+ * KVC_MAX_TOKENS / block tokens), -ENOMEM.
+ */
+int kvc_req_new_keys(kvc_t *c, const void *keys, const uint32_t *key_lens, size_t n,
+		     struct kvc_req **out);
 
 /* Longest label kvc_req_label takes, NUL excluded. */
 #define KVC_MAX_LABEL 23
@@ -376,6 +409,18 @@ int kvc_wait(struct kvc_req *r, int timeout_ms);
 int kvc_alloc(struct kvc_req *r);
 
 /*
+ * Why the last kvc_alloc of r granted pages for fewer blocks than follow
+ * the hits (those blocks are computed and not cached): 0 when it granted
+ * every one, or before any kvc_alloc; -EDQUOT this process holds its share
+ * of the pool (kvcached's max-share), -ENOSPC no free page (the pool is
+ * full of pinned or half-written pages) or no free pin slot of this
+ * handle, -EMSGSIZE more blocks than one PUBLISH message carries, -EIO a
+ * kvcached too old to say; or the error kvc_alloc returned. -EINVAL for a
+ * NULL request. Pure memory work.
+ */
+int kvc_req_short_reason(const struct kvc_req *r);
+
+/*
  * Where block i's KV lives: a hit page, or a page granted by kvc_alloc
  * (write the block's KV there before kvc_publish). NULL for a block with
  * no page or i out of range. Valid until kvc_req_free(). The pointer is
@@ -533,6 +578,17 @@ int kvc_group(const uint32_t *const *prompts, const size_t *lens, size_t n,
  * -EBADMSG, -ENOMEM, or an error the daemon sent.
  */
 int kvc_drop_namespace(kvc_t *c);
+
+/*
+ * Is the daemon still there? One poll() of the handle's socket, no round
+ * trip: 0 while the connection is up, -ENOTCONN once the daemon has closed
+ * it (exited, killed) or the handle died, which it then is (later calls
+ * return -ENOTCONN). Lookups read shared memory and need no daemon: pages
+ * pinned before it died stay readable, but a caller that must not count on
+ * a daemon that is gone (an engine about to promise blocks) asks here
+ * first. -EINVAL for NULL, -ECHILD after fork.
+ */
+int kvc_connected(kvc_t *c);
 
 /* Bytes of one page of this handle's namespace, and of a pool slot. */
 size_t kvc_page_bytes(const kvc_t *c);

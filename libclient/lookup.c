@@ -16,8 +16,8 @@
 #include "../shm/index.h"
 #include "../shm/key.h"
 #include "../shm/page.h"
+#include "../shm/prefix.h"
 
-#define PREFETCH_AHEAD 8
 /* Restore bandwidth assumed before the daemon has measured one (B/s): a
  * modest NVMe drive. */
 #define KVC_RESTORE_BPS_GUESS 1e9
@@ -43,7 +43,7 @@ int kvc_keys(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
 	size_t n, i;
 	int rc;
 
-	if (!c || (!keys && max_keys))
+	if (!c || c->engine_keys || (!keys && max_keys))
 		return -EINVAL;
 	if ((rc = check_tokens(tokens, n_tokens, extra, extra_len)))
 		return rc;
@@ -58,32 +58,22 @@ int kvc_keys(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
 	return (int)n;
 }
 
-int kvc_req_new(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
-		const void *extra, size_t extra_len, struct kvc_req **out)
+/*
+ * A request of n blocks with its per-block arrays, in one allocation (a
+ * 1-block lookup spent more on six malloc/free pairs than on the lookup):
+ * keys first (8-byte aligned), the small arrays the lookup writes, the
+ * tokens last. n <= KVC_MAX_TOKENS: the sum cannot overflow.
+ */
+static struct kvc_req *req_alloc(kvc_t *c, size_t n, size_t n_tokens)
 {
 	struct kvc_req *r;
-	size_t n, i, head, small;
-	int rc;
+	size_t head, small, i;
 
-	if (!out)
-		return -EINVAL;
-	*out = NULL;
-	if (!c)
-		return -EINVAL;
-	if ((rc = check_tokens(tokens, n_tokens, extra, extra_len)))
-		return rc;
-	n = n_tokens / c->bt;
-	/*
-	 * One allocation for the request and its per-block arrays: a 1-block
-	 * lookup spent more on six malloc/free pairs than on the lookup.
-	 * Keys first (8-byte aligned), the small arrays the lookup writes,
-	 * the tokens last. n <= KVC_MAX_TOKENS: the sum cannot overflow.
-	 */
 	head = (sizeof(*r) + 15) & ~(size_t)15;
 	small = (n * (sizeof(*r->keys) + 3 * sizeof(uint32_t) + 1) + 3) & ~(size_t)3;
 	r = malloc(head + small + n * c->bt * sizeof(uint32_t));
 	if (!r)
-		return -ENOMEM;
+		return NULL;
 	memset(r, 0, sizeof(*r));
 	r->c = c;
 	r->n = n;
@@ -96,12 +86,71 @@ int kvc_req_new(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
 		r->state = (uint8_t *)(r->slot + n);
 		r->tokens = (uint32_t *)((char *)r + head + small);
 		memset(r->state, 0, n);
-		memcpy(r->tokens, tokens, n * c->bt * sizeof(uint32_t));
-		r->extra = kvshm_key_extra(extra, extra_len);
-		kvshm_key_chain(c->root, r->extra, r->tokens, n * c->bt, c->bt, r->keys);
 		for (i = 0; i < n; i++)
 			r->slot[i] = UINT32_MAX;
 	}
+	return r;
+}
+
+int kvc_req_new(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
+		const void *extra, size_t extra_len, struct kvc_req **out)
+{
+	struct kvc_req *r;
+	size_t n;
+	int rc;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!c || c->engine_keys)
+		return -EINVAL;
+	if ((rc = check_tokens(tokens, n_tokens, extra, extra_len)))
+		return rc;
+	n = n_tokens / c->bt;
+	r = req_alloc(c, n, n_tokens);
+	if (!r)
+		return -ENOMEM;
+	if (n) {
+		memcpy(r->tokens, tokens, n * c->bt * sizeof(uint32_t));
+		r->extra = kvshm_key_extra(extra, extra_len);
+		kvshm_key_chain(c->root, r->extra, r->tokens, n * c->bt, c->bt, r->keys);
+		/* The keys first, then their buckets on their way (issue #23):
+		 * by the time the engine calls kvc_lookup they have arrived. */
+		kvshm_walk_prefetch(c->seg, r->keys, n);
+	}
+	*out = r;
+	return 0;
+}
+
+int kvc_req_new_keys(kvc_t *c, const void *keys, const uint32_t *key_lens, size_t n,
+		     struct kvc_req **out)
+{
+	const uint8_t *k = keys;
+	struct kvc_req *r;
+	size_t i;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!c || !c->engine_keys || (n && (!keys || !key_lens)))
+		return -EINVAL;
+	if (n > KVC_MAX_TOKENS / c->bt)
+		return -E2BIG;
+	for (i = 0; i < n; i++) {
+		if (!key_lens[i])
+			return -EINVAL;
+		if (key_lens[i] > KVC_MAX_ENGINE_KEY)
+			return -E2BIG;
+	}
+	r = req_alloc(c, n, n * c->bt);
+	if (!r)
+		return -ENOMEM;
+	r->flat = true;
+	for (i = 0; i < n; i++) {
+		r->keys[i] = kvshm_key_engine(c->root, k, key_lens[i], r->tokens + i * c->bt, c->bt);
+		k += key_lens[i];
+	}
+	kvshm_walk_prefetch(c->seg, r->keys, n);
 	*out = r;
 	return 0;
 }
@@ -129,44 +178,33 @@ size_t kvc_req_blocks(const struct kvc_req *r)
 /*
  * Pin blocks from..n while they are READY pages that verify; stops at the
  * first miss or when pin slots run out. Returns the block it stopped at;
- * *missed says whether it stopped on a miss (not on the pin quota).
+ * *missed says whether it stopped on a miss (not on the pin quota or a pin
+ * lost to the evictor). The walk itself (prefetch pipeline, one fence per
+ * run of pins) is shm/prefix.h's.
  */
 size_t kvci_pin_run(struct kvc_req *r, size_t from, bool *missed)
 {
 	kvc_t *c = r->c;
-	const struct kvshm_header *h = c->seg;
 	struct kvshm_ledger *l = c->ledger;
-	struct kvshm_key parent = from ? r->keys[from - 1] : c->root;
 	size_t i, k, got;
-	uint32_t bt = c->bt;
+	struct kvshm_walk w;
 
-	for (k = from; k < r->n && k < from + PREFETCH_AHEAD; k++)
-		kvshm_index_prefetch(h, r->keys[k]);
+	*missed = false;
+	if (from >= r->n)
+		return from;
 	/* All the pin slots this walk can use, in one lock round. */
 	got = kvc_slots_get(c, r->slot + from, (uint32_t)(r->n - from));
-	*missed = false;
-	for (i = from; i < from + got; i++) {
-		uint32_t page, gen;
-
-		if (i + PREFETCH_AHEAD < r->n)
-			kvshm_index_prefetch(h, r->keys[i + PREFETCH_AHEAD]);
-		page = kvshm_index_find(h, r->keys[i]);
-		if (page == UINT32_MAX ||
-		    !kvshm_page_verify(h, page, c->ns_id, r->keys[i], parent,
-				       r->tokens + i * bt, &gen)) {
-			*missed = true;
-			break;
-		}
-		if (!kvshm_ledger_pin(l, r->slot[i], h, page, gen)) {
-			atomic_fetch_add_explicit(&l->pin_failures, 1, memory_order_relaxed);
-			break;
-		}
-		kvshm_ledger_touch(l, page);
-		r->page[i] = page;
-		r->gen[i] = gen;
-		r->state[i] = KVC_B_PINNED;
-		KVC_TSAN_ACQUIRE(c->pool + (uint64_t)page * c->slot_bytes);
-		parent = r->keys[i];
+	w = (struct kvshm_walk){
+		.keys = r->keys + from, .tokens = r->tokens + from * c->bt,
+		.slot = r->slot + from, .page = r->page + from, .gen = r->gen + from,
+		.n = got, .ns_id = c->ns_id, .parent = kvci_parent(r, from), .flat = r->flat,
+	};
+	i = from + kvshm_walk_pin(c->seg, l, &w, missed);
+	if (!*missed && i < from + got)
+		atomic_fetch_add_explicit(&l->pin_failures, 1, memory_order_relaxed);
+	for (k = from; k < i; k++) {
+		r->state[k] = KVC_B_PINNED;
+		KVC_TSAN_ACQUIRE(c->pool + (uint64_t)r->page[k] * c->slot_bytes);
 	}
 	/* Slots past the hit prefix go back (when got < n, the pin quota
 	 * ended the prefix and the rest is a miss). */
@@ -187,20 +225,19 @@ static size_t spilled_run(const struct kvc_req *r, size_t from)
 {
 	const kvc_t *c = r->c;
 	const struct kvshm_header *h = c->seg;
-	struct kvshm_key parent = from ? r->keys[from - 1] : c->root;
 	size_t j;
 
-	if (!h->geo.n_slots)
-		return 0;
+	if (!h->geo.n_slots || r->flat)
+		return 0;	/* a FETCH chains its blocks: not for engine keys */
 	for (j = from; j < r->n; j++) {
 		uint32_t loc = kvshm_index_find(h, r->keys[j]), gen;
+		struct kvshm_key parent = kvci_parent(r, j);
 
 		if (!kvshm_slot_verify(h, loc, c->ns_id, r->keys[j], parent) &&
 		    (j == from || loc >= h->geo.n_pages ||
 		     !kvshm_page_verify(h, loc, c->ns_id, r->keys[j], parent,
 					r->tokens + j * c->bt, &gen)))
 			break;
-		parent = r->keys[j];
 	}
 	return j - from;
 }
@@ -267,7 +304,7 @@ int kvc_lookup(struct kvc_req *r)
 	 * in flight there) every block may be in the remote tier: only the
 	 * daemon can ask, in the FETCH kvc_restore sends. */
 	r->t3 = missed && !r->t1 ? kvci_inflight_run(r, i) : 0;
-	r->t2 = missed && !r->t3 && remote_up(r->c) ? r->n - i - r->t1 : 0;
+	r->t2 = missed && !r->t3 && !r->flat && remote_up(r->c) ? r->n - i - r->t1 : 0;
 	if (i)
 		kvshm_ledger_hit(l, r->keys[0], (uint64_t)i * r->c->bt, r->label);
 	atomic_fetch_add_explicit(&l->lookup_tokens, r->n_tokens, memory_order_relaxed);
@@ -290,7 +327,7 @@ size_t kvc_req_remote(const struct kvc_req *r)
 static uint8_t *fetch_msg(const struct kvc_req *r, size_t from, uint32_t n, uint32_t *len)
 {
 	const kvc_t *c = r->c;
-	struct kvproto_fetch fh = { n, 0, from ? r->keys[from - 1] : c->root };
+	struct kvproto_fetch fh = { n, 0, kvci_parent(r, from) };
 	size_t rec = sizeof(struct kvshm_key) + (size_t)c->bt * 4, i;
 	uint8_t *msg;
 

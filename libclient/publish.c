@@ -45,7 +45,7 @@ static int alloc_keys(struct kvc_req *r, uint32_t k0, struct kvproto_alloc *a,
 	memcpy(msg, a, sizeof(*a));
 	for (k = 0; k < a->n; k++) {
 		size_t i = r->hits + k0 + k;
-		struct kvproto_claim cl = { r->keys[i], i ? r->keys[i - 1] : c->root };
+		struct kvproto_claim cl = { r->keys[i], kvci_parent(r, i) };
 
 		memcpy(msg + sizeof(*a) + (size_t)k * sizeof(cl), &cl, sizeof(cl));
 	}
@@ -80,6 +80,22 @@ static bool race_lost(struct kvc_req *r)
 	return true;
 }
 
+/* The errno kvc_req_short_reason gives for ALLOC_R's count.pad. */
+static int short_reason(uint32_t why)
+{
+	switch (why) {
+	case KVPROTO_SHORT_SHARE: return -EDQUOT;
+	case KVPROTO_SHORT_SLOTS:
+	case KVPROTO_SHORT_POOL: return -ENOSPC;
+	default: return -EIO;	/* a daemon that does not say */
+	}
+}
+
+int kvc_req_short_reason(const struct kvc_req *r)
+{
+	return r ? r->short_err : -EINVAL;
+}
+
 int kvc_alloc(struct kvc_req *r)
 {
 	struct kvproto_alloc a = { 0, 0 };
@@ -95,6 +111,7 @@ int kvc_alloc(struct kvc_req *r)
 	c = r->c;
 	kvci_settle(r);
 	r->stage = 2;
+	r->short_err = 0;
 	if (r->hits >= r->n)
 		return 0;
 	/* No more than one PUBLISH frame can carry. */
@@ -139,14 +156,19 @@ int kvc_alloc(struct kvc_req *r)
 	a.n = (uint32_t)(r->n - r->hits - k0);
 	/* Every granted page needs a pin slot; ask for no more than we have. */
 	pthread_mutex_lock(&c->slot_lock);
-	if (a.n > c->n_free_slots)
+	if (a.n > c->n_free_slots) {
 		a.n = c->n_free_slots;
+		r->short_err = -ENOSPC;
+	}
 	pthread_mutex_unlock(&c->slot_lock);
-	if (a.n > KVPROTO_MAX_COUNT)
-		a.n = KVPROTO_MAX_COUNT;
 	/* ...and, with those taken ahead, no more than one frame carries. */
-	if (k0 + a.n > fcap)
-		a.n = fcap > k0 ? fcap - k0 : 0;
+	if (a.n > KVPROTO_MAX_COUNT || k0 + a.n > fcap) {
+		if (a.n > KVPROTO_MAX_COUNT)
+			a.n = KVPROTO_MAX_COUNT;
+		if (k0 + a.n > fcap)
+			a.n = fcap > k0 ? fcap - k0 : 0;
+		r->short_err = -EMSGSIZE;
+	}
 	if (!a.n)
 		return (int)k0;
 	rc = alloc_keys(r, k0, &a, &reply, &rlen);
@@ -154,14 +176,18 @@ int kvc_alloc(struct kvc_req *r)
 		return rc;
 	if (rc == -EINPROGRESS)	/* nothing there for us after all */
 		rc = alloc_keys(r, k0, &a, &reply, &rlen);
-	if (rc)
+	if (rc) {
+		r->short_err = rc;
 		return k0 ? (int)k0 : rc;
+	}
 	memcpy(&cnt, reply, sizeof(cnt));
 	got = rlen == sizeof(cnt) ? 0 : cnt.n;
 	if (got > a.n) {
 		free(reply);
 		return -EPROTO;
 	}
+	if (got < a.n)
+		r->short_err = short_reason(cnt.pad);
 	for (k = 0; k < got; k++) {
 		size_t i = r->hits + k0 + k;
 		uint32_t s;
@@ -221,7 +247,7 @@ int kvc_publish(struct kvc_req *r)
 		p.gen = r->gen[i];
 		KVC_TSAN_RELEASE(c->pool + (uint64_t)p.page * c->slot_bytes);
 		p.key = r->keys[i];
-		p.parent = i ? r->keys[i - 1] : c->root;
+		p.parent = kvci_parent(r, i);
 		p.extra = r->extra;
 		memcpy(msg + sizeof(cnt) + k * rec, &p, sizeof(p));
 		memcpy(msg + sizeof(cnt) + k * rec + sizeof(p), r->tokens + i * bt, bt * 4);

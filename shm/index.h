@@ -47,7 +47,7 @@ static inline struct kvshm_bucket *kvshm_bucket_at(const struct kvshm_header *h,
 #define KVSHM_SEQ_TRIES (1u << 20)
 
 /* Reader: the ref of k in bucket b (0 if absent) and b's spill count. */
-static inline uint32_t kvshm_bucket_find(const struct kvshm_bucket *b,
+static inline __attribute__((always_inline)) uint32_t kvshm_bucket_find(const struct kvshm_bucket *b,
 					 struct kvshm_key k, uint32_t *spill)
 {
 	uint32_t s, ref, sp, tries = 0;
@@ -86,7 +86,7 @@ static inline uint32_t kvshm_bucket_find(const struct kvshm_bucket *b,
  * result is a candidate only: the caller must verify the page or slot
  * entry.
  */
-static inline uint32_t kvshm_index_find(const struct kvshm_header *h,
+static inline __attribute__((always_inline)) uint32_t kvshm_index_find(const struct kvshm_header *h,
 					struct kvshm_key k)
 {
 	uint32_t home = kvshm_index_home(h, k), spill, ref, i;

@@ -38,6 +38,8 @@ struct kvshm_key kvshm_ns_id(const struct kvshm_ns *ns)
 	buf[7] = ns->page_bytes;
 	n = strnlen(ns->model, KVSHM_MODEL_NAME);
 	memcpy(&buf[8], ns->model, n);
+	if (ns->kind != KVSHM_NS_TOKENS)	/* a namespace of engine keys: */
+		buf[0] ^= (uint64_t)ns->kind << 56;	/* never a token one's id */
 	if (!sharded)	/* the identity an unsharded model always had */
 		return from_xxh(XXH3_128bits(buf, sizeof(buf) - 8));
 	buf[8 + KVSHM_MODEL_NAME / 8] = (uint64_t)ns->shard.tp_rank |
@@ -86,6 +88,21 @@ struct kvshm_key kvshm_key_block(struct kvshm_key parent,
 		k.hi &= kvshm_key_test_mask;
 	}
 	return k;
+}
+
+struct kvshm_key kvshm_key_engine(struct kvshm_key root, const void *ekey, size_t len,
+				  uint32_t *tokens, uint32_t bt)
+{
+	const struct kvshm_key zero = { 0, 0 };
+	XXH128_hash_t d = XXH3_128bits_withSeed(ekey, len, KVSHM_ENGINE_SEED), w;
+	uint32_t j, q;
+
+	for (j = 0; j < bt; j += 4) {
+		w = XXH3_128bits_withSeed(&d, sizeof(d), j / 4 + 1);
+		for (q = 0; q < 4 && j + q < bt; q++)
+			tokens[j + q] = (uint32_t)((q < 2 ? w.low64 : w.high64) >> (32 * (q & 1)));
+	}
+	return kvshm_key_block(root, tokens, bt, zero);
 }
 
 size_t kvshm_key_chain(struct kvshm_key root, struct kvshm_key extra,

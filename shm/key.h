@@ -7,7 +7,8 @@
  *   extra     = XXH3_128(extra bytes), or all zero when there are none
  *
  * The namespace id is itself XXH3_128 of the namespace's canonical bytes
- * (kvshm_ns_id). Pure functions; used by clients, the daemon and tests.
+ * (kvshm_ns_id). Engine-keyed namespaces (KVSHM_NS_ENGINE) key each block
+ * on its own from the engine's key (kvshm_key_engine). Pure functions; used by clients, the daemon and tests.
  */
 #ifndef KVSHM_KEY_H
 #define KVSHM_KEY_H
@@ -36,6 +37,18 @@ struct kvshm_key kvshm_key_extra(const void *extra, size_t extra_len);
 struct kvshm_key kvshm_key_block(struct kvshm_key parent,
 				 const uint32_t *tokens, uint32_t bt,
 				 struct kvshm_key extra);
+
+/*
+ * A block of an engine-keyed namespace (KVSHM_NS_ENGINE): the engine's own
+ * key for it (len bytes) becomes bt "tokens" (words of XXH3_128 digests of
+ * the engine key, seeded apart from every other use) written to tokens[],
+ * and the block's key is kvshm_key_block(root, tokens, bt, no extra): no
+ * chain, every block's parent is the root. Stored and verified like any
+ * block's tokens, so a hit is as exact as the engine key.
+ */
+#define KVSHM_ENGINE_SEED 0x6b7663656e67696eull	/* "kvcengin" */
+struct kvshm_key kvshm_key_engine(struct kvshm_key root, const void *ekey, size_t len,
+				  uint32_t *tokens, uint32_t bt);
 
 /* Keys of the n full blocks of `tokens`; returns n = n_tokens / bt. */
 size_t kvshm_key_chain(struct kvshm_key root, struct kvshm_key extra,

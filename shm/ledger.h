@@ -26,6 +26,8 @@
 #define KVSHM_LEDGER_H
 
 #include <stdbool.h>
+#include <stddef.h>
+
 #include "segment.h"
 
 #define KVSHM_LEDGER_MAGIC 0x5245474445444c4bull	/* "KLDEDGER" */
@@ -173,12 +175,14 @@ static inline void kvshm_ledger_hit(struct kvshm_ledger *l, struct kvshm_key key
 	__atomic_store_n(&r->key_lo, key.lo, __ATOMIC_RELAXED);
 	__atomic_store_n(&r->key_hi, key.hi, __ATOMIC_RELAXED);
 	__atomic_store_n(&r->tokens, tokens, __ATOMIC_RELAXED);
+	/* Up to and with the NUL: readers stop there (daemon/core/top.c),
+	 * so a label-less hit is one store, not KVSHM_LABEL. */
 	for (i = 0; i < KVSHM_LABEL; i++) {
 		char ch = label ? label[i] : 0;
 
 		__atomic_store_n(&r->label[i], ch, __ATOMIC_RELAXED);
 		if (!ch)
-			label = NULL;
+			break;
 	}
 	atomic_store_explicit(&l->hit_head, hd + 1, memory_order_release);
 }
@@ -190,6 +194,21 @@ static inline void kvshm_ledger_touch(struct kvshm_ledger *l, uint32_t page)
 
 	atomic_store_explicit(&l->ring[hd & (KVSHM_RING - 1)], page, memory_order_relaxed);
 	atomic_store_explicit(&l->ring_head, hd + 1, memory_order_release);
+}
+
+/* Client: note accesses to pages[0..n) in the ring, one head store. */
+static inline void kvshm_ledger_touch_run(struct kvshm_ledger *l, const uint32_t *pages,
+					  size_t n)
+{
+	uint64_t hd = atomic_load_explicit(&l->ring_head, memory_order_relaxed);
+	size_t i;
+
+	if (!n)
+		return;
+	for (i = 0; i < n; i++)
+		atomic_store_explicit(&l->ring[(hd + i) & (KVSHM_RING - 1)], pages[i],
+				      memory_order_relaxed);
+	atomic_store_explicit(&l->ring_head, hd + n, memory_order_release);
 }
 
 /*

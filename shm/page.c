@@ -18,6 +18,14 @@ static void stat_add(struct kvshm_header *h, _Atomic uint64_t *c, int64_t d)
 			      memory_order_relaxed);
 }
 
+/* A page starts or stops holding a block of its namespace (READY or
+ * EVICTING): that namespace's page gauge follows, with no sweep. */
+static void ns_pages_add(struct kvshm_header *h, const struct kvshm_page *p, int64_t d)
+{
+	if (p->ns_id < h->geo.max_ns)
+		stat_add(h, &kvshm_ns_stats(h)[p->ns_id].pages, d);
+}
+
 static void set_state(struct kvshm_page *p, uint32_t s)
 {
 	atomic_store_explicit(&p->state, s, memory_order_seq_cst);
@@ -86,8 +94,10 @@ static void to_free(struct kvshm_header *h, uint32_t page)
 	stat_add(h, &st->pages_free, 1);
 	if (old == KVSHM_PAGE_WRITING)
 		stat_add(h, &st->pages_writing, -1);
-	else if (old == KVSHM_PAGE_READY || old == KVSHM_PAGE_EVICTING)
+	else if (old == KVSHM_PAGE_READY || old == KVSHM_PAGE_EVICTING) {
 		stat_add(h, &st->pages_ready, -1);
+		ns_pages_add(h, p, -1);
+	}
 }
 
 int kvshm_page_alloc(struct kvshm_header *h, uint32_t owner, uint32_t ns_id,
@@ -159,6 +169,7 @@ static void make_ready(struct kvshm_header *h, struct kvshm_page *p)
 	set_state(p, KVSHM_PAGE_READY);
 	stat_add(h, &st->pages_writing, -1);
 	stat_add(h, &st->pages_ready, 1);
+	ns_pages_add(h, p, 1);
 	stat_add(h, &st->publishes, 1);
 	stat_add(h, &st->index_entries, 1);
 }
@@ -328,5 +339,6 @@ int kvshm_page_restore(struct kvshm_header *h, uint32_t page, uint32_t gen,
 	kvshm_index_move(h, key, KVSHM_LOC_SLOT | slot, page);
 	stat_add(h, &st->pages_writing, -1);
 	stat_add(h, &st->pages_ready, 1);
+	ns_pages_add(h, p, 1);
 	return 0;
 }

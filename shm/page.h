@@ -27,6 +27,9 @@
 #define KVSHM_PAGE_H
 
 #include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
 #include "segment.h"
 
 /* Outcome of kvshm_page_publish. */
@@ -121,15 +124,29 @@ static inline void kvshm_store_key(struct kvshm_key *d, struct kvshm_key k)
 	__atomic_store_n(&d->hi, k.hi, __ATOMIC_RELAXED);
 }
 
+/*
+ * Stored tokens equal q? Called only between the two reads of a page's
+ * gen in kvshm_page_verify, so this is the read side of a seqlock: the
+ * tokens of a READY page do not change while its gen stays the same, and
+ * a read that raced a rewrite (the page freed and handed out again, gen
+ * bumped) is thrown away by the gen re-check after the acquire fence.
+ * So they are read with plain 16-byte vector loads (the Linux seqlock
+ * readers' plain reads), four tokens a load and no branch until the end;
+ * read one relaxed atomic at a time, this loop was a third of a lookup.
+ */
+typedef uint32_t kvshm_u32x4 __attribute__((vector_size(16), aligned(4), may_alias));
+
 static inline bool kvshm_tokens_eq(const uint32_t *stored, const uint32_t *q,
 				   uint32_t bt)
 {
-	uint32_t i;
+	kvshm_u32x4 d = { 0, 0, 0, 0 };
+	uint32_t i = 0, rest = 0;
 
-	for (i = 0; i < bt; i++)
-		if (__atomic_load_n(&stored[i], __ATOMIC_RELAXED) != q[i])
-			return false;
-	return true;
+	for (; i + 4 <= bt; i += 4)
+		d |= *(const kvshm_u32x4 *)(stored + i) ^ *(const kvshm_u32x4 *)(q + i);
+	for (; i < bt; i++)
+		rest |= __atomic_load_n(&stored[i], __ATOMIC_RELAXED) ^ q[i];
+	return !(d[0] | d[1] | d[2] | d[3] | rest);
 }
 
 /*

@@ -304,7 +304,7 @@ int kvproto_hello_ns(const struct kvproto_hello *hi, struct kvshm_ns *ns)
 	size_t nl = strnlen(hi->model, KVSHM_MODEL_NAME);
 	int i;
 
-	if (hi->flags || !nl || nl == KVSHM_MODEL_NAME || hi->pos_kind > KVSHM_POS_MAX ||
+	if ((hi->flags & ~KVPROTO_HELLO_ENGINE_KEYS) || !nl || nl == KVSHM_MODEL_NAME || hi->pos_kind > KVSHM_POS_MAX ||
 	    (hi->dtype_bytes != 1 && hi->dtype_bytes != 2 && hi->dtype_bytes != 4 &&
 	     hi->dtype_bytes != 8) ||
 	    !hi->layers || hi->layers > 4096 || !hi->kv_heads || hi->kv_heads > 4096 ||
@@ -322,6 +322,7 @@ int kvproto_hello_ns(const struct kvproto_hello *hi, struct kvshm_ns *ns)
 	ns->head_dim = hi->head_dim;
 	ns->block_tokens = hi->block_tokens;
 	ns->pos_kind = hi->pos_kind;
+	ns->kind = hi->flags & KVPROTO_HELLO_ENGINE_KEYS ? KVSHM_NS_ENGINE : KVSHM_NS_TOKENS;
 	ns->page_bytes = pb;
 	memcpy(ns->model, hi->model, nl);
 	ns->shard = hi->shard;
@@ -343,6 +344,9 @@ int kvproto_ns_declared(const struct kvshm_ns *ns, struct kvshm_ns *out)
 	hi.block_tokens = ns->block_tokens;
 	hi.pos_kind = ns->pos_kind;
 	hi.shard = ns->shard;
+	if (ns->kind > KVSHM_NS_ENGINE)
+		return -EINVAL;
+	hi.flags = ns->kind == KVSHM_NS_ENGINE ? KVPROTO_HELLO_ENGINE_KEYS : 0;
 	memcpy(hi.model, ns->model, sizeof(hi.model));
 	return kvproto_hello_ns(&hi, out);
 }

@@ -10,7 +10,9 @@
  *   HELLO   c->d  struct kvproto_hello
  *   HELLO_R d->c  struct kvproto_hello_r  + fds [segment, pool, ledger]
  *   ALLOC   c->d  struct kvproto_alloc
- *   ALLOC_R d->c  struct kvproto_count + n x struct kvproto_pg
+ *   ALLOC_R d->c  struct kvproto_count + n x struct kvproto_pg; when n is
+ *                 less than asked, count.pad says which limit cut it
+ *                 (KVPROTO_SHORT_*; 0 from a daemon that does not say)
  *   PUBLISH c->d  struct kvproto_count + n x (struct kvproto_pub + bt tokens)
  *   PUBLISH_R     struct kvproto_count + n x struct kvproto_pub_r
  *   FREE    c->d  struct kvproto_count + n x struct kvproto_pg
@@ -190,9 +192,13 @@ struct kvproto_hdr {
 	uint32_t seq;
 };
 
+/* HELLO flags: the namespace's blocks are named by the engine's keys
+ * (enum kvshm_ns_kind KVSHM_NS_ENGINE), not by token chains. */
+#define KVPROTO_HELLO_ENGINE_KEYS 0x1u
+
 struct kvproto_hello {
 	uint32_t version;
-	uint32_t flags;		/* none defined: must be 0 */
+	uint32_t flags;		/* KVPROTO_HELLO_ENGINE_KEYS or 0 */
 	uint32_t dtype_bytes;
 	uint32_t layers;
 	uint32_t kv_heads;
@@ -226,6 +232,11 @@ struct kvproto_count {
 	uint32_t n;
 	uint32_t pad;
 };
+
+/* ALLOC_R's count.pad: the limit that granted fewer pages than asked. */
+#define KVPROTO_SHORT_SHARE 1u	/* the process's max-share of the pool */
+#define KVPROTO_SHORT_SLOTS 2u	/* the client's pin slots */
+#define KVPROTO_SHORT_POOL 3u	/* no free page (all pinned or being written) */
 
 struct kvproto_alloc {
 	uint32_t n;		/* pages wanted, 1..KVPROTO_MAX_COUNT */
@@ -364,7 +375,8 @@ _Static_assert(sizeof(struct kvproto_fetch) == 24, "fetch");
 /*
  * The namespace a HELLO declares, checked the same way on both ends: dtype
  * 1, 2, 4 or 8 bytes, layers and kv heads 1..4096, head dim 1..65536,
- * block tokens 1..KVSHM_MAX_BLOCK_TOKENS, a known position kind, flags 0, a
+ * block tokens 1..KVSHM_MAX_BLOCK_TOKENS, a known position kind, no flag
+ * but KVPROTO_HELLO_ENGINE_KEYS (which makes the namespace's kind ENGINE), a
  * non-empty NUL-terminated model name; page bytes computed with overflow
  * checked. Fills the identity fields, page_bytes and id of *ns (`used` is
  * left 0). Returns 0 or -EINVAL.

@@ -26,8 +26,9 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 9u	/* 8: remote tier counters; 9: single flight (page
-				 * flight, row flight, wait stats) */
+#define KVSHM_VERSION 11u	/* 8: remote tier counters; 9: single flight (page
+				 * flight, row flight, wait stats); 10: page
+				 * entries of one cache line; 11: tick timing */
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -110,6 +111,9 @@ enum kvshm_pool_kind {
  * count in their own ledgers, folded in by the daemon on every tick and when
  * a client leaves.
  */
+/* Buckets of the tick-duration histogram (struct kvshm_stats). */
+#define KVSHM_TICK_BUCKETS 40u
+
 struct kvshm_stats {
 	_Atomic uint64_t pages_free;
 	_Atomic uint64_t pages_writing;
@@ -134,7 +138,8 @@ struct kvshm_stats {
 	_Atomic uint64_t pin_failures;
 	_Atomic uint64_t lookup_tokens;		/* prompt tokens looked up */
 	_Atomic uint64_t hit_tokens;		/* of those, served from cache */
-	/* Census, every few ticks: distinct READY pages some ledger pins,
+	/* Census, a pass every few ticks (16,384 ledger slots a tick at
+	 * most; daemon/core/top.c): distinct READY pages some ledger pins,
 	 * and pin slots in use over all clients. */
 	_Atomic uint64_t pages_pinned;
 	_Atomic uint64_t pins;
@@ -190,6 +195,7 @@ struct kvshm_stats {
 	_Atomic uint64_t remote_hits;		/* fetched, verified, placed */
 	_Atomic uint64_t remote_misses;		/* not there, server down, or late */
 	_Atomic uint64_t remote_dropped;	/* failed verification: never served */
+	_Atomic uint64_t remote_stale;		/* items of another format version: misses */
 	_Atomic uint64_t remote_timeouts;	/* operations past remote-timeout-ms */
 	_Atomic uint64_t remote_fetch_bytes;	/* item bytes fetched */
 	_Atomic uint64_t remote_fetch_bps;	/* measured fetch bandwidth, B/s */
@@ -202,7 +208,42 @@ struct kvshm_stats {
 	_Atomic uint64_t wait_timeouts;		/* ... the caller's timeout ran out */
 	_Atomic uint64_t wait_lost;		/* ... the writer released or died */
 	_Atomic uint64_t wait_tokens;		/* prefill tokens saved by waiting */
+	/* The daemon's tick (daemon/server.c): ticks run, those that took
+	 * longer than tick-ms (the loop fell behind), and how long each
+	 * took, as a histogram (kvshm_tick_bucket). Layout 11. */
+	_Atomic uint64_t ticks;
+	_Atomic uint64_t ticks_slow;
+	_Atomic uint64_t tick_hist[KVSHM_TICK_BUCKETS];
 };
+
+/*
+ * Histogram bucket of a tick that took `ns`: 0 for under 1 us, then two
+ * buckets per doubling, bucket b >= 1 holding [2^((b-1)/2), 2^(b/2)) us;
+ * the last one holds everything longer (about 0.7 s and up).
+ */
+static inline uint32_t kvshm_tick_bucket(uint64_t ns)
+{
+	uint64_t us = ns / 1000;
+	uint32_t k, b;
+
+	if (!us)
+		return 0;
+	if (us >= (1ull << 30))
+		return KVSHM_TICK_BUCKETS - 1;
+	k = 63u - (uint32_t)__builtin_clzll(us);	/* 2^k <= us < 2^(k+1) */
+	/* us >= 2^(k + 1/2) <=> us^2 >= 2^(2k+1) */
+	b = 2 * k + 1 + (us * us >= (1ull << (2 * k + 1)));
+	return b < KVSHM_TICK_BUCKETS ? b : KVSHM_TICK_BUCKETS - 1;
+}
+
+/* Upper end of bucket b in nanoseconds (UINT64_MAX for the last one). */
+static inline uint64_t kvshm_tick_bucket_ns(uint32_t b)
+{
+	if (b + 1 >= KVSHM_TICK_BUCKETS)
+		return UINT64_MAX;
+	/* 2^(b/2) us, the half powers rounded: 1000 * 2^(b/2). */
+	return (b & 1 ? 1414ull : 1000ull) << (b / 2);
+}
 
 /* When the remote tier writes a block (remote_write_mode). */
 enum kvshm_remote_write {
@@ -241,16 +282,13 @@ struct kvshm_ns_stats {
 	_Atomic uint64_t hit_tokens;
 	_Atomic uint64_t published;	/* pages its clients published */
 	_Atomic uint64_t dropped;	/* pages dropped at a client's request */
-	/* Gauges. pages: READY pool pages of the namespace, counted by a
-	 * sweep over the page table a slice per tick (so up to n_pages /
-	 * KVSHM_NS_SWEEP ticks old). clients: attached with it now. */
+	/* Gauges. pages: pool pages holding a block of the namespace
+	 * (READY, or EVICTING on its way out), kept at each page transition
+	 * (shm/page.c). clients: attached with it now. */
 	_Atomic uint64_t pages;
 	_Atomic uint64_t clients;
 	uint64_t resv[7];
 };
-
-/* Page-table entries the per-namespace page count reads per tick. */
-#define KVSHM_NS_SWEEP 16384u
 
 /* Position encoding kinds a namespace can declare. */
 enum kvshm_pos_kind {
@@ -259,6 +297,26 @@ enum kvshm_pos_kind {
 	KVSHM_POS_ALIBI = 2,
 	KVSHM_POS_LEARNED = 3,
 	KVSHM_POS_MAX = 3,
+};
+
+/*
+ * How a namespace names its blocks; part of its identity (kvshm_ns_id), so
+ * namespaces of different kinds never share a block.
+ *
+ * TOKENS: a block's key is the chain over its parent and its tokens
+ *   (shm/key.h); a hit is verified against parent and tokens.
+ * ENGINE: the engine names each block by a key of its own (SGLang's page
+ *   hashes) and never hands over the tokens. The library turns that key
+ *   into the block's key and its stored "tokens" (a digest of the engine
+ *   key, kvshm_key_engine), with the namespace root as every block's parent:
+ *   blocks are not chained and a hit is only as exact as the engine's hash.
+ *   A daemon check that recomputes keys from parent + tokens still holds,
+ *   but one that reads the stored tokens as prompt tokens (KV events) must
+ *   skip these namespaces.
+ */
+enum kvshm_ns_kind {
+	KVSHM_NS_TOKENS = 0,
+	KVSHM_NS_ENGINE = 1,
 };
 
 /* A model's tensor- / pipeline-parallel part (kvc_shard, normalised). */
@@ -283,10 +341,11 @@ struct kvshm_ns {
 	uint32_t head_dim;
 	uint32_t block_tokens;
 	uint32_t pos_kind;
-	uint32_t pad;
+	uint32_t kind;			/* enum kvshm_ns_kind (was padding, 0) */
 	uint64_t page_bytes;		/* the namespace's own page size */
 	struct kvshm_key id;		/* hash of the fields above + model
-					 * (+ shard when sharded) */
+					 * (+ shard when sharded, + kind when
+					 * not TOKENS) */
 	char model[KVSHM_MODEL_NAME];	/* NUL-terminated */
 	struct kvshm_shard shard;	/* sizes >= 1; 0/1 0/1: not sharded */
 };
@@ -439,6 +498,7 @@ struct kvshm_page {
 	struct kvshm_key parent;
 	uint32_t ref;
 	_Atomic uint32_t flight;
+	uint32_t pad[2];		/* one cache line per entry (layout 10) */
 };
 
 /* ------------------------------------------------------------ spill slots */
@@ -589,7 +649,7 @@ uint32_t kvshm_buckets_for(uint64_t entries);
 _Static_assert(sizeof(struct kvshm_key) == 16, "key");
 _Static_assert(sizeof(struct kvshm_entry) == 16, "entry");
 _Static_assert(sizeof(struct kvshm_bucket) == KVSHM_CACHELINE, "bucket");
-_Static_assert(sizeof(struct kvshm_page) == 56, "page entry");
+_Static_assert(sizeof(struct kvshm_page) == KVSHM_CACHELINE, "page entry: one line");
 _Static_assert(offsetof(struct kvshm_page, key) == 16, "page.key");
 _Static_assert(sizeof(struct kvshm_ns) == 128, "ns row");
 _Static_assert(sizeof(struct kvshm_client_row) == 80, "client row");

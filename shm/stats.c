@@ -115,6 +115,9 @@ const struct kvshm_metric kvshm_metrics[] = {
 	M("kvcached_pool_holes_total", "counter",
 	  "Pool pages found punched out (fallocate or MADV_REMOVE by a client); their blocks dropped.",
 	  NULL, "pool_holes", pool_holes),
+	M("kvcached_ticks_slow_total", "counter",
+	  "Daemon ticks that took longer than tick-ms (the event loop fell behind).", NULL,
+	  "ticks_slow", ticks_slow),
 	M("kvcached_share_refused_total", "counter",
 	  "ALLOCs refused because the process holds its max-share of the pool.", NULL,
 	  "share_refused", share_refused),
@@ -167,6 +170,8 @@ const struct kvshm_metric kvshm_metrics[] = {
 	  "remote_misses", remote_misses),
 	M("kvcached_remote_fetch_blocks_total", "counter", NULL, "result=\"dropped\"",
 	  "remote_dropped", remote_dropped),
+	M("kvcached_remote_fetch_blocks_total", "counter", NULL, "result=\"stale\"",
+	  "remote_stale", remote_stale),
 	M("kvcached_remote_timeouts_total", "counter",
 	  "Remote operations past remote-timeout-ms, and fetches answered at their deadline.",
 	  NULL, "remote_timeouts", remote_timeouts),
@@ -221,9 +226,11 @@ static void ns_name(const struct kvshm_ns *ns, char *out)
 	if (ns->shard.tp_size > 1)
 		n += snprintf(out + n, KVSHM_NS_NAME - n, " tp%u/%u",
 			      ns->shard.tp_rank, ns->shard.tp_size);
-	if (ns->shard.pp_size > 1)
-		snprintf(out + n, KVSHM_NS_NAME - n, " pp%u/%u",
-			 ns->shard.pp_rank, ns->shard.pp_size);
+	if (ns->shard.pp_size > 1 && n < KVSHM_NS_NAME)
+		n += snprintf(out + n, KVSHM_NS_NAME - n, " pp%u/%u",
+			      ns->shard.pp_rank, ns->shard.pp_size);
+	if (ns->kind == KVSHM_NS_ENGINE && n < KVSHM_NS_NAME)
+		snprintf(out + n, KVSHM_NS_NAME - n, " (engine keys)");
 }
 
 int kvshm_snap_take(const struct kvshm_header *h, struct kvshm_snap *s)

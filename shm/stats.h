@@ -32,8 +32,9 @@ struct kvshm_snap_client {
 	uint64_t writing;
 };
 
-/* A namespace's display name: "model" or "model tp1/2 pp0/4". */
-#define KVSHM_NS_NAME (KVSHM_MODEL_NAME + 32)
+/* A namespace's display name: "model", "model tp1/2 pp0/4", and " (engine
+ * keys)" after an engine-keyed namespace's (KVSHM_NS_ENGINE). */
+#define KVSHM_NS_NAME (KVSHM_MODEL_NAME + 48)
 
 struct kvshm_snap {
 	struct kvshm_geometry geo;

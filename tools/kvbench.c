@@ -34,6 +34,11 @@
  *            shared kvcached pool (single flight on) against no cache,
  *            a private cache per process of 1/N of the memory, and
  *            kvcached with single flight off.
+ *   scale    (bench/scale.c)   the daemon's cost against its pool size
+ *            (64 MiB..16 GiB), cached blocks (4k..4M) and attached client
+ *            processes (1..32): idle CPU, tick p99, verified lookups,
+ *            alloc+publish p50/p99, fill rate, each against the smallest
+ *            point. Only when named (--mode scale).
  *
  * Modes that other parts bring (the spill tier, the reference engine, a
  * GPU pool) are named in the table already with weak symbols: adding one
@@ -73,6 +78,7 @@ void mode_ttft(void) __attribute__((weak));
 void mode_remote(void) __attribute__((weak));
 void mode_gpu(void) __attribute__((weak));
 void mode_serve(void) __attribute__((weak));
+void mode_scale(void) __attribute__((weak));
 
 struct mode {
 	const char *name;
@@ -89,8 +95,10 @@ static const struct mode modes[] = {
 	{ "ttft", mode_ttft, "tinylm time to first token, warm vs cold prefill" },
 	{ "remote", mode_remote, "remote tier between two hosts vs raw memcached; cross-host TTFT" },
 	{ "gpu", mode_gpu, "gather/scatter kernels GB/s vs cuMemcpyDtoD (skipped: no GPU)" },
+	{ "flat", mode_flat, "verified lookup rate with 64k..4M blocks cached vs 4k cached" },
 	{ "python", mode_python, "the Python binding per request vs the same calls from C" },
 	{ "serve", mode_serve, "N tinylm engines serving: kvcached vs no cache, private caches" },
+	{ "scale", mode_scale, "daemon cost vs pool size, cached blocks, clients (only when named)" },
 };
 static bool mode_on[NELEM(modes)];
 
@@ -155,6 +163,10 @@ static void fmt_val(char *buf, size_t len, double v, const char *unit)
 		snprintf(buf, len, "%.3f", v);
 	else if (!strcmp(unit, "ms"))
 		snprintf(buf, len, "%.1f ms", v);
+	else if (!strcmp(unit, "us"))
+		snprintf(buf, len, "%.1f us", v);
+	else if (!strcmp(unit, "%core"))
+		snprintf(buf, len, "%.3f %% core", v);
 	else if (!strcmp(unit, "GB/s"))
 		snprintf(buf, len, v >= 100 ? "%.0f GB/s" : "%.2f GB/s", v);
 	else if (v >= 1e6)
@@ -172,6 +184,8 @@ static void fmt_size(char *buf, size_t len, const struct row *r)
 			 strcmp(r->op, "hash_lookup") ? "" : ", hashed");
 	else if (r->workload)
 		snprintf(buf, len, "%s, %d proc", r->workload, r->procs);
+	else if (!strcmp(r->mode, "flat"))
+		snprintf(buf, len, "%zu k blk cached", r->blocks >> 10);
 	else if (!strcmp(r->mode, "ttft") || !strcmp(r->op, "ttft_remote"))
 		snprintf(buf, len, "%zu-tok doc + question", r->blocks * BT);
 	else if (!strcmp(r->mode, "publish") || !strcmp(r->mode, "pages") ||
@@ -300,7 +314,8 @@ static void print_table(const char *cpu, long ncpu, const char *kernel, uint32_t
 		else
 			fmt_val(b, sizeof(b), r->peer, r->unit);
 		fmt_size(sz, sizeof(sz), r);
-		printf("%-12s %-24s %16s  %-14s %16s", r->pct ? "latency" : r->op, sz, a,
+		printf("%-12s %-24s %16s  %-14s %16s",
+		       r->pct && strcmp(r->mode, "scale") ? "latency" : r->op, sz, a,
 		       r->peer_kind, b);
 		if (r->skipped)
 			printf("\n");
@@ -366,6 +381,8 @@ static void usage(FILE *f)
 "                   --quick: 2), each 1 to 16\n"
 "  --serve-workloads LIST  serve: qa, chat or both (default qa,chat)\n"
 "  --serve-rounds N serve: traces per point, 1 to 8 (default 3; --quick: 1)\n"
+"  --scale-max-pool SIZE  scale: largest pool to start (default 16G; sizes\n"
+"                   MemAvailable cannot hold twice are skipped, saying so)\n"
 "  --help           this text\n"
 "  --version        kvbench's version\n"
 "\n"
@@ -427,6 +444,7 @@ static void parse_args(int argc, char **argv)
 		{ "serve-procs", required_argument, NULL, 'P' },
 		{ "serve-workloads", required_argument, NULL, 'W' },
 		{ "serve-rounds", required_argument, NULL, 'R' },
+		{ "scale-max-pool", required_argument, NULL, 'X' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -483,6 +501,15 @@ static void parse_args(int argc, char **argv)
 					  ch == 'W' ? "serve-workloads" : "serve-rounds", optarg, why);
 			break;
 		}
+		case 'X': {
+			unsigned long long v = strtoull(optarg, &end, 10);
+
+			if (end == optarg || (*end && strchr("KMG", *end) == NULL) ||
+			    (*end && end[1]) || !v)
+				bad_usage("--scale-max-pool %s: a size such as 4G (K, M or G)", optarg);
+			scale_max_pool = v << (*end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0);
+			break;
+		}
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -503,9 +530,10 @@ static void parse_args(int argc, char **argv)
 		bad_usage("--daemon and --socket exclude each other");
 	if (opt.quick && !seconds_set)
 		opt.seconds = 0.04;
+	/* scale starts daemons of up to 16 GiB: only when named. */
 	if (!modes_set)
 		for (m = 0; m < NELEM(modes); m++)
-			mode_on[m] = modes[m].fn != NULL;
+			mode_on[m] = modes[m].fn != NULL && strcmp(modes[m].name, "scale");
 }
 
 int main(int argc, char **argv)

@@ -448,7 +448,9 @@ static void print_json(FILE *f, const struct kvobs *o, const struct kvshm_snap *
 		json_num(f, ratio(n->hit_blocks, n->hit_blocks + n->miss_blocks), 6);
 		fputs(",\"tokens\":", f);
 		json_num(f, ratio(n->hit_tokens, n->lookup_tokens), 6);
-		fputs("}}", f);
+		/* How its blocks are keyed: by tokens, or by the engine's keys. */
+		fprintf(f, "},\"keys\":\"%s\"}",
+			s->ns[i].kind == KVSHM_NS_ENGINE ? "engine" : "tokens");
 	}
 	fputs("],\"top_prefixes\":[", f);
 	for (i = 0; i < s->n_top; i++) {
@@ -492,7 +494,7 @@ static void print_json(FILE *f, const struct kvobs *o, const struct kvshm_snap *
 	if (remote_configured(s))
 		fprintf(f, "{\"enabled\":true,\"servers\":%llu,\"servers_up\":%llu,\"write\":\"%s\","
 			"\"puts\":%llu,\"put_bytes\":%llu,\"put_skipped\":%llu,\"put_errors\":%llu,"
-			"\"fetches\":%llu,\"hits\":%llu,\"misses\":%llu,\"dropped\":%llu,"
+			"\"fetches\":%llu,\"hits\":%llu,\"misses\":%llu,\"dropped\":%llu,\"stale\":%llu,"
 			"\"timeouts\":%llu,\"fetch_bytes\":%llu,\"fetch_bps\":%llu}",
 			(unsigned long long)V(s, remote_servers),
 			(unsigned long long)V(s, remote_servers_up),
@@ -504,6 +506,7 @@ static void print_json(FILE *f, const struct kvobs *o, const struct kvshm_snap *
 			(unsigned long long)V(s, remote_fetches), (unsigned long long)V(s, remote_hits),
 			(unsigned long long)V(s, remote_misses),
 			(unsigned long long)V(s, remote_dropped),
+			(unsigned long long)V(s, remote_stale),
 			(unsigned long long)V(s, remote_timeouts),
 			(unsigned long long)V(s, remote_fetch_bytes),
 			(unsigned long long)V(s, remote_fetch_bps));
@@ -587,8 +590,9 @@ static void remote_lines(FILE *f, const struct kvshm_snap *s)
 			fmt_bps(b, sizeof(b), (double)V(s, remote_fetch_bps)));
 	else
 		fputs("fetch bandwidth not measured yet\n", f);
-	fprintf(f, "             %llu dropped (failed verification), %llu timeouts, %llu puts skipped, %llu put errors\n",
-		(unsigned long long)V(s, remote_dropped), (unsigned long long)V(s, remote_timeouts),
+	fprintf(f, "             %llu dropped (failed verification), %llu stale (another item format), %llu timeouts, %llu puts skipped, %llu put errors\n",
+		(unsigned long long)V(s, remote_dropped), (unsigned long long)V(s, remote_stale),
+		(unsigned long long)V(s, remote_timeouts),
 		(unsigned long long)V(s, remote_put_skipped),
 		(unsigned long long)V(s, remote_put_errors));
 }

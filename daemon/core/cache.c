@@ -67,28 +67,25 @@ uint32_t kvd_share_pages(const struct kvd *d)
  * (live or lingering), counted up to `share`: every page some slot of its
  * ledgers names, or its WRITING pages if more (an honest client records
  * them in its ledger too; one that wiped its ledger is still held to
- * them). Several pins of one page count once. The ledgers are read only
- * when the process's pin slots could name more pages than its share at
- * all; d->mark is the scratch, cleared again from the list of what was
- * marked (the ledgers may change meanwhile).
+ * them). Several pins of one page count once. Read only when the
+ * counters below say the process may be at its share; d->mark is the
+ * scratch, cleared again from the list of what was marked (the ledgers
+ * may change meanwhile).
  */
-static uint32_t process_holds(struct kvd *d, const struct kvd_client *c, uint32_t share)
+static uint32_t process_count(struct kvd *d, const struct kvd_client *c, uint32_t share)
 {
 	const uint32_t np = d->h->geo.n_pages;
-	uint64_t slots = 0, writing = 0;
-	uint32_t i, s, held = 0, cap = 0, *list = NULL;
+	uint64_t writing = 0;
+	uint32_t s, held = 0, cap = 0, *list = NULL;
+	const struct kvd_client *o = c;
 
-	for (i = 0; i < d->cfg.max_clients; i++)
-		if (kvd_pins_count(&d->clients[i]) && d->clients[i].pid == c->pid) {
-			slots += d->clients[i].nslots;
-			writing += d->clients[i].writing;
-		}
-	if (slots + writing <= share)
-		return 0;	/* cannot be over: below the share either way */
-	for (i = 0; i < d->cfg.max_clients && held < share; i++) {
-		const struct kvd_client *o = &d->clients[i];
-
-		if (!kvd_pins_count(o) || o->pid != c->pid)
+	while (o->proc_prev)
+		o = &d->clients[o->proc_prev - 1];
+	for (; o; o = o->proc_next ? &d->clients[o->proc_next - 1] : NULL) {
+		if (!kvd_pins_count(o))
+			continue;
+		writing += o->writing;
+		if (held >= share)
 			continue;
 		for (s = 0; s < o->nslots && held < share; s++) {
 			uint32_t p = kvshm_slot_page(atomic_load_explicit(&o->l->slot[s],
@@ -117,6 +114,52 @@ static uint32_t process_holds(struct kvd *d, const struct kvd_client *c, uint32_
 }
 
 /*
+ * Pages c's process holds pinned or writing, as far as max-share is
+ * concerned, when it asks for `n` more. Its handles are linked in one
+ * list, so this reads no other row. First from counters kept per handle:
+ * if all its pin slots and WRITING pages together stay below the share,
+ * it cannot be over; else each handle's WRITING pages, plus the distinct
+ * pages its ledger named when the pin census last read it (top.c: it
+ * counts no WRITING page), plus the pages it published since that read
+ * began (pinned when published; their release is seen by the next read).
+ * That estimate errs high, so when it leaves room for the n pages it is
+ * the answer; only when it does not are the process's own ledgers read
+ * (process_count) and the estimate set to what they hold. The cost of an
+ * ALLOC does not grow with the pool or other clients, and ledger reads
+ * are paid only by a process near its share. Pins it took on others'
+ * pages since the census last read it are not in the estimate: counted
+ * at most a census pass late.
+ */
+static uint32_t process_holds(struct kvd *d, struct kvd_client *c, uint32_t share, uint32_t n)
+{
+	struct kvd_client *o = c, *head;
+	uint64_t slots = 0, writing = 0, held = 0;
+	uint32_t exact;
+
+	while (o->proc_prev)
+		o = &d->clients[o->proc_prev - 1];
+	head = o;
+	for (; o; o = o->proc_next ? &d->clients[o->proc_next - 1] : NULL) {
+		if (!kvd_pins_count(o))
+			continue;
+		slots += o->nslots;
+		writing += o->writing;
+		held += (uint64_t)o->writing + o->census_pins + o->fresh;
+	}
+	if (slots + writing <= share)
+		return 0;	/* cannot be over: below the share either way */
+	if (held + n <= share)
+		return (uint32_t)held;
+	exact = process_count(d, c, share);
+	for (o = head; o; o = o->proc_next ? &d->clients[o->proc_next - 1] : NULL) {
+		o->census_pins = 0;
+		o->fresh = o->fresh_at_census = 0;
+	}
+	c->census_pins = exact > writing ? exact - (uint32_t)writing : 0;
+	return exact;
+}
+
+/*
  * Grant up to `asked` pages. With claims (ALLOC_KEYS), page k is announced
  * in flight as the block of claim k (shm/page.h), unless that block is in
  * the index already or the client holds max-announced pages WRITING.
@@ -132,12 +175,14 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 
 	/* Each WRITING page needs one of the client's pin slots. */
 	room = c->nslots > c->writing ? c->nslots - c->writing : 0;
-	if (n > room)
+	if (n > room) {
 		n = room;
+		cnt.pad = KVPROTO_SHORT_SLOTS;
+	}
 	/* And the process's share of the pool, so no process starves the
 	 * others of pages. */
 	if (n) {
-		uint32_t share = kvd_share_pages(d), held = process_holds(d, c, share);
+		uint32_t share = kvd_share_pages(d), held = process_holds(d, c, share, n);
 
 		if (held >= share) {
 			kvd_stat_add(&kvshm_stats(d->h)->share_refused, 1);
@@ -146,8 +191,12 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 					held, d->h->geo.n_pages, d->cfg.max_share);
 			return c->used && !c->lingering ? 0 : -1;
 		}
-		if (n > share - held)
+		if (n > share - held) {
 			n = share - held;
+			/* A share of the whole pool is no cap: the pool is. */
+			cnt.pad = share < d->h->geo.n_pages ? KVPROTO_SHORT_SHARE
+							    : KVPROTO_SHORT_POOL;
+		}
 	}
 	if (n && fr->count < n + d->low_pages) {
 		uint32_t coming = fr->count + kvd_tiers_pending(d);
@@ -179,6 +228,8 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 		}
 	}
 	c->writing += k;
+	if (k < n)
+		cnt.pad = KVPROTO_SHORT_POOL;
 	if (k < asked)
 		kvd_stat_add(&kvshm_stats(d->h)->alloc_short, 1);
 	cnt.n = k;
@@ -220,10 +271,12 @@ int kvd_cache_alloc_keys(struct kvd *d, struct kvd_client *c, const struct kvpro
 
 /*
  * Can the daemon recompute the keys of namespace ns_id from their parent,
- * tokens and extra-keys digest? Yes for every namespace keyed by tokens
- * (shm/key.h). A namespace keyed by an engine's own page keys (no token
- * chain to recompute) answers false here, and its publishes are then
- * checked for pages and generations only.
+ * tokens and extra-keys digest? Yes for both kinds today: a TOKENS
+ * namespace chains its keys over its tokens, and an ENGINE namespace's key
+ * is the block key over the root and the digest it stores as tokens
+ * (kvshm_key_engine, extra digest zero). A kind whose keys cannot be
+ * recomputed answers false here; its publishes are then checked for
+ * pages and generations only.
  */
 static bool keys_verifiable(const struct kvd *d, uint32_t ns_id)
 {
@@ -316,6 +369,8 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, const struct kvproto_
 		res[i].status = st;
 		if (st == KVSHM_PUBLISHED)
 			kvd_tiers_published(d, pub.page);
+		if (st >= 0)	/* its page or the winner's: pinned now */
+			c->fresh++;
 		/* Published, shared or refused: the page is no longer ours. */
 		c->writing--;
 		collisions += st == -EEXIST;
@@ -358,14 +413,19 @@ int kvd_cache_free(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr
 	return kvd_reply(d, c, KVPROTO_FREE_R, seq, &cnt, sizeof(cnt), NULL, 0);
 }
 
-uint32_t kvd_cache_reclaim(struct kvd *d, uint32_t owner)
+uint32_t kvd_cache_reclaim(struct kvd *d, const struct kvd_client *c)
 {
 	struct kvshm_page *pages = kvshm_pages(d->h);
-	uint32_t i, n = 0;
+	uint32_t i, n = 0, found = 0, owner = kvd_owner(c);
 
-	for (i = 0; i < d->h->geo.n_pages; i++) {
+	/* c->writing counts its WRITING pages exactly (every path that
+	 * grants or ends one updates it): a client that leaves holding none,
+	 * the common case, costs no pass over the page table, and the pass
+	 * ends at the last of them. */
+	for (i = 0; i < d->h->geo.n_pages && found < c->writing; i++) {
 		if (atomic_load(&pages[i].state) != KVSHM_PAGE_WRITING || pages[i].owner != owner)
 			continue;
+		found++;
 		kvd_flight_note(d, i);
 		if (!kvshm_page_free(d->h, i, atomic_load(&pages[i].gen), owner))
 			n++;

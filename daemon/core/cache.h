@@ -13,8 +13,8 @@ kvd_frame_fn kvd_cache_publish;
 kvd_frame_fn kvd_cache_free;
 /* Pages one process may hold pinned or writing: max-share of the pool. */
 uint32_t kvd_share_pages(const struct kvd *d);
-/* Give back every WRITING page of owner; returns how many. */
-uint32_t kvd_cache_reclaim(struct kvd *d, uint32_t owner);
+/* Give back every WRITING page of client c; returns how many. */
+uint32_t kvd_cache_reclaim(struct kvd *d, const struct kvd_client *c);
 
 /* ALLOC_KEYS (ALLOC with the blocks' keys: announced pages). */
 kvd_frame_fn kvd_cache_alloc_keys;

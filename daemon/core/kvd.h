@@ -62,6 +62,16 @@ struct kvd_client {
 	 * namespace's statistics; drop.c: d->ticks + 1 at its last DROP. */
 	uint64_t ns_seen[KVD_NS_FOLD];
 	uint64_t drop_tick;
+	/* The handles of one process, linked (row + 1; 0: none), so that its
+	 * max-share is summed over its handles, never over every row. */
+	uint32_t proc_prev, proc_next;
+	/* Max-share (cache.c), kept per handle and summed per process:
+	 * census_pins, the distinct pages its ledger named when the pin
+	 * census (top.c) last read it; fresh, the pages it published since
+	 * that read began (an honest client holds them pinned). */
+	uint32_t census_pins, census_count;
+	uint64_t fresh, fresh_at_census;
+	bool census_reading;	/* the census is part way through its slots */
 
 	/* Framing: one message at a time is read into `in`. */
 	uint8_t *in;
@@ -120,10 +130,6 @@ struct kvd {
 	uint64_t gone_lookups, gone_hits, gone_misses, gone_pinfail;
 	uint64_t gone_lookup_tokens, gone_hit_tokens;
 
-	/* nsstat.c: the sweep counting each namespace's READY pages, a
-	 * slice of the page table per tick: where it is, counts so far. */
-	uint32_t ns_sweep_at;
-	uint32_t ns_sweep_pages[KVD_MAX_NS];
 	/* Single flight (flight.c): writers (owner ids) whose waiters to
 	 * wake once the message being handled is done; all of them when
 	 * more were noted than fit. Wait counters of clients that left. */
@@ -131,6 +137,14 @@ struct kvd {
 	uint32_t n_flight_wake;
 	bool flight_wake_all;
 	uint64_t gone_waits[KVD_WAIT_STATS];
+	/* The pin census (top.c): a bounded slice of ledger slots per tick,
+	 * resuming at (census_row, census_slot); one pass is numbered
+	 * census_pass, and census_stamp[page] = pass << 32 | (row + 1) of the
+	 * last handle that named the page in it. */
+	uint64_t *census_stamp;
+	uint64_t census_pass, census_pass_tick;
+	uint32_t census_row, census_slot;
+	uint64_t census_pins, census_pinned;
 
 	/* Clients marked closing, in the order they were (reply.c); the
 	 * event loop drops them (kvd_server_drop_closing). */

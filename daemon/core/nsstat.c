@@ -11,9 +11,9 @@
  *     a client that leaves adds only what it counted since the last tick,
  *     and one that rewinds its (client-written) counters adds nothing;
  *   - the clients attached with it now;
- *   - its READY pool pages, counted by a sweep over the page table of
- *     KVSHM_NS_SWEEP entries per tick whose totals are published when a
- *     pass ends, so that no tick reads the whole table of a large pool.
+ *   - its pool pages holding a block (READY or being evicted), kept by
+ *     shm/page.c at each page's transitions, so nothing here reads the
+ *     page table.
  *
  * The reset (kvstat --reset, a RESET frame from root or the daemon's own
  * user) zeroes every counter the metrics table calls one, the per-namespace
@@ -83,31 +83,6 @@ static void fold(struct kvd *d, struct kvd_client *c)
 	}
 }
 
-static void sweep(struct kvd *d)
-{
-	const struct kvshm_page *pages = kvshm_pages(d->h);
-	struct kvshm_ns_stats *st = kvshm_ns_stats(d->h);
-	uint32_t n = d->h->geo.n_pages, rows = ns_rows(d), end, p, i;
-
-	if (d->ns_sweep_at >= n)
-		d->ns_sweep_at = 0;
-	end = n - d->ns_sweep_at > KVSHM_NS_SWEEP ? d->ns_sweep_at + KVSHM_NS_SWEEP : n;
-	for (p = d->ns_sweep_at; p < end; p++) {
-		uint32_t ns = pages[p].ns_id;
-
-		if (atomic_load_explicit(&pages[p].state, RELAXED) == KVSHM_PAGE_READY && ns < rows)
-			d->ns_sweep_pages[ns]++;
-	}
-	d->ns_sweep_at = end;
-	if (end < n)
-		return;
-	for (i = 0; i < rows; i++) {
-		atomic_store_explicit(&st[i].pages, d->ns_sweep_pages[i], RELAXED);
-		d->ns_sweep_pages[i] = 0;
-	}
-	d->ns_sweep_at = 0;
-}
-
 void kvd_nsstat_tick(struct kvd *d)
 {
 	struct kvshm_ns_stats *st = kvshm_ns_stats(d->h);
@@ -125,7 +100,6 @@ void kvd_nsstat_tick(struct kvd *d)
 	}
 	for (i = 0; i < rows; i++)
 		atomic_store_explicit(&st[i].clients, clients[i], RELAXED);
-	sweep(d);
 }
 
 void kvd_nsstat_retire(struct kvd *d, struct kvd_client *c)
@@ -144,9 +118,12 @@ void kvd_nsstat_clear(struct kvd *d, uint32_t ns_id)
 		return;
 	st = &kvshm_ns_stats(d->h)[ns_id];
 	w = (_Atomic uint64_t *)st;
+	/* All but the page gauge: shm/page.c keeps it at every transition,
+	 * and pages of the row's last namespace that stayed (pinned) still
+	 * carry its number until they are freed. */
 	for (k = 0; k < sizeof(*st) / sizeof(uint64_t); k++)
-		atomic_store_explicit(&w[k], 0, RELAXED);
-	d->ns_sweep_pages[ns_id] = 0;
+		if (&w[k] != &st->pages)
+			atomic_store_explicit(&w[k], 0, RELAXED);
 }
 
 void kvd_stats_reset(struct kvd *d)

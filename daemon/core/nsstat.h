@@ -9,7 +9,7 @@
 
 /* Per-namespace statistics, and resetting all the counters. */
 /* On the tick: fold the live clients' new ledger counts into their
- * namespaces' statistics, count clients, sweep a slice of the pages. */
+ * namespaces' statistics and count their clients. */
 void kvd_nsstat_tick(struct kvd *d);
 /* A client leaves: fold what it counted since the last tick. */
 void kvd_nsstat_retire(struct kvd *d, struct kvd_client *c);

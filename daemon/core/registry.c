@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * registry.c - attached clients: HELLO (namespace, ledger, fd hand-off),
+ * STAT and POOL (descriptors handed to an observer or a cuda client),
  * dead-client cleanup, and the per-tick copy of client counters into the
- * segment for kvstat.
+ * segment for kvstat. The namespace table is ns.c's.
  *
  * Cleanup is what makes a crashed client cost the others nothing: when its
  * socket hangs up (exit, SIGKILL, or a protocol violation) every page it
@@ -20,12 +21,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../../shm/key.h"
 #include "../util/closer.h"
 #include "kvd.h"
 #include "cache.h"
-#include "evict.h"
 #include "flight.h"
+#include "ns.h"
 #include "nsstat.h"
 #include "registry.h"
 #include "reply.h"
@@ -47,67 +47,6 @@ static void read_comm(pid_t pid, char *out, size_t len)
 	if (fgets(out, (int)len, f))
 		out[strcspn(out, "\n")] = 0;
 	fclose(f);
-}
-
-/* Everything after `used`, then `used` (release): readers go by `used`. */
-static void ns_write(struct kvshm_ns *t, const struct kvshm_ns *want)
-{
-	const size_t from = offsetof(struct kvshm_ns, dtype_bytes);
-
-	memcpy((char *)t + from, (const char *)want + from, sizeof(*t) - from);
-	atomic_store_explicit(&t->used, 1, memory_order_release);
-}
-
-/* A namespace row no client (live or lingering) uses, or -1. */
-static int ns_idle(const struct kvd *d)
-{
-	uint32_t i, k;
-
-	for (i = 0; i < d->h->geo.max_ns; i++) {
-		for (k = 0; k < d->cfg.max_clients; k++)
-			if (kvd_pins_count(&d->clients[k]) && d->clients[k].ns_id == i)
-				break;
-		if (k == d->cfg.max_clients)
-			return (int)i;
-	}
-	return -1;
-}
-
-/*
- * Find or add the namespace; returns its row or -1 (table full of
- * namespaces that have clients). When the table is full, the row of a
- * namespace without clients is reclaimed: its cached pages are evicted
- * (nobody can hold them pinned) and the row rewritten.
- */
-int kvd_registry_ns(struct kvd *d, const struct kvshm_ns *want, bool may_reclaim)
-{
-	struct kvshm_ns *t = kvshm_ns(d->h);
-	uint32_t i;
-	int idle;
-
-	for (i = 0; i < d->h->geo.max_ns; i++) {
-		if (!atomic_load_explicit(&t[i].used, memory_order_acquire))
-			break;
-		if (kvshm_key_eq(t[i].id, want->id))
-			return (int)i;
-	}
-	if (i < d->h->geo.max_ns) {
-		kvd_nsstat_clear(d, i);
-		ns_write(&t[i], want);
-		kvd_info("namespace %u: %s, %u layers x %u kv heads x %u head dim, %u-byte dtype, %llu-byte pages",
-			 i, want->model, want->layers, want->kv_heads, want->head_dim,
-			 want->dtype_bytes, (unsigned long long)want->page_bytes);
-		return (int)i;
-	}
-	idle = may_reclaim ? ns_idle(d) : -1;
-	if (idle < 0 || kvd_evict_ns(d, (uint32_t)idle))
-		return -1;
-	kvd_info("namespace %d: %s replaces %s, which had no clients (its pages evicted)",
-		 idle, want->model, t[idle].model);
-	atomic_store_explicit(&t[idle].used, 0, memory_order_release);
-	kvd_nsstat_clear(d, (uint32_t)idle);
-	ns_write(&t[idle], want);
-	return idle;
 }
 
 /* A reply and its descriptors in one sendmsg (the socket is empty then). */
@@ -216,7 +155,7 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, const struct kvproto
 			 ns.head_dim, ns.dtype_bytes, (unsigned long long)d->h->geo.page_bytes);
 		return refuse_hello(d, c, seq, -EMEDIUMTYPE, msg);
 	}
-	nsid = kvd_registry_ns(d, &ns, true);
+	nsid = kvd_ns_get(d, &ns, true);
 	if (nsid < 0)
 		return refuse_hello(d, c, seq, -ETOOMANYREFS,
 				    "namespace table full: 64 models have clients attached");
@@ -333,7 +272,7 @@ static void retire_counters(struct kvd *d, struct kvd_client *c)
 /* Release everything the client holds and free its row. */
 static void release(struct kvd *d, struct kvd_client *c, const char *why)
 {
-	uint32_t reclaimed = kvd_cache_reclaim(d, kvd_owner(c));
+	uint32_t reclaimed = kvd_cache_reclaim(d, c);
 
 	if (c->hello)
 		kvd_info("client %u detached: pid %d (%s), %s; %u writing pages reclaimed",
@@ -348,6 +287,11 @@ static void release(struct kvd *d, struct kvd_client *c, const char *why)
 	kvd_memfd_close(&c->ledger);
 	free(c->in);
 	free(c->out);
+	/* Out of its process's list of handles. */
+	if (c->proc_prev)
+		d->clients[c->proc_prev - 1].proc_next = c->proc_next;
+	if (c->proc_next)
+		d->clients[c->proc_next - 1].proc_prev = c->proc_prev;
 	memset(c, 0, sizeof(*c));
 	d->n_clients--;
 	/* Its counts reach the totals now, not a tick after its row is gone. */
@@ -486,9 +430,8 @@ void kvd_registry_tick(struct kvd *d)
 	hello_deadline(d);
 	fold_stats(d);
 	atomic_store_explicit(&kvshm_stats(d->h)->fds_passed, kvd_closer_passed_total(), RELAXED);
-	/* The census reads every ledger slot: every 5th tick is enough. */
-	if (d->ticks++ % 5 == 0)
-		kvd_pin_census(d);
+	d->ticks++;
+	kvd_pin_census(d);
 	atomic_store_explicit(&d->h->heartbeat,
 			      atomic_load_explicit(&d->h->heartbeat, RELAXED) + 1, RELAXED);
 }

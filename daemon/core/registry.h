@@ -7,13 +7,6 @@
 
 #include "reply.h"
 
-/*
- * Find or add the namespace `want` (identity fields and id filled); returns
- * its row, or -1 when the table is full. With may_reclaim, the row of a
- * namespace without clients is taken over (its pages evicted) when no row
- * is free.
- */
-int kvd_registry_ns(struct kvd *d, const struct kvshm_ns *want, bool may_reclaim);
 /* HELLO (a second one is refused). */
 kvd_frame_fn kvd_registry_hello;
 /*

@@ -20,7 +20,7 @@
 #include "../tier/tier.h"
 #include "kvd.h"
 #include "evict.h"
-#include "registry.h"
+#include "ns.h"
 #include "reply.h"
 #include "restore.h"
 
@@ -177,6 +177,6 @@ int kvd_restore(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *h
 }
 
 const struct kvd_tier_host kvd_core_tier_host = {
-	.ns = kvd_registry_ns,
+	.ns = kvd_ns_get,
 	.fetch_done = restore_done,
 };

@@ -546,7 +546,7 @@ static void flush_all(struct kvd *d)
 }
 
 /* Row ns_id's topic, made for the row's current identity; NULL for a
- * muted shard or a row out of range. */
+ * muted shard, an engine-keyed namespace or a row out of range. */
 static struct row *row_get(struct kvd *d, uint32_t ns_id)
 {
 	struct kvd_events *e = d->events;
@@ -565,7 +565,10 @@ static struct row *row_get(struct kvd *d, uint32_t ns_id)
 		r->id = ns->id;
 		/* One rank speaks for a sharded model, as vLLM's scheduler
 		 * does for its workers: the others hold the same prefixes. */
-		r->muted = ns->shard.tp_rank > 0 || ns->shard.pp_rank > 0;
+		r->muted = ns->shard.tp_rank > 0 || ns->shard.pp_rank > 0 ||
+			/* An engine-keyed namespace's "tokens" are digests
+			 * of the engine's keys: no router can use them. */
+			ns->kind != KVSHM_NS_TOKENS;
 		r->topic_len = (uint32_t)kvd_events_topic(d->cfg.kv_events_topic, e->host, model,
 							  r->topic, sizeof(r->topic));
 	}

@@ -28,8 +28,9 @@ struct kvd_pool {
 	atomic_bool stop_prefault;
 	atomic_bool prefault_done;	/* every page faulted in (pool_host.c) */
 	struct kvd_pool_cuda *cuda;	/* cuda pool (pool_cuda.c), else NULL */
-	uint64_t hole_cursor;		/* kvd_pool_holes: next hugetlb offset */
+	uint64_t hole_cursor;		/* kvd_pool_holes: next offset */
 	unsigned char *hole_vec;	/* kvd_pool_holes: mincore vector */
+	uint64_t hole_vec_bytes;	/* ... covering this many pool bytes */
 };
 
 /*
@@ -53,10 +54,12 @@ int kvd_pool_host_open(struct kvd_pool *p, uint64_t bytes, enum kvd_hugepages mo
  * MADV_REMOVE by a client: no seal can forbid that to a process that may
  * map the pool writable), back them with memory again, and call
  * fn(first, n, arg) for each run of pool pages that lost its contents.
- * Normal pages: SEEK_HOLE on the memfd (swapped-out pages are not holes).
- * Hugetlb: mincore on the daemon's mapping (huge pages never swap), at
- * most max_bytes of the pool from a rotating cursor per call. Returns the
- * pages reported; 0 for a cuda pool.
+ * At most max_bytes of the pool per call, from a cursor that wraps, so
+ * the cost of a call does not grow with the pool and every page is looked
+ * at once per pool_bytes / max_bytes calls: mincore on the daemon's
+ * mapping, and for normal pages SEEK_DATA on each missing run, since a
+ * swapped-out page is not a hole. Returns the pages reported; 0 for a
+ * cuda pool.
  */
 uint32_t kvd_pool_holes(struct kvd_pool *p, uint64_t max_bytes,
 			void (*fn)(uint32_t first, uint32_t n, void *arg), void *arg);

@@ -83,57 +83,71 @@ static uint32_t refill(struct kvd_pool *p, uint64_t off, uint64_t len,
 	return (uint32_t)(last - first + 1);
 }
 
+/*
+ * One slice of the pool per call, from a cursor that wraps: mincore over
+ * the daemon's own mapping says which kernel pages are not there. That
+ * costs about 2 ns per 4 KiB page (33 us per 64 MiB on the development
+ * VM), against a SEEK_HOLE walk over the whole memfd, which cost 26 ms per
+ * call on a 4 GiB pool. mincore also reports a swapped-out page of a
+ * normal pool as missing; SEEK_DATA on the memfd tells the two apart (a
+ * swapped page is data, a punched one a hole), once per missing run, so
+ * the common case is one mincore and nothing else. Huge pages never swap.
+ */
 uint32_t kvd_pool_holes(struct kvd_pool *p, uint64_t max_bytes,
 			void (*fn)(uint32_t first, uint32_t n, void *arg), void *arg)
 {
-	const uint64_t base = 4096, huge = HUGE_2M;
+	const uint64_t base = 4096, kpage = p->mem.huge ? HUGE_2M : base;
+	uint64_t off = p->hole_cursor, n, i, run = 0;
 	uint32_t found = 0;
 
 	/* Until the pool is faulted in, untouched pages read as holes. */
 	if (p->kind != KVSHM_POOL_HOST || p->mem.fd < 0 || !p->page_bytes ||
-	    !atomic_load(&p->prefault_done))
+	    !atomic_load(&p->prefault_done) || max_bytes < kpage)
 		return 0;
-	if (!p->mem.huge) {
-		off_t pos = 0;
-
-		/* One lseek when there is no hole: the common case. */
-		while ((uint64_t)pos < p->bytes) {
-			off_t h = lseek(p->mem.fd, pos, SEEK_HOLE), e;
-
-			if (h < 0 || (uint64_t)h >= p->bytes)
-				break;
-			e = lseek(p->mem.fd, h, SEEK_DATA);
-			if (e < 0 || (uint64_t)e > p->bytes)
-				e = (off_t)p->bytes;
-			found += refill(p, (uint64_t)h, (uint64_t)(e - h), fn, arg);
-			pos = e;
-		}
-		return found;
-	}
+	max_bytes -= max_bytes % kpage;
 	if (!p->hole_vec) {
 		p->hole_vec = malloc(max_bytes / base + 1);
 		if (!p->hole_vec)
 			return 0;
+		p->hole_vec_bytes = max_bytes;
 	}
-	{
-		uint64_t off = p->hole_cursor, n = p->bytes - off, i, run = 0;
+	if (max_bytes > p->hole_vec_bytes)	/* the vector is sized by the first call */
+		max_bytes = p->hole_vec_bytes;
+	if (off >= p->bytes)
+		off = 0;
+	n = p->bytes - off < max_bytes ? p->bytes - off : max_bytes;
+	p->hole_cursor = off + n >= p->bytes ? 0 : off + n;
+	if (mincore((char *)p->mem.base + off, n, p->hole_vec))
+		return 0;
+	for (i = 0; i <= n / kpage; i++) {
+		/* Eight resident 4 KiB pages at a time: the common case. */
+		if (!run && kpage == base && i + 8 <= n / kpage) {
+			uint64_t v;
 
-		if (n > max_bytes)
-			n = max_bytes;
-		if (mincore((char *)p->mem.base + off, n, p->hole_vec))
-			return 0;
-		for (i = 0; i <= n / huge; i++) {
-			bool hole = i < n / huge && !(p->hole_vec[i * (huge / base)] & 1);
-
-			if (hole) {
-				run++;
+			memcpy(&v, p->hole_vec + i, sizeof(v));
+			if ((v & 0x0101010101010101ull) == 0x0101010101010101ull) {
+				i += 7;
 				continue;
 			}
-			if (run)
-				found += refill(p, off + (i - run) * huge, run * huge, fn, arg);
-			run = 0;
 		}
-		p->hole_cursor = off + n >= p->bytes ? 0 : off + n;
+		if (i < n / kpage && !(p->hole_vec[i * (kpage / base)] & 1)) {
+			run++;
+			continue;
+		}
+		while (run) {
+			uint64_t h = off + (i - run) * kpage, e = off + i * kpage;
+			off_t data = p->mem.huge ? (off_t)e : lseek(p->mem.fd, (off_t)h, SEEK_DATA);
+
+			if (data < 0 || (uint64_t)data > e)	/* ENXIO: a hole to the end */
+				data = (off_t)e;
+			if ((uint64_t)data == h) {
+				/* Swapped out, not punched: skip one page. */
+				run--;
+				continue;
+			}
+			found += refill(p, h, (uint64_t)data - h, fn, arg);
+			run = (e - (uint64_t)data) / kpage;
+		}
 	}
 	return found;
 }

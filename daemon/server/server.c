@@ -315,7 +315,7 @@ static void do_accept(struct kvd *d)
 	for (;;) {
 		struct ucred cr;
 		socklen_t cl = sizeof(cr);
-		struct kvd_client *c = NULL;
+		struct kvd_client *c = NULL, *peer;
 		char msg[256];
 		uint32_t i;
 		int fd = accept4(d->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -339,15 +339,20 @@ static void do_accept(struct kvd *d)
 			refuse(fd, -EACCES, msg);
 			continue;
 		}
+		peer = NULL;
 		{
 			uint32_t mine = 0;
 
 			/* Rows of this process that hold something: a connection,
-			 * or pins and pages kept after one ended. */
-			for (i = 0; i < d->cfg.max_clients; i++)
-				mine += d->clients[i].used && d->clients[i].pid == cr.pid &&
-					(!d->clients[i].lingering ||
-					 kvd_client_holds(d, &d->clients[i]));
+			 * or pins and pages kept after one ended. Once per
+			 * connection, and its handles are linked from here on. */
+			for (i = 0; i < d->cfg.max_clients; i++) {
+				if (!d->clients[i].used || d->clients[i].pid != cr.pid)
+					continue;
+				peer = &d->clients[i];
+				mine += !d->clients[i].lingering ||
+					kvd_client_holds(d, &d->clients[i]);
+			}
 			if (mine >= d->cfg.max_per_process) {
 				kvd_stat_add(&kvshm_stats(d->h)->clients_refused, 1);
 				kvd_warn("refused pid %d: it has %u handles attached (max-per-process)",
@@ -396,6 +401,13 @@ static void do_accept(struct kvd *d)
 				close(c->pidfd);
 			c->used = false;
 			continue;
+		}
+		if (peer) {	/* into its process's list of handles */
+			c->proc_prev = peer->id + 1;
+			c->proc_next = peer->proc_next;
+			if (peer->proc_next)
+				d->clients[peer->proc_next - 1].proc_prev = c->id + 1;
+			peer->proc_next = c->id + 1;
 		}
 		d->n_clients++;
 		kvd_debug("client %u: pid %d uid %u connected", i, (int)cr.pid, cr.uid);
@@ -567,6 +579,35 @@ static void watchdog(struct kvd *d)
 	}
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The periodic work, timed into the segment's tick histogram. Every part
+ * does a bounded slice (or only what events queued), never a pass over
+ * the pool, the index or every client row. */
+static void tick(struct kvd *d)
+{
+	struct kvshm_stats *st = kvshm_stats(d->h);
+	uint64_t t0 = mono_ns(), ns;
+
+	kvd_evict_tick(d);
+	kvd_tiers_tick(d);
+	kvd_registry_tick(d);
+	kvd_nsstat_tick(d);
+	kvd_events_tick(d);
+	watchdog(d);
+	ns = mono_ns() - t0;
+	kvd_stat_add(&st->ticks, 1);
+	if (ns > (uint64_t)d->cfg.tick_ms * 1000000u)
+		kvd_stat_add(&st->ticks_slow, 1);
+	kvd_stat_add(&st->tick_hist[kvshm_tick_bucket(ns)], 1);
+}
+
 void kvd_server_drop_closing(struct kvd *d)
 {
 	while (d->closing) {
@@ -613,14 +654,8 @@ int kvd_server_run(struct kvd *d)
 			} else if (tag == KVD_EV_EVENTS) {
 				kvd_events_service(d);
 			} else if (tag == KVD_EV_TIMER) {
-				if (read(d->tfd, &x, sizeof(x)) == sizeof(x)) {
-					kvd_evict_tick(d);
-					kvd_tiers_tick(d);
-					kvd_registry_tick(d);
-					kvd_nsstat_tick(d);
-					kvd_events_tick(d);
-					watchdog(d);
-				}
+				if (read(d->tfd, &x, sizeof(x)) == sizeof(x))
+					tick(d);
 			} else if (tag >= KVD_EV_PIDFD && tag - KVD_EV_PIDFD < d->cfg.max_clients) {
 				/* The process that attached is gone, whoever
 				 * holds its socket now. */

@@ -8,7 +8,7 @@
  * publishes is written once; with evict, only blocks the pool evicts.
  * The main thread never touches the network: it queues a put job and a
  * worker thread builds the item (remote_fmt.h: header, tokens, payload,
- * HMAC-SHA256 under the cluster secret) and stores it with libmemcached.
+ * its MAC under the cluster secret) and stores it with libmemcached.
  * A published page is held (the evictor passes it by) until its worker
  * has copied it; an evicted page is copied into the job at once, so the
  * eviction goes on. Puts are best effort: past a cap, or to a server that
@@ -577,6 +577,7 @@ static const char *const fail_text[] = {
 	[KVD_RVAL_BADMAC] = "MAC does not check (damaged, or sealed under another secret)",
 	[KVD_RVAL_IDENTITY] = "another namespace, key or parent",
 	[KVD_RVAL_TOKENS] = "other tokens under the same key",
+	[KVD_RVAL_VERSION_OTHER] = "item of another format version",
 };
 
 static void fetch_finish(struct kvd *d, struct rfetch *f)
@@ -621,12 +622,21 @@ static void item_settle(struct kvd *d, struct rfetch *f, struct ritem *it)
 		}
 		break;
 	case RES_BAD:
+		if (it->fail == KVD_RVAL_VERSION_OTHER) {
+			/* Written by another release (a fleet mid-upgrade): a
+			 * plain miss, counted, not a warning per block; the
+			 * next put of the block replaces it. */
+			kvshm_page_free(d->h, it->page, it->gen, OWNER_REMOTE);
+			kvd_stat_add(&st->remote_stale, 1);
+			kvd_stat_add(&st->remote_misses, 1);
+			break;
+		}
 		kvshm_page_free(d->h, it->page, it->gen, OWNER_REMOTE);
 		kvd_stat_add(&st->remote_dropped, 1);
 		if (kvd_log_allow(&d->remote->drop_log, now_ns() / 1000000))
 			kvd_warn("remote: block %016llx%016llx dropped: %s; served as a miss",
 				 (unsigned long long)it->key.hi, (unsigned long long)it->key.lo,
-				 fail_text[it->fail < 5 ? it->fail : 0]);
+				 fail_text[it->fail < KVD_RVAL_NFAIL ? it->fail : 0]);
 		status = -EBADMSG;
 		break;
 	case RES_TIMEOUT:
@@ -1220,7 +1230,8 @@ int kvd_remote_open(struct kvd *d)
 	probe_start(r, now_ns());
 	kvd_info("remote: %u memcached servers (ketama), blocks written when %s, %u ms timeout, %s, item keys %s:*",
 		 n, modes[r->mode], d->cfg.remote_timeout_ms,
-		 slen ? "sealed with HMAC-SHA256 under the cluster secret" : "NOT authenticated",
+		 slen ? "sealed (Poly1305, item format 2) under the cluster secret"
+		      : "NOT authenticated",
 		 r->prefix);
 	return 0;
 nomem:

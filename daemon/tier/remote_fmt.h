@@ -5,13 +5,21 @@
  *
  * One memcached item per block:
  *
- *   [header][tokens: block_tokens x uint32][payload: page bytes][MAC: 32]
+ *   [header][tokens: block_tokens x uint32][payload: page bytes][MAC: 16]
  *
  * The header names the block completely (magic, version, namespace
  * identity as struct kvshm_ns with `used` zero, key, parent key, payload
- * length); the MAC is HMAC-SHA256 under the cluster secret of everything
- * before it. Without a secret (--remote-insecure) the key is empty: the
- * MAC still catches damage, and authenticates nothing.
+ * length) and carries the item's random nonce; the MAC is the Poly1305 tag
+ * of everything before it under a one-time key derived by XChaCha20 from
+ * the cluster secret's key and that nonce (XChaCha20-Poly1305 with the
+ * item as associated data, libsodium). Without a secret
+ * (--remote-insecure) the key is a fixed one: the MAC still catches
+ * damage, and authenticates nothing.
+ *
+ * Versions: 1 (HMAC-SHA256, 32-byte MAC, no nonce), 2 (this). The magic
+ * and version sit first in every version, so an item of another version is
+ * told apart before anything else is read from it, and refused as a miss
+ * (KVD_RVAL_VERSION_OTHER, counted in remote_stale).
  *
  * The item's key is "<prefix>:<namespace id>:<block key>" in hex, so that
  * fleets sharing servers under different prefixes never meet, and two
@@ -31,8 +39,9 @@
 #include "../../shm/segment.h"
 
 #define KVD_RVAL_MAGIC   0x31544f4d4552564bull	/* "KVREMOT1" */
-#define KVD_RVAL_VERSION 1u
-#define KVD_RVAL_MAC     32u	/* HMAC-SHA256 */
+#define KVD_RVAL_VERSION 2u
+#define KVD_RVAL_MAC     16u	/* Poly1305 tag */
+#define KVD_RVAL_NONCE   24u	/* XChaCha20 nonce */
 /* Longest item key: prefix, two colons, two 32-digit keys, NUL. */
 #define KVD_RVAL_PREFIX_MAX 64u
 #define KVD_RVAL_KEY_MAX (KVD_RVAL_PREFIX_MAX + 2 + 64 + 1)
@@ -44,6 +53,7 @@ struct kvd_rval_hdr {
 	struct kvshm_key key;
 	struct kvshm_key parent;
 	uint64_t payload_bytes;		/* the namespace's page bytes */
+	uint8_t nonce[KVD_RVAL_NONCE];	/* drawn by kvd_rval_seal */
 	struct kvshm_ns ns;		/* namespace identity, `used` 0 */
 	/* uint32_t tokens[block_tokens], the payload and the MAC follow */
 };
@@ -60,10 +70,12 @@ struct kvd_rval_want {
 /* Why kvd_rval_check refused an item. */
 enum kvd_rval_fail {
 	KVD_RVAL_OK = 0,
-	KVD_RVAL_FORMAT,	/* length, magic, version, geometry */
+	KVD_RVAL_FORMAT,	/* length, magic, geometry */
 	KVD_RVAL_BADMAC,	/* damaged, or sealed under another secret */
 	KVD_RVAL_IDENTITY,	/* another namespace, key or parent */
 	KVD_RVAL_TOKENS,	/* same key, other tokens */
+	KVD_RVAL_VERSION_OTHER,	/* a kvcached item of another format version */
+	KVD_RVAL_NFAIL
 };
 
 /* A MAC key (the cluster secret); one per thread: not thread-safe. */
@@ -84,9 +96,15 @@ void kvd_rval_fill(void *buf, const struct kvshm_ns *ns, struct kvshm_key key,
 		   struct kvshm_key parent, const uint32_t *tokens, uint32_t bt,
 		   uint64_t payload_bytes);
 
-/* Seal an item of len bytes (header, tokens and payload written): its
- * last KVD_RVAL_MAC bytes become the MAC of the rest. 0 or -EIO. */
+/* Seal an item of len bytes (header, tokens and payload written): a fresh
+ * random nonce goes into its header, and its last KVD_RVAL_MAC bytes
+ * become the MAC of the rest. 0, -EINVAL (shorter than a header and a
+ * MAC) or -EIO. */
 int kvd_rval_seal(struct kvd_rmac *m, void *buf, size_t len);
+
+/* The same under the nonce the header already holds (deterministic: for
+ * tests and the fuzzer, which reseal an item to compare its bytes). */
+int kvd_rval_mac(struct kvd_rmac *m, void *buf, size_t len);
 
 /*
  * Check an item of len bytes fetched for w: format, then MAC, then

@@ -68,7 +68,7 @@ static void check_hello(const uint8_t *p)
 	nl = strnlen(hi.model, sizeof(hi.model));
 	dtype_ok = hi.dtype_bytes == 1 || hi.dtype_bytes == 2 || hi.dtype_bytes == 4 ||
 		   hi.dtype_bytes == 8;
-	want = hi.flags == 0 && nl > 0 && nl < sizeof(hi.model) && dtype_ok &&
+	want = (hi.flags & ~KVPROTO_HELLO_ENGINE_KEYS) == 0 && nl > 0 && nl < sizeof(hi.model) && dtype_ok &&
 	       hi.layers >= 1 && hi.layers <= 4096 && hi.kv_heads >= 1 && hi.kv_heads <= 4096 &&
 	       hi.head_dim >= 1 && hi.head_dim <= 65536 && hi.block_tokens >= 1 &&
 	       hi.block_tokens <= KVSHM_MAX_BLOCK_TOKENS && hi.pos_kind <= KVSHM_POS_MAX &&
@@ -93,8 +93,18 @@ static void check_hello(const uint8_t *p)
 	      ns.kv_heads == hi.kv_heads && ns.head_dim == hi.head_dim &&
 	      ns.block_tokens == hi.block_tokens && ns.pos_kind == hi.pos_kind);
 	CHECK(strnlen(ns.model, sizeof(ns.model)) == nl && !memcmp(ns.model, hi.model, nl));
-	/* The rest of the row is zero: it is hashed and written to shm. */
-	CHECK(ns.pad == 0);
+	/* The kind is what the flags say (engine keys or tokens), and the
+	 * same geometry of the other kind is another namespace. */
+	CHECK(ns.kind == ((hi.flags & KVPROTO_HELLO_ENGINE_KEYS) ? KVSHM_NS_ENGINE :
+			  KVSHM_NS_TOKENS));
+	{
+		struct kvproto_hello other = hi;
+		struct kvshm_ns ns2;
+
+		other.flags ^= KVPROTO_HELLO_ENGINE_KEYS;
+		CHECK(kvproto_hello_ns(&other, &ns2) == 0);
+		CHECK(!kvshm_key_eq(ns.id, ns2.id));
+	}
 	/* The shard, validated and normalised (sizes at least 1). */
 	CHECK(ns.shard.tp_size >= 1 && ns.shard.tp_rank < ns.shard.tp_size &&
 	      ns.shard.pp_size >= 1 && ns.shard.pp_rank < ns.shard.pp_size);

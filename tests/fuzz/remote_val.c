@@ -18,7 +18,8 @@
  * Oracle: no crash, no leak. An item the checker accepts has exactly the
  * length of its block, names exactly the block asked for (namespace,
  * key, parent, tokens), and seals back to the same bytes under the
- * daemon's secret. A built item is accepted as built; damaged anywhere
+ * daemon's secret and its own nonce. An item of another format version is
+ * refused as such (KVD_RVAL_VERSION_OTHER), whatever else it holds. A built item is accepted as built; damaged anywhere
  * (MAC included) it is never accepted, and not under another secret
  * either; asked for other tokens, another key or parent, it is refused
  * for that reason. A server list that parses reads back the same when
@@ -26,6 +27,7 @@
  */
 #include <errno.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,7 +83,8 @@ static void check_accepted(const uint8_t *item, size_t len, const struct kvd_rva
 	kvd_rval_fill(again, w->ns, w->key, w->parent, w->tokens, w->bt, w->ns->page_bytes);
 	memcpy(again + kvd_rval_payload_off(w->bt), item + kvd_rval_payload_off(w->bt),
 	       (size_t)w->ns->page_bytes);
-	CHECK(!kvd_rval_seal(m, again, len));
+	memcpy(again + offsetof(struct kvd_rval_hdr, nonce), h.nonce, KVD_RVAL_NONCE);
+	CHECK(!kvd_rval_mac(m, again, len));
 	CHECK(!memcmp(again, item, len));
 	free(again);
 }
@@ -102,10 +105,18 @@ static void mode_raw(const uint8_t *d, size_t n, uint32_t bt, unsigned sec)
 		tokens[i] = i * 7 + 1;
 	make_ns(&ns, bt, 1, 1, 1, 4, "fuzz");
 	w = (struct kvd_rval_want){ &ns, { 1, 2 }, { 3, 4 }, tokens, bt };
-	if (!kvd_rval_check(macs[sec], item, n, &w, &fail, &why))
+	if (!kvd_rval_check(macs[sec], item, n, &w, &fail, &why)) {
 		check_accepted(item, n, &w, macs[sec]);
-	else
+	} else {
+		struct kvd_rval_hdr h;
+
 		CHECK(fail != KVD_RVAL_OK && why);
+		if (n >= sizeof(h)) {
+			memcpy(&h, item, sizeof(h));
+			CHECK((h.magic == KVD_RVAL_MAGIC && h.version != KVD_RVAL_VERSION) ==
+			      (fail == KVD_RVAL_VERSION_OTHER));
+		}
+	}
 	free(item);
 }
 
@@ -170,6 +181,25 @@ static void mode_built(const uint8_t *d, size_t n, uint32_t bt, unsigned sec)
 	CHECK(kvd_rval_check(macs[sec], item, len, &w, &fail, &why) == -EBADMSG &&
 	      fail == KVD_RVAL_IDENTITY);
 	w.parent = parent;
+	/* Another format version (the MAC made good again, as by a host of
+	 * that release): refused for its version, before its MAC; then the
+	 * item as built again. */
+	{
+		struct kvd_rval_hdr h;
+		uint32_t v;
+
+		memcpy(&h, item, sizeof(h));
+		v = h.version;
+		h.version = g & 1 ? 1 : KVD_RVAL_VERSION + 1;	/* the last one, the next */
+		memcpy(item, &h, sizeof(h));
+		CHECK(!kvd_rval_mac(macs[sec], item, len));
+		CHECK(kvd_rval_check(macs[sec], item, len, &w, &fail, &why) == -EBADMSG &&
+		      fail == KVD_RVAL_VERSION_OTHER);
+		h.version = v;
+		memcpy(item, &h, sizeof(h));
+		CHECK(!kvd_rval_mac(macs[sec], item, len));
+		CHECK(!kvd_rval_check(macs[sec], item, len, &w, &fail, &why));
+	}
 	/* Damage: (offset, xor) pairs from the input's tail. */
 	if (n >= ns.page_bytes + 3) {
 		const uint8_t *p = d + ns.page_bytes;

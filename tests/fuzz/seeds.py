@@ -132,6 +132,10 @@ def proto_seeds():
     write("proto", "too-long", bt16 + frame(ALLOC, alloc(1), length=(16 << 20) + 1))
     write("proto", "count-mismatch", bt16 + frame(FREE, struct.pack("<II", 3, 0) + bytes(16)))
     write("proto", "hello-bad-geometry", bt16 + frame(HELLO, hello(dtype=3, layers=0)))
+    # Engine-keyed namespaces (KVPROTO_HELLO_ENGINE_KEYS), and a flag no
+    # HELLO may carry.
+    write("proto", "hello-engine-keys", bt16 + frame(HELLO, hello(flags=1)))
+    write("proto", "hello-bad-flags", bt16 + frame(HELLO, hello(flags=3)))
     # cuda pool hand-over: POOL, and POOL_R with 3 chunks of 4 MiB at 2 MiB
     # granularity holding a 10 MiB pool.
     write("proto", "pool", bt16 + frame(POOL, struct.pack("<II", 1, 0)) +
@@ -167,6 +171,14 @@ def daemon_seeds():
     write("daemon_frames", "alloc-free", bt16 + h + f(ALLOC, alloc(8), seq=2) +
           f(FREE, pgs([(i, 0) for i in range(8)]), seq=3, fix=True) + f(BYE))
     write("daemon_frames", "stat", bt16 + f(STAT, stat()))
+    # An engine-keyed and a token-keyed namespace of one model, each
+    # publishing: two rows, two roots; then a HELLO with an unknown flag.
+    eng = bt16 + f(HELLO, hello(flags=1)) + f(ALLOC, alloc(3), seq=2) + \
+        f(PUBLISH, pub(chain(3)), seq=3, fix=True)
+    eng += f(HELLO, hello(name=b"second"), row=1) + f(ALLOC, alloc(3), row=1, seq=2) + \
+        f(PUBLISH, pub(chain(3)), row=1, seq=3, fix=True) + op(OP_TICK)
+    eng += f(HELLO, hello(name=b"third", flags=2), row=2)
+    write("daemon_frames", "engine-keys-and-tokens", eng)
     # RESTORE with no spill tier: every key is simply not spilled.
     write("daemon_frames", "restore", bt16 + h + f(ALLOC, alloc(2), seq=2) +
           f(PUBLISH, pub(chain(2)), seq=3, fix=True) +
@@ -430,6 +442,9 @@ def remote_seeds():
     # remote_val: byte 0 mode, byte 1 block tokens - 1, byte 2 secret.
     write("remote_val", "raw-empty", b"\x00\x0f\x01")
     write("remote_val", "raw-magic", b"\x00\x00\x01" + struct.pack("<QII", 0x31544F4D4552564B, 1, 1))
+    # An item header of format 2 (nonce after the payload length), short.
+    write("remote_val", "raw-v2", b"\x00\x00\x01" + struct.pack("<QII", 0x31544F4D4552564B, 2, 1) +
+          bytes(40) + bytes(range(24)) + bytes(200))
     write("remote_val", "built", b"\x01\x03\x01" + bytes(range(256)) * 4)
     write("remote_val", "built-damaged", b"\x01\x00\x02" + bytes(range(64)) + b"\x05\x00\xff")
     write("remote_val", "built-insecure", b"\x01\x0f\x00" + bytes(200))

@@ -18,6 +18,8 @@
  *   - a daemon killed while kvdemo waits for blocks another process is
  *     writing: kvdemo computes them, says the connection was lost, does
  *     not send the user to kvstat, and exits non-zero.
+ *   - it says at the prompt when the share cap stopped it publishing, and
+ *     labels every --prompt distinctly.
  *
  * The model is tiny (1 layer, width 32: 2 KiB pages of 16 tokens) so that
  * a run takes well under a second.
@@ -82,9 +84,8 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* "prompt N (...): T tokens, H hit tokens" of prompt n in out. */
-static void prompt_line(const char *out, int n, unsigned *tokens, unsigned *hit, char *rest,
-			size_t len)
+/* The line of prompt n, without its newline, in line[]. */
+static void whole_line(const char *out, int n, char *line, size_t len)
 {
 	char want[32];
 	const char *p, *e;
@@ -93,12 +94,24 @@ static void prompt_line(const char *out, int n, unsigned *tokens, unsigned *hit,
 	p = strstr(out, want);
 	if (!p)
 		fail_msg("no line for prompt %d in:\n%s", n, out);
-	p = strstr(p, "): ");
-	assert_non_null(p);
-	assert_int_equal(sscanf(p, "): %u tokens, %u hit tokens", tokens, hit), 2);
 	e = strchr(p, '\n');
 	assert_non_null(e);
-	snprintf(rest, len, "%.*s", (int)(e - p), p);
+	snprintf(line, len, "%.*s", (int)(e - p), p);
+}
+
+/* "prompt N (...): T tokens, H hit tokens" of prompt n in out; the line
+ * from "): " on in rest. */
+static void prompt_line(const char *out, int n, unsigned *tokens, unsigned *hit, char *rest,
+			size_t len)
+{
+	char line[1024];
+	const char *p;
+
+	whole_line(out, n, line, sizeof(line));
+	p = strstr(line, "): ");
+	assert_non_null(p);
+	assert_int_equal(sscanf(p, "): %u tokens, %u hit tokens", tokens, hit), 2);
+	snprintf(rest, len, "%s", p);
 }
 
 /* The shared prefix is BOS + SHARED bytes: the second and third prompts
@@ -328,6 +341,68 @@ static void test_daemon_killed_mid_wait(void **state)
 	assert_non_null(strstr(out, "connection to kvcached was lost"));
 	assert_non_null(strstr(out, "prompt 1 ("));
 	assert_null(strstr(out, "kvstat"));
+/*
+ * Issue #24: when the share cap stops a prompt's publish, kvdemo says so
+ * right under that prompt's line, with the counts, not at a later
+ * prompt's error. 16 pages of 4 KiB, a max-share of 50%: 8 pages; a
+ * prompt of 307 tokens has 19 full blocks.
+ */
+static void test_share_cap_said_at_that_prompt(void **state)
+{
+	static const char said[] = "\n    published 8 of 19 blocks: share cap (max-share) reached\n";
+	char text[400], out[32768], line[512];
+	const char *args[] = { "--spawn", "--pool-size", "64K", TINY, "--max-tokens", "1",
+			       "--prompt", text, NULL };
+	const char *p;
+	int rc;
+
+	(void)state;
+	for (int i = 0; i < 306; i++)
+		text[i] = "abcdefghij klmnop "[i % 18];
+	text[306] = 0;
+	rc = kvt_run(kvt_bin("kvdemo"), args, out, sizeof(out));
+	if (rc)
+		fail_msg("kvdemo: status %d\n%s", rc, out);
+	whole_line(out, 1, line, sizeof(line));
+	assert_non_null(strstr(line, ": 307 tokens, 0 hit tokens"));
+	p = strstr(out, line) + strlen(line);
+	if (strncmp(p, said, strlen(said)))
+		fail_msg("no share-cap line right under prompt 1:\n%s", out);
+}
+
+/*
+ * Issue #24: every --prompt reads differently, also when they share an
+ * opening longer than the 24 bytes a label shows; a repeated text says
+ * which prompt it repeats.
+ */
+static void test_prompt_labels_distinct(void **state)
+{
+	static const char sys[] = "You are a careful assistant for the depot. ";
+	char a[128], b[128], out[32768], l1[512], l2[512], l3[512], l4[512];
+	const char *args[] = { "--spawn", "--pool-size", "16M", TINY, "--max-tokens", "1",
+			       "--prompt", a, "--prompt", b, "--prompt", "short one",
+			       "--prompt", a, NULL };
+	int rc;
+
+	(void)state;
+	snprintf(a, sizeof(a), "%sWhere are the bolts?", sys);
+	snprintf(b, sizeof(b), "%sHow many nuts are in bin 4?", sys);
+	rc = kvt_run(kvt_bin("kvdemo"), args, out, sizeof(out));
+	if (rc)
+		fail_msg("kvdemo: status %d\n%s", rc, out);
+	whole_line(out, 1, l1, sizeof(l1));
+	whole_line(out, 2, l2, sizeof(l2));
+	whole_line(out, 3, l3, sizeof(l3));
+	whole_line(out, 4, l4, sizeof(l4));
+	*strstr(l1, "): ") = 0;
+	*strstr(l2, "): ") = 0;
+	*strstr(l4, "): ") = 0;
+	assert_non_null(strstr(l1, "depot. Where are the bo"));
+	assert_non_null(strstr(l2, "depot. How many nuts ar"));
+	assert_non_null(strstr(l1, "\"You are a ca..."));	/* where both start */
+	assert_string_not_equal(l1 + 11, l2 + 11);		/* past "prompt N" */
+	assert_non_null(strstr(l3, "(\"short one\"): "));
+	assert_string_equal(l4, "  prompt 4 (the text of prompt 1");
 }
 
 static void test_mistakes_named(void **state)
@@ -361,6 +436,8 @@ int main(void)
 		cmocka_unit_test(test_schema_example),
 		cmocka_unit_test(test_mistakes_named),
 		cmocka_unit_test(test_daemon_killed_mid_wait),
+		cmocka_unit_test(test_share_cap_said_at_that_prompt),
+		cmocka_unit_test(test_prompt_labels_distinct),
 	};
 
 	return cmocka_run_group_tests_name("integration/kvdemo", tests, setup, teardown);

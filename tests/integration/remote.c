@@ -507,6 +507,54 @@ static void test_bad_items_dropped(void **state)
 	host_stop(&b);
 }
 
+/* An item as a host of the previous release wrote it: format version 1
+ * (HMAC-SHA256, a 32-byte MAC: 16 bytes longer). */
+static void old_version(const struct fx *f, uint8_t *val, size_t len)
+{
+	struct kvd_rval_hdr h;
+
+	(void)f;
+	(void)len;
+	memcpy(&h, val, sizeof(h));
+	h.version = 1;
+	memcpy(val, &h, sizeof(h));
+}
+
+/* During an upgrade of the fleet, B fetches items of another format
+ * version: each is a miss, counted as stale (not as dropped, and not
+ * logged as damage), and the prefix ends there. */
+static void test_other_version_is_a_miss(void **state)
+{
+	struct fx *f = *state;
+	struct host a = { 0 }, b = { 0 };
+	struct kvshm_stats s;
+	size_t remote;
+	kvc_t *ca, *cb;
+
+	SKIP_IF_NEEDED(f);
+	pair_start(f, &a, &b, "stale", &ca, &cb);
+	publish(ca, 200, 1);
+	WAIT_STAT(&a, remote_puts, NB);
+	rewrite(f, ca, "stale", 200, 3, old_version);
+	assert_int_equal(fetch(cb, 200, &remote), 3);
+	s = stats_of(&b);
+	assert_int_equal(ST(s, remote_stale), 1);
+	assert_int_equal(ST(s, remote_dropped), 0);
+	assert_true(ST(s, remote_misses) >= 1);
+	assert_int_equal(log_count(&b, "dropped"), 0);
+	{
+		const char *js[] = { "--socket", b.d.sock, "--json", NULL };
+		static char out[1 << 16];
+
+		assert_int_equal(kvt_run(kvt_bin("kvstat"), js, out, sizeof(out)), 0);
+		assert_non_null(strstr(out, "\"dropped\":0,\"stale\":1,"));
+	}
+	kvc_close(ca);
+	kvc_close(cb);
+	host_stop(&a);
+	host_stop(&b);
+}
+
 /*
  * A host with the wrong secret fetches a prompt of the fleet's: every
  * block is dropped (NB in one fetch), but its log says so once, then,
@@ -926,11 +974,16 @@ static void test_tinylm_across_hosts(void **state)
 
 	ra = run_prompt(ca, t, n, la, ga);
 	assert_int_equal(ra.published, 20);
+	assert_int_equal(ra.missed, 20);
+	assert_int_equal(ra.short_err, 0);
+	assert_int_equal(ra.remote_tokens, 0);
 	WAIT_STAT(&a, remote_puts, 20);
 	run_prompt(NULL, t, n, lc, gc);		/* cold, on B's side */
 	rb = run_prompt(cb, t, n, lb, gb);	/* warm on B: from tier 2 */
 	assert_int_equal(rb.cache_err, 0);
 	assert_int_equal(rb.hit_tokens, 20 * BT);
+	assert_int_equal(rb.remote_tokens, 20 * BT);	/* all of them: kvdemo says so */
+	assert_int_equal(rb.spill_tokens, 0);
 	assert_int_equal(rb.computed, 5);
 	assert_memory_equal(lb, lc, model.cfg.vocab_size * sizeof(float));
 	assert_memory_equal(gb, gc, sizeof(gc));
@@ -947,11 +1000,54 @@ static void test_tinylm_across_hosts(void **state)
 	free(lc);
 }
 
+/* kvdemo shows which hits came from the remote tier (issue #24): a prompt
+ * published through host A, asked again on host B. */
+static void test_kvdemo_says_remote_hits(void **state)
+{
+	static const char *const pages[] = { "--page-size", "4K", "--pool-size", "2M", NULL };
+	static const char want[] = "): 201 tokens, 192 hit tokens (95.5%, 192 from the remote tier)";
+	struct fx *f = *state;
+	struct host a = { 0 }, b = { 0 };
+	char text[256], out[32768];
+	const char *args[] = { "--socket", NULL, "--layers", "1", "--dim", "32", "--hidden", "64",
+			       "--heads", "2", "--kv-heads", "1", "--max-tokens", "1",
+			       "--prompt", text, NULL };
+	const char *line;
+	int rc;
+
+	SKIP_IF_NEEDED(f);
+	for (int i = 0; i < 200; i++)
+		text[i] = "the remote tier holds this prompt "[i % 34];
+	text[200] = 0;	/* BOS + 200 bytes: 12 full blocks */
+	host_start(f, &a, "a", "demo", NULL, pages);
+	host_start(f, &b, "b", "demo", NULL, pages);
+	wait_up(&a, NSRV);
+	wait_up(&b, NSRV);
+	args[1] = a.d.sock;
+	rc = kvt_run(kvt_bin("kvdemo"), args, out, sizeof(out));
+	if (rc)
+		fail_msg("kvdemo on A: status %d\n%s", rc, out);
+	assert_null(strstr(out, "from the remote tier"));
+	WAIT_STAT(&a, remote_puts, 12);
+	args[1] = b.d.sock;
+	rc = kvt_run(kvt_bin("kvdemo"), args, out, sizeof(out));
+	if (rc)
+		fail_msg("kvdemo on B: status %d\n%s", rc, out);
+	line = strstr(out, "  prompt 1 (");
+	assert_non_null(line);
+	if (strncmp(strstr(line, "): "), want, strlen(want)))
+		fail_msg("kvdemo on B did not say its hits came from the remote tier:\n%s", out);
+	host_stop(&a);
+	host_stop(&b);
+}
+
 static const struct CMUnitTest tests[] = {
 	cmocka_unit_test(test_publish_on_a_hit_on_b),
 	cmocka_unit_test(test_tinylm_across_hosts),
+	cmocka_unit_test(test_kvdemo_says_remote_hits),
 	cmocka_unit_test(test_bad_items_dropped),
 	cmocka_unit_test(test_wrong_secret_logs_once),
+	cmocka_unit_test(test_other_version_is_a_miss),
 	cmocka_unit_test(test_server_killed_and_back),
 	cmocka_unit_test(test_server_hangs_and_back),
 	cmocka_unit_test(test_kill9_while_writing),

@@ -22,6 +22,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <glob.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
@@ -941,7 +942,25 @@ static void check_tree(const char *root, const char *make_out)
 	}
 	closedir(dir);
 	want(PY_DIR "/_installed.py", 0644, NULL);
+	/* Its optional C fast path, where this build has one. */
+	{
+		const char *b = getenv("BUILD");
+		glob_t g;
+
+		snprintf(path, sizeof(path), "%s/_kvcfast*.so", b && *b ? b : "build");
+		if (!glob(path, 0, NULL, &g) && g.gl_pathc == 1) {
+			const char *base = strrchr(g.gl_pathv[0], '/');
+
+			snprintf(path, sizeof(path), "%s/%.60s", PY_DIR,
+				 base ? base + 1 : g.gl_pathv[0]);
+			want(path, 0644, NULL);
+		}
+		globfree(&g);
+	}
+	/* The documents the README points to (issue #24). */
 	want("/usr/share/doc/kvcached/PYTHON.md", 0644, NULL);
+	want("/usr/share/doc/kvcached/ARCHITECTURE.md", 0644, NULL);
+	want("/usr/share/doc/kvcached/EVENTS.md", 0644, NULL);
 
 	tree.root_len = strlen(root);
 	assert_int_equal(nftw(root, tree_cb, 16, FTW_PHYS), 0);
@@ -1003,7 +1022,7 @@ static void check_contents(const char *root)
 #define SAN_CFLAG ""
 #endif
 
-static int make_install(const char *root, char *out, size_t outlen)
+static int make_target(const char *target, const char *root, char *out, size_t outlen)
 {
 	/* Whatever the caller's environment says, these come from the
 	 * command line or the Makefile. */
@@ -1013,13 +1032,56 @@ static int make_install(const char *root, char *out, size_t outlen)
 		"SYSCONFDIR", "DOCDIR", "INSTALL", NULL,
 	};
 	char build[PATH_MAX + 8], destdir[PATH_MAX + 16];
-	const char *argv[] = { "make", "--no-print-directory", "-j4", "install", build, destdir,
+	const char *argv[] = { "make", "--no-print-directory", "-j4", target, build, destdir,
 			       "PREFIX=/usr", SAN_MAKE, NULL };
 	const char *b = getenv("BUILD");
 
 	snprintf(build, sizeof(build), "BUILD=%s", b && *b ? b : "build");
 	snprintf(destdir, sizeof(destdir), "DESTDIR=%s", root);
 	return run(argv, NULL, unset, out, outlen);
+}
+
+static int make_install(const char *root, char *out, size_t outlen)
+{
+	return make_target("install", root, out, outlen);
+}
+
+/* Files left under root (symlinks too), as a list of paths below it. */
+static struct {
+	size_t root_len;
+	char list[4096];
+} left;
+
+static int left_cb(const char *p, const struct stat *st, int fl, struct FTW *ftw)
+{
+	size_t n = strlen(left.list);
+
+	(void)st;
+	(void)ftw;
+	if (fl != FTW_D && fl != FTW_DP)
+		snprintf(left.list + n, sizeof(left.list) - n, " %s", p + left.root_len);
+	return 0;
+}
+
+/*
+ * `make uninstall` says one line, no recipe (issue #24), and removes
+ * everything install put there but the admin's config.
+ */
+static void check_uninstall(const char *root)
+{
+	char out[65536], want[512];
+	int rc;
+
+	rc = make_target("uninstall", root, out, sizeof(out));
+	if (rc)
+		fail_msg("make uninstall: status %d\n%s", rc, out);
+	snprintf(want, sizeof(want), "  UNINSTALL %s/usr\n", root);
+	if (strcmp(out, want))
+		fail_msg("make uninstall printed more than '%s':\n%s", want, out);
+	left.root_len = strlen(root);
+	left.list[0] = 0;
+	assert_int_equal(nftw(root, left_cb, 16, FTW_PHYS), 0);
+	assert_string_equal(left.list, " /etc/kvcached/kvcached.conf");
 }
 
 /* `pkg-config --cflags --libs kvclient` against the staged tree. */
@@ -1232,6 +1294,7 @@ static void test_make_install(void **state)
 	free(conf);
 	free(edited);
 	check_tree(root, out);
+	check_uninstall(root);
 	rm_tree(top);
 }
 

@@ -22,8 +22,13 @@ torch = pytest.importorskip("torch")
 def test_no_daemon(tmp_path):
     with pytest.raises(kvclient.NoDaemonError) as e:
         kvclient.Client(tiny_model(), socket=str(tmp_path / "none.sock"))
-    assert e.value.errno == errno.ENOENT and "is the daemon running" in str(e.value)
+    assert e.value.errno == errno.ENOENT and "is it running" in str(e.value)
     assert isinstance(e.value, ConnectionError)
+    # Said once: the library's reason, not the errno's text before it too,
+    # and the path once (issue #24).
+    msg = str(e.value.strerror)
+    assert msg.count("no kvcached socket") == 1, msg
+    assert msg.count(str(tmp_path / "none.sock")) == 1, msg
     # A socket file nobody listens on.
     path = str(tmp_path / "stale.sock")
     s = socket.socket(socket.AF_UNIX)
@@ -212,21 +217,61 @@ def test_invalid_and_too_big_arguments(daemon):
             kvclient.Client(tiny_model(), socket=daemon.sock, salt=5)
 
 
+def test_label_too_long_names_the_label(daemon):
+    """A label over KVC_MAX_LABEL (23 bytes) is a TooBigError that names the
+    label and its limit, not the prompt or extra keys (issue #24)."""
+    with kvclient.Client(tiny_model(), socket=daemon.sock) as c:
+        with c.request([1] * 16, label="x" * 23) as r:	# the longest there is
+            assert r.lookup() == 0
+        with pytest.raises(kvclient.TooBigError) as e:
+            c.request([1] * 16, label="y" * 40)
+        assert e.value.errno == errno.E2BIG
+        msg = str(e.value)
+        assert "label" in msg and "40 bytes" in msg and "23" in msg, msg
+        assert "prompt" not in msg and "extra" not in msg, msg
+        with pytest.raises(kvclient.TooBigError, match="label 'é{12}': 24 bytes"):
+            c.request([1] * 16, label="é" * 12)	# 12 characters, 24 bytes
+        with pytest.raises(kvclient.InvalidArgumentError, match="NUL"):
+            c.request([1] * 16, label="a\0b")
+        with pytest.raises(TypeError, match="label must be a str"):
+            c.request([1] * 16, label=b"bytes")
+        # The prompt's and the extra keys' limits are named as such.
+        with pytest.raises(kvclient.TooBigError, match="extra keys are too long: 4097 bytes"):
+            c.request([1] * 16, extra=b"e" * 4097)
+        assert not c._live	# nothing was left behind by the refusals
+
+
 def test_request_order(daemon):
     with kvclient.Client(tiny_model(), socket=daemon.sock) as c:
         t = tokens(2 * 16, 3)
+        kv = kvclient.PagedKV(c, [np.zeros((2, 4, 16, 2, 32), np.float16)])
         with c.request(t) as r:
             with pytest.raises(kvclient.RequestStateError, match="after alloc"):
                 r.publish()
+            # alloc, gather and scatter before lookup (issue #24: alloc was
+            # accepted and asked the daemon for pages).
+            with pytest.raises(kvclient.RequestStateError, match="after lookup"):
+                r.alloc()
+            with pytest.raises(kvclient.RequestStateError, match="after lookup"):
+                r.gather(kv, [0])
+            with pytest.raises(kvclient.RequestStateError, match="after alloc"):
+                r.scatter(kv, [0])
+            assert r.granted == 0 and c.stats()["client"]["pages_writing"] == 0
             r.lookup()
             with pytest.raises(kvclient.RequestStateError, match="once, first"):
                 r.lookup()
+            with pytest.raises(kvclient.RequestStateError, match="after alloc"):
+                r.scatter(kv, [0])	# looked up, nothing granted yet
             assert r.alloc() == 2
             with pytest.raises(kvclient.RequestStateError):
                 r.alloc()
             with pytest.raises(kvclient.RequestStateError, match="before alloc"):
                 r.restore()
+            r.scatter(kv, [0, 1])
             assert r.publish() == 2
+            with pytest.raises(kvclient.RequestStateError, match="before publish"):
+                r.scatter(kv, [0])	# published pages are everyone's
+            r.gather(kv, [0, 1])	# and readable
             with pytest.raises(kvclient.RequestStateError, match="once, after alloc"):
                 r.publish()	# double publish
         with c.request(t) as r:

@@ -11,14 +11,14 @@ import kvclient
 from conftest import tiny_model, tokens, wait_for
 
 
-def _child(client, request, sock, t_parent, t_child, q):
+def _child(client, request, fresh, sock, t_parent, t_child, q):
     out = {}
     try:
         client.request(t_parent).lookup()
     except kvclient.ForkedHandleError as e:
         out["lookup"] = (e.errno, str(e))
     for name, call in [("page", lambda: request.page(0)), ("stats", client.stats),
-                       ("alloc", lambda: client.request(t_child).alloc())]:
+                       ("alloc", fresh.alloc)]:	# looked up in the parent
         try:
             call()
             out[name] = "worked"
@@ -47,9 +47,11 @@ def test_fork_child_opens_its_own_client(daemon):
             r.publish()
         held = c.request(t_parent)
         assert held.lookup() == 3	# pinned across the child's life
+        fresh = c.request(t_child)
+        assert fresh.lookup() == 0
         ctx = multiprocessing.get_context("fork")
         q = ctx.Queue()
-        p = ctx.Process(target=_child, args=(c, held, daemon.sock, t_parent, t_child, q))
+        p = ctx.Process(target=_child, args=(c, held, fresh, daemon.sock, t_parent, t_child, q))
         p.start()
         out = q.get(timeout=60)
         p.join(60)
@@ -62,6 +64,7 @@ def test_fork_child_opens_its_own_client(daemon):
         assert (held.page_array(0) == 3).all()
         assert wait_for(lambda: daemon.kvstat()["counters"]["pins"] == 3,
                         "the parent's 3 pins, and only those")
+        fresh.release()
         with c.request(t_child) as r:
             assert r.lookup() == 2
         held.release()

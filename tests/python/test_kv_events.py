@@ -414,6 +414,28 @@ def test_block_stored_per_published_block(tmp, ctx):
         assert c["kv_events"] == sum(len(b["events"]) for _, b in sub.batches.values())
 
 
+def test_engine_keyed_namespace_is_muted(tmp, ctx):
+    """An engine-keyed namespace (SGLang's page hashes, KVC_MODEL_ENGINE_KEYS)
+    publishes no events: its stored "tokens" are digests of the engine's
+    keys, which no router could match. A token-keyed namespace of the same
+    daemon goes on publishing."""
+    import kvclient
+    with publishing(tmp, ctx) as (d, sub):
+        first = max(sub.batches) + 1
+        m = kvclient.Model("kvt-engine", "float16", layers=1, kv_heads=2, head_dim=32,
+                           block_tokens=BT, keys="engine")
+        with kvclient.Client(m, socket=d.sock) as c, c.request_keys(["a", "b", "c"]) as r:
+            r.lookup()
+            assert r.alloc() == 3
+            assert r.publish() == 3
+        p = d.kvev("put", "kvt-tiny", 32, 0, 31)[0]
+        sub.drain()
+        stored = [(t, h) for _, t, ev in sub.events(first) if ev["type"] == "BlockStored"
+                  for h in ev["block_hashes"]]
+        host = socket.gethostname()
+        assert stored == [("kv@%s@kvt-tiny" % host, key_hash(k)) for k in p["keys"]]
+
+
 @pytest.mark.parametrize("form", ["int64", "bytes"])
 def test_hash_forms(tmp, ctx, form):
     with publishing(tmp, ctx, "--kv-events-hash", form, "--kv-events-topic", "{model}") as (d, sub):

@@ -258,6 +258,39 @@ static void test_format_stability(void **state)
 	assert_key_eq(keys[1], ref_block(keys[0], tok + 16, 16, (struct kvshm_key){ 0, 0 }));
 }
 
+/* Engine keys: the block's words and key come from the engine key alone
+ * (same key, same block; another key, another block), exactly bt words are
+ * written, the key is the block key of those words under the root, and the
+ * namespace kind changes the namespace id. */
+static void test_engine_keys(void **state)
+{
+	struct kvshm_key root = { 7, 8 }, zero = { 0, 0 }, a, a2, b;
+	uint32_t ta[21], ta2[21], tb[21];
+	struct kvshm_ns ns, ns2;
+	uint32_t bt;
+
+	(void)state;
+	for (bt = 1; bt <= 20; bt++) {
+		memset(ta, 0xab, sizeof(ta));
+		memset(ta2, 0, sizeof(ta2));
+		a = kvshm_key_engine(root, "3f2a", 4, ta, bt);
+		a2 = kvshm_key_engine(root, "3f2a", 4, ta2, bt);
+		b = kvshm_key_engine(root, "3f2b", 4, tb, bt);
+		assert_key_eq(a, a2);
+		assert_memory_equal(ta, ta2, bt * 4);
+		assert_key_ne(a, b);
+		assert_memory_not_equal(ta, tb, bt * 4);
+		assert_int_equal(ta[bt], 0xabababab);	/* nothing past bt words */
+		assert_key_eq(a, kvshm_key_block(root, ta, bt, zero));
+	}
+	assert_key_ne(kvshm_key_engine(root, "k", 1, ta, 16),
+		      kvshm_key_engine((struct kvshm_key){ 7, 9 }, "k", 1, tb, 16));
+	test_ns(&ns);
+	ns2 = ns;
+	ns2.kind = KVSHM_NS_ENGINE;
+	assert_key_ne(kvshm_ns_id(&ns), kvshm_ns_id(&ns2));
+}
+
 /* The chain of the first k blocks is the first k keys of a longer chain. */
 static void test_prefix_property(void **state)
 {
@@ -453,6 +486,7 @@ int main(void)
 		cmocka_unit_test(test_extra_digest),
 		cmocka_unit_test(test_format_stability),
 		cmocka_unit_test(test_prefix_property),
+		cmocka_unit_test(test_engine_keys),
 		cmocka_unit_test(test_partial_block_ignored),
 		cmocka_unit_test(test_salt_and_extra_change_keys),
 		cmocka_unit_test(test_token_change_propagates),

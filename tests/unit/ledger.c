@@ -22,6 +22,7 @@
 #include "../../shm/index.h"
 #include "../../shm/ledger.h"
 #include "../../shm/page.h"
+#include "../../shm/prefix.h"
 #include "../../shm/segment.h"
 
 #define BT 16
@@ -394,6 +395,128 @@ static void test_validate(void **state)
 	assert_int_equal(kvshm_ledger_validate(l, f->lbytes), 0);
 }
 
+/* A chain of n READY, indexed blocks (keys[i] child of keys[i - 1], root
+ * {7, 7}), tokens seed + i * BT + j; their pages and gens out. */
+static void chain(struct fix *f, uint32_t seed, uint32_t n, struct kvshm_key *keys,
+		  uint32_t *tokens, uint32_t *page, uint32_t *gen)
+{
+	struct kvshm_key parent = { 7, 7 };
+	uint32_t i, j, w, wg;
+
+	for (i = 0; i < n; i++) {
+		keys[i] = (struct kvshm_key){ 0x5000 + seed * 100 + i,
+					      (uint64_t)(seed * 100 + i) << 32 | (seed + i) };
+		for (j = 0; j < BT; j++)
+			tokens[i * BT + j] = seed + i * BT + j;
+		assert_int_equal(kvshm_page_alloc(f->h, 3, 1, &page[i], &gen[i]), 0);
+		assert_int_equal(kvshm_page_publish(f->h, page[i], gen[i], 3, keys[i], parent,
+						    tokens + i * BT, &w, &wg), KVSHM_PUBLISHED);
+		parent = keys[i];
+	}
+}
+
+/*
+ * shm/prefix.h: the walk pins exactly the verified prefix (through the
+ * slots given, one fence per run), stops on a block whose tokens, parent
+ * or namespace differ (missed), and when a page left READY after its
+ * verification its pin fails and the slots from there on are empty again
+ * (not missed: a pin failure). The evictor's scan sees every pin it took.
+ */
+static void test_walk_pins_verified_prefix(void **state)
+{
+	enum { N = 40 };	/* more than one pin run (KVSHM_PIN_RUN) */
+	struct fix *f = *state;
+	struct kvshm_key keys[N];
+	uint32_t tokens[N * BT], page[N], gen[N], slots[N], got_page[N], got_gen[N], i;
+	struct kvshm_walk w = { keys, tokens, slots, got_page, got_gen, N, 1, { 7, 7 } };
+	struct calls c = { 0 };
+	bool missed;
+
+	_Static_assert(N > KVSHM_PIN_RUN, "two runs");
+	chain(f, 1, N, keys, tokens, page, gen);
+	for (i = 0; i < N; i++)
+		slots[i] = N - 1 - i;	/* any slots, in any order */
+	assert_int_equal(kvshm_walk_pin(f->h, f->l, &w, &missed), N);
+	assert_false(missed);
+	for (i = 0; i < N; i++) {
+		assert_int_equal(got_page[i], page[i]);
+		assert_int_equal(got_gen[i], gen[i]);
+		assert_int_equal(slot(f, slots[i]), kvshm_slot_pack(page[i], gen[i]));
+	}
+	assert_int_equal(atomic_load(&f->l->ring_head), N);
+	assert_true(kvshm_page_evict_mark(f->h, page[35]));
+	kvshm_ledger_scan(f->l, NSLOTS, f->h, record, &c);
+	assert_int_equal(c.n, 1);
+	assert_int_equal(c.page[0], page[35]);
+	kvshm_page_evict_back_off(f->h, page[35]);
+	for (i = 0; i < N; i++)
+		kvshm_ledger_unpin(f->l, slots[i]);
+
+	/* Other tokens in block 33 (the query's): the prefix is 33, a miss. */
+	tokens[33 * BT + 5] ^= 1;
+	assert_int_equal(kvshm_walk_pin(f->h, f->l, &w, &missed), 33);
+	assert_true(missed);
+	for (i = 0; i < N; i++)
+		assert_int_equal(slot(f, slots[i]), i < 33 ? kvshm_slot_pack(page[i], gen[i]) : 0);
+	for (i = 0; i < N; i++)
+		kvshm_ledger_unpin(f->l, slots[i]);
+	tokens[33 * BT + 5] ^= 1;
+	/* Another parent for block 0, another namespace: nothing. */
+	w.parent = (struct kvshm_key){ 7, 8 };
+	assert_int_equal(kvshm_walk_pin(f->h, f->l, &w, &missed), 0);
+	assert_true(missed);
+	w.parent = (struct kvshm_key){ 7, 7 };
+	w.ns_id = 2;
+	assert_int_equal(kvshm_walk_pin(f->h, f->l, &w, &missed), 0);
+	assert_true(missed);
+	w.ns_id = 1;
+
+	/* A run whose page 2 left READY after it verified: pin_run pins the
+	 * two before it and leaves the rest of the run's slots empty. */
+	for (i = 0; i < 5; i++)
+		atomic_store(&f->l->slot[slots[i]], 0);
+	assert_true(kvshm_page_evict_mark(f->h, page[2]));
+	assert_int_equal(kvshm_ledger_pin_run(f->l, slots, f->h, page, gen, 5), 2);
+	for (i = 0; i < 5; i++)
+		assert_int_equal(slot(f, slots[i]), i < 2 ? kvshm_slot_pack(page[i], gen[i]) : 0);
+	/* The walk over it: verification fails first (not READY): a miss. */
+	assert_int_equal(kvshm_walk_pin(f->h, f->l, &w, &missed), 2);
+	assert_true(missed);
+	kvshm_page_evict_back_off(f->h, page[2]);
+	/* A gen that moved on since verification: not pinned. */
+	gen[1]++;
+	assert_int_equal(kvshm_ledger_pin_run(f->l, slots, f->h, page, gen, 5), 1);
+	assert_int_equal(slot(f, slots[1]), 0);
+}
+
+/* An engine-keyed walk (flat): every block's parent is the walk's parent
+ * (the root), not the block before it; a chained walk over the same
+ * blocks stops after the first. */
+static void test_walk_flat(void **state)
+{
+	struct fix *f = *state;
+	struct kvshm_key keys[3], root = { 9, 9 };
+	uint32_t tokens[3 * BT], page[3], gen[3], slots[3] = { 0, 1, 2 }, gp[3], gg[3], i, j, w, wg;
+	struct kvshm_walk walk = { keys, tokens, slots, gp, gg, 3, 1, root, true };
+	bool missed;
+
+	for (i = 0; i < 3; i++) {
+		keys[i] = (struct kvshm_key){ 0x9000 + i, (uint64_t)(0x77 + i) << 32 | i };
+		for (j = 0; j < BT; j++)
+			tokens[i * BT + j] = 500 + i * BT + j;
+		assert_int_equal(kvshm_page_alloc(f->h, 3, 1, &page[i], &gen[i]), 0);
+		assert_int_equal(kvshm_page_publish(f->h, page[i], gen[i], 3, keys[i], root,
+						    tokens + i * BT, &w, &wg), KVSHM_PUBLISHED);
+	}
+	assert_int_equal(kvshm_walk_pin(f->h, f->l, &walk, &missed), 3);
+	assert_false(missed);
+	for (i = 0; i < 3; i++)
+		kvshm_ledger_unpin(f->l, slots[i]);
+	walk.flat = false;
+	assert_int_equal(kvshm_walk_pin(f->h, f->l, &walk, &missed), 1);
+	assert_true(missed);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -406,6 +529,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_count, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ring_wraps, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_validate, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_pins_verified_prefix, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_flat, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("ledger", tests, NULL, NULL);

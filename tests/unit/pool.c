@@ -4,7 +4,8 @@
  * checksums the spill tier uses (kvd_pool_copy_out / copy_in /
  * checksum / pin_host), their range checks, and opening a cuda pool
  * where it cannot be had (no driver here, or a build without CUDA)
- * failing cleanly with -ENOTSUP and nothing left open. On a GPU machine
+ * failing cleanly with -ENOTSUP and nothing left open; the hole scan's
+ * slices. On a GPU machine
  * with a driver the cuda case is covered by tests/gpu/pool.c instead.
  */
 #include <stdarg.h>
@@ -14,8 +15,11 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../../daemon/pool/pool.h"
 #include "../../kernels/cudadrv.h"
@@ -74,6 +78,65 @@ static void test_host_copy_and_checksum(void **state)
 	free(back);
 }
 
+/* Pool pages a hole-scan call reported, and how often. */
+struct holes_seen {
+	uint32_t calls, pages, first;
+};
+
+static void saw_holes(uint32_t first, uint32_t n, void *arg)
+{
+	struct holes_seen *h = arg;
+
+	if (!h->calls++)
+		h->first = first;
+	h->pages += n;
+}
+
+/*
+ * The hole scan looks at a slice per call, resuming where it stopped: a
+ * page punched deep in the pool is found within pool / slice calls,
+ * reported once, backed again, and not reported on the next pass.
+ */
+static void test_hole_scan_in_slices(void **state)
+{
+	const uint64_t pool = 64ull << 20, slice = 8ull << 20, pb = 64u << 10;
+	const uint32_t victim = 900;	/* at 56.25 MiB: the 8th slice */
+	struct kvd_config cfg;
+	struct holes_seen h = { 0 };
+	struct kvd_pool p;
+	uint32_t call, found_at = 0, i;
+
+	(void)state;
+	kvd_config_defaults(&cfg);
+	cfg.hugepages = KVD_HUGE_OFF;
+	assert_int_equal(kvd_pool_open(&p, &cfg, pool, pb), 0);
+	/* Before the pool is faulted in, untouched pages read as holes: the
+	 * scan waits for the pre-fault. */
+	kvd_pool_prefault(&p);
+	for (i = 0; i < 2000 && !atomic_load(&p.prefault_done); i++)
+		usleep(10000);
+	assert_true(atomic_load(&p.prefault_done));
+	/* Nothing punched: a whole pass reports nothing. */
+	for (call = 0; call < pool / slice; call++)
+		assert_int_equal(kvd_pool_holes(&p, slice, saw_holes, &h), 0);
+	assert_int_equal(h.calls, 0);
+	/* A client punches one 4 KiB page of pool page 900. */
+	assert_int_equal(fallocate(p.mem.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				   (off_t)(victim * pb + 8192), 4096), 0);
+	for (call = 1; call <= pool / slice && !h.calls; call++)
+		if (kvd_pool_holes(&p, slice, saw_holes, &h))
+			found_at = call;
+	assert_int_equal(h.calls, 1);
+	assert_int_equal(h.first, victim);
+	assert_int_equal(h.pages, 1);
+	assert_true(found_at >= 1 && found_at <= pool / slice);
+	/* Backed again: a full pass later, nothing more. */
+	for (call = 0; call < pool / slice; call++)
+		assert_int_equal(kvd_pool_holes(&p, slice, saw_holes, &h), 0);
+	assert_int_equal(h.calls, 1);
+	kvd_pool_close(&p);
+}
+
 static void test_cuda_pool_unavailable(void **state)
 {
 	struct kvd_config cfg;
@@ -97,6 +160,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_host_copy_and_checksum),
+		cmocka_unit_test(test_hole_scan_in_slices),
 		cmocka_unit_test(test_cuda_pool_unavailable),
 	};
 

@@ -448,7 +448,7 @@ static void test_hello_ns(void **state)
 				      .layers = 32, .kv_heads = 8, .head_dim = 128,
 				      .block_tokens = 16, .pos_kind = 1, .model = "llama-3-8b" };
 	struct kvproto_hello h;
-	struct kvshm_ns ns, ns2;
+	struct kvshm_ns ns, ns2, ns3;
 
 	(void)state;
 	assert_int_equal(kvproto_hello_ns(&good, &ns), 0);
@@ -477,7 +477,8 @@ static void test_hello_ns(void **state)
 		h = good; h.field = value; \
 		assert_int_equal(kvproto_hello_ns(&h, &ns2), -EINVAL); \
 	} while (0)
-	BAD_HELLO(flags, 1);
+	BAD_HELLO(flags, 2);
+	BAD_HELLO(flags, KVPROTO_HELLO_ENGINE_KEYS | 4);
 	BAD_HELLO(dtype_bytes, 3);
 	BAD_HELLO(dtype_bytes, 0);
 	BAD_HELLO(layers, 0);
@@ -493,6 +494,30 @@ static void test_hello_ns(void **state)
 	h = good;
 	memset(h.model, 'm', sizeof(h.model));	/* unterminated */
 	assert_int_equal(kvproto_hello_ns(&h, &ns2), -EINVAL);
+	/* Engine keys: another kind, another namespace of the same model
+	 * (sharded or not), and the kind survives kvproto_ns_declared. */
+	h = good;
+	h.flags = KVPROTO_HELLO_ENGINE_KEYS;
+	assert_int_equal(kvproto_hello_ns(&h, &ns2), 0);
+	assert_int_equal(ns2.kind, KVSHM_NS_ENGINE);
+	assert_int_equal(ns.kind, KVSHM_NS_TOKENS);
+	assert_memory_not_equal(&ns.id, &ns2.id, sizeof(ns.id));
+	{
+		struct kvshm_ns back;
+
+		assert_int_equal(kvproto_ns_declared(&ns2, &back), 0);
+		assert_int_equal(back.kind, KVSHM_NS_ENGINE);
+		assert_memory_equal(&back.id, &ns2.id, sizeof(ns2.id));
+		assert_int_equal(kvproto_ns_declared(&ns, &back), 0);
+		assert_memory_equal(&back.id, &ns.id, sizeof(ns.id));
+		ns2.kind = 7;	/* read from outside: no HELLO declares it */
+		assert_int_equal(kvproto_ns_declared(&ns2, &back), -EINVAL);
+	}
+	h.shard.tp_size = 2;
+	assert_int_equal(kvproto_hello_ns(&h, &ns2), 0);
+	h.flags = 0;
+	assert_int_equal(kvproto_hello_ns(&h, &ns3), 0);
+	assert_memory_not_equal(&ns3.id, &ns2.id, sizeof(ns2.id));
 }
 
 /* STAT (an observer's attach) and its reply. */

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * remote_fmt.c - the remote tier's item format: the MAC against RFC 4231
- * (and with the empty key of --remote-insecure), an item that checks as
- * built, and each way one must not (damage, another secret, another
+ * remote_fmt.c - the remote tier's item format: the MAC against its
+ * construction computed by hand from libsodium's primitives (and with the
+ * empty key of --remote-insecure), items of other format versions refused
+ * as such, an item that checks as built, and each way one must not (damage, another secret, another
  * namespace, key, parent or tokens, a forged namespace id, the wrong
  * length or geometry), the item key and the prefix rule, the server list.
  */
@@ -17,41 +18,77 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "../../daemon/tier/remote_fmt.h"
 #include "../../shm/proto.h"
 
-static void hex(char *out, const uint8_t *b, size_t n)
+/*
+ * The MAC is what remote_fmt.h says, computed here from libsodium's
+ * primitives independently of the AEAD call the daemon makes: the item
+ * key is BLAKE2b-256 of the secret (personal "kvcached-rmac-v2"); the
+ * one-time Poly1305 key is the first 32 bytes of the XChaCha20 keystream
+ * (HChaCha20 subkey from the first 16 nonce bytes, then IETF ChaCha20 with
+ * nonce 0^4 || the last 8, block 0); the tag is Poly1305 of the item,
+ * zero-padded to 16 bytes, then le64(item bytes) and le64(0).
+ */
+static void mac_by_hand(const char *secret, const uint8_t *item, size_t n, const uint8_t *nonce,
+			uint8_t tag[16])
 {
-	for (size_t i = 0; i < n; i++)
-		sprintf(out + 2 * i, "%02x", b[i]);
+	static const unsigned char personal[16] = "kvcached-rmac-v2";
+	uint8_t key[32], sub[32], n12[12] = { 0 }, otk[64] = { 0 }, pad[16] = { 0 }, lens[16];
+	crypto_onetimeauth_poly1305_state st;
+	uint64_t l = n;
+
+	assert_int_equal(crypto_generichash_blake2b_salt_personal(key, 32, (const void *)secret,
+								  strlen(secret), NULL, 0, NULL,
+								  personal), 0);
+	crypto_core_hchacha20(sub, nonce, key, NULL);
+	memcpy(n12 + 4, nonce + 16, 8);
+	crypto_stream_chacha20_ietf(otk, sizeof(otk), n12, sub);
+	crypto_onetimeauth_poly1305_init(&st, otk);
+	crypto_onetimeauth_poly1305_update(&st, item, n);
+	crypto_onetimeauth_poly1305_update(&st, pad, (16 - n % 16) % 16);
+	memcpy(lens, &l, 8);
+	memset(lens + 8, 0, 8);
+	crypto_onetimeauth_poly1305_update(&st, lens, 16);
+	crypto_onetimeauth_poly1305_final(&st, tag);
 }
 
-/* buf holds data then room for the MAC; kvd_rval_seal writes it. */
-static void mac_is(const char *key, const char *data, const char *want)
+static void mac_is_construction(const char *secret, size_t payload)
 {
-	size_t n = strlen(data);
-	uint8_t *buf = calloc(1, n + KVD_RVAL_MAC);
+	size_t n = sizeof(struct kvd_rval_hdr) + payload + KVD_RVAL_MAC, i;
+	uint8_t *buf = calloc(1, n), tag[16], nonce[KVD_RVAL_NONCE];
 	struct kvd_rmac *m;
-	char got[2 * KVD_RVAL_MAC + 1];
 
 	assert_non_null(buf);
-	memcpy(buf, data, n);
-	assert_int_equal(kvd_rmac_new(&m, key, strlen(key)), 0);
-	assert_int_equal(kvd_rval_seal(m, buf, n + KVD_RVAL_MAC), 0);
-	hex(got, buf + n, KVD_RVAL_MAC);
-	assert_string_equal(got, want);
+	for (i = 0; i < n - KVD_RVAL_MAC; i++)
+		buf[i] = (uint8_t)(i * 13 + 7);
+	assert_int_equal(kvd_rmac_new(&m, secret, strlen(secret)), 0);
+	assert_int_equal(kvd_rval_seal(m, buf, n), 0);
+	memcpy(nonce, buf + offsetof(struct kvd_rval_hdr, nonce), sizeof(nonce));
+	mac_by_hand(secret, buf, n - KVD_RVAL_MAC, nonce, tag);
+	assert_memory_equal(buf + n - KVD_RVAL_MAC, tag, 16);
+	/* A second seal draws another nonce, so another one-time key and
+	 * another tag; kvd_rval_mac reproduces a tag from the header's nonce. */
+	assert_int_equal(kvd_rval_seal(m, buf, n), 0);
+	assert_memory_not_equal(buf + offsetof(struct kvd_rval_hdr, nonce), nonce, sizeof(nonce));
+	memcpy(tag, buf + n - KVD_RVAL_MAC, 16);
+	memset(buf + n - KVD_RVAL_MAC, 0, 16);
+	assert_int_equal(kvd_rval_mac(m, buf, n), 0);
+	assert_memory_equal(buf + n - KVD_RVAL_MAC, tag, 16);
+	assert_int_equal(kvd_rval_seal(m, buf, sizeof(struct kvd_rval_hdr)), -EINVAL);
 	kvd_rmac_free(m);
 	free(buf);
 }
 
-static void test_hmac_known_answers(void **state)
+static void test_mac_construction(void **state)
 {
 	(void)state;
-	/* RFC 4231 test case 2. */
-	mac_is("Jefe", "what do ya want for nothing?",
-	       "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
-	/* The empty key (--remote-insecure) and the empty message. */
-	mac_is("", "", "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad");
+	mac_is_construction("cluster secret, thirty-two bytes", 4096);
+	mac_is_construction("cluster secret, thirty-two bytes", 17);	/* padding */
+	/* The empty secret (--remote-insecure). */
+	mac_is_construction("", 0);
 }
 
 struct blk {
@@ -81,7 +118,7 @@ static void make_blk(struct blk *b, struct kvd_rmac *m)
 		b->tokens[i] = (uint32_t)(1000 + i);
 	b->w = (struct kvd_rval_want){ &b->ns, { 11, 12 }, { 13, 14 }, b->tokens, 16 };
 	b->len = kvd_rval_bytes(16, b->ns.page_bytes);
-	assert_int_equal(b->len, sizeof(struct kvd_rval_hdr) + 64 + 4096 + 32);
+	assert_int_equal(b->len, sizeof(struct kvd_rval_hdr) + 64 + 4096 + KVD_RVAL_MAC);
 	b->item = malloc(b->len);
 	assert_non_null(b->item);
 	kvd_rval_fill(b->item, &b->ns, b->w.key, b->w.parent, b->tokens, 16, b->ns.page_bytes);
@@ -145,12 +182,13 @@ static void test_item_checks(void **state)
 	w.tokens = tok2;
 	refused(m, &b, &w, b.len, KVD_RVAL_TOKENS);
 	/* Damage anywhere: payload, header, tokens, the MAC itself. */
-	for (size_t at = 0; at < b.len; at += 97) {
+	for (size_t at = 0; at < b.len; at += at < 128 ? 5 : 97) {
 		b.item[at] ^= 0x40;
 		/* magic, version, block tokens, payload length: refused
-		 * before the MAC is computed */
+		 * before the MAC is computed; the nonce is MAC'd */
 		refused(m, &b, &b.w, b.len,
-			at < 16 || (at >= 48 && at < 56) ? KVD_RVAL_FORMAT : KVD_RVAL_BADMAC);
+			at >= 8 && at < 12 ? KVD_RVAL_VERSION_OTHER
+			: at < 16 || (at >= 48 && at < 56) ? KVD_RVAL_FORMAT : KVD_RVAL_BADMAC);
 		b.item[at] ^= 0x40;
 	}
 	/* A sealed item whose namespace id does not follow from its geometry
@@ -172,6 +210,38 @@ static void test_item_checks(void **state)
 	kvd_rmac_free(m);
 	kvd_rmac_free(other);
 	kvd_rmac_free(none);
+}
+
+/* Items of the previous format (HMAC-SHA256, 32-byte MAC, no nonce) and of
+ * a later one are refused for their version, before their MAC or length:
+ * the daemon counts them as stale misses, not as damage. */
+static void test_other_versions(void **state)
+{
+	struct kvd_rmac *m;
+	enum kvd_rval_fail fail;
+	struct kvd_rval_hdr h;
+	struct blk b;
+	uint32_t v[] = { 1, KVD_RVAL_VERSION + 1, UINT32_MAX };
+
+	(void)state;
+	assert_int_equal(kvd_rmac_new(&m, "cluster secret, thirty-two bytes", 32), 0);
+	make_blk(&b, m);
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+		memcpy(&h, b.item, sizeof(h));
+		h.version = v[i];
+		memcpy(b.item, &h, sizeof(h));
+		assert_int_equal(kvd_rval_mac(m, b.item, b.len), 0);	/* a good MAC */
+		refused(m, &b, &b.w, b.len, KVD_RVAL_VERSION_OTHER);
+		/* A version-1 item was 16 bytes longer (its MAC): still a
+		 * version refusal, not a length one. */
+		refused(m, &b, &b.w, b.len - 1, KVD_RVAL_VERSION_OTHER);
+	}
+	h.version = KVD_RVAL_VERSION;
+	memcpy(b.item, &h, sizeof(h));
+	assert_int_equal(kvd_rval_mac(m, b.item, b.len), 0);
+	assert_int_equal(kvd_rval_check(m, b.item, b.len, &b.w, &fail, &(const char *){ NULL }), 0);
+	free(b.item);
+	kvd_rmac_free(m);
 }
 
 static void test_keys_and_prefix(void **state)
@@ -227,7 +297,8 @@ static void test_server_list(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_hmac_known_answers),
+		cmocka_unit_test(test_mac_construction),
+		cmocka_unit_test(test_other_versions),
 		cmocka_unit_test(test_item_checks),
 		cmocka_unit_test(test_keys_and_prefix),
 		cmocka_unit_test(test_server_list),

@@ -174,6 +174,7 @@ void key_hex(char *out, struct kvc_key k);
 
 /* ---- modes, one file each (tools/bench/<name>.c) */
 void mode_lookup(void);
+void mode_flat(void);
 void mode_publish(void);
 void mode_pages(void);
 /* Named in kvbench.c's table already (weak until their file exists). */
@@ -183,6 +184,10 @@ void mode_gpu(void);
 /* The Python binding's cost per request vs C (bench/python.c). */
 void mode_python(void);
 void mode_serve(void);
+/* Daemon cost against pool size, cached blocks and clients (scale.c);
+ * --scale-max-pool in bytes (0: no cap). */
+void mode_scale(void);
+extern uint64_t scale_max_pool;
 /* serve's options (P: --serve-procs, W: --serve-workloads, R:
  * --serve-rounds): NULL, or why the value is refused. */
 const char *serve_option(int opt, const char *value);

@@ -12,10 +12,13 @@
  *	with client.request(tokens) as r:
  *	    r.lookup()
  *
- * with tokens in an array.array('I') (the buffer is passed without a
- * copy, as for a uint32/int32 numpy array or torch tensor), and again with
- * tokens in a list of ints (converted to uint32 on every request: what a
- * list costs).
+ * with the tokens in each form an engine may hold them: an
+ * array.array('I'), a list of ints (vLLM's prompt_token_ids), numpy
+ * arrays of uint32 and of int64 (what numpy.array(list) gives), torch
+ * tensors of int32 and of int64 (what torch.tensor(list) gives). With the
+ * binding's C fast path (_kvcfast, built by make) a list is converted in
+ * one C loop and 32-bit buffers are passed by address; without it, through
+ * ctypes. The line after the table says which ran.
  *
  * The Python side is a child interpreter ($KVBENCH_PYTHON, else
  * /usr/bin/python3, else python3 on PATH) running the script below with
@@ -25,9 +28,12 @@
  * child (asked for over a pipe; the child times its own loop), ROUNDS
  * rounds of each per row, medians of the per-slice ns per request.
  *
- * Rows: op "py_request" (array tokens) and "py_request_list" (list
- * tokens), in ns per request, the peer "C" being the same requests from
- * C; op "py_added": the Python figure minus the C figure, against the
+ * Rows: op "py_request" (array tokens), "py_request_list",
+ * "py_request_numpy_u32", "py_request_numpy_i64", "py_request_torch_i32",
+ * "py_request_torch_i64" (skipped, saying why, without numpy or torch), in
+ * ns per request, the peer "C" being the same requests from C (goal: a
+ * ratio of at most 1.5 at 256 blocks); op "py_added": the array figure
+ * minus the C figure, against the
  * goal of 2 us (peer "goal 2 us"; a ratio up to 1 meets it). A sanitizer
  * build's library cannot be loaded into a plain interpreter: there, and
  * without python3 or the package, the rows say why they were skipped.
@@ -68,6 +74,22 @@ static const char py_script[] =
 "        if clock() >= end:\n"
 "            return (clock() - t0) / n, n\n"
 "\n"
+"def forms(a):\n"
+"    f = {'array': a, 'list': a.tolist()}\n"
+"    try:\n"
+"        import numpy\n"
+"        f['numpy-u32'] = numpy.array(a, dtype=numpy.uint32)\n"
+"        f['numpy-i64'] = numpy.array(a.tolist())\n"
+"    except ImportError:\n"
+"        pass\n"
+"    try:\n"
+"        import torch\n"
+"        f['torch-i32'] = torch.tensor(a.tolist(), dtype=torch.int32)\n"
+"        f['torch-i64'] = torch.tensor(a.tolist())\n"
+"    except ImportError:\n"
+"        pass\n"
+"    return f\n"
+"\n"
 "def main(sock, name, *paths):\n"
 "    c = kvclient.Client(kvclient.Model(name, 2, 1, 2, 32, 16), socket=sock)\n"
 "    toks = {}\n"
@@ -75,11 +97,16 @@ static const char py_script[] =
 "        a = array.array('I')\n"
 "        with open(path, 'rb') as f:\n"
 "            a.frombytes(f.read())\n"
-"        toks[len(a) // 16] = {'array': a, 'list': a.tolist()}\n"
-"    print('ready', kvclient.version(), kvclient.library_path(), flush=True)\n"
+"        toks[len(a) // 16] = forms(a)\n"
+"    fast = 'C fast path' if c._fast else 'ctypes only'\n"
+"    print('ready', kvclient.version(), kvclient.library_path(), fast, flush=True)\n"
 "    for line in sys.stdin:\n"
 "        _, nb, form, ns = line.split()\n"
-"        print(*slice_(c.request, toks[int(nb)][form], int(nb), int(ns)), flush=True)\n"
+"        t = toks[int(nb)].get(form)\n"
+"        if t is None:\n"
+"            print('skip', flush=True)\n"
+"            continue\n"
+"        print(*slice_(c.request, t, int(nb), int(ns)), flush=True)\n"
 "\n"
 "main(*sys.argv[1:])\n";
 
@@ -191,8 +218,14 @@ static const char *py_start(struct py_child *ch, const char *python, const char 
 	ch->out = fdopen(out[0], "r");
 	if (!ch->in || !ch->out)
 		die("fdopen: %s", strerror(errno));
-	if (fgets(line, sizeof(line), ch->out) && !strncmp(line, "ready ", 6))
+	if (fgets(line, sizeof(line), ch->out) && !strncmp(line, "ready ", 6)) {
+		size_t k = strlen(mode_text);
+
+		snprintf(mode_text + k, sizeof(mode_text) - k, "python: the binding ran with %s\n",
+			 strstr(line, "C fast path") ? "its C fast path (_kvcfast)"
+						     : "ctypes only (no _kvcfast)");
 		return NULL;
+	}
 	/* It did not come up: the last line of what it said is the reason. */
 	snprintf(why, whylen, "%.200s could not attach", python);
 	{
@@ -220,7 +253,8 @@ static void py_stop(struct py_child *ch)
 	memset(ch, 0, sizeof(*ch));
 }
 
-/* One Python slice of about ns nanoseconds: its ns per request. */
+/* One Python slice of about ns nanoseconds: its ns per request; 0 when
+ * the child has no such input (numpy or torch not installed). */
 static double py_slice(struct py_child *ch, size_t blocks, const char *form, uint64_t ns)
 {
 	char line[128];
@@ -229,8 +263,11 @@ static double py_slice(struct py_child *ch, size_t blocks, const char *form, uin
 
 	fprintf(ch->in, "run %zu %s %llu\n", blocks, form, (unsigned long long)ns);
 	fflush(ch->in);
-	if (!fgets(line, sizeof(line), ch->out) || sscanf(line, "%lf %llu", &per, &n) != 2 ||
-	    !n)
+	if (!fgets(line, sizeof(line), ch->out))
+		die("the Python side of the python mode stopped (its log: %s)", ch->log);
+	if (!strncmp(line, "skip", 4))
+		return 0;
+	if (sscanf(line, "%lf %llu", &per, &n) != 2 || !n)
 		die("the Python side of the python mode stopped (its log: %s)", ch->log);
 	return per;
 }
@@ -285,7 +322,11 @@ void mode_python(void)
 {
 	static char name[64], files[NELEM(py_sizes)][PATH_MAX];
 	char python[PATH_MAX], why[512];
-	static const char *const forms[] = { "array", "list" };
+	static const char *const forms[] = { "array", "list", "numpy-u32", "numpy-i64",
+					     "torch-i32", "torch-i64" };
+	static const char *const ops[] = { "py_request", "py_request_list",
+					   "py_request_numpy_u32", "py_request_numpy_i64",
+					   "py_request_torch_i32", "py_request_torch_i64" };
 	uint32_t *tok[NELEM(py_sizes)];
 	struct kvc_model m;
 	struct py_child ch = { 0 };
@@ -327,15 +368,20 @@ void mode_python(void)
 
 			/* Warm both sides (first-call costs, caches). */
 			c_slice(c, tok[i], py_sizes[i], slice / 4);
-			py_slice(&ch, py_sizes[i], forms[f], slice / 4);
+			if (!py_slice(&ch, py_sizes[i], forms[f], slice / 4)) {
+				add_row(&(struct row){ "python", ops[f], 1, py_sizes[i], 4096,
+						       NULL, "ns", "C", 0, 0,
+						       "numpy or torch not installed" });
+				continue;
+			}
 			for (r = 0; r < ROUNDS; r++) {
 				cc[r] = c_slice(c, tok[i], py_sizes[i], slice);
 				py[r] = py_slice(&ch, py_sizes[i], forms[f], slice);
 			}
 			mp = median(py, ROUNDS);
 			mc = median(cc, ROUNDS);
-			add_row(&(struct row){ "python", f ? "py_request_list" : "py_request", 1,
-					       py_sizes[i], 4096, NULL, "ns", "C", mp, mc, NULL });
+			add_row(&(struct row){ "python", ops[f], 1, py_sizes[i], 4096, NULL, "ns",
+					       "C", mp, mc, NULL });
 			if (!f)
 				add_row(&(struct row){ "python", "py_added", 1, py_sizes[i], 4096,
 						       NULL, "ns", "goal 2 us", mp - mc, 2000,

@@ -12,7 +12,7 @@
  *
  *   write   A's client publishes a run of fresh 2 MiB blocks; the clock
  *           runs from kvc_publish until A's counters say every block is
- *           written (items with header, tokens and HMAC-SHA256). Item
+ *           written (items with header, tokens and MAC). Item
  *           bytes over that time.
  *   fetch   B's client looks the same run up (all of it offered to tier
  *           2) and kvc_restore brings it over in one round trip (B's
@@ -32,7 +32,8 @@
  *           FETCH, gather, the question's tokens) against a cold prefill
  *           on B. The warm answer's logits must be bitwise the cold's.
  *
- * Rows: remote-write and remote-fetch (GB/s, ratio to raw), ttft_remote
+ * Rows: mac-* (the MAC candidates, see mac_rows; no server needed),
+ * remote-write and remote-fetch (GB/s, ratio to raw), ttft_remote
  * (ms, ratio to cold). --quick: 16 blocks, one round, a 512-token document.
  * Without memcached (or with --socket) the three rows say why, with no
  * figures.
@@ -49,7 +50,12 @@
 #include <unistd.h>
 
 #include <libmemcached/memcached.h>
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+#include <sodium.h>
 
+#include "../../daemon/tier/remote_fmt.h"
 #include "../../libclient/observe.h"
 #include "../../shm/proto.h"
 #include "../../tests/lib/mcsrv.h"
@@ -432,6 +438,120 @@ static void ttft_rows(const char *asock)
 	free(cold_logits);
 }
 
+/* ------------------------------------------------------------ MACs */
+
+/*
+ * The MAC candidates for a remote item, on one core, over a whole 2 MiB
+ * item (header, tokens, page): HMAC-SHA256 (item format 1, OpenSSL's
+ * EVP_MAC, the peer), keyed BLAKE2b-256 (libsodium crypto_generichash),
+ * and what format 2 runs: kvd_rval_seal (a fresh nonce, XChaCha20 for the
+ * one-time key, Poly1305 over the item) and kvd_rval_check of a good
+ * item (the same tag recomputed and compared, then the identity checks).
+ * Alternating slices, ROUNDS each, medians; GB/s of item bytes.
+ */
+enum { MAC_HMAC, MAC_BLAKE2B, MAC_SEAL, MAC_CHECK, MAC_N };
+
+struct mac_bench {
+	uint8_t *item;
+	size_t len;
+	EVP_MAC_CTX *hmac;
+	struct kvd_rmac *rm;
+	struct kvshm_ns ns;
+	uint32_t tokens[BT];
+	struct kvd_rval_want want;
+};
+
+static void mac_once(struct mac_bench *b, int kind)
+{
+	uint8_t out[32];
+	size_t olen;
+	enum kvd_rval_fail fail;
+	const char *why;
+	static const uint8_t key[32] = "kvbench MAC candidate key, 32 B";
+
+	switch (kind) {
+	case MAC_HMAC:
+		if (!EVP_MAC_init(b->hmac, NULL, 0, NULL) ||
+		    !EVP_MAC_update(b->hmac, b->item, b->len - KVD_RVAL_MAC) ||
+		    !EVP_MAC_final(b->hmac, out, &olen, sizeof(out)))
+			die("remote: HMAC-SHA256 failed");
+		break;
+	case MAC_BLAKE2B:
+		crypto_generichash(out, 32, b->item, b->len - KVD_RVAL_MAC, key, sizeof(key));
+		break;
+	case MAC_SEAL:
+		if (kvd_rval_seal(b->rm, b->item, b->len))
+			die("remote: kvd_rval_seal failed");
+		break;
+	default:
+		if (kvd_rval_check(b->rm, b->item, b->len, &b->want, &fail, &why))
+			die("remote: a sealed item does not check: %s", why);
+		break;
+	}
+	sink += out[0];
+}
+
+static double mac_slice(struct mac_bench *b, int kind, uint64_t ns)
+{
+	uint64_t t0 = now_ns(), n = 0;
+
+	do {
+		mac_once(b, kind);
+		n++;
+	} while (now_ns() - t0 < ns);
+	return (double)(n * b->len) / (double)(now_ns() - t0);
+}
+
+static void mac_rows(void)
+{
+	static const char *const ops[MAC_N] = { NULL, "mac-blake2b", "mac-poly1305-seal",
+						"mac-poly1305-check" };
+	char digest[] = "SHA256";
+	OSSL_PARAM params[] = {
+		OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+		OSSL_PARAM_construct_end(),
+	};
+	struct kvproto_hello hi = { .dtype_bytes = 2, .layers = 32, .kv_heads = 8,
+				    .head_dim = 128, .block_tokens = BT,
+				    .pos_kind = KVSHM_POS_ROPE };
+	uint64_t slice = (uint64_t)(opt.seconds * 1e9 / (2.0 * ROUNDS * (MAC_N - 1)));
+	double v[MAC_N][ROUNDS];
+	struct mac_bench b;
+	EVP_MAC *mac;
+	size_t i;
+	int k, r;
+
+	memset(&b, 0, sizeof(b));
+	strcpy(hi.model, "kvbench-mac");
+	if (kvproto_hello_ns(&hi, &b.ns) || b.ns.page_bytes != PAGE)
+		die("remote: the MAC bench's namespace is not one of 2 MiB pages");
+	for (i = 0; i < BT; i++)
+		b.tokens[i] = (uint32_t)(i * 7);
+	b.want = (struct kvd_rval_want){ &b.ns, { 1, 2 }, { 3, 4 }, b.tokens, BT };
+	b.len = kvd_rval_bytes(BT, PAGE);
+	b.item = xmalloc(b.len);
+	kvd_rval_fill(b.item, &b.ns, b.want.key, b.want.parent, b.tokens, BT, PAGE);
+	for (i = kvd_rval_payload_off(BT); i + 8 <= b.len; i += 8)
+		memcpy(b.item + i, &(uint64_t){ mix64(i) }, 8);
+	mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+	b.hmac = mac ? EVP_MAC_CTX_new(mac) : NULL;
+	EVP_MAC_free(mac);
+	if (!b.hmac || !EVP_MAC_init(b.hmac, (const uint8_t *)"kvbench secret", 14, params) ||
+	    kvd_rmac_new(&b.rm, "kvbench cluster secret, 32 bytes", 32))
+		die("remote: MAC setup failed");
+	for (k = 0; k < MAC_N; k++)	/* warm */
+		mac_slice(&b, k, slice / 4);
+	for (r = 0; r < ROUNDS; r++)
+		for (k = 0; k < MAC_N; k++)
+			v[k][r] = mac_slice(&b, k, slice);
+	for (k = 1; k < MAC_N; k++)
+		add_row(&(struct row){ "remote", ops[k], 1, 1, PAGE, NULL, "GB/s", "hmac-sha256",
+				       median(v[k], ROUNDS), median(v[MAC_HMAC], ROUNDS), NULL });
+	EVP_MAC_CTX_free(b.hmac);
+	kvd_rmac_free(b.rm);
+	free(b.item);
+}
+
 /* ------------------------------------------------------------ mode */
 
 static void row(const char *op, size_t n, const char *peer, double kv, double pr,
@@ -455,6 +575,7 @@ void mode_remote(void)
 	kvc_t *ca, *cb;
 	int fd;
 
+	mac_rows();
 	if (opt.socket || !kvt_mc_bin()) {
 		const char *why = opt.socket ? "needs two daemons and memcached servers kvbench starts"
 					     : "memcached not found";

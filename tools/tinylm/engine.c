@@ -59,10 +59,13 @@ static int claim(struct kvc_req *r, unsigned flags, size_t blocks, size_t bt, in
 		}
 		if ((flags & TLM_NO_PUBLISH) || (size_t)*hits >= blocks || run->cache_err)
 			break;
+		run->missed = blocks - (size_t)*hits;
 		got = kvc_alloc(r);
 		if (got != -EINPROGRESS)
 			break;
 	}
+	if (run->missed && (size_t)(got > 0 ? got : 0) < run->missed)
+		run->short_err = kvc_req_short_reason(r);
 	run->wait_tokens = (size_t)(*hits - from) * bt;
 	if (got < 0) {
 		run->cache_err = got;
@@ -71,13 +74,22 @@ static int claim(struct kvc_req *r, unsigned flags, size_t blocks, size_t bt, in
 	return got;
 }
 
+/* Note n restored blocks, the first `spilled` of them from disk. */
+static void restored_from(struct tlm_run *run, size_t n, size_t spilled, size_t bt)
+{
+	size_t disk = n < spilled ? n : spilled;
+
+	run->spill_tokens = disk * bt;
+	run->remote_tokens = (n - disk) * bt;
+}
+
 int tlm_prefill(struct tlm_state *s, kvc_t *c, const uint32_t *tok, size_t n,
 		const void *extra, size_t extra_len, const char *label, unsigned flags,
 		struct tlm_run *run)
 {
 	struct tlm_run dummy;
 	struct kvc_req *r = NULL;
-	size_t bt = 0, blocks = 0, use = 0, from, i;
+	size_t bt = 0, blocks = 0, use = 0, from, i, unused, trim;
 	int hits = 0, got = 0, rc;
 
 	if (!run)
@@ -111,11 +123,17 @@ int tlm_prefill(struct tlm_state *s, kvc_t *c, const uint32_t *tok, size_t n,
 			 * them in when that beats computing them. */
 			if (!run->cache_err && (kvc_req_spilled(r) || kvc_req_remote(r)) &&
 			    kvc_restore_pays(r, TLM_PREFILL_TPS) == 1) {
+				size_t spilled = kvc_req_spilled(r);
+
 				rc = kvc_restore(r);
-				if (rc < 0)
+				if (rc < 0) {
 					run->cache_err = rc;
-				else
+				} else {
+					/* The spilled run comes first, then the
+					 * remote one (kvclient.h). */
+					restored_from(run, (size_t)(rc - hits), spilled, bt);
 					hits = rc;
+				}
 			}
 		}
 		got = claim(r, flags, blocks, bt, &hits, run);
@@ -125,6 +143,12 @@ int tlm_prefill(struct tlm_state *s, kvc_t *c, const uint32_t *tok, size_t n,
 			tlm_kv_gather(s, i * bt, kvc_block(r, i), bt);
 		s->n = use * bt;
 		run->hit_tokens = use * bt;
+		/* Hits not used are the last ones: remote first, then disk. */
+		unused = ((size_t)hits - use) * bt;
+		trim = unused < run->remote_tokens ? unused : run->remote_tokens;
+		run->remote_tokens -= trim;
+		unused -= trim;
+		run->spill_tokens -= unused < run->spill_tokens ? unused : run->spill_tokens;
 	}
 	from = s->n;
 	rc = tlm_forward(s, tok + from, NULL, NULL, n - from, 1);

@@ -462,8 +462,11 @@ struct result {
 	double ttft;		/* seconds: prefill + first token */
 	double cpu;		/* of it, this thread's CPU time */
 	size_t tokens, hit;
+	size_t spill, remote;	/* of hit, from disk and from the remote tier */
+	size_t missed, published;	/* blocks after the hits; of them published */
 	uint32_t first;
 	int cache_err;
+	int short_err;		/* why fewer than missed were granted, or 0 */
 };
 
 /* This thread's CPU seconds: less moved by other load than wall time. */
@@ -503,6 +506,11 @@ static struct result answer(struct tlm_state *s, kvc_t *c, const uint32_t *tok, 
 	res.cache_err = run.cache_err;
 	if (run.cache_err == -ENOTCONN && cache_lost)
 		__atomic_store_n(cache_lost, 1, __ATOMIC_RELEASE);
+	res.spill = run.spill_tokens;
+	res.remote = run.remote_tokens;
+	res.missed = run.missed;
+	res.published = run.published;
+	res.short_err = run.short_err;
 	if (logits)
 		memcpy(logits, s->logits, model.cfg.vocab_size * sizeof(float));
 	for (i = 0; i < ngen; i++) {
@@ -1101,6 +1109,91 @@ static uint32_t *ptok[MAX_PROMPTS];
 static size_t plen[MAX_PROMPTS], pmax;
 static char pname[MAX_PROMPTS][48];
 
+/* Bytes a and b share from the start. */
+static size_t common_len(const char *a, const char *b)
+{
+	size_t n = 0;
+
+	while (a[n] && a[n] == b[n])
+		n++;
+	return n;
+}
+
+/* Up to max bytes of t from t[from], not starting or ending inside a UTF-8
+ * character, control characters as spaces, appended to out[*o..]. */
+static void excerpt(char *out, size_t *o, size_t cap, const char *t, size_t from, size_t max)
+{
+	size_t len = strlen(t), end;
+
+	while (from > 0 && ((unsigned char)t[from] & 0xc0) == 0x80)
+		from--;
+	end = from + max < len ? from + max : len;
+	while (end > from && end < len && ((unsigned char)t[end] & 0xc0) == 0x80)
+		end--;
+	for (size_t i = from; i < end && *o + 1 < cap; i++)
+		out[(*o)++] = (unsigned char)t[i] < 0x20 ? ' ' : t[i];
+	out[*o] = 0;
+}
+
+/*
+ * The name prompt i is shown under. --prompt TEXT: its first 24 bytes, or,
+ * when another --prompt starts with the same 24 (a shared system prompt),
+ * its first 12, "...", and 24 from a little before where it differs from
+ * the closest one, so that no two read the same; an identical text says
+ * which prompt it repeats. --prompt-file: the file's name, or the path as
+ * given when another file has the same name.
+ */
+static void prompt_name(int i)
+{
+	const char *a = opt.prompts[i].arg, *base = strrchr(a, '/') ? strrchr(a, '/') + 1 : a;
+	char *out = pname[i];
+	size_t cap = sizeof(pname[i]), o = 0, lcp = 0, len = strlen(a);
+	int same = 0;
+
+	for (int j = 0; j < opt.nprompts; j++) {
+		const char *b = opt.prompts[j].arg, *bb = strrchr(b, '/') ? strrchr(b, '/') + 1 : b;
+		size_t c;
+
+		if (j == i || opt.prompts[j].file != opt.prompts[i].file)
+			continue;
+		if (opt.prompts[i].file) {
+			if (!strcmp(base, bb))
+				base = a;
+			continue;
+		}
+		c = common_len(a, b);
+		if (c == len && !b[c]) {	/* the same text: named by number */
+			if (!same && j < i)
+				same = j + 1;
+			continue;
+		}
+		if (c > lcp)
+			lcp = c;
+	}
+	if (opt.prompts[i].file) {
+		size_t n = strlen(base);
+
+		snprintf(out, cap, "%s%s", n >= cap ? "..." : "", n >= cap ? base + n - (cap - 4) : base);
+		return;
+	}
+	if (same) {
+		snprintf(out, cap, "the text of prompt %d", same);
+		return;
+	}
+	out[o++] = '"';
+	if (lcp < 24) {
+		excerpt(out, &o, cap, a, 0, 24);
+	} else {
+		size_t from = lcp > 8 ? lcp - 8 : 0;
+
+		excerpt(out, &o, cap, a, 0, 12);
+		o += (size_t)snprintf(out + o, cap - o, "...");
+		excerpt(out, &o, cap, a, from, 24);
+		len -= from;
+	}
+	snprintf(out + o, cap - o, "%s\"", len > 24 ? "..." : "");
+}
+
 static void load_prompts(void)
 {
 	for (int i = 0; i < opt.nprompts; i++) {
@@ -1110,7 +1203,6 @@ static void load_prompts(void)
 
 		if (opt.prompts[i].file) {
 			FILE *f = fopen(a, "rb");
-			const char *base = strrchr(a, '/') ? strrchr(a, '/') + 1 : a;
 			size_t cap = 0, n;
 
 			if (!f)
@@ -1133,14 +1225,12 @@ static void load_prompts(void)
 			fclose(f);
 			if (!len)
 				die("--prompt-file %s: empty", a);
-			snprintf(pname[i], sizeof(pname[i]), "%s", base);
 		} else {
 			len = strlen(a);
 			if (!len)
 				die("--prompt: empty text");
-			snprintf(pname[i], sizeof(pname[i]), "\"%.*s%s\"", 24, a,
-				 len > 24 ? "..." : "");
 		}
+		prompt_name(i);
 		/* BOS, then one token per byte. */
 		if (len + 1 + (size_t)opt.gen > (size_t)model.cfg.seq_len)
 			die("prompt %d (%s): %zu tokens + %d to generate exceed the model's %d positions",
@@ -1155,6 +1245,33 @@ static void load_prompts(void)
 	}
 }
 
+/* Where hits other than the pool's came from: ", N from disk, M from the
+ * remote tier" (static storage), or "". */
+static const char *hit_tiers(const struct result *r)
+{
+	static char buf[96];
+	size_t o = 0;
+
+	buf[0] = 0;
+	if (r->spill)
+		o += (size_t)snprintf(buf, sizeof(buf), ", %zu from disk", r->spill);
+	if (r->remote)
+		snprintf(buf + o, sizeof(buf) - o, ", %zu from the remote tier", r->remote);
+	return buf;
+}
+
+/* Why a prefill published fewer blocks than it missed. */
+static const char *short_reason(int err)
+{
+	switch (err) {
+	case -EDQUOT: return "share cap (max-share) reached";
+	case -ENOSPC: return "no free pages or pin slots";
+	case -EMSGSIZE: return "more blocks than one PUBLISH message carries";
+	case 0: return "the daemon granted fewer pages";
+	default: return kvc_strerror(err);
+	}
+}
+
 /* Prompt i through the cache (its prefix found, its new blocks published),
  * then, with --compare-cold, with no cache: same logits, same answer. */
 static void run_prompt(kvc_t *c, struct tlm_state *s, int i, int proc)
@@ -1165,6 +1282,7 @@ static void run_prompt(kvc_t *c, struct tlm_state *s, int i, int proc)
 	struct pres *pr = &psh->r[i];
 	char label[KVC_MAX_LABEL + 1], procs[32] = "";
 	struct result r;
+	int why;
 
 	if (!warm || !cold || !gw || !gc)
 		die("out of memory");
@@ -1175,11 +1293,17 @@ static void run_prompt(kvc_t *c, struct tlm_state *s, int i, int proc)
 	pr->hit = r.hit;
 	if (opt.prompt_procs > 1)
 		snprintf(procs, sizeof(procs), ", process %d", proc);
-	printf("  prompt %d (%s%s): %zu tokens, %zu hit tokens (%.1f%%), TTFT %.1f ms", i + 1,
+	printf("  prompt %d (%s%s): %zu tokens, %zu hit tokens (%.1f%%%s), TTFT %.1f ms", i + 1,
 	       pname[i], procs, r.tokens, r.hit, 100.0 * (double)r.hit / (double)r.tokens,
-	       r.ttft * 1e3);
-	if (r.cache_err)
+	       hit_tiers(&r), r.ttft * 1e3);
+	/* A failed alloc or publish is said once, as the reason it published
+	 * fewer blocks than it computed. */
+	why = r.short_err ? r.short_err : r.cache_err;
+	if (r.cache_err && !(r.published < r.missed && r.cache_err == why))
 		printf(" (cache error: %s)", kvc_strerror(r.cache_err));
+	if (r.published < r.missed)
+		printf("\n    published %zu of %zu blocks: %s", r.published, r.missed,
+		       short_reason(why));
 	if (opt.compare_cold) {
 		struct result k = answer(s, NULL, ptok[i], plen[i], label, 0, gc, opt.gen, cold);
 

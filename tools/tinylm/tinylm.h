@@ -134,6 +134,11 @@ struct tlm_run {
 	int cache_err;		/* a kvc_ error that made it skip the cache, or 0 */
 	size_t wait_tokens;	/* of hit_tokens, got by waiting for another
 				 * process's prefill (single flight) */
+	size_t spill_tokens;	/* of hit_tokens, restored from this host's disk */
+	size_t remote_tokens;	/* of hit_tokens, fetched from the remote tier */
+	size_t missed;		/* blocks after the hits it asked pages for */
+	int short_err;		/* why fewer than `missed` were granted
+				 * (kvc_req_short_reason), or 0 */
 };
 
 /* tlm_prefill flags */

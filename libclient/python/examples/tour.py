@@ -5,12 +5,14 @@ publish its missed blocks, look it up again; then describe a paged KV cache
 in both layouts kvclient takes. A small float32 model so that it fits the
 page size of a test daemon; a real engine declares its own geometry.
 
+The tour needs only the standard library, like kvclient itself; the
+paged caches are numpy arrays (torch tensors work the same), and that
+part is skipped, saying so, where numpy is missing.
+
     KVCLIENT_LIB=build/libkvclient.so PYTHONPATH=libclient/python \\
         python3 libclient/python/examples/tour.py   # uses $KVCACHED_SOCKET
 """
 import array
-
-import torch
 
 import kvclient
 
@@ -25,17 +27,23 @@ with kvclient.Client(model) as c:                 # $KVCACHED_SOCKET or the defa
             hits = r.lookup()                     # blocks 0..hits-1, pinned
             got = r.alloc() if hits < r.blocks else 0   # pages for the rest
             for i in range(hits, hits + got):
-                r.page_tensor(i).fill_(float(i))  # write their KV (zero-copy)
+                page = r.page(i).cast("f")        # its KV, in place (zero-copy)
+                page[:] = array.array("f", [float(i)]) * len(page)
             if got:
                 r.publish()                       # one round trip
             print(f"attempt {attempt}: {hits} of {r.blocks} blocks cached")
 # end quote
 
 # Paged caches of 8 blocks, in the two layouts (section "PagedKV").
+try:
+    import numpy
+except ImportError:
+    print("PagedKV: skipped (it takes numpy arrays or torch tensors; neither is here)")
+    raise SystemExit(0)
 shape = (8, model.block_tokens, 2, 16)
-kv_caches = [torch.zeros((2,) + shape) for _ in range(2)]
-k_caches = [torch.zeros(shape) for _ in range(2)]
-v_caches = [torch.zeros(shape) for _ in range(2)]
+kv_caches = [numpy.zeros((2,) + shape, numpy.float32) for _ in range(2)]
+k_caches = [numpy.zeros(shape, numpy.float32) for _ in range(2)]
+v_caches = [numpy.zeros(shape, numpy.float32) for _ in range(2)]
 with kvclient.Client(model) as c:
     # quote: paged
     kv = kvclient.PagedKV(c, kv_caches)          # vLLM FlashAttention: per layer

@@ -22,8 +22,9 @@ library (kvclient.h): the same calls, the same costs, Python types.
 
 Only the standard library is needed; numpy and torch are used when present
 (page views, tensors as tokens, gather/scatter targets). The library is
-found through $KVCLIENT_LIB, the directory `make install` put it in, or
-the dynamic linker (libkvclient.so.0), and loaded on first use.
+found through $KVCLIENT_LIB, the copy a `pip install` put next to this
+file, the directory `make install` put it in, or the dynamic linker
+(libkvclient.so.0), and loaded on first use.
 See docs/PYTHON.md.
 """
 from __future__ import annotations

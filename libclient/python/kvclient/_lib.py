@@ -8,9 +8,13 @@ Where the library is looked for, in order:
 
 1. ``$KVCLIENT_LIB``: a path to libkvclient.so (a build tree:
    ``KVCLIENT_LIB=build/libkvclient.so``);
-2. the library directory ``make install`` recorded in ``_installed.py``
+2. the package's own copy, ``libkvclient.so.0`` next to this file, which
+   a ``pip install libclient/python`` puts there (the wheel carries the
+   library it was built with; absent in the source tree and in a
+   ``make install``);
+3. the library directory ``make install`` recorded in ``_installed.py``
    (absent in the source tree);
-3. the soname ``libkvclient.so.0`` through the dynamic linker
+4. the soname ``libkvclient.so.0`` through the dynamic linker
    (``LD_LIBRARY_PATH``, ld.so.cache).
 
 The library is loaded on first use, not on import, so that ``import
@@ -81,6 +85,8 @@ class Layout(Structure):
 
 
 OPEN_ALLOC_AHEAD = 0x1
+MODEL_ENGINE_KEYS = 0x1
+MAX_ENGINE_KEY = 1024
 POOL_HOST = 1
 POOL_CUDA = 2
 LAYOUT_KV = 1
@@ -94,6 +100,8 @@ _PROTOS = (
                          c_size_t], False),
     ("kvc_req_new", c_int, [c_void_p, c_void_p, c_size_t, c_char_p, c_size_t,
                             POINTER(c_void_p)], False),
+    ("kvc_req_new_keys", c_int, [c_void_p, c_char_p, c_void_p, c_size_t,
+                                 POINTER(c_void_p)], False),
     ("kvc_req_label", c_int, [c_void_p, c_char_p], False),
     ("kvc_req_blocks", c_size_t, [c_void_p], False),
     ("kvc_req_keys", c_int, [c_void_p, c_void_p, c_size_t], False),
@@ -109,6 +117,7 @@ _PROTOS = (
     ("kvc_block_page", c_int64, [c_void_p, c_size_t], False),
     ("kvc_publish", c_int, [c_void_p], True),
     ("kvc_req_free", None, [c_void_p], True),
+    ("kvc_connected", c_int, [c_void_p], False),
     ("kvc_pool_kind", c_int, [c_void_p], False),
     ("kvc_pool_device", c_int, [c_void_p], False),
     ("kvc_gather", c_int, [c_void_p, c_size_t, c_size_t, POINTER(Layout), c_void_p,
@@ -178,6 +187,9 @@ def _candidates() -> list[tuple[str, str]]:
     if env:
         out.append(("$KVCLIENT_LIB", env))
         return out	# named explicitly: nothing else may stand in for it
+    own = os.path.join(os.path.dirname(os.path.abspath(__file__)), SONAME)
+    if os.path.exists(own):
+        out.append(("the package's own copy (pip install)", own))
     try:
         from . import _installed  # written by make install
         out.append(("the install's libdir", os.path.join(_installed.LIBDIR, SONAME)))
@@ -210,6 +222,55 @@ def lib() -> Lib:
                     ". Build it (make) and set KVCLIENT_LIB=/path/to/build/libkvclient.so,"
                     " or install it (make install)")
     return _lib
+
+
+_fast_mod = None
+_fast_tried = False
+
+
+def fast():
+    """The optional C fast path (_kvcfast.c), bound to the loaded library,
+    or None: not built, not loadable, or KVCLIENT_NO_FAST set. Looked for
+    inside the package (an installed build), then next to the library
+    (a build tree: make puts it beside libkvclient.so)."""
+    global _fast_mod, _fast_tried
+    if _fast_tried:
+        return _fast_mod
+    L = lib()
+    with _lock:
+        if _fast_tried:
+            return _fast_mod
+        mod = None
+        if not os.environ.get("KVCLIENT_NO_FAST"):
+            try:
+                from . import _kvcfast as mod
+            except ImportError:
+                mod = _fast_beside(L.path)
+        if mod is not None:
+            addr = [ctypes.cast(getattr(L, n), c_void_p).value
+                    for n in ("req_new", "lookup", "req_free_nowait")]
+            mod.bind(*addr)
+        _fast_mod, _fast_tried = mod, True
+    return _fast_mod
+
+
+def _fast_beside(path: str):
+    import importlib.machinery
+    import importlib.util
+    if os.sep not in path:
+        return None	# found by the dynamic linker: no folder to look in
+    d = os.path.dirname(path)
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        f = os.path.join(d, "_kvcfast" + suffix)
+        if os.path.exists(f):
+            try:
+                spec = importlib.util.spec_from_file_location(__package__ + "._kvcfast", f)
+                mod = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(mod)
+                return mod
+            except (ImportError, OSError):
+                return None
+    return None
 
 
 def errbuf(n: int = 512):

@@ -33,7 +33,13 @@ from .errors import (ClientClosedError, DeviceMemoryError, ForkedHandleError,
                      InvalidArgumentError,
                      KvcError, NoPageError, NotSupportedError,
                      RequestReleasedError, RequestStateError, TensorDeviceError, TensorError,
-                     WrongDeviceError, error_class)
+                     TooBigError, WrongDeviceError, error_class)
+
+#: Limits of kvclient.h: KVC_MAX_LABEL (bytes of UTF-8), KVC_MAX_TOKENS,
+#: KVC_MAX_EXTRA (bytes).
+MAX_LABEL = 23
+MAX_TOKENS = 1 << 22
+MAX_EXTRA = 4096
 
 # Bumped in a child after fork (os.register_at_fork), like the C library's
 # own generation: a page view of an inherited Client is refused here, as
@@ -57,9 +63,9 @@ def _error(rc: int, call: str, reason: str | None = None, what: str | None = Non
     if err == _errno.ECHILD:
         text = ("this Client was opened by another process (this one was forked from "
                 "it); open a new kvclient.Client in this process")
-    msg = f"{what or call}: {text}"
-    if reason:
-        msg += f": {reason}"
+    # The daemon's or the library's own reason names the failure better
+    # than the errno's text, which it would only repeat.
+    msg = f"{what or call}: {reason or text}"
     return cls(err, msg, reason)
 
 
@@ -94,14 +100,21 @@ class Model:
     (``tp_rank``/``tp_size``, ``pp_rank``/``pp_size``) says which part of a
     model parallelised across processes this client holds; the defaults
     (0 of 1) mean not sharded.
+
+    ``keys="engine"`` (KVC_MODEL_ENGINE_KEYS) declares a namespace whose
+    blocks the engine names by keys of its own (SGLang's page hashes):
+    requests come from ``Client.request_keys``, never from tokens, and a
+    hit is only as exact as the engine's key. Such a namespace never shares
+    blocks with the token-keyed one of the same model.
     """
 
     __slots__ = ("name", "dtype", "dtype_bytes", "layers", "kv_heads", "head_dim",
-                 "block_tokens", "pos", "tp_rank", "tp_size", "pp_rank", "pp_size")
+                 "block_tokens", "pos", "tp_rank", "tp_size", "pp_rank", "pp_size", "keys")
 
     def __init__(self, name: str, dtype: Any, layers: int, kv_heads: int, head_dim: int,
                  block_tokens: int, pos: PosKind | str | int = PosKind.ROPE, *,
-                 tp_rank: int = 0, tp_size: int = 1, pp_rank: int = 0, pp_size: int = 1):
+                 tp_rank: int = 0, tp_size: int = 1, pp_rank: int = 0, pp_size: int = 1,
+                 keys: str = "tokens"):
         if not isinstance(name, str):
             raise TypeError("name must be a str")
         if not 1 <= len(name.encode()) <= 63 or "\0" in name:
@@ -122,6 +135,10 @@ class Model:
         self.tp_rank = _u("tp_rank", tp_rank, 0, max(self.tp_size - 1, 0))
         self.pp_size = _u("pp_size", pp_size, 0, 65535)
         self.pp_rank = _u("pp_rank", pp_rank, 0, max(self.pp_size - 1, 0))
+        if keys not in ("tokens", "engine"):
+            raise ValueError(f"keys {keys!r}: 'tokens' (kvcached keys blocks by their tokens)"
+                             " or 'engine' (the engine names each block)")
+        self.keys = keys
 
     @property
     def page_shape(self) -> tuple[int, int, int, int, int]:
@@ -137,6 +154,7 @@ class Model:
     def _struct(self) -> _L.ModelStruct:
         m = _L.ModelStruct()
         m.size = ctypes.sizeof(m)
+        m.flags = _L.MODEL_ENGINE_KEYS if self.keys == "engine" else 0
         m.name = self.name.encode()
         m.dtype_bytes = self.dtype_bytes
         m.layers = self.layers
@@ -158,6 +176,8 @@ class Model:
             shard += f", tp_rank={self.tp_rank}, tp_size={self.tp_size}"
         if self.pp_size > 1:
             shard += f", pp_rank={self.pp_rank}, pp_size={self.pp_size}"
+        if self.keys != "tokens":
+            shard += f", keys={self.keys!r}"
         return (f"Model({self.name!r}, {self.dtype or self.dtype_bytes!r}, layers={self.layers}"
                 f", kv_heads={self.kv_heads}, head_dim={self.head_dim}, block_tokens="
                 f"{self.block_tokens}, pos={self.pos.name.lower()!r}{shard})")
@@ -171,6 +191,31 @@ def _bytes_arg(v: Any, what: str) -> bytes | None:
     if isinstance(v, (bytes, bytearray, memoryview)):
         return bytes(v)
     raise TypeError(f"{what} must be bytes or str, not {type(v).__name__}")
+
+
+def _label_bytes(label: Any) -> bytes:
+    """A request label as C takes it: at most KVC_MAX_LABEL bytes, no NUL."""
+    if not isinstance(label, str):
+        raise TypeError(f"label must be a str, not {type(label).__name__}")
+    b = label.encode()
+    if len(b) > MAX_LABEL:
+        raise TooBigError(_errno.E2BIG, f"label {label!r}: {len(b)} bytes, at most "
+                          f"{MAX_LABEL} (KVC_MAX_LABEL)")
+    if b"\0" in b:
+        raise InvalidArgumentError(_errno.EINVAL, f"label {label!r}: contains a NUL")
+    return b
+
+
+def _too_big(call: str, rc: int, n: int, extra: bytes | None) -> TooBigError | None:
+    """For -E2BIG from kvc_req_new/kvc_keys: the error naming the limit."""
+    if rc != -_errno.E2BIG:
+        return None
+    if n > MAX_TOKENS:
+        what = f"the prompt is too long: {n} tokens, at most {MAX_TOKENS} (KVC_MAX_TOKENS)"
+    else:
+        what = (f"the extra keys are too long: {len(extra or b'')} bytes, at most "
+                f"{MAX_EXTRA} (KVC_MAX_EXTRA)")
+    return TooBigError(_errno.E2BIG, f"{call}: {what}")
 
 
 def _stream_of(stream: Any) -> int:
@@ -238,7 +283,9 @@ class Client:
         if rc < 0:
             reason = eb.value.decode("utf-8", "replace") or None
             where = os.fsdecode(path) if path else "the default socket"
-            raise _error(rc, "kvc_open", reason, f"attach to kvcached at {where}")
+            what = ("attach to kvcached" if reason and where in reason else
+                    f"attach to kvcached at {where}")
+            raise _error(rc, "kvc_open", reason, what)
         self._h = h
         self._pid = os.getpid()
         self._fork = _fork_gen[0]
@@ -250,10 +297,13 @@ class Client:
         dev = L.pool_device(h)
         self.pool_device: int | None = dev if dev >= 0 else None
         self._geom = model._geometry()
-        # Hot-path functions, bound once.
+        # Hot-path functions, bound once: the C fast path's (requests are
+        # then plain ints) when it is built, else ctypes' (c_void_p).
+        self._fast = F = _L.fast()
+        self._hv = h.value
         self._req_new = L.req_new
-        self._lookup = L.lookup
-        self._free_nowait = L.req_free_nowait
+        self._lookup = F.lookup if F else L.lookup
+        self._free_nowait = F.req_free if F else L.req_free_nowait
         self._free_wait = L.req_free
 
     # -------------------------------------------------------------- life
@@ -273,6 +323,14 @@ class Client:
     @property
     def closed(self) -> bool:
         return self._h is None
+
+    def connected(self) -> bool:
+        """Is the daemon still there (kvc_connected)? One poll() of the
+        socket, no round trip. False once the daemon has closed the
+        connection (exited, killed): the Client is then dead, and pages
+        pinned before stay readable until their requests are released."""
+        h = self._h
+        return h is not None and _L.lib().connected(h) == 0
 
     def __enter__(self) -> "Client":
         return self
@@ -312,30 +370,82 @@ class Client:
         h = self._h
         if h is None:
             raise ClientClosedError(_errno.EBADF, "the Client is closed")
-        if type(tokens) is _array and tokens.typecode in "Ii":	# the cheapest input
-            addr, n = tokens.buffer_info()
-        else:
-            conv = _U32.get(type(tokens))
-            addr, n, keep = conv(tokens) if conv else _b.u32(tokens)
         if extra is not None:
             extra = _bytes_arg(extra, "extra")
-        r = c_void_p()
-        rc = self._req_new(h, addr, n, extra, len(extra) if extra else 0, r)
-        if rc < 0:
-            raise _error(rc, "kvc_req_new")
+        if label is not None:
+            label_b = _label_bytes(label)
+        F = self._fast
+        # The C fast path takes lists, tuples and buffers (array.array,
+        # numpy) itself; None: not taken, go the ctypes way.
+        rc = F.req_new(self._hv, tokens, extra) if F else None
+        if rc is None and F and type(tokens).__module__.startswith("torch"):
+            # A CPU tensor's numpy() view (no copy) is a buffer the fast
+            # path takes; anything else (CUDA, grad, strided, out of
+            # range) goes the ctypes way below, which says what is wrong.
+            try:
+                rc = F.req_new(self._hv, tokens.numpy(), extra)
+            except Exception:
+                rc = None
+        n = 0	# the fast path takes no more than KVC_MAX_TOKENS tokens
+        if rc is None:
+            if type(tokens) is _array and tokens.typecode in "Ii":
+                addr, n = tokens.buffer_info()
+            else:
+                conv = _U32.get(type(tokens))
+                addr, n, keep = conv(tokens) if conv else _b.u32(tokens)
+            if F:	# a tensor: by address, still without ctypes
+                rc = F.req_new_at(self._hv, addr or 0, n, extra)
+            else:
+                r = c_void_p()
+                rc = self._req_new(h, addr, n, extra, len(extra) if extra else 0, r)
+                if rc >= 0:
+                    rc = r
+        if not isinstance(rc, c_void_p) and rc < 0:
+            what = None
+            if rc == -_errno.EINVAL and self.model.keys == "engine":
+                what = ("request: this Client's namespace is engine-keyed "
+                        "(Model(keys='engine')): use request_keys()")
+            raise _too_big("request", rc, n, extra) or _error(rc, "kvc_req_new", what=what)
         # Request.__init__, inlined: this is the per-prompt path.
         req = _new_request(Request)
         req._c = self
-        req._r = r
-        req._key = key = r.value
+        req._r = rc
+        req._key = key = rc if F else rc.value
         req._stage = _NEW
         req.hits = req.granted = 0
         self._live.add(key)
         if label is not None:
-            rc = _L._lib.req_label(r, label.encode())
-            if rc < 0:
-                req.release()
-                raise _error(rc, "kvc_req_label", what=f"label {label!r}")
+            _label(req, req._r, label, label_b)
+        return req
+
+    def request_keys(self, keys: Any, label: str | None = None) -> "Request":
+        """Start a request of an engine-keyed Client (``Model(keys="engine")``)
+        for blocks the engine names (kvc_req_new_keys): ``keys`` is a
+        sequence of str or bytes, one per block, each 1..1024 bytes. Block i
+        is the same block in every request that names it ``keys[i]``; lookup()
+        counts the leading ones cached. The rest of the request is as for
+        request()."""
+        h = self._handle()
+        if isinstance(keys, (str, bytes)):
+            raise TypeError("keys must be a sequence of str or bytes, one per block")
+        bs = [k.encode() if isinstance(k, str) else bytes(k) for k in keys]
+        if label is not None:
+            label_b = _label_bytes(label)
+        lens = _array("I", map(len, bs))
+        buf = b"".join(bs)
+        r = c_void_p()
+        rc = _L.lib().req_new_keys(h, buf, lens.buffer_info()[0] if bs else None, len(bs), r)
+        if rc < 0:
+            what = None
+            if rc == -_errno.EINVAL and self.model.keys != "engine":
+                what = ("request_keys: this Client's namespace keys blocks by tokens; "
+                        "open it with Model(..., keys='engine')")
+            elif rc in (-_errno.EINVAL, -_errno.E2BIG):
+                what = f"request_keys: every key must be 1..{_L.MAX_ENGINE_KEY} bytes"
+            raise _error(rc, "kvc_req_new_keys", what=what)
+        req = Request(self, r)
+        if label is not None:
+            _label(req, r, label, label_b)
         return req
 
     def keys(self, tokens: Any, extra: bytes | str | None = None) -> list[int]:
@@ -349,7 +459,7 @@ class Client:
         out = (_L.Key * max(nb, 1))()
         rc = _L.lib().keys(h, addr, n, ex, len(ex) if ex else 0, out, nb)
         if rc < 0:
-            raise _error(rc, "kvc_keys")
+            raise _too_big("keys", rc, n, ex) or _error(rc, "kvc_keys")
         return _keys_list(out, rc)
 
     def _stream(self, stream: Any, kv: "PagedKV"):
@@ -420,6 +530,14 @@ class Client:
             size = int(n) + 1
 
 
+def _label(req: "Request", r, label: str, label_b: bytes) -> None:
+    """kvc_req_label for a request just made; releases it on failure."""
+    rc = _L._lib.req_label(r, label_b)
+    if rc < 0:
+        req.release()
+        raise _error(rc, "kvc_req_label", what=f"label {label!r}")
+
+
 def _keys_list(arr, n: int) -> list[int]:
     raw = bytes(arr)[:16 * n]
     return [int.from_bytes(raw[i:i + 16], "little") for i in range(0, 16 * n, 16)]
@@ -440,7 +558,8 @@ class Request:
 
     def __init__(self, client: Client, r: c_void_p):
         self._c = client
-        self._r = r
+        # With the C fast path (client._fast) requests are plain ints.
+        self._r = r.value if client._fast else r
         self._key = r.value
         self._stage = _NEW
         #: leading blocks that are cached and pinned (after lookup/restore/publish)
@@ -611,8 +730,8 @@ class Request:
         Returns how many were granted (also ``granted``), for blocks
         ``hits .. hits + granted - 1``; fewer than asked when the pool is
         full of pinned pages or this Client's pin slots run out."""
-        if self._stage > _LOOKED_UP or self._c._h is None:
-            raise self._stage_error("alloc", "call it once, before publish()")
+        if self._stage != _LOOKED_UP or self._c._h is None:
+            raise self._stage_error("alloc", "call it once, after lookup() and before publish()")
         rc = _L.lib().alloc(self._r)
         if rc < 0:	# InFlightError leaves it looked up: wait() again
             raise _error(rc, "kvc_alloc")
@@ -705,6 +824,8 @@ class Request:
         in one C call. Host pool: done on return. Cuda pool: queued on
         ``stream`` (default: torch's current stream of the pool's GPU);
         synchronize it before release()."""
+        if self._stage == _NEW:
+            raise self._stage_error("gather", "call it after lookup()")
         self._copy(_L._lib.gather, "kvc_gather", kv, block_ids, first, stream)
 
     def scatter(self, kv: "PagedKV", block_ids: Any, first: int | None = None,
@@ -713,6 +834,8 @@ class Request:
         granted for blocks ``first + j`` (``first`` defaults to ``hits``, the
         first granted block), before publish(). Cuda pool: synchronize the
         stream before publish()."""
+        if self._stage in (_NEW, _LOOKED_UP, _PUBLISHED):
+            raise self._stage_error("scatter", "call it after alloc() and before publish()")
         self._copy(_L._lib.scatter, "kvc_scatter", kv, block_ids,
                    self.hits if first is None else first, stream)
 

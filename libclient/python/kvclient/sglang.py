@@ -1,0 +1,242 @@
+# SPDX-License-Identifier: MIT
+"""kvcached as an SGLang HiCache storage backend: ``KvcachedStorage``.
+
+Selected with::
+
+    --enable-hierarchical-cache --hicache-storage-backend dynamic \\
+    --hicache-storage-backend-extra-config '{"backend_name":"kvcached",
+        "module_path":"kvclient.sglang","class_name":"KvcachedStorage",
+        "socket":"/run/kvcached/kvcached.sock"}'
+
+HiCache's storage tier is a key-value store of pages: SGLang names each
+page by a hash string (its own chain over the page's tokens and its
+prefix) and never hands the backend the tokens. kvcached keeps these pages
+in an engine-keyed namespace (``Model(keys="engine")``): a page is found by
+SGLang's key, so a hit is only as exact as SGLang's hash, and such a
+namespace never shares blocks with a token-keyed one (vLLM's, tinylm's).
+One HiCache page is one kvcached block: ``--page-size`` must equal the
+daemon's ``block-tokens``.
+
+The copies go between the host KV pool SGLang registers and kvcached's
+pages with kvclient's gather/scatter, page by page, no intermediate buffer:
+supported host layouts are ``layer_first`` (each layer's K and V viewed as
+[pages, page_size, heads, head_dim]) and ``page_first_direct`` (the same
+with a block stride); ``page_first`` keeps a page's tokens apart per layer
+and is refused, as are MLA pools (one latent vector per token, no K and V).
+Written against SGLang's documented ``HiCacheStorage`` (see
+docs/ENGINES.md for the version followed); nothing here is SGLang code.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any, List, Optional
+
+from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
+
+from . import client as _client
+from ._engine import Reconnecting
+from .errors import KvcError
+
+log = logging.getLogger("kvclient.sglang")
+
+__all__ = ["KvcachedStorage"]
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+class KvcachedStorage(HiCacheStorage):
+    """kvcached as HiCache's storage tier (see the module docstring).
+
+    Built by SGLang's storage factory as ``KvcachedStorage(storage_config,
+    kwargs)``; usable once ``register_mem_pool_host`` has given it the host
+    pool (the geometry comes from there). Until then, and whenever kvcached
+    is away, every key is a miss and every write is refused (False), never
+    an exception."""
+
+    def __init__(self, storage_config: HiCacheStorageConfig, kwargs: Optional[dict] = None):
+        self.config = storage_config
+        extra = dict(storage_config.extra_config or {})
+        self.socket = extra.get("socket")
+        self.salt = extra.get("salt", b"")
+        self.name = extra.get("model_name") or storage_config.model_name or "sglang-model"
+        cfg = storage_config
+        # An MLA model's ranks all hold the same latent KV: one namespace.
+        if cfg.is_mla_model:
+            self.tp_rank, self.tp_size = 0, 1
+        else:
+            self.tp_rank, self.tp_size = cfg.tp_rank, cfg.tp_size
+        self.pp_rank, self.pp_size = cfg.pp_rank, cfg.pp_size
+        # Context-parallel ranks hold disjoint parts of each page: apart.
+        self.cp = (cfg.attn_cp_rank, cfg.attn_cp_size) if cfg.attn_cp_size > 1 else None
+        self._rc: Optional[Reconnecting] = None
+        self._kv = None
+        self.page_size = 0
+
+    # -------------------------------------------------------------- setup
+
+    def register_mem_pool_host(self, mem_pool_host) -> None:
+        """The host KV pool HiCache moves pages through; its geometry makes
+        the kvcached namespace."""
+        super().register_mem_pool_host(mem_pool_host)
+        pool = mem_pool_host
+        layout = getattr(pool, "layout", "layer_first")
+        buf = getattr(pool, "kv_buffer", None)
+        if self.config.is_mla_model or buf is None or buf.dim() < 5 or buf.shape[0] != 2:
+            raise ValueError("KvcachedStorage: MLA host pools (one latent vector per token) "
+                             "are not supported")
+        if layout not in ("layer_first", "page_first_direct"):
+            raise ValueError(f"KvcachedStorage: host layout {layout!r} keeps a page's tokens "
+                             "apart per layer; use --hicache-mem-layout layer_first or "
+                             "page_first_direct")
+        ps, layers = int(pool.page_size), int(pool.layer_num)
+        heads, hd = int(pool.head_num), int(pool.head_dim)
+        self.page_size = ps
+        dtype = _dtype_name(pool.dtype)
+        name = f"{self.name}/{dtype}"
+        if self.cp:
+            name += f" cp{self.cp[0]}/{self.cp[1]}"
+        if len(name.encode()) > 63:
+            b = name.encode()
+            name = b[:50].decode("utf-8", "ignore") + "~" + hashlib.sha256(b).hexdigest()[:12]
+        if layout == "layer_first":	# [2, layers, slots, heads, head_dim]
+            pages = buf.shape[2] // ps
+            ks = [buf[0, i].view(pages, ps, heads, hd) for i in range(layers)]
+            vs = [buf[1, i].view(pages, ps, heads, hd) for i in range(layers)]
+        else:				# [2, pages, layers, page_size, heads, head_dim]
+            ks = [buf[0, :, i] for i in range(layers)]
+            vs = [buf[1, :, i] for i in range(layers)]
+        model = _client.Model(name, dtype, layers=layers, kv_heads=heads, head_dim=hd,
+                              block_tokens=ps, pos="rope", tp_rank=self.tp_rank,
+                              tp_size=self.tp_size, pp_rank=self.pp_rank,
+                              pp_size=self.pp_size, keys="engine")
+
+        def opened(c):
+            self._kv = _client.PagedKV(c, ks, vs)
+        self._rc = Reconnecting(model, self.socket, self.salt, opened, "KvcachedStorage")
+        self._rc.get()
+
+    def _client(self):
+        return self._rc.get() if self._rc is not None else None
+
+    def _pages(self, host_indices, n: int) -> list:
+        """Host pool pages of the first token slot of each of n pages."""
+        idx = host_indices[::self.page_size][:n]
+        return (idx // self.page_size).tolist()
+
+    def _failed(self, c, call: str, e: KvcError) -> None:
+        """A call failed: drop the Client if the daemon went, else log."""
+        if not c.connected():
+            self._rc.drop(str(e))
+        else:
+            log.warning("KvcachedStorage: %s: %s", call, e)
+
+    # --------------------------------------------------- zero-copy batch
+
+    def _looked_up(self, keys: List[str], call: str, body) -> int:
+        """body(request, hits) on a request of keys after its lookup: the
+        number of leading pages it returns, or 0 when kvcached is away or
+        the call failed (logged; the Client dropped if the daemon went)."""
+        c = self._client()
+        if c is None or not keys:
+            return 0
+        try:
+            with c.request_keys(keys) as r:
+                return body(r, r.lookup())
+        except KvcError as e:
+            self._failed(c, call, e)
+            return 0
+
+    def batch_exists(self, keys: List[str], extra_info=None) -> int:
+        """How many of keys, from the first, kvcached holds."""
+        return self._looked_up(keys, "batch_exists", lambda r, hits: hits)
+
+    def batch_get_v1(self, keys: List[str], host_indices, extra_info=None) -> List[bool]:
+        """Copy the leading cached pages of keys into the host pool pages
+        host_indices names (page_size slots per key); True for each copied."""
+        def get(r, hits):
+            if hits:
+                r.gather(self._kv, self._pages(host_indices, hits))
+            return hits
+        done = self._looked_up(keys, "batch_get_v1", get)
+        return [True] * done + [False] * (len(keys) - done)
+
+    def batch_set_v1(self, keys: List[str], host_indices, extra_info=None) -> List[bool]:
+        """Store the host pool pages of keys: those kvcached holds already
+        are left as they are, the rest copied into new pages and published.
+        True for each page that kvcached holds afterwards (a full pool
+        stores a leading part)."""
+        n = len(keys)
+
+        def put(r, hits):
+            if hits >= n:
+                return hits
+            got = r.alloc()
+            if got:
+                r.scatter(self._kv, self._pages(host_indices, n)[hits:hits + got])
+                r.publish()
+            return hits + got
+        done = self._looked_up(keys, "batch_set_v1", put)
+        return [True] * done + [False] * (n - done)
+
+    # ------------------------------------------- the older per-key API
+
+    def exists(self, key: str) -> bool:
+        return self.batch_exists([key]) == 1
+
+    def get(self, key: str, target_location: Optional[Any] = None,
+            target_sizes: Optional[Any] = None):
+        """The page of key as SGLang's flat page ([2, layers, page_size,
+        heads, head_dim] of the pool's dtype), into target_location when
+        given, else a new CPU tensor; None when not cached (host pool
+        only: the page is read through its view)."""
+        c = self._client()
+        if c is None:
+            return None
+        try:
+            with c.request_keys([key]) as r:
+                if not r.lookup():
+                    return None
+                page = r.page_tensor(0)		# [layers, 2, page_size, heads, head_dim]
+                out = page.transpose(0, 1)
+                if target_location is not None:
+                    target_location.view(out.shape).copy_(out)
+                    return target_location
+                return out.contiguous().flatten()
+        except KvcError as e:
+            log.warning("KvcachedStorage: get: %s", e)
+            return None
+
+    def set(self, key: str, value: Optional[Any] = None,
+            target_location: Optional[Any] = None, target_sizes: Optional[Any] = None) -> bool:
+        """Store SGLang's flat page value under key (host pool only)."""
+        c = self._client()
+        if c is None or value is None:
+            return False
+        try:
+            with c.request_keys([key]) as r:
+                if r.lookup():
+                    return True
+                if not r.alloc():
+                    return False
+                page = r.page_tensor(0)
+                page.transpose(0, 1).copy_(value.view(page.transpose(0, 1).shape))
+                r.publish()
+                return True
+        except KvcError as e:
+            log.warning("KvcachedStorage: set: %s", e)
+            return False
+
+    def batch_get(self, keys: List[str], target_locations: Optional[Any] = None,
+                  target_sizes: Optional[Any] = None):
+        locs = target_locations if target_locations is not None else [None] * len(keys)
+        return [self.get(k, t) for k, t in zip(keys, locs)]
+
+    def batch_set(self, keys: List[str], values: Optional[Any] = None,
+                  target_locations: Optional[Any] = None,
+                  target_sizes: Optional[Any] = None) -> bool:
+        if values is None:
+            return False
+        return all([self.set(k, v) for k, v in zip(keys, values)])

@@ -1,0 +1,557 @@
+# SPDX-License-Identifier: MIT
+"""kvcached as a vLLM v1 KV connector: ``KvcachedConnector``.
+
+Selected with::
+
+    --kv-transfer-config '{"kv_connector":"KvcachedConnector",
+        "kv_connector_module_path":"kvclient.vllm","kv_role":"kv_both",
+        "kv_connector_extra_config":{"socket":"/run/kvcached/kvcached.sock"}}'
+
+vLLM builds one connector in the scheduler process (role SCHEDULER) and one
+in each worker (role WORKER); each opens its own kvclient.Client. Written
+against vLLM's documented ``KVConnectorBase_V1`` (see docs/ENGINES.md for
+the versions followed); nothing here is vLLM code.
+
+Scheduler side: ``get_num_new_matched_tokens`` looks the prompt's full
+blocks up in rank 0's namespace and releases the request at once (no pin,
+no page is held: vLLM may ask again), ``update_state_after_alloc`` notes
+where the hits go, ``build_connector_meta`` hands the workers, per step,
+the blocks to load and the prompt blocks newly computed to save.
+
+Worker side: ``start_load_kv`` looks the blocks up again in this rank's
+namespace and copies the hits into vLLM's paged buffer in the background:
+either with gather (one pass for every layer: on a host pool in a thread
+that releases the GIL, on a cuda pool on a stream of its own; the first
+``wait_for_layer_load`` waits for it), or through page views layer by
+layer (a host pool with vLLM's buffers on a GPU, a kvcached block larger
+than vLLM's, or ``"copy": "pages"``), where ``wait_for_layer_load(layer
+i)`` waits for layer i only, so layer i computes while i+1 loads;
+``wait_for_save`` scatters the newly computed prompt blocks into pages and
+publishes them. Blocks a worker could not load (evicted since the
+scheduler looked, daemon gone) are reported by
+``get_block_ids_with_load_errors`` and vLLM recomputes them.
+
+kvcached being unreachable never fails a request: no daemon, a lost
+connection or a full pool make the connector report 0 matched tokens and
+skip saves; it reconnects at most once a second.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1,
+                                                             KVConnectorMetadata,
+                                                             KVConnectorRole)
+
+from . import client as _client
+from ._engine import Reconnecting
+from .errors import KvcError
+
+log = logging.getLogger("kvclient.vllm")
+
+__all__ = ["KvcachedConnector", "KvcachedConnectorMetadata"]
+
+# vLLM's cache_dtype names -> kvclient dtype names ("auto": the model's).
+_CACHE_DTYPES = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn",
+                 "fp8_e5m2": "float8_e5m2", "bfloat16": "bfloat16", "float16": "float16",
+                 "half": "float16", "float32": "float32", "float": "float32"}
+
+
+@dataclass
+class LoadSpec:
+    """Load tokens [start, end) of a request into its vLLM blocks."""
+    req_id: str
+    tokens: list
+    extra: Optional[bytes]
+    block_ids: list
+    start: int
+    end: int
+
+
+@dataclass
+class SaveSpec:
+    """Save the request's first len(tokens) prompt tokens (whole kvcached
+    blocks) from its vLLM blocks."""
+    req_id: str
+    tokens: list
+    extra: Optional[bytes]
+    block_ids: list
+
+
+@dataclass
+class KvcachedConnectorMetadata(KVConnectorMetadata):
+    loads: list = field(default_factory=list)
+    saves: list = field(default_factory=list)
+
+
+@dataclass
+class _ReqState:
+    tokens: list
+    extra: Optional[bytes]
+    block_ids: list = field(default_factory=list)
+    computed: int = 0
+    saved: int = 0			# kvcached blocks handed to a save
+    load: Optional[tuple] = None	# (start, end) to load this step
+
+
+def _extra_of(request) -> Optional[bytes]:
+    """The request's extra keys: vLLM's cache_salt, its LoRA adapter and
+    its multimodal inputs' hashes, which make the same tokens different KV
+    (mixed into every block: a prompt with an image shares no block with
+    one without, even before the image)."""
+    parts = []
+    salt = getattr(request, "cache_salt", None)
+    if salt:
+        parts.append(b"salt:" + str(salt).encode())
+    lora = getattr(request, "lora_request", None)
+    if lora is not None:
+        parts.append(b"lora:" + str(getattr(lora, "lora_name", lora)).encode())
+    mm = getattr(request, "mm_hashes", None) or [
+        getattr(f, "identifier", f) for f in getattr(request, "mm_features", None) or []]
+    if mm:
+        parts.append(b"mm:" + ",".join(str(h) for h in mm).encode())
+    return b"\0".join(parts) or None
+
+
+def _model_name(vllm_config, extra: dict, dtype: str) -> str:
+    name = extra.get("model_name")
+    if not name:
+        mc = vllm_config.model_config
+        rev = getattr(mc, "revision", None)
+        name = f"{mc.model}{'@' + rev if rev else ''}/{dtype}"
+    b = name.encode()
+    if len(b) > 63:	# keep it unique: a digest of the whole name at the end
+        name = b[:50].decode("utf-8", "ignore") + "~" + hashlib.sha256(b).hexdigest()[:12]
+    return name
+
+
+class KvcachedConnector(KVConnectorBase_V1):
+    """kvcached as vLLM's KV connector (see the module docstring)."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        ktc = vllm_config.kv_transfer_config
+        extra = dict(getattr(ktc, "kv_connector_extra_config", None) or {})
+        mc, cc, pc = vllm_config.model_config, vllm_config.cache_config, vllm_config.parallel_config
+        if getattr(mc, "use_mla", False):
+            raise ValueError("KvcachedConnector: MLA models (one latent vector per token, "
+                             "no K and V) are not supported yet")
+        self.block_size = int(cc.block_size)
+        self.block_tokens = int(extra.get("block_tokens", self.block_size))
+        B, T = self.block_size, self.block_tokens
+        if B % T and T % B:
+            raise ValueError(f"KvcachedConnector: vLLM's block_size {B} is neither a multiple "
+                             f"nor a divisor of kvcached's block tokens {T} "
+                             "(kv_connector_extra_config block_tokens, which must equal the "
+                             "daemon's block-tokens)")
+        cdt = str(getattr(cc, "cache_dtype", "auto") or "auto")
+        if cdt == "auto":
+            dtype = str(mc.dtype).replace("torch.", "")
+        else:
+            dtype = _CACHE_DTYPES.get(cdt, cdt)
+        tp, pp = int(pc.tensor_parallel_size), int(pc.pipeline_parallel_size)
+        if role == KVConnectorRole.WORKER:
+            rank = int(getattr(pc, "rank", 0))
+            tp_rank, pp_rank = rank % tp, (rank // tp) % pp
+        else:	# the scheduler looks up rank 0's namespace: it speaks for all
+            tp_rank = pp_rank = 0
+        self.model = _client.Model(
+            _model_name(vllm_config, extra, dtype), dtype,
+            layers=int(mc.get_num_layers(pc)), kv_heads=int(mc.get_num_kv_heads(pc)),
+            head_dim=int(mc.get_head_size()), block_tokens=T, pos=extra.get("pos", "rope"),
+            tp_rank=tp_rank, tp_size=tp, pp_rank=pp_rank, pp_size=pp)
+        self._rc = Reconnecting(self.model, extra.get("socket"), extra.get("salt", b""),
+                                self._opened, "KvcachedConnector")
+        self._rc.on_drop = self._dropped
+        # Scheduler side.
+        self._reqs: dict[str, _ReqState] = {}
+        self._local: dict[str, int] = {}	# get_num_new_matched_tokens' last answer
+        # Worker side.
+        self._caches: Optional[list] = None
+        self._kv = None
+        self._layout = None
+        self._load_errors: set[int] = set()
+        self._load_thread: Optional[threading.Thread] = None
+        self._load_reqs: list = []
+        self._load_event = None
+        self._stream = None	# cuda pool: the loads' own stream
+        self._layer_index: dict = {}
+        self._layer_loaded: list = []
+        self._copy = extra.get("copy", "auto")
+        if self._copy not in ("auto", "pages"):
+            raise ValueError(f"KvcachedConnector: copy {self._copy!r}: 'auto' or 'pages'")
+
+    # ------------------------------------------------------ the Client
+
+    def _client(self) -> Optional[_client.Client]:
+        """The Client, (re)opened when the daemon is there; None when not."""
+        return self._rc.get()
+
+    def _opened(self, c) -> None:
+        if self._caches is not None:
+            self._kv = self._paged(c)
+
+    def _dropped(self) -> None:
+        self._kv = None
+        self._release_loads()
+
+    def _drop_client(self, why: str) -> None:
+        self._rc.drop(why)
+
+    # ---------------------------------------------------- scheduler side
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
+        """Tokens after num_computed_tokens that kvcached holds (whole vLLM
+        blocks, never the prompt's last token), loaded synchronously.
+        Holds nothing: the lookup's request is released at once."""
+        B, T = self.block_size, self.block_tokens
+        tokens = request.prompt_token_ids
+        limit = ((len(tokens) - 1) // B) * B	# vLLM computes at least the last token
+        nb = limit // T
+        if nb == 0 or limit <= num_computed_tokens:
+            return 0, False
+        c = self._client()
+        if c is None:
+            return 0, False
+        try:
+            with c.request(tokens[:nb * T], extra=_extra_of(request)) as r:
+                hits = r.lookup()
+        except KvcError as e:
+            self._drop_client(str(e))
+            return 0, False
+        matched = (hits * T // B) * B - num_computed_tokens
+        self._local[request.request_id] = num_computed_tokens
+        return max(matched, 0), False
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens: int):
+        st = self._reqs.get(request.request_id)
+        if st is None:
+            st = self._reqs[request.request_id] = _ReqState(list(request.prompt_token_ids),
+                                                            _extra_of(request))
+        if num_external_tokens > 0:
+            start = self._local.pop(request.request_id, 0)
+            st.block_ids = list(blocks.get_block_ids()[0])
+            st.load = (start, start + num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output) -> KvcachedConnectorMetadata:
+        meta = KvcachedConnectorMetadata()
+        for new in scheduler_output.scheduled_new_reqs:
+            st = self._reqs.get(new.req_id)
+            if st is None:	# never seen (no cache_salt known): never saved
+                toks = list(new.prompt_token_ids)
+                st = self._reqs[new.req_id] = _ReqState(toks, None,
+                                                        saved=len(toks) // self.block_tokens)
+            st.block_ids = list(new.block_ids[0])
+            st.computed = new.num_computed_tokens
+        cached = scheduler_output.scheduled_cached_reqs
+        resumed = getattr(cached, "resumed_req_ids", None)
+        if resumed is None:	# vLLM before resumed_req_ids: one flag per request
+            flags = getattr(cached, "resumed_from_preemption", None) or []
+            resumed = {r for r, f in zip(cached.req_ids, flags) if f}
+        for i, rid in enumerate(cached.req_ids):
+            st = self._reqs.get(rid)
+            if st is None:
+                continue
+            nb = cached.new_block_ids[i]
+            if rid in resumed:	# preempted and back: a new block list
+                st.block_ids = list(nb[0]) if nb else []
+            elif nb:
+                st.block_ids.extend(nb[0])
+            st.computed = cached.num_computed_tokens[i]
+        T = self.block_tokens
+        for rid, n in scheduler_output.num_scheduled_tokens.items():
+            st = self._reqs.get(rid)
+            if st is None:
+                continue
+            if st.load is not None:
+                meta.loads.append(LoadSpec(rid, st.tokens, st.extra, list(st.block_ids),
+                                           *st.load))
+                st.load = None
+            done = min(st.computed + n, len(st.tokens)) // T
+            if done > st.saved:
+                meta.saves.append(SaveSpec(rid, st.tokens[:done * T], st.extra,
+                                           list(st.block_ids)))
+                st.saved = done
+        return meta
+
+    def request_finished(self, request, block_ids):
+        self._reqs.pop(request.request_id, None)
+        self._local.pop(request.request_id, None)
+        return False, None	# saves are done within the step: free the blocks now
+
+    # ------------------------------------------------------- worker side
+
+    @classmethod
+    def get_required_kvcache_layout(cls, vllm_config) -> Optional[str]:
+        return "NHD"	# a block dense [block_size, kv_heads, head_dim]
+
+    def register_kv_caches(self, kv_caches: dict) -> None:
+        """vLLM's per-layer paged buffers, in layer order. Supported: the
+        FlashAttention layout [2, num_blocks, block_size, kv_heads,
+        head_dim] and the FlashInfer one [num_blocks, 2, block_size,
+        kv_heads, head_dim], NHD."""
+        caches = list(kv_caches.values())
+        if len(caches) != self.model.layers:
+            raise ValueError(f"KvcachedConnector: {len(caches)} KV caches for a model of "
+                             f"{self.model.layers} layers (hybrid models with several KV "
+                             "cache groups are not supported)")
+        t = caches[0]
+        inner = (self.block_size, self.model.kv_heads, self.model.head_dim)
+        if t.dim() == 5 and t.shape[0] == 2 and tuple(t.shape[2:]) == inner:
+            self._layout = "flash"
+        elif t.dim() == 5 and t.shape[1] == 2 and tuple(t.shape[2:]) == inner:
+            self._layout = "flashinfer"
+        else:
+            raise ValueError(f"KvcachedConnector: KV cache shape {tuple(t.shape)} is not "
+                             f"[2, blocks, {inner[0]}, {inner[1]}, {inner[2]}] (FlashAttention)"
+                             f" nor [blocks, 2, ...] (FlashInfer); MLA and other layouts are "
+                             "not supported")
+        if self._layout == "flashinfer" and self.block_size != self.block_tokens:
+            raise ValueError(f"KvcachedConnector: the FlashInfer layout needs vLLM's "
+                             f"block_size {self.block_size} equal to kvcached's block tokens "
+                             f"{self.block_tokens}")
+        self._caches = caches
+        self._layer_index = {name: i for i, name in enumerate(kv_caches)}
+        c = self._rc.c or self._client()
+        if c is not None and self._kv is None:
+            self._kv = self._paged(c)
+
+    def _paged(self, c):
+        """How this rank moves KV: a PagedKV over vLLM's buffers in kvcached
+        blocks (a vLLM block of m kvcached blocks viewed as m blocks) for
+        gather/scatter, one pass for every layer; or None for page views,
+        layer by layer: when a kvcached block spans several vLLM blocks,
+        when vLLM's buffers are on a GPU and the pool in host memory (the
+        copies are then host-to-device), or when kv_connector_extra_config
+        says "copy": "pages"."""
+        B, T = self.block_size, self.block_tokens
+        on_gpu = self._caches[0].device.type != "cpu"
+        if c.pool_kind != "host":
+            if B % T:
+                raise ValueError(f"KvcachedConnector: vLLM blocks of {B} tokens, smaller "
+                                 f"than kvcached's {T}, need a host pool")
+            if self._copy == "pages":
+                raise ValueError("KvcachedConnector: copy 'pages' needs a host pool")
+        elif B % T or on_gpu or self._copy == "pages":
+            return None
+        m = B // T
+        h, d = self.model.kv_heads, self.model.head_dim
+        if self._layout == "flash":
+            return _client.PagedKV(c, [x.view(2, x.shape[1] * m, T, h, d)
+                                       for x in self._caches])
+        return _client.PagedKV(c, [x[:, 0] for x in self._caches],
+                               [x[:, 1] for x in self._caches])
+
+    def _engine_ids(self, block_ids: list, first: int, n: int) -> list:
+        """Engine block ids (in _paged's view) of kvcached blocks first..first+n-1."""
+        m = self.block_size // self.block_tokens
+        return [block_ids[j // m] * m + j % m for j in range(first, first + n)]
+
+    def _segments(self, block_ids: list, first: int, n: int, from_token: int = 0):
+        """(kvcached block, offset in it, vLLM block, offset in it, tokens)
+        for the tokens of kvcached blocks first..first+n-1 from from_token
+        on, cut at both block sizes' boundaries."""
+        B, T = self.block_size, self.block_tokens
+        step = min(B, T)
+        out = []
+        for j in range(first, first + n):
+            for t in range(j * T, (j + 1) * T, step):
+                if t >= from_token:
+                    out.append((j, t - j * T, block_ids[t // B], t % B, step))
+        return out
+
+    def _copy_layer(self, pages: list, segs: list, layer: int, load: bool) -> None:
+        """Copy one layer of segs between page views (pages[j]: kvcached
+        block j's page, [layers, 2, T, heads, head_dim]) and vLLM's buffer."""
+        x = self._caches[layer]
+        for j, po, b, bo, n in segs:
+            src = pages[j][layer, :, po:po + n]
+            dst = x[:, b, bo:bo + n] if self._layout == "flash" else x[b, :, bo:bo + n]
+            if load:
+                dst.copy_(src)
+            else:
+                src.copy_(dst)
+
+    def _page_views(self, req, first: int, n: int) -> dict:
+        return {j: req.page_tensor(j) for j in range(first, first + n)}
+
+    def start_load_kv(self, forward_context, **kwargs) -> None:
+        meta = self._get_connector_metadata()
+        if not meta.loads:
+            return
+        B, T = self.block_size, self.block_tokens
+        c = self._client()
+        work = []
+        for ld in meta.loads:
+            first, last = ld.start // T, -(-ld.end // T)
+            hits = 0
+            if c is not None:
+                try:
+                    req = c.request(ld.tokens[:last * T], extra=ld.extra)
+                    self._load_reqs.append(req)
+                    hits = min(req.lookup(), last)
+                except KvcError as e:
+                    self._drop_client(str(e))
+                    c = None
+            if hits > first:
+                work.append((req, ld, first, hits))
+            # What the scheduler promised and this rank cannot load: vLLM
+            # recomputes those blocks.
+            bad_from = max(hits * T, ld.start)
+            self._load_errors.update(ld.block_ids[t // B] for t in range(bad_from, ld.end, B))
+        if c is None:	# dropped part way: what was looked up is released
+            for req, ld, first, hits in work:
+                self._load_failed(ld, KvcError(0, "the connection to kvcached ended"))
+            return
+        if not work:
+            return
+        if c.pool_kind == "cuda":
+            import torch
+            if self._stream is None:
+                self._stream = torch.cuda.Stream(device=c.pool_device)
+            stream = self._stream
+            for req, ld, first, hits in work:
+                req.gather(self._kv, self._engine_ids(ld.block_ids, first, hits - first),
+                           first, stream=stream)
+            self._load_event = torch.cuda.Event()
+            self._load_event.record(stream)
+            return
+        if self._kv is not None:
+            target = self._gather_all
+        else:	# layer by layer: layer i's event is set once it is loaded
+            self._layer_loaded = [threading.Event() for _ in self._caches]
+            target = self._load_layers
+        self._load_thread = threading.Thread(target=target, args=(work,),
+                                             name="kvcached-load", daemon=True)
+        self._load_thread.start()
+
+    def _load_failed(self, ld, e: Exception) -> None:
+        """A load that failed part way: its blocks are recomputed."""
+        log.warning("kvcached: loading %s failed: %s", ld.req_id, e)
+        self._load_errors.update(ld.block_ids[t // self.block_size]
+                                 for t in range(ld.start, ld.end, self.block_size))
+
+    def _gather_all(self, work) -> None:
+        """One gather per request, every layer in one pass (GIL released)."""
+        for req, ld, first, hits in work:
+            try:
+                req.gather(self._kv, self._engine_ids(ld.block_ids, first, hits - first),
+                           first)
+            except Exception as e:
+                self._load_failed(ld, e)
+
+    def _load_layers(self, work) -> None:
+        """Page views, layer by layer, so that layer i computes while layer
+        i+1 loads."""
+        jobs = []
+        for req, ld, first, hits in work:
+            try:
+                jobs.append((ld, self._page_views(req, first, hits - first),
+                             self._segments(ld.block_ids, first, hits - first, ld.start)))
+            except Exception as e:
+                self._load_failed(ld, e)
+        try:
+            for layer, done in enumerate(self._layer_loaded):
+                for ld, pages, segs in jobs:
+                    try:
+                        self._copy_layer(pages, segs, layer, True)
+                    except Exception as e:
+                        self._load_failed(ld, e)
+                done.set()
+        finally:
+            for done in self._layer_loaded:
+                done.set()
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        """Page views: wait until this layer is loaded. Gather: one copy
+        moves every layer, the first layer waits for it. An unknown name
+        (or "") waits for everything."""
+        t = self._load_thread
+        if t is None:
+            return self._wait_stream()
+        i = self._layer_index.get(layer_name)
+        if self._kv is None and i is not None and i + 1 < len(self._layer_loaded):
+            self._layer_loaded[i].wait()
+            return
+        self._load_thread = None
+        t.join()
+        self._release_loads()
+
+    def _wait_stream(self) -> None:
+        ev, self._load_event = self._load_event, None
+        if ev is not None:
+            import torch
+            torch.cuda.current_stream().wait_event(ev)
+
+    def _release_loads(self) -> None:
+        reqs, self._load_reqs = self._load_reqs, []
+        for r in reqs:
+            try:
+                r.release()
+            except KvcError:
+                pass
+
+    def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata, **kwargs) -> None:
+        """Nothing per layer: a kvcached page holds every layer of a block,
+        so wait_for_save copies the step's new blocks in one pass."""
+        return
+
+    def wait_for_save(self) -> None:
+        """Scatter the prompt blocks computed in this step into kvcached
+        pages and publish them (blocks already cached are skipped)."""
+        self.wait_for_layer_load("")
+        if self._load_reqs and self._rc.c is not None and self._rc.c.pool_kind == "cuda":
+            import torch	# the current stream waited for the loads: their pins go
+            torch.cuda.current_stream().synchronize()
+        self._release_loads()
+        meta = self._get_connector_metadata()
+        if not meta.saves:
+            return
+        c = self._client()
+        if c is None:
+            return
+        for sv in meta.saves:
+            try:
+                with c.request(sv.tokens, extra=sv.extra) as r:
+                    hits = r.lookup()
+                    if hits >= r.blocks:
+                        continue
+                    got = r.alloc()
+                    if not got:
+                        continue	# pool full of pinned pages: try another time
+                    if self._kv is not None:
+                        stream = None
+                        if c.pool_kind == "cuda":
+                            import torch
+                            stream = torch.cuda.current_stream(c.pool_device)
+                        r.scatter(self._kv, self._engine_ids(sv.block_ids, hits, got),
+                                  stream=stream)
+                        if stream is not None:
+                            stream.synchronize()
+                    else:
+                        pages = self._page_views(r, hits, got)
+                        segs = self._segments(sv.block_ids, hits, got)
+                        for layer in range(len(self._caches)):
+                            self._copy_layer(pages, segs, layer, False)
+                    r.publish()
+            except KvcError as e:
+                if not c.connected():
+                    self._drop_client(str(e))
+                    return
+                log.warning("kvcached: saving %s: %s", sv.req_id, e)
+
+    def get_finished(self, finished_req_ids):
+        return None, None	# loads and saves finish within their step
+
+    def get_block_ids_with_load_errors(self) -> set:
+        errs, self._load_errors = self._load_errors, set()
+        return errs
+
+    def shutdown(self) -> None:
+        self.wait_for_layer_load("")
+        self._release_loads()
+        self._rc.close()

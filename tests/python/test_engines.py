@@ -1,0 +1,317 @@
+# SPDX-License-Identifier: MIT
+"""The engine adapters: kvclient.vllm (a vLLM v1 KV connector) and
+kvclient.sglang (an SGLang HiCache storage backend), each driven in real
+engine processes against a real kvcached, with the engines' call
+sequences (described in vllm_proc.py and sglang_proc.py, from the engines'
+documented interfaces) and the stand-ins of tests/python/stubs for the
+engine modules the adapters import (vLLM and SGLang cannot be installed
+here)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import EXAMPLES, ROOT, child_env
+
+pytest.importorskip("torch")
+
+HERE = ROOT / "tests" / "python"
+STUBS = HERE / "stubs"
+
+
+def engine(script: str, *args: str) -> subprocess.CompletedProcess:
+    env = child_env()
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(STUBS)])
+    return subprocess.run([sys.executable, str(HERE / script), *args], env=env,
+                          capture_output=True, text=True, timeout=180)
+
+
+@pytest.mark.parametrize("block_size,copy", [(16, "auto"), (32, "auto"), (8, "auto"),
+                                             (16, "pages"), (32, "pages")])
+def test_vllm_two_engines(daemon_factory, block_size, copy):
+    """vLLM block_size equal to kvcached's 16-token blocks, a multiple, a
+    divisor; copies by gather/scatter (one pass for all layers) or by page
+    views layer by layer (what a divisor, or vLLM's buffers on a GPU with a
+    host pool, use): the second engine's connector reports the first's
+    prompt as matched, loads it into other block ids, and its logits equal
+    a cold prefill's bit for bit."""
+    d = daemon_factory("--page-size", "8K")
+    opt = ("--block-size", str(block_size), "--copy", copy)
+    a = engine("vllm_proc.py", "prefill", "--socket", d.sock, *opt)
+    assert a.returncode == 0, a.stdout + a.stderr
+    assert a.stdout.splitlines() == ["prefill: matched 0 errors 0 computed from 0 equal True"]
+    b = engine("vllm_proc.py", "load", "--socket", d.sock, *opt)
+    n = 6 * block_size	# 6 vLLM blocks + 5 tokens: every full block but never the last token
+    assert b.stdout.splitlines() == [f"load: matched {n} errors 0 computed from {n} equal True"], \
+        b.stdout + b.stderr
+    assert b.returncode == 0
+    ns = {r["model"]: r for r in d.kvstat()["namespaces"]}
+    # The namespace: the model's name and its KV dtype (vLLM's "auto").
+    assert ns["tinyllama-vllm/float32"]["name"] == "tinyllama-vllm/float32"
+    assert ns["tinyllama-vllm/float32"]["hit_blocks"] > 0
+    assert ns["tinyllama-vllm/float32"]["keys"] == "tokens"
+
+
+def test_vllm_chunked_prefill(daemon_factory):
+    """A prefill scheduled over three steps (new, then cached requests with
+    the blocks each step adds): after each step kvcached holds the prompt
+    blocks computed so far; the logits equal a cold prefill's; another
+    engine then loads all of them."""
+    d = daemon_factory("--page-size", "8K")
+    a = engine("vllm_proc.py", "chunked", "--socket", d.sock, "--chunk", "48")
+    assert a.stdout.splitlines() == [
+        "chunk: computed 48, kvcached holds 3 blocks",
+        "chunk: computed 96, kvcached holds 6 blocks",
+        "chunk: computed 101, kvcached holds 6 blocks",
+        "chunked: equal True"], a.stdout + a.stderr
+    b = engine("vllm_proc.py", "load", "--socket", d.sock)
+    assert b.stdout.splitlines() == ["load: matched 96 errors 0 computed from 96 equal True"], \
+        b.stdout + b.stderr
+
+
+def stubs_on_path(monkeypatch):
+    """In this process: the stand-ins, and the example engine vllm_proc uses."""
+    monkeypatch.syspath_prepend(str(STUBS))
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+
+
+def test_vllm_shard_and_refusals(monkeypatch):
+    """What the connector takes from vLLM's configuration: a worker's tensor
+    and pipeline ranks (parallel_config.rank) make its shard, the scheduler
+    speaks for rank 0; its KV dtype names the namespace; MLA and unknown
+    KV cache shapes are refused with a reason. No daemon needed."""
+    stubs_on_path(monkeypatch)
+    import torch
+    from types import SimpleNamespace
+    from kvclient.vllm import KvcachedConnector
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    from vllm_proc import ModelConfig, vllm_config
+    from engine_loop import TinyLlama
+
+    lm = TinyLlama(layers=4, heads=8, kv_heads=4)
+    cfg = vllm_config(lm, "m", "/nonexistent/kv.sock", 16, 16)
+    cfg.parallel_config = SimpleNamespace(tensor_parallel_size=2, pipeline_parallel_size=2,
+                                          rank=3)
+    w = KvcachedConnector(cfg, KVConnectorRole.WORKER)
+    assert (w.model.tp_rank, w.model.tp_size, w.model.pp_rank, w.model.pp_size) == (1, 2, 1, 2)
+    assert (w.model.layers, w.model.kv_heads, w.model.name) == (2, 2, "m/float32")
+    s = KvcachedConnector(cfg, KVConnectorRole.SCHEDULER)
+    assert (s.model.tp_rank, s.model.pp_rank) == (0, 0)
+    # Extra keys: cache_salt, LoRA, multimodal hashes.
+    from kvclient.vllm import _extra_of
+    assert _extra_of(SimpleNamespace()) is None
+    assert _extra_of(SimpleNamespace(cache_salt="t", lora_request=SimpleNamespace(lora_name="x"),
+                                     mm_features=[SimpleNamespace(identifier="h1")])) == \
+        b"salt:t\0lora:x\0mm:h1"
+    # kvcached away: no match, nothing raised.
+    req = SimpleNamespace(request_id="r", prompt_token_ids=list(range(80)), cache_salt="t",
+                          lora_request=None)
+    assert s.get_num_new_matched_tokens(req, 0) == (0, False)
+    cfg.cache_config.cache_dtype = "fp8"
+    assert KvcachedConnector(cfg, KVConnectorRole.WORKER).model.name == "m/float8_e4m3fn"
+    with pytest.raises(ValueError, match="KV cache shape .* MLA"):
+        w.register_kv_caches({f"l{i}": torch.zeros(10, 16, 64) for i in range(2)})
+    with pytest.raises(ValueError, match="2 KV caches for a model of 4 layers|hybrid"):
+        KvcachedConnector(vllm_config(lm, "m", "/x", 16, 16), KVConnectorRole.WORKER) \
+            .register_kv_caches({f"l{i}": torch.zeros(2, 4, 16, 4, 16) for i in range(2)})
+    cfg.model_config = ModelConfig(lm, "m")
+    cfg.model_config.use_mla = True
+    with pytest.raises(ValueError, match="MLA"):
+        KvcachedConnector(cfg, KVConnectorRole.WORKER)
+
+
+def test_vllm_refused_by_daemon(daemon, monkeypatch, caplog):
+    """A daemon that refuses the model (its block tokens differ from what
+    the connector was told) is logged with the daemon's reason and treated
+    as kvcached away: 0 matched tokens, nothing raised."""
+    stubs_on_path(monkeypatch)
+    from types import SimpleNamespace
+    from kvclient.vllm import KvcachedConnector
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    from vllm_proc import vllm_config
+    from engine_loop import TinyLlama
+
+    s = KvcachedConnector(vllm_config(TinyLlama(block_tokens=32), "m", daemon.sock, 32, 32),
+                          KVConnectorRole.SCHEDULER)
+    req = SimpleNamespace(request_id="r", prompt_token_ids=list(range(80)), cache_salt=None,
+                          lora_request=None)
+    with caplog.at_level("ERROR"):
+        assert s.get_num_new_matched_tokens(req, 0) == (0, False)
+    assert "kvcached refuses 'm/float32'" in caplog.text
+    assert "uses 32-token blocks, this pool caches 16-token blocks" in caplog.text
+
+
+def test_sglang_shard_and_layouts(daemon, monkeypatch):
+    """The shard from HiCacheStorageConfig (an MLA model's ranks share one,
+    context-parallel ranks stay apart by name); the page_first_direct host
+    layout round-trips through kvcached; page_first and MLA pools are
+    refused with a reason; no daemon makes every key a miss."""
+    stubs_on_path(monkeypatch)
+    import torch
+    from types import SimpleNamespace
+    from kvclient.sglang import KvcachedStorage
+    from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
+
+    def cfg(sock, **kw):
+        base = dict(tp_rank=1, tp_size=2, pp_rank=0, pp_size=1, attn_cp_rank=0,
+                    attn_cp_size=1, is_mla_model=False, enable_storage_metrics=False,
+                    is_page_first_layout=False, model_name="sg",
+                    extra_config={"socket": sock})
+        base.update(kw)
+        return HiCacheStorageConfig(**base)
+
+    st = KvcachedStorage(cfg(daemon.sock))
+    assert (st.tp_rank, st.tp_size) == (1, 2)
+    assert (KvcachedStorage(cfg(daemon.sock, is_mla_model=True)).tp_size) == 1
+    # page_first_direct: [2, pages, layers, page_size, heads, head_dim].
+    L, P, H, D, N = 2, 16, 2, 16, 8
+    buf = torch.randn(2, N, L, P, H, D).to(torch.float16)
+    pool = SimpleNamespace(layout="page_first_direct", page_size=P, layer_num=L, head_num=H,
+                           head_dim=D, dtype=torch.float16, size=N * P, kv_buffer=buf)
+    st.register_mem_pool_host(pool)
+    keys = ["k%d" % i for i in range(3)]
+    slots = torch.cat([torch.arange(p * P, (p + 1) * P) for p in (5, 1, 6)])
+    assert st.batch_set_v1(keys, slots) == [True] * 3
+    want = buf[:, [5, 1, 6]].clone()
+    buf.zero_()
+    other = torch.cat([torch.arange(p * P, (p + 1) * P) for p in (0, 2, 3)])
+    assert st.batch_get_v1(keys + ["nope"], torch.cat([other, torch.arange(7 * P, 8 * P)])) == \
+        [True, True, True, False]
+    assert torch.equal(buf[:, [0, 2, 3]], want)
+    cp = KvcachedStorage(cfg(daemon.sock, attn_cp_rank=1, attn_cp_size=2))
+    cp.register_mem_pool_host(pool)
+    assert cp.batch_exists(keys) == 0	# another context-parallel rank: another namespace
+    names = {r["name"] for r in daemon.kvstat()["namespaces"]}
+    assert names == {"sg/float16 tp1/2 (engine keys)", "sg/float16 cp1/2 tp1/2 (engine keys)"}
+    with pytest.raises(ValueError, match="page_first"):
+        KvcachedStorage(cfg(daemon.sock)).register_mem_pool_host(
+            SimpleNamespace(**{**vars(pool), "layout": "page_first"}))
+    with pytest.raises(ValueError, match="MLA"):
+        KvcachedStorage(cfg(daemon.sock, is_mla_model=True)).register_mem_pool_host(
+            SimpleNamespace(**{**vars(pool), "kv_buffer": torch.zeros(L, N * P, 1, 64)}))
+    away = KvcachedStorage(cfg("/nonexistent/kv.sock"))
+    away.register_mem_pool_host(pool)
+    assert away.batch_exists(keys) == 0
+    assert away.batch_get_v1(keys, other) == [False] * 3
+    assert away.batch_set_v1(keys, other) == [False] * 3
+    assert away.get(keys[0]) is None and not away.exists(keys[0])
+
+
+def test_vllm_block_size_refused(daemon_factory):
+    """A vLLM block size neither a multiple nor a divisor of kvcached's
+    block tokens is refused with both named."""
+    d = daemon_factory("--page-size", "8K")
+    b = engine("vllm_proc.py", "prefill", "--socket", d.sock, "--block-size", "24")
+    assert b.returncode != 0
+    assert "block_size 24 is neither a multiple nor a divisor of kvcached's block tokens 16" \
+        in b.stderr
+
+
+def test_vllm_daemon_killed(daemon_factory):
+    """The daemon SIGKILLed between the scheduler's promise and the
+    worker's load: the connector reports every promised block as failed
+    (get_block_ids_with_load_errors), the engine recomputes them, its
+    logits equal a cold prefill's, and nothing raises."""
+    d = daemon_factory("--page-size", "8K")
+    a = engine("vllm_proc.py", "prefill", "--socket", d.sock)
+    assert a.returncode == 0, a.stdout + a.stderr
+    b = engine("vllm_proc.py", "kill", "--socket", d.sock, "--daemon-pid", str(d.proc.pid))
+    assert b.stdout.splitlines() == ["kill: matched 96 errors 6 computed from 0 equal True"], \
+        b.stdout + b.stderr
+    assert b.returncode == 0
+    assert d.proc.wait(timeout=30) == -9
+    # With no daemon at all the connector reports no match.
+    c = engine("vllm_proc.py", "load", "--socket", d.sock)
+    assert c.stdout.splitlines() == ["load: matched 0 errors 0 computed from 0 equal True"], \
+        c.stdout + c.stderr
+
+
+def test_sglang_two_engines(daemon_factory):
+    """One SGLang process backs its host pool's pages up, another
+    prefetches them into other host pages: bytes equal; the leading-hit
+    count stops at the first missing key; the namespace is engine-keyed,
+    apart from a token-keyed one, under the model's name in kvstat."""
+    d = daemon_factory()
+    a = engine("sglang_proc.py", "set", "--socket", d.sock)
+    assert a.stdout.splitlines() == ["set: stored 6 of 6, again 6"], a.stdout + a.stderr
+    b = engine("sglang_proc.py", "get", "--socket", d.sock)
+    assert b.stdout.splitlines() == [
+        "get: exists 6 with a gap at 3: 3, loaded 6, bytes equal True, get() equal True, "
+        "exists(missing) False"], b.stdout + b.stderr
+    ns = {r["model"]: r for r in d.kvstat()["namespaces"]}
+    assert ns["tinyllama-sglang/float16"]["name"] == "tinyllama-sglang/float16 (engine keys)"
+    assert ns["tinyllama-sglang/float16"]["pages"] == 6
+    assert ns["tinyllama-sglang/float16"]["keys"] == "engine"
+
+
+def test_engine_keys_never_mix_with_tokens(daemon):
+    """An engine-keyed namespace and the token-keyed one of the same model
+    are two namespaces: a block of one is never a hit in the other, and
+    each kind of request is refused on the other kind of Client."""
+    import kvclient
+    from conftest import tiny_model, tokens
+    toks = tokens(48, 3)
+    with kvclient.Client(tiny_model("mix"), socket=daemon.sock) as ct, \
+            kvclient.Client(tiny_model("mix", keys="engine"), socket=daemon.sock) as ce:
+        with ct.request(toks) as r:
+            r.lookup()
+            r.alloc()
+            assert r.publish() == 3
+        with ce.request_keys(["a", "b", "c"]) as r:
+            assert r.lookup() == 0
+            r.alloc()
+            assert r.publish() == 3
+        with ce.request_keys(["b", "c"]) as r:	# pages are keyed on their own
+            assert r.lookup() == 2
+        with ct.request(toks) as r:
+            assert r.lookup() == 3
+        with pytest.raises(kvclient.InvalidArgumentError, match="use request_keys"):
+            ce.request(toks)
+        with pytest.raises(kvclient.InvalidArgumentError, match="keys blocks by tokens"):
+            ct.request_keys(["a"])
+        with pytest.raises(kvclient.TooBigError):
+            ce.request_keys(["x" * 1025])
+        with pytest.raises(kvclient.InvalidArgumentError):
+            ce.request_keys(["", "a"])
+    names = sorted(r["name"] for r in daemon.kvstat()["namespaces"])
+    assert names == ["mix", "mix (engine keys)"]
+
+
+def test_engine_keys_single_flight(daemon):
+    """A block another client of an engine-keyed namespace is writing is
+    reported in flight wherever it sits in the asking request (blocks are
+    keyed on their own, their parent is the root), and wait() gets it once
+    published."""
+    import kvclient
+    from conftest import tiny_model
+    m = tiny_model("flight", keys="engine")
+    with kvclient.Client(m, socket=daemon.sock) as a, kvclient.Client(m, socket=daemon.sock) as b:
+        with a.request_keys(["p", "q"]) as ra:
+            assert ra.lookup() == 0
+            assert ra.alloc() == 2
+            with b.request_keys(["q"]) as rb:
+                assert rb.lookup() == 0
+                assert rb.inflight == 1
+            ra.publish()
+            with b.request_keys(["q"]) as rb:
+                assert rb.lookup() == 1
+
+
+def test_connected_sees_daemon_exit(daemon_factory):
+    """Client.connected() turns False once the daemon is gone, with no
+    round trip; a lookup that follows finds the handle dead."""
+    import kvclient
+    from conftest import tiny_model
+    d = daemon_factory()
+    c = kvclient.Client(tiny_model(), socket=d.sock)
+    assert c.connected()
+    d.proc.kill()
+    d.proc.wait(timeout=30)
+    assert not c.connected()
+    with pytest.raises(kvclient.ConnectionLostError):
+        with c.request(list(range(16))) as r:
+            r.lookup()
+    c.close()

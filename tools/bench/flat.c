@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: MIT
+/*
+ * flat.c - kvbench's flat mode: is a verified lookup as fast with millions
+ * of blocks cached as with a few thousand?
+ *
+ * It times the walk every kvc_lookup runs (shm/prefix.h: index probe,
+ * parent-key and token verification, pin through the ledger, one fence per
+ * run) on segments built here in shared anonymous memory, laid out by
+ * kvshm_layout like the daemon's, holding N cached blocks (4k, 64k, 1M,
+ * 4M; --quick: 4k and 256k): N / 256 prompts of 256 blocks of 16 tokens,
+ * READY pages with their keys, parents and tokens, indexed. No daemon: a
+ * daemon cannot be given 4M pages of 4 KiB on a machine of this size, and
+ * the lookup reads only the segment, never the pool.
+ *
+ * A request is the first B blocks (B = 16 or 256) of a prompt drawn at
+ * random, its key chain computed and its first buckets prefetched just
+ * before its walk, untimed (what kvc_req_new does before kvc_lookup, as
+ * in the lookup mode's `lookup` rows); the walk must pin all B, and the
+ * pins are released untimed. Rows: the rate at N cached against the rate at 4k
+ * cached, alternating slices of the two in the same run (op
+ * "lookup_cached"), and the same for the walk libkvclient had before this
+ * mode (one bucket prefetched 8 blocks ahead, no page prefetch, one
+ * seq_cst pin per block; op "lookup_cached_old"), to show what the
+ * pipeline buys.
+ *
+ * Knobs for experiments (environment): KVBENCH_FLAT_BLOCKS=N measures N
+ * cached blocks only (against 4k); KVBENCH_FLAT_HUGE=1 puts the segments
+ * on private anonymous memory advised for transparent huge pages (2 MiB
+ * pages where the kernel grants them), to show what the TLB costs: the
+ * daemon's segment is a memfd, on 4 KiB pages unless the host's shmem
+ * THP setting gives it huge ones.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "../../shm/index.h"
+#include "../../shm/key.h"
+#include "../../shm/ledger.h"
+#include "../../shm/page.h"
+#include "../../shm/prefix.h"
+#include "../../shm/segment.h"
+#include "bench.h"
+
+#define FLAT_PROMPT 256		/* blocks per cached prompt */
+#define FLAT_BATCH 64		/* requests prepared per timed batch */
+#define FLAT_NS 1		/* the namespace id of every page */
+
+struct flat_seg {
+	struct kvshm_header *h;
+	void *base;
+	size_t bytes;
+	size_t blocks;		/* cached */
+	struct kvshm_ledger *l;
+	size_t lbytes;
+};
+
+static const struct kvshm_key flat_root = { 0x6b76636163686564ull, 0x666c6174ull };
+
+/* The first n tokens of a prompt: cheap (the request's preparation is
+ * untimed, but it should not dwarf the walk) and distinct between
+ * prompts. */
+static void prompt_tokens(uint32_t *t, size_t prompt, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		t[i] = (uint32_t)(prompt << 12 | i);
+}
+
+static void *shared_map(size_t bytes)
+{
+	bool huge = getenv("KVBENCH_FLAT_HUGE") != NULL;
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		       (huge ? MAP_PRIVATE : MAP_SHARED) | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		die("flat: mmap of %zu MiB: %s", bytes >> 20, strerror(errno));
+	if (huge)
+		madvise(p, bytes, MADV_HUGEPAGE);
+	return p;
+}
+
+/* A segment of `blocks` READY, indexed pages (blocks a multiple of 256). */
+static void seg_build(struct flat_seg *s, size_t blocks)
+{
+	struct kvshm_geometry geo = {
+		.page_bytes = 4096, .n_pages = (uint32_t)blocks, .block_tokens = BT,
+		.n_buckets = kvshm_buckets_for(blocks), .max_clients = 4, .max_ns = 4,
+		.ledger_slots = FLAT_PROMPT,
+	};
+	struct kvshm_key keys[FLAT_PROMPT], none = { 0, 0 };
+	uint32_t tokens[FLAT_PROMPT * BT];
+	struct kvshm_header hd;
+	size_t p, b;
+
+	memset(s, 0, sizeof(*s));
+	if (kvshm_layout(&hd, &geo))
+		die("flat: no segment layout for %zu blocks", blocks);
+	s->bytes = hd.segment_bytes;
+	s->base = shared_map(s->bytes);
+	kvshm_init(s->base, &hd);
+	s->h = s->base;
+	s->blocks = blocks;
+	for (p = 0; p < blocks / FLAT_PROMPT; p++) {
+		prompt_tokens(tokens, p, FLAT_PROMPT * BT);
+		kvshm_key_chain(flat_root, none, tokens, FLAT_PROMPT * BT, BT, keys);
+		for (b = 0; b < FLAT_PROMPT; b++) {
+			uint32_t page = (uint32_t)(p * FLAT_PROMPT + b);
+			struct kvshm_page *pg = &kvshm_pages(s->h)[page];
+
+			pg->ns_id = FLAT_NS;
+			pg->key = keys[b];
+			pg->parent = b ? keys[b - 1] : flat_root;
+			memcpy(kvshm_tokens(s->h, page), tokens + b * BT, BT * sizeof(uint32_t));
+			atomic_store(&pg->gen, 1);
+			atomic_store(&pg->state, KVSHM_PAGE_READY);
+			if (kvshm_index_insert(s->h, keys[b], page))
+				die("flat: index insert failed at %zu blocks", (size_t)page);
+		}
+	}
+	s->lbytes = kvshm_ledger_bytes(FLAT_PROMPT);
+	s->l = shared_map(s->lbytes);
+	kvshm_ledger_init(s->l, FLAT_PROMPT, 1, FLAT_NS);
+}
+
+static void seg_free(struct flat_seg *s)
+{
+	munmap(s->base, s->bytes);
+	munmap(s->l, s->lbytes);
+	memset(s, 0, sizeof(*s));
+}
+
+/* The walk libkvclient ran before shm/prefix.h, kept as the baseline. */
+static size_t walk_old(const struct kvshm_header *h, struct kvshm_ledger *l,
+		       const struct kvshm_walk *w)
+{
+	struct kvshm_key parent = w->parent;
+	size_t i, k;
+
+	for (k = 0; k < w->n && k < 8; k++)
+		kvshm_index_prefetch(h, w->keys[k]);
+	for (i = 0; i < w->n; i++) {
+		uint32_t page, gen;
+
+		if (i + 8 < w->n)
+			kvshm_index_prefetch(h, w->keys[i + 8]);
+		page = kvshm_index_find(h, w->keys[i]);
+		if (page == UINT32_MAX ||
+		    !kvshm_page_verify(h, page, w->ns_id, w->keys[i], parent,
+				       w->tokens + i * h->geo.block_tokens, &gen) ||
+		    !kvshm_ledger_pin(l, w->slot[i], h, page, gen))
+			break;
+		kvshm_ledger_touch(l, page);
+		w->page[i] = page;
+		w->gen[i] = gen;
+		parent = w->keys[i];
+	}
+	return i;
+}
+
+struct flat_batch {
+	struct kvshm_key keys[FLAT_BATCH][FLAT_PROMPT];
+	uint32_t tokens[FLAT_BATCH][FLAT_PROMPT * BT];
+	uint32_t page[FLAT_PROMPT], gen[FLAT_PROMPT], slot[FLAT_PROMPT];
+	uint64_t rng;
+};
+
+/* Prepare request r of the batch: a random prompt of s, its key chain
+ * and its buckets' prefetch, as kvc_req_new does (untimed). */
+static void request_fill(struct flat_batch *fb, size_t r, const struct flat_seg *s,
+			 size_t blocks)
+{
+	struct kvshm_key none = { 0, 0 };
+	size_t p = mix64(++fb->rng) % (s->blocks / FLAT_PROMPT);
+
+	prompt_tokens(fb->tokens[r], p, blocks * BT);
+	kvshm_key_chain(flat_root, none, fb->tokens[r], blocks * BT, BT, fb->keys[r]);
+	kvshm_walk_prefetch(s->h, fb->keys[r], blocks);
+}
+
+/* One timed batch on s; returns its ns. */
+static uint64_t batch_run(struct flat_batch *fb, struct flat_seg *s, size_t blocks, bool old)
+{
+	bool missed;
+	uint64_t t0, ns = 0;
+	size_t r, got, k;
+
+	for (r = 0; r < FLAT_BATCH; r++) {
+		struct kvshm_walk w = {
+			.keys = fb->keys[r], .tokens = fb->tokens[r], .slot = fb->slot,
+			.page = fb->page, .gen = fb->gen, .n = blocks, .ns_id = FLAT_NS,
+			.parent = flat_root,
+		};
+
+		request_fill(fb, r, s, blocks);
+		t0 = now_ns();
+		got = old ? walk_old(s->h, s->l, &w) : kvshm_walk_pin(s->h, s->l, &w, &missed);
+		ns += now_ns() - t0;
+		if (got != blocks)
+			die("flat: a walk of %zu cached blocks pinned %zu", blocks, got);
+		for (k = 0; k < blocks; k++)	/* kvc_req_free's unpin, untimed */
+			kvshm_ledger_unpin(s->l, fb->slot[k]);
+	}
+	return ns;
+}
+
+/* Blocks per second over about ns of batches. */
+static double slice_rate(struct flat_batch *fb, struct flat_seg *s, size_t blocks, bool old,
+			 uint64_t ns)
+{
+	uint64_t t = 0, n = 0;
+
+	do {
+		t += batch_run(fb, s, blocks, old);
+		n += FLAT_BATCH * blocks;
+	} while (t < ns);
+	return (double)n * 1e9 / (double)t;
+}
+
+void mode_flat(void)
+{
+	static const size_t full[] = { 4096, 65536, 1 << 20, 4 << 20 };
+	static const size_t quick[] = { 4096, 256 << 10 };
+	static const size_t lens[] = { 16, 256 };
+	const size_t *sizes = opt.quick ? quick : full;
+	size_t nsizes = opt.quick ? NELEM(quick) : NELEM(full), i, b, k;
+	static size_t one[2] = { 4096, 0 };
+
+	if (getenv("KVBENCH_FLAT_BLOCKS")) {
+		one[1] = strtoull(getenv("KVBENCH_FLAT_BLOCKS"), NULL, 0);
+		sizes = one;
+		nsizes = 2;
+	}
+	struct flat_batch *fb = xmalloc(sizeof(*fb));
+	struct flat_seg small, big;
+	uint64_t slice = (uint64_t)(opt.seconds * 1e9 / (4.0 * ROUNDS));
+
+	for (k = 0; k < FLAT_PROMPT; k++)
+		fb->slot[k] = (uint32_t)k;
+	seg_build(&small, sizes[0]);
+	for (i = 1; i < nsizes; i++) {
+		seg_build(&big, sizes[i]);
+		for (b = 0; b < NELEM(lens); b++) {
+			for (k = 0; k < 2; k++) {
+				double rb[ROUNDS], rs[ROUNDS];
+				int r;
+
+				slice_rate(fb, &big, lens[b], k, slice / 4);	/* warm */
+				slice_rate(fb, &small, lens[b], k, slice / 4);
+				for (r = 0; r < ROUNDS; r++) {
+					rb[r] = slice_rate(fb, &big, lens[b], k, slice);
+					rs[r] = slice_rate(fb, &small, lens[b], k, slice);
+				}
+				add_row(&(struct row){ "flat", k ? "lookup_cached_old" : "lookup_cached",
+						       1, sizes[i], 4096, NULL, "blocks/s",
+						       lens[b] == 16 ? "4k cached, 16 blk"
+								     : "4k cached, 256 blk",
+						       median(rb, ROUNDS), median(rs, ROUNDS), NULL });
+			}
+		}
+		seg_free(&big);
+	}
+	seg_free(&small);
+	free(fb);
+	snprintf(mode_text, sizeof(mode_text),
+		 "flat: rows are blocks cached (the size column); each against the same walk with 4096 cached\n");
+}
