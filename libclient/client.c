@@ -615,7 +615,7 @@ int kvc_connected(kvc_t *c)
 		p.events = POLLRDHUP;
 		p.revents = 0;
 		if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-			mark_dead(c);
+			kvci_mark_dead(c);
 			rc = -ENOTCONN;
 		}
 	}

@@ -341,6 +341,8 @@ static void test_daemon_killed_mid_wait(void **state)
 	assert_non_null(strstr(out, "connection to kvcached was lost"));
 	assert_non_null(strstr(out, "prompt 1 ("));
 	assert_null(strstr(out, "kvstat"));
+}
+
 /*
  * Issue #24: when the share cap stops a prompt's publish, kvdemo says so
  * right under that prompt's line, with the counts, not at a later
