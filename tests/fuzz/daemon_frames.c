@@ -240,7 +240,10 @@ static void reset(uint32_t bt, bool spill)
 	h.pool_kind = KVSHM_POOL_HOST;
 	kvshm_init(seg.base, &h);
 
-	/* Everything else of struct kvd starts from zero, as in main(). */
+	/* Everything else of struct kvd starts from zero, as in main(); what
+	 * the last input's daemon allocated for itself goes, as main() frees
+	 * it at exit (the pin census's page stamps). */
+	free(keep.census_stamp);
 	memset(&d, 0, sizeof(d));
 	d.cfg = keep.cfg;
 	d.seg = keep.seg;
