@@ -4,7 +4,8 @@
  * pool, its cached blocks or its clients? (issue #23)
  *
  * For each pool size (64 MiB, 1, 4, 16 GiB; --scale-max-pool caps it, and
- * a size MemAvailable cannot hold twice over is skipped with the reason):
+ * a size MemAvailable cannot hold with 2 GiB to spare is skipped with the
+ * reason):
  *   - idle CPU: a daemon of 4 KiB pages and one of 2 MiB pages, nobody
  *     attached, once the pool is faulted in: CPU time of all its threads
  *     (/proc/PID/task/TID/schedstat, ns) over the window, as a share of
@@ -324,8 +325,9 @@ static void pool_point(size_t k, struct firsts *f)
 		free(src);
 		return;
 	}
-	if (2 * bytes > avail) {
-		snprintf(why, sizeof(why), "pool %s: MemAvailable %.1f GiB cannot hold it twice",
+	if (bytes + (2ull << 30) > avail) {
+		snprintf(why, sizeof(why),
+			 "pool %s: MemAvailable %.1f GiB cannot hold it with 2 GiB to spare",
 			 pools[k].name, (double)avail / (1u << 30));
 		skip_row("idle_cpu", bytes / PB, "%core", why);
 		free(t);
