@@ -331,7 +331,7 @@ $(KVDEMO): $(BUILD)/tools/tinylm/kvdemo.o $(TINYLM_LIB) $(LIBA)
 # kvbench's ttft mode (tools/bench/ttft.c) runs tinylm.
 $(BUILD)/kvbench: $(TINYLM_LIB)
 
-$(BUILD)/tests/integration/tinylm $(BUILD)/tests/integration/flight: $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o $(TESTLIB_OBJ) $(TINYLM_LIB) $(LIBA)
+$(BUILD)/tests/integration/tinylm $(BUILD)/tests/integration/flight $(BUILD)/tests/integration/kvdemo: $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o $(TESTLIB_OBJ) $(TINYLM_LIB) $(LIBA)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm
 

@@ -363,7 +363,8 @@ struct kvd_option {
 static const struct kvd_option options[] = {
 	{ "socket", "PATH", OPT_CUSTOM, F(socket), .set = set_socket,
 	  .help = "Unix socket (default: $KVCACHED_SOCKET, else /run/kvcached/kvcached.sock "
-		  "as root, $XDG_RUNTIME_DIR/kvcached.sock otherwise)" },
+		  "as root, $XDG_RUNTIME_DIR/kvcached.sock otherwise); a missing folder is "
+		  "created (mode 0755, said in the log) and removed at a clean stop" },
 	{ "pool", "host|cuda", OPT_CUSTOM, F(pool), .set = set_pool, .def = "host",
 	  .help = "where pages live (cuda: GPU memory shared over CUDA VMM file descriptors)" },
 	{ "gpu", "N", OPT_U32, F(gpu), 0, 1023, .bad = "must be a CUDA device ordinal 0..1023",
@@ -382,18 +383,22 @@ static const struct kvd_option options[] = {
 	  .def = "16", .help = "handles one process may attach" },
 	{ "max-pins", "N", OPT_U32, F(max_pins), 1, 1u << 22, .bad = "must be 1..4194304",
 	  .def = "8192", .help = "pin slots per client (at most max-share of the pool)" },
+	{ "max-announced", "N", OPT_U32, F(max_announced), 0, 1u << 22,
+	  .bad = "must be 0..4194304", .def = "1024",
+	  .help = "blocks one client may have announced in flight and not yet published "
+		  "(single flight; pages past it are granted unannounced; 0: none)" },
 	{ "max-share", "PCT", OPT_U32, F(max_share), 1, 100,
-	  .bad = "must be a percentage 1..100", .def = "50",
+	  .bad = "must be a percentage 1..100 (50 or 50%)", .def = "50",
 	  .help = "pool share one process may use: pages pinned or writing, over all its "
 		  "handles" },
 	{ "hello-timeout-ms", "N", OPT_U32, F(hello_timeout_ms), 1, 600000,
 	  .bad = "must be 1..600000", .def = "5000",
 	  .help = "time to send HELLO, then the connection is dropped" },
 	{ "low-watermark", "PCT", OPT_U32, F(low_watermark), 0, 90,
-	  .bad = "must be a percentage 0..90", .def = "5",
+	  .bad = "must be a percentage 0..90 (5 or 5%)", .def = "5",
 	  .help = "evict when free pages fall below PCT%" },
 	{ "high-watermark", "PCT", OPT_U32, F(high_watermark), 0, 95,
-	  .bad = "must be a percentage 0..95", .def = "10", .help = "...until PCT% are free" },
+	  .bad = "must be a percentage 0..95 (10 or 10%)", .def = "10", .help = "...until PCT% are free" },
 	{ "eviction", "lru|s3fifo|clock", OPT_WORD, F(eviction), .words = w_eviction,
 	  .vals = v_eviction, .bad = "must be lru, s3fifo or clock", .def = "s3fifo",
 	  .help = "which blocks go first, in the pool and the spill tier: s3fifo, "
@@ -527,8 +532,18 @@ static int apply(struct kvd_config *cfg, const struct kvd_option *o, const char 
 	switch (o->type) {
 	case OPT_U32:
 	case OPT_OCTAL:
-		if (parse_u32(val, o->lo, o->hi, &u, o->type == OPT_OCTAL ? 8 : 10))
+		/* A percentage reads as 50 or 50%, as pool-size's share does. */
+		if (o->arg && !strcmp(o->arg, "PCT") && (i = strlen(val)) > 1 && i < 16 &&
+		    val[i - 1] == '%') {
+			char num[16];
+
+			memcpy(num, val, i - 1);
+			num[i - 1] = 0;
+			if (parse_u32(num, o->lo, o->hi, &u, 10))
+				return 1;
+		} else if (parse_u32(val, o->lo, o->hi, &u, o->type == OPT_OCTAL ? 8 : 10)) {
 			return 1;
+		}
 		memcpy(field, &u, sizeof(u));
 		return 0;
 	case OPT_SIZE:

@@ -36,6 +36,8 @@ struct kvd_config {
 	uint32_t gpu;			/* cuda pool: device ordinal */
 	uint64_t pool_size;		/* bytes (resolved from pool_share) */
 	uint32_t pool_share;		/* pool-size given as PCT%: 1..100, or 0 */
+	uint32_t max_announced;		/* blocks one client may hold announced
+					 * in flight (single flight) */
 	uint32_t max_share;		/* percent of the pool one process may
 					 * pin or hold writing */
 	uint32_t hello_timeout_ms;	/* a connection's time to say HELLO */

@@ -146,6 +146,10 @@ int main(int argc, char **argv)
 	 * index and every cached prompt. */
 	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
 		kvd_warn("prctl(PR_SET_DUMPABLE): %s", strerror(errno));
+	/* Before the pool, which can take seconds to reserve: a live
+	 * socket means another kvcached serves it. */
+	if (kvd_server_precheck(&d))
+		goto out;
 	if (memory_fits(&d))
 		goto out;
 	if (segment_open(&d))
@@ -162,10 +166,8 @@ int main(int argc, char **argv)
 		goto out;
 	if (kvd_server_open(&d))
 		goto out;
-	kvd_info("ready: socket %s, %u KV pages of %llu bytes (page-size), %u-token blocks, %u index buckets, segment %llu bytes",
-		 d.cfg.socket, d.h->geo.n_pages, (unsigned long long)d.h->geo.page_bytes,
-		 d.h->geo.block_tokens, d.h->geo.n_buckets,
-		 (unsigned long long)d.h->segment_bytes);
+	/* The metrics port is bound before "ready:", so that a busy port
+	 * fails the start with our message, not after it. */
 	if (d.cfg.metrics_listen[0]) {
 		uint16_t port = 0;
 
@@ -184,6 +186,10 @@ int main(int argc, char **argv)
 				 v6 ? "]" : "", port);
 		}
 	}
+	kvd_info("ready: socket %s, %u KV pages of %llu bytes (page-size), %u-token blocks, %u index buckets, segment %llu bytes",
+		 d.cfg.socket, d.h->geo.n_pages, (unsigned long long)d.h->geo.page_bytes,
+		 d.h->geo.block_tokens, d.h->geo.n_buckets,
+		 (unsigned long long)d.h->segment_bytes);
 	/* The socket listens already: clients that come now are accepted. */
 	{
 		char st[256];

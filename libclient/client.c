@@ -106,7 +106,7 @@ static int recv_all(int fd, void *buf, size_t len, int *fds, int *nfds)
 }
 
 /* The stream is out of step: nothing more can be trusted on it. */
-static void mark_dead(kvc_t *c)
+void kvci_mark_dead(kvc_t *c)
 {
 	close(c->fd);
 	c->fd = -1;
@@ -168,7 +168,7 @@ static int recv_reply(kvc_t *c, uint32_t seq, int send_rc, uint16_t want, void *
 		}
 		free(buf);
 		if (e.fatal)
-			mark_dead(c);
+			kvci_mark_dead(c);
 		return e.err < 0 && e.err > -4096 ? e.err : -EPROTO;
 	}
 	if (r.type != want) {
@@ -181,7 +181,7 @@ static int recv_reply(kvc_t *c, uint32_t seq, int send_rc, uint16_t want, void *
 
 out_dead:
 	free(buf);
-	mark_dead(c);
+	kvci_mark_dead(c);
 	return rc;
 }
 
@@ -211,7 +211,7 @@ static int ahead_collect(kvc_t *c)
 		memcpy(&pg, (char *)reply + sizeof(cnt) + k * sizeof(pg), sizeof(pg));
 		if (pg.page >= c->n_pages || c->n_ahead == c->ahead_cap) {
 			free(reply);
-			mark_dead(c);
+			kvci_mark_dead(c);
 			return -EPROTO;
 		}
 		if (!kvc_slots_get(c, &s, 1))
@@ -266,7 +266,7 @@ void kvci_ahead_ask(kvc_t *c, uint32_t n)
 		a.n = n;
 		/* Not waited for: the daemon answers while we go on. */
 		if (send_frame(c->fd, &h, &a, sizeof(a)))
-			mark_dead(c);
+			kvci_mark_dead(c);
 		else
 			c->ahead_seq = h.seq;
 	}
@@ -615,7 +615,7 @@ int kvc_connected(kvc_t *c)
 		p.events = POLLRDHUP;
 		p.revents = 0;
 		if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-			mark_dead(c);
+			kvci_mark_dead(c);
 			rc = -ENOTCONN;
 		}
 	}

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <time.h>
 
 #include "kvclient.h"
 #include "../shm/ledger.h"
@@ -80,6 +81,11 @@ struct kvc_req {
 	size_t t2;		/* then blocks that may be remote, not yet counted */
 	size_t t3;		/* or the run in flight after the hits, not yet counted */
 	bool single;		/* kvc_wait asked for single flight (flight.c) */
+	/* Set by the request's first kvc_wait: no wait of this request
+	 * sleeps past wait_until (CLOCK_MONOTONIC), so whatever loop the
+	 * caller writes around kvc_wait and kvc_alloc, its waiting ends. */
+	bool wait_armed;
+	struct timespec wait_until;
 	bool flat;		/* engine keys: every block's parent is the root */
 	int short_err;		/* why kvc_alloc granted fewer than asked, or 0 */
 	/* What the ledger counters hold for this request so far: hit
@@ -87,6 +93,7 @@ struct kvc_req {
 	uint32_t counted_hits;
 	size_t counted_misses;
 	struct kvshm_key *keys;
+	struct kvshm_key extra;	/* digest of the extra keys (zero: none) */
 	uint32_t *tokens;	/* n * bt */
 	uint32_t *page;
 	uint32_t *gen;
@@ -125,6 +132,13 @@ static inline int kvc_usable(const kvc_t *c)
 		return -ENOTCONN;
 	return 0;
 }
+
+/* The connection is over (io_lock held): close the socket, mark the
+ * handle dead; later calls return -ENOTCONN. */
+void kvci_mark_dead(kvc_t *c);
+/* kvc_wait sleeps at most this long before it checks that the daemon
+ * lives (flight.c). */
+#define KVCI_WAIT_SLICE_MS 25
 
 /* Round trip: send (type, payload), receive the reply into a malloc'd
  * buffer. Returns 0, or -errno; an ERROR reply returns its err. */

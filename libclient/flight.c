@@ -19,10 +19,14 @@
  * While it sleeps the waiter holds no lock of the handle (other threads
  * go on with their requests), no pin slot and no page for the blocks it
  * waits for: a writer that dies leaves it a miss, never a hang, and the
- * caller's timeout bounds every wait.
+ * timeout of the request's first wait bounds all its waits together. A
+ * daemon that dies wakes nobody, so the sleep is cut in slices of about
+ * a tick, after each of which the socket says whether the daemon hung up
+ * (-ENOTCONN).
  */
 #include <errno.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/syscall.h>
@@ -49,13 +53,17 @@ static void deadline_in(struct timespec *ts, int ms)
 	}
 }
 
+static bool before(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
 static bool passed(const struct timespec *deadline)
 {
 	struct timespec now;
 
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	return now.tv_sec > deadline->tv_sec ||
-	       (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec);
+	return !before(&now, deadline);
 }
 
 /*
@@ -69,14 +77,45 @@ static void sleep_on(const _Atomic uint32_t *w, uint32_t val, const struct times
 	syscall(SYS_futex, w, FUTEX_WAIT_BITSET, val, deadline, NULL, FUTEX_BITSET_MATCH_ANY);
 }
 
+/*
+ * A daemon that dies (SIGKILL, a crash) wakes nobody: its segment stays
+ * mapped here with the writer's pages still marked in flight. So a wait
+ * sleeps in slices of KVCI_WAIT_SLICE_MS (about a daemon tick) and, after
+ * each, asks the socket whether the daemon hung up: one poll() with no
+ * timeout, a few system calls a slice, nothing per block. When another
+ * thread holds the socket for a round trip, that round trip finds out
+ * itself. Returns true when the handle is dead (now or before).
+ */
+static bool daemon_gone(kvc_t *c)
+{
+	if (!pthread_mutex_trylock(&c->io_lock)) {
+		struct pollfd p = { .fd = c->fd, .events = POLLRDHUP };
+
+		if (c->fd >= 0 && poll(&p, 1, 0) > 0 &&
+		    (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL)))
+			kvci_mark_dead(c);
+		pthread_mutex_unlock(&c->io_lock);
+	}
+	return kvc_usable(c) != 0;
+}
+
+/* The earlier of the deadline and one slice from now. */
+static void slice_end(const struct timespec *deadline, struct timespec *ts)
+{
+	deadline_in(ts, KVCI_WAIT_SLICE_MS);
+	if (before(deadline, ts))
+		*ts = *deadline;
+}
+
 enum wait_end { WAIT_SERVED, WAIT_TIMEOUT, WAIT_LOST };
 
 int kvc_wait(struct kvc_req *r, int timeout_ms)
 {
 	const struct kvshm_header *h;
 	struct kvshm_ledger *l;
-	struct timespec deadline;
+	struct timespec deadline, until;
 	size_t from, run, seen, i;
+	bool gone = false;
 	enum wait_end end;
 	kvc_t *c;
 	int rc;
@@ -93,6 +132,15 @@ int kvc_wait(struct kvc_req *r, int timeout_ms)
 	/* The block we last saw in flight: gone unpublished means lost. */
 	seen = run ? from : SIZE_MAX;
 	deadline_in(&deadline, timeout_ms);
+	/* The request's first wait sets its deadline; no later one passes it
+	 * (a writer that frees and announces again and again cannot keep a
+	 * caller's kvc_wait / kvc_alloc loop going). */
+	if (!r->wait_armed) {
+		r->wait_armed = true;
+		r->wait_until = deadline;
+	} else if (before(&r->wait_until, &deadline)) {
+		deadline = r->wait_until;
+	}
 	for (;;) {
 		_Atomic uint32_t *w;
 		uint32_t owner, again, f;
@@ -122,7 +170,13 @@ int kvc_wait(struct kvc_req *r, int timeout_ms)
 			end = WAIT_TIMEOUT;
 			break;
 		}
-		sleep_on(w, f, &deadline);
+		slice_end(&deadline, &until);
+		sleep_on(w, f, &until);
+		if (daemon_gone(c)) {
+			gone = true;
+			end = WAIT_LOST;
+			break;
+		}
 	}
 	if (r->hits > from) {
 		kvshm_ledger_hit(l, r->keys[0], (uint64_t)(r->hits - from) * c->bt, r->label);
@@ -140,8 +194,8 @@ int kvc_wait(struct kvc_req *r, int timeout_ms)
 	/* Single flight from here on, unless the caller gave up waiting:
 	 * its kvc_alloc then refuses to compute a block someone else began
 	 * writing since (-EINPROGRESS), so that it waits for that one too. */
-	r->single = timeout_ms > 0 && end != WAIT_TIMEOUT;
+	r->single = timeout_ms > 0 && end != WAIT_TIMEOUT && !passed(&deadline);
 	r->t3 = 0;
 	kvci_count(r);
-	return (int)r->hits;
+	return gone ? -ENOTCONN : (int)r->hits;
 }

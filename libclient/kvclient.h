@@ -335,8 +335,16 @@ int kvc_restore_pays(const struct kvc_req *r, double prefill_tokens_per_sec);
  *	hits = kvc_lookup(r);
  *	do {
  *		hits = kvc_wait(r, timeout_ms);	// at once if nothing in flight
+ *		if (hits < 0)
+ *			break;			// daemon gone: compute, no cache
  *		got = kvc_alloc(r);
  *	} while (got == -EINPROGRESS);		// lost a race: wait for it too
+ *
+ * The loop ends: the first kvc_wait of a request sets its deadline
+ * (timeout_ms from then), no later wait of the request sleeps past it,
+ * and once it has passed kvc_alloc no longer returns -EINPROGRESS. So a
+ * request waits timeout_ms at most in all, however often a writer gives
+ * its blocks up and announces them again.
  *
  * A wait holds no lock of the handle (other threads go on), and no pin or
  * page for the blocks it waits for. A writer that releases its pages
@@ -367,8 +375,17 @@ size_t kvc_req_inflight(const struct kvc_req *r);
  * out, lets kvc_alloc go ahead whatever others write, which bounds that
  * loop by the caller's deadline.
  *
+ * The request's first kvc_wait sets its deadline; a later call waits
+ * until the earlier of its own timeout and that deadline (see the loop
+ * above).
+ *
+ * A daemon that dies while the caller sleeps is noticed within about a
+ * daemon tick (the sleep is cut in slices after which the socket is
+ * checked): -ENOTCONN, the handle is dead, the blocks are to be computed.
+ *
  * Errors: -EINVAL (NULL request, negative timeout, called at another
- * stage), -ENOTCONN, -ECHILD.
+ * stage), -ENOTCONN (the daemon is gone, before or during the wait),
+ * -ECHILD.
  */
 int kvc_wait(struct kvc_req *r, int timeout_ms);
 

@@ -112,8 +112,8 @@ int kvc_req_new(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
 		return -ENOMEM;
 	if (n) {
 		memcpy(r->tokens, tokens, n * c->bt * sizeof(uint32_t));
-		kvshm_key_chain(c->root, kvshm_key_extra(extra, extra_len), r->tokens,
-				n * c->bt, c->bt, r->keys);
+		r->extra = kvshm_key_extra(extra, extra_len);
+		kvshm_key_chain(c->root, r->extra, r->tokens, n * c->bt, c->bt, r->keys);
 		/* The keys first, then their buckets on their way (issue #23):
 		 * by the time the engine calls kvc_lookup they have arrived. */
 		kvshm_walk_prefetch(c->seg, r->keys, n);

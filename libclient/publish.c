@@ -248,6 +248,7 @@ int kvc_publish(struct kvc_req *r)
 		KVC_TSAN_RELEASE(c->pool + (uint64_t)p.page * c->slot_bytes);
 		p.key = r->keys[i];
 		p.parent = kvci_parent(r, i);
+		p.extra = r->extra;
 		memcpy(msg + sizeof(cnt) + k * rec, &p, sizeof(p));
 		memcpy(msg + sizeof(cnt) + k * rec + sizeof(p), r->tokens + i * bt, bt * 4);
 		k++;

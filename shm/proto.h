@@ -266,6 +266,9 @@ struct kvproto_pub {
 	uint32_t gen;
 	struct kvshm_key key;
 	struct kvshm_key parent;
+	/* The request's extra-keys digest (kvshm_key_extra; zero without):
+	 * with it the daemon recomputes key from parent and tokens. */
+	struct kvshm_key extra;
 };
 
 struct kvproto_pub_r {
@@ -363,7 +366,7 @@ static inline uint64_t kvproto_pub_bytes(uint32_t n, uint32_t bt)
 
 _Static_assert(sizeof(struct kvproto_hdr) == 16, "hdr");
 _Static_assert(sizeof(struct kvproto_hello) == 128, "hello");
-_Static_assert(sizeof(struct kvproto_pub) == 40, "pub");
+_Static_assert(sizeof(struct kvproto_pub) == 56, "pub");
 _Static_assert(sizeof(struct kvproto_claim) == 32, "claim");
 _Static_assert(sizeof(struct kvproto_pool_r) == 56, "pool_r");
 _Static_assert(sizeof(struct kvproto_fetch) == 24, "fetch");

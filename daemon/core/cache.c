@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../shm/key.h"
 #include "../../shm/page.h"
 #include "../obs/events.h"
 #include "kvd.h"
@@ -161,7 +162,7 @@ static uint32_t process_holds(struct kvd *d, struct kvd_client *c, uint32_t shar
 /*
  * Grant up to `asked` pages. With claims (ALLOC_KEYS), page k is announced
  * in flight as the block of claim k (shm/page.h), unless that block is in
- * the index already.
+ * the index already or the client holds max-announced pages WRITING.
  */
 static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32_t asked,
 		       const uint8_t *claims)
@@ -218,7 +219,9 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 			break;
 		if (d->damaged)	/* a hole found earlier was about its old use */
 			d->damaged[out[k].page] = 0;
-		if (claims) {
+		/* Announced only within max-announced: c->writing (pages it
+		 * holds WRITING, announced or not) bounds its announcements. */
+		if (claims && c->writing + k < d->cfg.max_announced) {
 			struct kvproto_claim cl;
 
 			memcpy(&cl, claims + (size_t)k * sizeof(cl), sizeof(cl));
@@ -268,6 +271,50 @@ int kvd_cache_alloc_keys(struct kvd *d, struct kvd_client *c, const struct kvpro
 	return alloc_pages(d, c, seq, a.n, claims);
 }
 
+/*
+ * Can the daemon recompute the keys of namespace ns_id from their parent,
+ * tokens and extra-keys digest? Yes for both kinds today: a TOKENS
+ * namespace chains its keys over its tokens, and an ENGINE namespace's key
+ * is the block key over the root and the digest it stores as tokens
+ * (kvshm_key_engine, extra digest zero). A kind whose keys cannot be
+ * recomputed answers false here; its publishes are then checked for
+ * pages and generations only.
+ */
+static bool keys_verifiable(const struct kvd *d, uint32_t ns_id)
+{
+	(void)d;
+	(void)ns_id;
+	return true;
+}
+
+/*
+ * Every record's key is the key of its own block: XXH3 over its parent
+ * key, its tokens and the extra-keys digest, as the client computed the
+ * chain. A key that is not would take another prompt's block (squatting:
+ * that prompt's lookups then miss it while the squatter holds a pin).
+ * Returns 0, or -1 with *bad the first record that lies.
+ */
+static int check_keys(const struct kvd *d, const struct kvd_client *c, const uint8_t *rec,
+		      uint32_t n, size_t stride, uint32_t *bad)
+{
+	uint32_t tokens[KVSHM_MAX_BLOCK_TOKENS], i;
+	struct kvproto_pub pub;
+	struct kvshm_key k;
+
+	if (!keys_verifiable(d, c->ns_id))
+		return 0;
+	for (i = 0; i < n; i++) {
+		memcpy(&pub, rec + i * stride, sizeof(pub));
+		memcpy(tokens, rec + i * stride + sizeof(pub), (size_t)c->bt * 4);
+		k = kvshm_key_block(pub.parent, tokens, c->bt, pub.extra);
+		if (k.lo != pub.key.lo || k.hi != pub.key.hi) {
+			*bad = i;
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int kvd_cache_publish(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
 		      const void *p)
 {
@@ -283,6 +330,12 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, const struct kvproto_
 	if (check_pages(d, c, rec, cnt.n, stride, &bad)) {
 		kvd_reply_error(d, c, seq, -EINVAL, true,
 				"PUBLISH names page %u, which it does not hold WRITING at that generation",
+				bad);
+		return -1;
+	}
+	if (check_keys(d, c, rec, cnt.n, stride, &bad)) {
+		kvd_reply_error(d, c, seq, -EINVAL, true,
+				"PUBLISH record %u: its key is not the key of its parent, tokens and extra keys (XXH3); a block is published under its own key only",
 				bad);
 		return -1;
 	}

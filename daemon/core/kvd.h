@@ -101,6 +101,7 @@ struct kvd {
 	struct kvshm_header *h;
 	struct kvd_pool pool;
 	int lfd, epfd, sigfd, tfd;
+	bool made_sock_dir;	/* server.c created the socket's folder */
 	bool stop;
 
 	struct kvd_client *clients;	/* cfg.max_clients rows */

@@ -35,9 +35,12 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -53,7 +56,13 @@
 #define BATCH_BYTES (256u << 10)	/* a topic's batch is sent early past this */
 #define RING_BYTES (64ull << 20)	/* replay ring: at most this many payload bytes */
 #define REPLAYS 8			/* replays in progress at once */
-#define REPLAY_BUDGET (8u << 20)	/* payload bytes one service sends */
+#define REPLAY_BUDGET (1u << 20)	/* payload bytes one service sends */
+/* Messages (frames) a replay peer may have queued and unread: the ROUTER's
+ * high-water mark, so a peer that does not read stops receiving. Payloads
+ * are the ring's own buffers, shared, not copies (zmq_msg_init_data). */
+#define REPLAY_HWM 64
+/* A replay whose peer has read nothing for this long is ended. */
+#define REPLAY_STALL_MS 10000
 #define PARTS_PER_SERVICE 4096		/* request frames one service reads */
 #define TOPIC_MAX 512
 #define ZMQ_LIB "libzmq.so.5"
@@ -65,7 +74,8 @@ enum { EV_STORED, EV_REMOVED, EV_CLEARED };
 #define ZMQ_FUNCS(X) X(zmq_ctx_new) X(zmq_ctx_term) X(zmq_socket) X(zmq_close) \
 	X(zmq_setsockopt) X(zmq_getsockopt) X(zmq_bind) X(zmq_connect) X(zmq_send) \
 	X(zmq_msg_init) X(zmq_msg_recv) X(zmq_msg_data) X(zmq_msg_size) X(zmq_msg_more) \
-	X(zmq_msg_close) X(zmq_errno) X(zmq_strerror) X(zmq_version)
+	X(zmq_msg_close) X(zmq_errno) X(zmq_strerror) X(zmq_version) X(zmq_msg_init_data) \
+	X(zmq_msg_send)
 struct zapi {
 #define F(n) __typeof__(n) *n;
 	ZMQ_FUNCS(F)
@@ -106,7 +116,15 @@ struct queue {
 	size_t bytes;		/* about what it encodes to */
 };
 
-/* A sent (or dropped) batch, kept for replay. */
+/* A batch's bytes, shared by the ring and the replay messages libzmq
+ * still holds (its I/O thread drops their references): freed by the last. */
+struct rbuf {
+	atomic_uint refs;
+	uint32_t len;
+	uint8_t data[];
+};
+
+/* A sent (or dropped) batch, kept for replay. data is an rbuf's. */
 struct rbatch {
 	uint64_t seq;
 	uint32_t len;
@@ -118,12 +136,16 @@ struct replay {
 	uint32_t idlen;
 	uint8_t id[256];	/* the peer's ROUTER identity */
 	uint64_t next;		/* first sequence not sent yet */
+	uint64_t stalled_ms;	/* its queue full since (0: it is not) */
 };
 
 struct kvd_events {
 	void *lib;
 	struct zapi z;
 	void *ctx, *pub, *router;
+	/* ipc:// endpoints we bound: their socket files are ours to remove
+	 * when we stop (libzmq leaves them). */
+	bool pub_bound, router_bound;
 	int fd;			/* router's ZMQ_FD, or -1 */
 	bool lossy;		/* NODROP off: a stalled subscriber loses alone */
 	bool probing;		/* NODROP on again to see if it still stalls */
@@ -256,12 +278,30 @@ static void queue_reset(struct queue *s)
 	s->bytes = 0;
 }
 
+static struct rbuf *rbuf_of(const void *data)
+{
+	return (struct rbuf *)((uint8_t *)data - offsetof(struct rbuf, data));
+}
+
+static void rbuf_put(struct rbuf *b)
+{
+	if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1)
+		free(b);
+}
+
+/* libzmq's free function of a replay payload (any thread). */
+static void rbuf_release(void *data, void *hint)
+{
+	(void)hint;
+	rbuf_put(rbuf_of(data));
+}
+
 static void ring_pop(struct kvd_events *e)
 {
 	struct rbatch *b = &e->ring[e->ring_head];
 
 	e->ring_bytes -= b->len;
-	free(b->data);
+	rbuf_put(rbuf_of(b->data));
 	b->data = NULL;
 	e->ring_head = (e->ring_head + 1) % e->ring_cap;
 	e->ring_n--;
@@ -275,20 +315,22 @@ static struct rbatch *ring_at(struct kvd_events *e, uint32_t i)
 static void ring_push(struct kvd_events *e, uint64_t seq, const void *p, size_t len)
 {
 	struct rbatch *b;
-	uint8_t *copy;
+	struct rbuf *copy;
 
 	if (!e->ring_cap || len > RING_BYTES)
 		return;
 	while (e->ring_n && (e->ring_n == e->ring_cap || e->ring_bytes + len > RING_BYTES))
 		ring_pop(e);
-	copy = malloc(len ? len : 1);
+	copy = malloc(sizeof(*copy) + (len ? len : 1));
 	if (!copy)
 		return;	/* not replayable: a replay skips it, as a gap */
-	memcpy(copy, p, len);
+	atomic_init(&copy->refs, 1);
+	copy->len = (uint32_t)len;
+	memcpy(copy->data, p, len);
 	b = ring_at(e, e->ring_n++);
 	b->seq = seq;
 	b->len = (uint32_t)len;
-	b->data = copy;
+	b->data = copy->data;
 	e->ring_bytes += len;
 }
 
@@ -722,6 +764,14 @@ static uint32_t ring_find(struct kvd_events *e, uint64_t want)
 	return lo;
 }
 
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 /* Go on with every replay in progress, up to the byte budget; a peer
  * whose queue is full (EAGAIN) waits for the next round. */
 static void replay_pump(struct kvd *d, kvd_events_reply fn, void *arg)
@@ -745,12 +795,26 @@ static void replay_pump(struct kvd *d, kvd_events_reply fn, void *arg)
 			if (rc)
 				break;
 			r->next = b->seq + 1;
+			r->stalled_ms = 0;
 			budget = budget > b->len ? budget - b->len : 0;
 		}
 		if (!rc && k == e->ring_n)
 			rc = reply4(fn, arg, r, end_seq, NULL, 0) == -EAGAIN ? -EAGAIN : 1;
-		if (rc && rc != -EAGAIN)
-			r->on = false;	/* done, or the peer is gone */
+		if (rc == -EAGAIN) {
+			/* Its queue is full: it gets more when it reads; one
+			 * that reads nothing for REPLAY_STALL_MS is ended. */
+			uint64_t now = mono_ms();
+
+			if (!r->stalled_ms)
+				r->stalled_ms = now;
+			else if (now - r->stalled_ms >= REPLAY_STALL_MS)
+				rc = -ETIMEDOUT;
+		}
+		if (rc && rc != -EAGAIN) {
+			r->on = false;	/* done, the peer is gone, or it stalled */
+			if (rc == -ETIMEDOUT)
+				kvd_stat_add(&st_of(d)->kv_event_replay_errors, 1);
+		}
 		rc = 0;
 	}
 }
@@ -779,10 +843,17 @@ void kvd_events_replay_frames(struct kvd *d, const struct iovec *frames, size_t 
 		}
 		return;
 	}
-	for (i = 0; i < REPLAYS && !r; i++)	/* the same peer asks again */
+	/* One replay at a time per peer: asking again while one is in
+	 * progress does not restart it (a peer that asked "from 0" again and
+	 * again made the daemon send the ring again and again). */
+	for (i = 0; i < REPLAYS; i++)
 		if (e->rp[i].on && e->rp[i].idlen == frames[0].iov_len &&
-		    !memcmp(e->rp[i].id, frames[0].iov_base, e->rp[i].idlen))
-			r = &e->rp[i];
+		    !memcmp(e->rp[i].id, frames[0].iov_base, e->rp[i].idlen)) {
+			kvd_stat_add(&st_of(d)->kv_event_replay_errors, 1);
+			kvd_debug("kv events: a replay to that peer is in progress; the request is ignored");
+			replay_pump(d, fn, arg);
+			return;
+		}
 	for (i = 0; i < REPLAYS && !r; i++)
 		if (!e->rp[i].on)
 			r = &e->rp[i];
@@ -800,6 +871,7 @@ void kvd_events_replay_frames(struct kvd *d, const struct iovec *frames, size_t 
 	r->idlen = (uint32_t)frames[0].iov_len;
 	memcpy(r->id, frames[0].iov_base, r->idlen);
 	r->next = start;
+	r->stalled_ms = 0;
 	kvd_debug("kv events: replay from %llu (%u batches buffered)", (unsigned long long)start,
 		  e->ring_n);
 	replay_pump(d, fn, arg);
@@ -812,10 +884,30 @@ static int zreply(void *arg, const struct iovec *f, size_t n)
 	struct kvd_events *e = arg;
 	size_t i;
 
-	for (i = 0; i < n; i++)
-		if (e->z.zmq_send(e->router, f[i].iov_base, f[i].iov_len,
-			      ZMQ_DONTWAIT | (i + 1 < n ? ZMQ_SNDMORE : 0)) < 0)
+	for (i = 0; i < n; i++) {
+		int flags = ZMQ_DONTWAIT | (i + 1 < n ? ZMQ_SNDMORE : 0);
+
+		if (i == 3 && f[i].iov_len) {
+			/* A batch's payload (only the ring's buffers are ever
+			 * sent here): shared with libzmq, not copied. */
+			struct rbuf *b = rbuf_of(f[i].iov_base);
+			zmq_msg_t m;
+
+			atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+			if (e->z.zmq_msg_init_data(&m, f[i].iov_base, f[i].iov_len, rbuf_release,
+						   NULL)) {
+				rbuf_put(b);
+				return -EIO;
+			}
+			if (e->z.zmq_msg_send(&m, e->router, flags) < 0) {
+				e->z.zmq_msg_close(&m);	/* drops the reference */
+				return -EIO;
+			}
+			continue;
+		}
+		if (e->z.zmq_send(e->router, f[i].iov_base, f[i].iov_len, flags) < 0)
 			return i ? -EIO : -e->z.zmq_errno();
+	}
 	return 0;
 }
 
@@ -965,7 +1057,7 @@ static int open_router(struct kvd *d)
 	if (!e->router || zopt(e, e->router, ZMQ_ROUTER_MANDATORY, 1) ||
 	    e->z.zmq_setsockopt(e->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg)) ||
 	    zopt(e, e->router, ZMQ_RCVHWM, 64) ||
-	    zopt(e, e->router, ZMQ_SNDHWM, (int)d->cfg.kv_events_hwm) ||
+	    zopt(e, e->router, ZMQ_SNDHWM, REPLAY_HWM) ||
 	    zopt(e, e->router, ZMQ_LINGER, 0) ||
 	    e->z.zmq_getsockopt(e->router, ZMQ_FD, &e->fd, &sz)) {
 		kvd_err("kv-events-replay: ZMQ ROUTER socket: %s", zerr(e));
@@ -975,6 +1067,7 @@ static int open_router(struct kvd *d)
 		kvd_err("kv-events-replay %s: cannot bind: %s", d->cfg.kv_events_replay, zerr(e));
 		return -1;
 	}
+	e->router_bound = true;
 	return 0;
 }
 
@@ -1034,6 +1127,7 @@ int kvd_events_open(struct kvd *d)
 			cfg->kv_events_connect ? "connect" : "bind", zerr(e));
 		goto fail;
 	}
+	e->pub_bound = !cfg->kv_events_connect;
 	if (cfg->kv_events_replay[0] && open_router(d))
 		goto fail;
 	kvd_info("kv events: %s %s (libzmq %d.%d.%d), topic %s, %s hashes%s%s, replay buffer %u batches",
@@ -1047,6 +1141,18 @@ int kvd_events_open(struct kvd *d)
 fail:
 	kvd_events_close(d);
 	return -1;
+}
+
+/* The socket file of an ipc:// endpoint we bound (not an abstract one,
+ * "ipc://@name", which has no file): libzmq leaves it behind. */
+static void unlink_ipc(const char *ep)
+{
+	struct stat st;
+
+	if (strncmp(ep, "ipc://", 6) || ep[6] == '@' || !ep[6])
+		return;
+	if (!lstat(ep + 6, &st) && S_ISSOCK(st.st_mode))
+		unlink(ep + 6);
 }
 
 void kvd_events_close(struct kvd *d)
@@ -1064,6 +1170,10 @@ void kvd_events_close(struct kvd *d)
 		e->z.zmq_close(e->pub);
 	if (e->ctx)
 		e->z.zmq_ctx_term(e->ctx);
+	if (e->pub_bound)
+		unlink_ipc(d->cfg.kv_events);
+	if (e->router_bound)
+		unlink_ipc(d->cfg.kv_events_replay);
 	/* libzmq stays loaded: its threads are gone, unloading gains nothing. */
 	for (i = 0; e->st && i < e->max_ns; i++) {
 		free(e->st[i].ev);

@@ -3,10 +3,15 @@
  * metrics.c - the /metrics endpoint (see metrics.h). One snapshot per
  * request, rendered by the same code as `kvstat --prometheus`.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <microhttpd.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "../../shm/stats.h"
 #include "../util/log.h"
@@ -72,30 +77,72 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 	return reply(conn, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", buf, need);
 }
 
+/*
+ * Bind and listen ourselves, so that a port in use is our own message
+ * naming the address, before the daemon says it is ready (libmicrohttpd
+ * would only log "Failed to bind to port 0"). Returns the fd or -1.
+ */
+static int listen_on(const struct sockaddr *addr)
+{
+	bool v6 = addr->sa_family == AF_INET6;
+	socklen_t len = v6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+	char ip[INET6_ADDRSTRLEN] = "?";
+	int fd, one = 1;
+	uint16_t port;
+
+	inet_ntop(addr->sa_family,
+		  v6 ? (const void *)&((const struct sockaddr_in6 *)addr)->sin6_addr
+		     : (const void *)&((const struct sockaddr_in *)addr)->sin_addr,
+		  ip, sizeof(ip));
+	port = ntohs(v6 ? ((const struct sockaddr_in6 *)addr)->sin6_port
+			: ((const struct sockaddr_in *)addr)->sin_port);
+	fd = socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+	    bind(fd, addr, len) || listen(fd, 64)) {
+		kvd_err("metrics-listen %s%s%s:%u: cannot listen there: %s%s", v6 ? "[" : "", ip,
+			v6 ? "]" : "", (unsigned)port, strerror(errno),
+			errno == EADDRINUSE ? " (another program serves that port; choose another, or port 0 for any free one)" : "");
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 struct kvd_metrics *kvd_metrics_start(const struct kvshm_header *h,
 				      const struct sockaddr *addr, uint16_t *port_out)
 {
 	struct kvd_metrics *m = calloc(1, sizeof(*m));
 	unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
-	const union MHD_DaemonInfo *info;
+	struct sockaddr_storage got;
+	socklen_t glen = sizeof(got);
+	int fd;
 
 	if (!m)
 		return NULL;
 	m->h = h;
+	fd = listen_on(addr);
+	if (fd < 0) {
+		free(m);
+		return NULL;
+	}
+	*port_out = 0;
+	if (!getsockname(fd, (struct sockaddr *)&got, &glen))
+		*port_out = ntohs(got.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
+							    : ((struct sockaddr_in *)&got)->sin_port);
 	if (addr->sa_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
 	m->mhd = MHD_start_daemon(flags, 0, NULL, NULL, handle, m,
-				  MHD_OPTION_SOCK_ADDR, addr,
+				  MHD_OPTION_LISTEN_SOCKET, fd,
 				  MHD_OPTION_CONNECTION_LIMIT, (unsigned int)16,
 				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)10,
 				  MHD_OPTION_END);
 	if (!m->mhd) {
-		kvd_err("metrics-listen: cannot serve HTTP there (address in use, or not an address of this host?)");
+		kvd_err("metrics-listen: libmicrohttpd could not start on its socket");
+		close(fd);
 		free(m);
 		return NULL;
 	}
-	info = MHD_get_daemon_info(m->mhd, MHD_DAEMON_INFO_BIND_PORT);
-	*port_out = info ? info->port : 0;
 	return m;
 }
 

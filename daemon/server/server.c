@@ -44,12 +44,49 @@
 #include "notify.h"
 
 
-/* Make sure the socket's folder exists; refuse to steal a live socket. */
-static int prepare_path(const char *path)
+/* Connect to path: 0 when a kvcached answers there right now, else the
+ * errno (ECONNREFUSED: a stale socket of a daemon that died). */
+static int socket_probe(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd, err = 0;
+
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
+		err = errno;
+	close(fd);
+	return err;
+}
+
+int kvd_server_precheck(const struct kvd *d)
+{
+	struct sockaddr_un sa;
+
+	if (strlen(d->cfg.socket) >= sizeof(sa.sun_path)) {
+		kvd_err("socket %s: longer than a Unix socket path may be (%zu bytes)",
+			d->cfg.socket, sizeof(sa.sun_path) - 1);
+		return -1;
+	}
+	if (!socket_probe(d->cfg.socket)) {
+		kvd_err("socket %s: another kvcached is serving it", d->cfg.socket);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Make sure the socket's folder exists (creating a missing one, mode 0755,
+ * said in the log and removed again at a clean stop); refuse to steal a
+ * live socket.
+ */
+static int prepare_path(struct kvd *d, const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	char dir[sizeof(sa.sun_path)], *slash;
-	int fd, rc;
+	int err;
 
 	strcpy(dir, path);
 	slash = strrchr(dir, '/');
@@ -57,7 +94,11 @@ static int prepare_path(const char *path)
 		*slash = 0;
 		struct stat st;
 
-		if (mkdir(dir, 0755) && errno != EEXIST) {
+		if (!mkdir(dir, 0755)) {
+			d->made_sock_dir = true;
+			kvd_info("socket %s: folder %s did not exist: created it (mode 0755), to be removed when kvcached stops",
+				 path, dir);
+		} else if (errno != EEXIST) {
 			kvd_err("socket %s: cannot create folder %s: %s", path, dir, strerror(errno));
 			return -1;
 		}
@@ -71,17 +112,12 @@ static int prepare_path(const char *path)
 			return -1;
 		}
 	}
-	strcpy(sa.sun_path, path);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -1;
-	rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-	close(fd);
-	if (!rc) {
+	err = socket_probe(path);
+	if (!err) {
 		kvd_err("socket %s: another kvcached is serving it", path);
 		return -1;
 	}
-	if (errno == ECONNREFUSED)
+	if (err == ECONNREFUSED)
 		unlink(path);	/* stale socket of a daemon that died */
 	return 0;
 }
@@ -156,7 +192,7 @@ int kvd_server_open(struct kvd *d)
 	sigset_t ss;
 	int lv;
 
-	if (strlen(d->cfg.socket) >= sizeof(sa.sun_path) || prepare_path(d->cfg.socket))
+	if (strlen(d->cfg.socket) >= sizeof(sa.sun_path) || prepare_path(d, d->cfg.socket))
 		return -1;
 	strcpy(sa.sun_path, d->cfg.socket);
 	d->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -662,6 +698,16 @@ void kvd_server_close(struct kvd *d)
 	if (d->lfd >= 0) {
 		close(d->lfd);
 		unlink(d->cfg.socket);
+	}
+	if (d->made_sock_dir) {	/* ours, and only if nothing else is in it */
+		char dir[sizeof(((struct sockaddr_un *)0)->sun_path)], *slash;
+
+		strcpy(dir, d->cfg.socket);
+		slash = strrchr(dir, '/');
+		if (slash && slash != dir) {
+			*slash = 0;
+			rmdir(dir);
+		}
 	}
 	if (d->sigfd >= 0)
 		close(d->sigfd);

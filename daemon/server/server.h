@@ -8,6 +8,9 @@
 
 #include "../core/kvd.h"
 
+/* Before anything is allocated: the socket path fits, and no live daemon
+ * serves it. 0 or -1 (logged). */
+int kvd_server_precheck(const struct kvd *d);
 int kvd_server_open(struct kvd *d);
 int kvd_server_run(struct kvd *d);
 void kvd_server_close(struct kvd *d);

@@ -161,6 +161,9 @@ struct kvd_remote {
 	int efd;
 	uint32_t bt;
 	uint64_t slot_bytes, timeout_ns;
+	/* Dropped items: one warning an interval, then a count (a host
+	 * with the wrong secret would log every block of every fetch). */
+	struct kvd_ratelimit drop_log;
 	bool cuda;
 	int mode;			/* enum kvd_remote_write */
 	char prefix[KVD_RVAL_PREFIX_MAX];
@@ -631,9 +634,10 @@ static void item_settle(struct kvd *d, struct rfetch *f, struct ritem *it)
 		}
 		kvshm_page_free(d->h, it->page, it->gen, OWNER_REMOTE);
 		kvd_stat_add(&st->remote_dropped, 1);
-		kvd_warn("remote: block %016llx%016llx dropped: %s; served as a miss",
-			 (unsigned long long)it->key.hi, (unsigned long long)it->key.lo,
-			 fail_text[it->fail < KVD_RVAL_NFAIL ? it->fail : 0]);
+		if (kvd_log_allow(&d->remote->drop_log, now_ns() / 1000000))
+			kvd_warn("remote: block %016llx%016llx dropped: %s; served as a miss",
+				 (unsigned long long)it->key.hi, (unsigned long long)it->key.lo,
+				 fail_text[it->fail < KVD_RVAL_NFAIL ? it->fail : 0]);
 		status = -EBADMSG;
 		break;
 	case RES_TIMEOUT:
@@ -745,6 +749,7 @@ static void remote_tick(struct kvd *d)
 
 	if (!r->probing && now >= r->next_probe)
 		probe_start(r, now);
+	kvd_log_more(&r->drop_log, now / 1000000);
 	/* Fetches past their deadline are answered with what has come. */
 	for (f = r->inflight; f; f = f->next) {
 		if (!f->rq || now < f->deadline)
@@ -1148,6 +1153,7 @@ int kvd_remote_open(struct kvd *d)
 		goto nomem;
 	d->remote = r;
 	r->efd = -1;
+	r->drop_log.what = "remote: dropped blocks";
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_cond_init(&r->wake, NULL);
 	r->gets_tail = &r->gets;

@@ -40,3 +40,27 @@ void kvd_log(int level, const char *fmt, ...)
 	if (write(STDERR_FILENO, line, (size_t)n) < 0)
 		return;
 }
+
+bool kvd_log_allow(struct kvd_ratelimit *rl, uint64_t now_ms)
+{
+	if (rl->since_ms && now_ms - rl->since_ms < KVD_LOG_INTERVAL_MS) {
+		rl->more++;
+		return false;
+	}
+	kvd_log_more(rl, now_ms);	/* if the tick has not said it yet */
+	rl->since_ms = now_ms ? now_ms : 1;
+	rl->more = 0;
+	return true;
+}
+
+void kvd_log_more(struct kvd_ratelimit *rl, uint64_t now_ms)
+{
+	if (!rl->since_ms || now_ms - rl->since_ms < KVD_LOG_INTERVAL_MS)
+		return;
+	if (rl->more)
+		kvd_warn("%s: %llu more like it in the last %llu s", rl->what,
+			(unsigned long long)rl->more,
+			(unsigned long long)(now_ms - rl->since_ms + 500) / 1000);
+	rl->since_ms = 0;
+	rl->more = 0;
+}

@@ -86,6 +86,7 @@
 #include "../../daemon/tier/spill_io.h"
 #include "../../shm/index.h"
 #include "../../shm/ledger.h"
+#include "../../shm/key.h"
 #include "../../shm/page.h"
 #include "../../shm/stats.h"
 
@@ -244,7 +245,10 @@ static void reset(uint32_t bt, bool spill, int eviction)
 	kvshm_init(seg.base, &h);
 	kvd_policy_close(&keep.pol);
 
-	/* Everything else of struct kvd starts from zero, as in main(). */
+	/* Everything else of struct kvd starts from zero, as in main(); what
+	 * the last input's daemon allocated for itself goes, as main() frees
+	 * it at exit (the pin census's page stamps). */
+	free(keep.census_stamp);
 	memset(&d, 0, sizeof(d));
 	d.cfg = keep.cfg;
 	d.cfg.eviction = eviction;
@@ -937,6 +941,48 @@ static void fix_identity(uint8_t *r, size_t gap)
 	memcpy(r + gap, &pages[i].parent, sizeof(k));
 }
 
+/*
+ * A PUBLISH record's identity: the daemon refuses a key that is not the
+ * XXH3 of the record's parent, tokens and extra digest (issue #24), which
+ * fuzzed bytes never are. So, by the extra digest's low bits: leave the
+ * record as it came (refused, and the client dropped); point it at a page
+ * in flight or cached (fix_identity) and take that page's tokens too, so
+ * it is the same block (a duplicate, or the takeover of an announcement);
+ * or keep its tokens and parent and give it the key they make (a new
+ * block, or a collision with whatever the index holds there).
+ */
+static void fix_key(uint8_t *r)
+{
+	const uint32_t bt = d.h->geo.block_tokens;
+	struct kvproto_pub pub;
+	uint32_t tokens[KVSHM_MAX_BLOCK_TOKENS], i;
+	struct kvshm_key k;
+
+	memcpy(&pub, r, sizeof(pub));
+	switch (pub.extra.lo & 3) {
+	case 0:
+		return;
+	case 1:
+		fix_identity(r + offsetof(struct kvproto_pub, key), sizeof(struct kvshm_key));
+		memcpy(&k, r + offsetof(struct kvproto_pub, key), sizeof(k));
+		for (i = 0; i < N_PAGES; i++)
+			if (kvshm_pages(d.h)[i].key.lo == k.lo && kvshm_pages(d.h)[i].key.hi == k.hi) {
+				memcpy(r + sizeof(pub), kvshm_tokens(d.h, i), (size_t)bt * 4);
+				break;
+			}
+		memset(r + offsetof(struct kvproto_pub, extra), 0, sizeof(struct kvshm_key));
+		return;
+	default:
+		if ((pub.extra.lo & 3) == 3)
+			fix_identity(r + offsetof(struct kvproto_pub, key), sizeof(struct kvshm_key));
+		memcpy(&pub, r, sizeof(pub));
+		memcpy(tokens, r + sizeof(pub), (size_t)bt * 4);
+		pub.key = kvshm_key_block(pub.parent, tokens, bt, pub.extra);
+		memcpy(r, &pub, sizeof(pub));
+		return;
+	}
+}
+
 /* Replace record (page, gen) pairs with ones the daemon granted. */
 static void fix_records(struct peer *pr, const struct kvproto_hdr *h, uint8_t *p)
 {
@@ -990,7 +1036,7 @@ static void fix_records(struct peer *pr, const struct kvproto_hdr *h, uint8_t *p
 		pg = pr->granted[pg.page % pr->n_granted];
 		memcpy(r, &pg, sizeof(pg));
 		if (h->type == KVPROTO_PUBLISH)
-			fix_identity(r + offsetof(struct kvproto_pub, key), sizeof(struct kvshm_key));
+			fix_key(r);
 	}
 }
 

@@ -163,7 +163,8 @@ static void check_accepted(const struct kvproto_hdr *h, const uint8_t *p, uint32
 		CHECK(len >= sizeof(struct kvproto_count));
 		n = count_of(p);
 		CHECK(n >= 1 && n <= KVPROTO_MAX_COUNT);
-		CHECK(len == 8 + (uint64_t)n * (40 + 4 * (uint64_t)bt));
+		/* page, gen, key, parent, extra digest: 4 + 4 + 3 x 16 bytes */
+		CHECK(len == 8 + (uint64_t)n * (56 + 4 * (uint64_t)bt));
 		CHECK(len == kvproto_pub_bytes(n, bt));
 		read_records(p, sizeof(struct kvproto_count), n,
 			     sizeof(struct kvproto_pub) + 4 * (uint64_t)bt);

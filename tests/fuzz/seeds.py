@@ -48,13 +48,16 @@ def pgs(pairs):
 
 
 def pub(recs, bt=16):
-    """recs: (page, gen, key, parent, first_token); a key is lo or (lo, hi)."""
+    """recs: (page, gen, key, parent, first_token); a key is lo or (lo, hi).
+    A record is struct kvproto_pub (page, gen, key, parent, extra digest)."""
     out = struct.pack("<II", len(recs), 0)
     for page, gen, key, parent, tok in recs:
         # hi spread over the index (its top half picks the home bucket)
         klo, khi = key if isinstance(key, tuple) else (key, (key * 0x9E3779B97F4A7C15) % (1 << 64))
-        out += struct.pack("<IIQQQQ", page, gen, klo, khi, parent,
-                           parent * 7 + 1 if parent else 0)
+        # extra digest: lo 2 asks daemon_frames' FRAME_FIX for the key the
+        # parent and tokens make (the daemon refuses any other, issue #24)
+        out += struct.pack("<IIQQQQQQ", page, gen, klo, khi, parent,
+                           parent * 7 + 1 if parent else 0, 2, 0)
         out += struct.pack("<%dI" % bt, *range(tok, tok + bt))
     return out
 

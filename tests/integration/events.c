@@ -64,7 +64,10 @@ static void test_not_loaded(void **state)
 	assert_int_equal(kvt_daemon_start(&d, args), 0);
 	assert_true(maps_has(d.pid, "libzmq"));
 	assert_false(maps_has(d.pid, "msgpack"));
+	assert_int_equal(access(ev + 6, F_OK), 0);	/* the endpoint's file */
 	assert_int_equal(kvt_daemon_stop(&d), 0);
+	/* A clean stop removes the ipc:// endpoint file it bound. */
+	assert_int_equal(access(ev + 6, F_OK), -1);
 }
 
 /* Receive a multipart message of up to 4 frames, waiting at most ms. */
@@ -191,6 +194,9 @@ static void test_publish_replay(void **state)
 	zmq_ctx_term(ctx);
 	assert_true(kvt_log_has(&d, "kv events: replay request refused"));
 	assert_int_equal(kvt_daemon_stop(&d), 0);
+	/* Both endpoint files went with the clean stop. */
+	assert_int_equal(access(ev + 6, F_OK), -1);
+	assert_int_equal(access(rp + 6, F_OK), -1);
 }
 
 int main(void)

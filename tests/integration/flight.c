@@ -29,11 +29,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "../lib/harness.h"
 #include "../lib/tlm_fixture.h"
+#include "../../shm/key.h"
+#include "../../shm/proto.h"
+#include "../../shm/stats.h"
 #include "../../libclient/observe.h"
 #include "../../tools/tinylm/tinylm.h"
 
@@ -494,6 +498,250 @@ static void test_free_unpublished_wakes_waiter_with_miss(void **state)
 	assert_int_equal(STAT(pages_in_flight), 0);
 }
 
+/* ---- the daemon dies while a client waits ---- */
+
+static void *kill_later(void *arg)
+{
+	sleep_ms(100);
+	kill(*(pid_t *)arg, SIGKILL);
+	return NULL;
+}
+
+/*
+ * A daemon SIGKILLed while a client waits for blocks another client
+ * announced: nobody bumps the flight word, and the orphaned segment still
+ * says the blocks are in flight. The wait must notice the daemon's end
+ * (its socket hangs up) and return -ENOTCONN, not sleep out its timeout
+ * and return as if the writer were merely slow.
+ */
+static void test_daemon_killed_ends_wait(void **state)
+{
+	struct kvc_model km = kvt_model();
+	struct kvt_daemon d;
+	uint32_t t[8 * BT];
+	struct kvc_req *r;
+	pthread_t th;
+	int rc, alloc;
+	kvc_t *c;
+	pid_t w;
+
+	(void)state;
+	assert_int_equal(kvt_daemon_start(&d, daemon_args), 0);
+	w = stuck_writer(&d, &km, 707, 8 * BT);
+	c = kvt_open(&d, NULL);
+	assert_non_null(c);
+	prompt(t, 8 * BT, 707);
+	assert_int_equal(kvc_req_new(c, t, 8 * BT, NULL, 0, &r), 0);
+	assert_int_equal(kvc_lookup(r), 0);
+	assert_int_equal(kvc_req_inflight(r), 8);
+	assert_int_equal(pthread_create(&th, NULL, kill_later, &d.pid), 0);
+	/* Without the check the wait sleeps 20 s and returns 0 hits. */
+	rc = kvc_wait(r, 20000);
+	pthread_join(th, NULL);
+	alloc = kvc_alloc(r);
+	kvc_req_free(r);
+	kvc_close(c);
+	kill(w, SIGKILL);
+	assert_int_equal(kvt_wait(w), 128 + SIGKILL);
+	assert_int_equal(kvt_daemon_stop(&d), -1);	/* it died by a signal */
+	assert_int_equal(rc, -ENOTCONN);
+	assert_int_equal(alloc, -ENOTCONN);
+}
+
+/* ---- a writer that gives its blocks up and announces them again ---- */
+
+/* Read one reply frame of `type` (payload up to cap bytes into buf). */
+static int read_frame(int fd, uint16_t type, void *buf, size_t cap)
+{
+	struct kvproto_hdr h;
+	size_t got = 0;
+
+	if (recv(fd, &h, sizeof(h), MSG_WAITALL) != (ssize_t)sizeof(h) || h.type != type ||
+	    h.len > cap)
+		return -1;
+	while (got < h.len) {
+		ssize_t n = recv(fd, (char *)buf + got, h.len - got, 0);
+
+		if (n <= 0)
+			return -1;
+		got += (size_t)n;
+	}
+	return (int)h.len;
+}
+
+/*
+ * A hostile writer on the raw protocol: it announces the 8 blocks of the
+ * prompt (ALLOC_KEYS), then every 500 ms gives its pages back and
+ * announces the blocks again, FREE and ALLOC_KEYS in one write, so each
+ * FREE wakes the waiters and the next announcement is there before they
+ * allocate. Writes one byte on `ready` after the first announcement; runs
+ * until killed.
+ */
+static pid_t refreshing_writer(const struct kvt_daemon *d, uint32_t seed, int ready)
+{
+	pid_t p = fork();
+
+	assert_true(p >= 0);
+	if (!p) {
+		struct kvproto_hello hi = { .version = KVPROTO_VERSION, .dtype_bytes = 2,
+					    .layers = 1, .kv_heads = 2, .head_dim = 32,
+					    .block_tokens = BT, .pos_kind = 1,
+					    .model = "kvt-tiny" };
+		struct kvproto_hello_r hr;
+		struct kvshm_key keys[8], root, zero = { 0, 0 };
+		struct kvshm_ns ns;
+		struct {
+			struct kvproto_hdr h1;
+			struct kvproto_count fc;
+			struct kvproto_pg fpg[8];
+			struct kvproto_hdr h2;
+			struct kvproto_alloc a;
+			struct kvproto_claim cl[8];
+		} __attribute__((packed)) m;
+		struct {
+			struct kvproto_count cnt;
+			struct kvproto_pg pg[8];
+		} ar;
+		uint32_t t[8 * BT];
+		int fds[3], fd = kvt_raw_connect(d->sock), i;
+
+		if (fd < 0 || kvt_raw_hello(fd, fds, &hr) || kvproto_hello_ns(&hi, &ns))
+			_exit(3);
+		prompt(t, 8 * BT, seed);
+		root = kvshm_key_root(ns.id, NULL, 0);
+		kvshm_key_chain(root, zero, t, 8 * BT, BT, keys);
+		memset(&m, 0, sizeof(m));
+		m.h1 = (struct kvproto_hdr){ KVPROTO_MAGIC, KVPROTO_FREE, 0,
+					     sizeof(m.fc) + sizeof(m.fpg), 1 };
+		m.fc.n = 8;
+		m.h2 = (struct kvproto_hdr){ KVPROTO_MAGIC, KVPROTO_ALLOC_KEYS, 0,
+					     sizeof(m.a) + sizeof(m.cl), 2 };
+		m.a.n = 8;
+		for (i = 0; i < 8; i++)
+			m.cl[i] = (struct kvproto_claim){ keys[i], i ? keys[i - 1] : root };
+		if (write(fd, (char *)&m + offsetof(typeof(m), h2),
+			  sizeof(m) - offsetof(typeof(m), h2)) !=
+			    (ssize_t)(sizeof(m) - offsetof(typeof(m), h2)) ||
+		    read_frame(fd, KVPROTO_ALLOC_R, &ar, sizeof(ar)) != (int)sizeof(ar) ||
+		    ar.cnt.n != 8 || write(ready, "a", 1) != 1)
+			_exit(4);
+		for (;;) {
+			struct kvproto_count fr;
+
+			sleep_ms(500);
+			memcpy(m.fpg, ar.pg, sizeof(m.fpg));
+			if (write(fd, &m, sizeof(m)) != (ssize_t)sizeof(m) ||
+			    read_frame(fd, KVPROTO_FREE_R, &fr, sizeof(fr)) != (int)sizeof(fr) ||
+			    read_frame(fd, KVPROTO_ALLOC_R, &ar, sizeof(ar)) != (int)sizeof(ar) ||
+			    ar.cnt.n != 8)
+				_exit(5);
+		}
+	}
+	return p;
+}
+
+/* The honest client: kvclient.h's documented loop, 2 s waits, under an
+ * alarm far above that (a loop that never ends fails the test). */
+static int documented_loop(void *arg)
+{
+	const struct kvt_daemon *d = arg;
+	uint32_t t[8 * BT];
+	struct kvc_key k[8];
+	struct kvc_req *r;
+	kvc_t *c = kvt_open(d, NULL);
+	int hits, got, rounds = 0;
+
+	alarm(40);
+	if (!c)
+		return 2;
+	prompt(t, 8 * BT, 808);
+	if (kvc_req_new(c, t, 8 * BT, NULL, 0, &r) || kvc_lookup(r) != 0 ||
+	    kvc_req_inflight(r) != 8)
+		return 3;
+	do {
+		hits = kvc_wait(r, 2000);
+		if (hits < 0)
+			return 4;
+		got = kvc_alloc(r);
+		rounds++;
+	} while (got == -EINPROGRESS);
+	printf("documented loop: %d rounds, %d hits, %d granted\n", rounds, hits, got);
+	fflush(stdout);
+	if (hits + got != 8 || kvc_keys(c, t, 8 * BT, NULL, 0, k, 8) != 8)
+		return 5;
+	for (int i = hits; i < 8; i++)
+		kvt_fill(kvc_block(r, (size_t)i), 4096, k[i]);
+	if (kvc_publish(r) != 8)
+		return 6;
+	kvc_req_free(r);
+	kvc_close(c);
+	return 0;
+}
+
+static void test_refreshing_writer_cannot_keep_a_waiter(void **state)
+{
+	struct kvt_daemon *d = *state;
+	int ready[2], rc, alive;
+	pid_t w;
+	char b;
+
+	assert_int_equal(pipe(ready), 0);
+	w = refreshing_writer(d, 808, ready[1]);
+	assert_int_equal(read(ready[0], &b, 1), 1);
+	rc = kvt_wait(kvt_fork(documented_loop, d));
+	alive = kill(w, 0);	/* it was refreshing all along */
+	kill(w, SIGKILL);
+	assert_int_equal(kvt_wait(w), 128 + SIGKILL);
+	close(ready[0]);
+	close(ready[1]);
+	assert_int_equal(alive, 0);
+	assert_int_equal(rc, 0);
+}
+
+/*
+ * max-announced: a client holding that many pages WRITING gets further
+ * pages unannounced, so no client fills the index with claims it never
+ * writes. A writer granted 8 pages under a cap of 3 has announced 3:
+ * others see 3 blocks in flight and compute the rest.
+ */
+static void test_announcements_capped(void **state)
+{
+	static const char *const args[] = { "--page-size", "8K", "--pool-size", "2M",
+					    "--max-announced", "3", NULL };
+	struct kvc_model km = kvt_model();
+	struct kvshm_stats st;
+	struct kvt_daemon d;
+	uint32_t t[8 * BT];
+	struct kvc_req *r;
+	size_t inflight;
+	int tries;
+	kvc_t *c;
+	pid_t w;
+
+	(void)state;
+	assert_int_equal(kvt_daemon_start(&d, args), 0);
+	w = stuck_writer(&d, &km, 909, 8 * BT);	/* granted all 8 */
+	c = kvt_open(&d, NULL);
+	assert_non_null(c);
+	prompt(t, 8 * BT, 909);
+	assert_int_equal(kvc_req_new(c, t, 8 * BT, NULL, 0, &r), 0);
+	assert_int_equal(kvc_lookup(r), 0);
+	inflight = kvc_req_inflight(r);
+	kvc_req_free(r);
+	kvc_close(c);
+	for (tries = 0; tries < 200; tries++) {	/* the gauge is set on a tick */
+		kvt_stats(d.sock, &st);
+		if (st.pages_in_flight == 3)
+			break;
+		sleep_ms(5);
+	}
+	kill(w, SIGKILL);
+	assert_int_equal(kvt_wait(w), 128 + SIGKILL);
+	assert_int_equal(kvt_daemon_stop(&d), 0);
+	assert_int_equal(inflight, 3);
+	assert_int_equal(st.pages_in_flight, 3);
+}
+
 /* API edges: bad arguments, and a wait with nothing in flight. */
 static void test_wait_arguments(void **state)
 {
@@ -546,7 +794,13 @@ int main(void)
 		cmocka_unit_test(test_publish_wakes_waiter_with_hits),
 		cmocka_unit_test(test_free_unpublished_wakes_waiter_with_miss),
 		cmocka_unit_test(test_wait_arguments),
+		cmocka_unit_test(test_daemon_killed_ends_wait),
+		cmocka_unit_test(test_refreshing_writer_cannot_keep_a_waiter),
+		cmocka_unit_test(test_announcements_capped),
 	};
 
+	/* KVT_ONLY=test_name runs one (checking a test against a reverted fix). */
+	if (getenv("KVT_ONLY"))
+		cmocka_set_test_filter(getenv("KVT_ONLY"));
 	return cmocka_run_group_tests_name("flight", tests, setup, teardown);
 }

@@ -15,6 +15,9 @@
  *     fits when the daemon's pages are too small;
  *   - mistakes get one line naming them: an unknown option, a missing
  *     prompt file, no daemon at the socket (the path is in the message);
+ *   - a daemon killed while kvdemo waits for blocks another process is
+ *     writing: kvdemo computes them, says the connection was lost, does
+ *     not send the user to kvstat, and exits non-zero.
  *   - it says at the prompt when the share cap stopped it publishing, and
  *     labels every --prompt distinctly.
  *
@@ -27,12 +30,15 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "../lib/harness.h"
+#include "../../shm/stats.h"
+#include "../../tools/tinylm/tinylm.h"
 
 #define TINY "--layers", "1", "--dim", "32", "--hidden", "64", "--heads", "2", "--kv-heads", "1"
 
@@ -245,6 +251,98 @@ static void test_schema_example(void **state)
 	assert_non_null(strstr(out, "cached compositions bitwise equal to uncached prefills"));
 }
 
+/* The prompt of the daemon-death test, and kvdemo's model for it (TINY,
+ * kvdemo's seed and default positions). */
+#define LOST_PROMPT "a prompt whose blocks another process claims and never writes: kvdemo waits"
+
+/* Claim every full block of LOST_PROMPT as kvdemo will key it, say so on
+ * `ready`, and hold the pages unpublished until killed. */
+static void claim_prompt(const char *sock, int ready)
+{
+	struct tlm_config cfg = { .dim = 32, .hidden_dim = 64, .n_layers = 1, .n_heads = 2,
+				  .n_kv_heads = 1, .seq_len = 8192 };
+	struct kvc_options o = { .size = sizeof(o), .socket_path = sock };
+	struct tlm_model m;
+	struct kvc_model km;
+	struct kvc_req *r;
+	uint32_t t[128];
+	char err[256];
+	size_t n;
+	kvc_t *c;
+
+	if (tlm_model_generate(&m, &cfg, TLM_DEMO_SEED, err, sizeof(err)))
+		_exit(3);
+	km = tlm_kvc_model(&m, 16);
+	n = tlm_tokenize(LOST_PROMPT, strlen(LOST_PROMPT), 1, t, 128);
+	if (kvc_open(&km, &o, &c) || kvc_req_new(c, t, n, NULL, 0, &r) || kvc_lookup(r) ||
+	    kvc_alloc(r) != (int)(n / 16) || write(ready, "c", 1) != 1)
+		_exit(4);
+	for (;;)
+		pause();
+}
+
+static void test_daemon_killed_mid_wait(void **state)
+{
+	const char *args[] = { "--socket", NULL, TINY, "--max-tokens", "1", "--prompt",
+			       LOST_PROMPT, NULL };
+	struct kvshm_stats st;
+	struct kvt_daemon d;
+	char out[16384], b;
+	int ready[2], res[2], rc = -1, tries;
+	pid_t w, k;
+	ssize_t got;
+
+	(void)state;
+	assert_int_equal(kvt_daemon_start(&d, NULL), 0);
+	assert_int_equal(pipe(ready), 0);
+	w = fork();
+	assert_true(w >= 0);
+	if (!w)
+		claim_prompt(d.sock, ready[1]);
+	assert_int_equal(read(ready[0], &b, 1), 1);
+	/* kvdemo in a child: its status and output come back on a pipe. */
+	assert_int_equal(pipe(res), 0);
+	args[1] = d.sock;
+	k = fork();
+	assert_true(k >= 0);
+	if (!k) {
+		close(res[0]);
+		rc = kvt_run(kvt_bin("kvdemo"), args, out, sizeof(out));
+		if (write(res[1], &rc, sizeof(rc)) != sizeof(rc) ||
+		    write(res[1], out, strlen(out) + 1) < 0)
+			_exit(1);
+		_exit(0);
+	}
+	close(res[1]);
+	/* kvdemo has looked the prompt up (and so waits for the claimed
+	 * blocks) once the daemon counts a second lookup: kill it then. */
+	for (tries = 0; tries < 4000; tries++) {
+		kvt_stats(d.sock, &st);
+		if (st.lookups >= 2)
+			break;
+		usleep(5000);
+	}
+	assert_int_equal(kill(d.pid, SIGKILL), 0);
+	got = read(res[0], &rc, sizeof(rc));
+	memset(out, 0, sizeof(out));
+	if (got == sizeof(rc))
+		got = read(res[0], out, sizeof(out) - 1);
+	close(res[0]);
+	kill(w, SIGKILL);
+	assert_int_equal(kvt_wait(w), 128 + SIGKILL);
+	assert_int_equal(kvt_wait(k), 0);
+	assert_int_equal(kvt_daemon_stop(&d), -1);
+	close(ready[0]);
+	close(ready[1]);
+	/* Without the check kvdemo waits a minute and runs into kvt_run's
+	 * alarm; with it: computed, the loss said, status 1, no kvstat. */
+	if (rc != 1)
+		fail_msg("kvdemo: status %d (want 1)\n%s", rc, out);
+	assert_non_null(strstr(out, "connection to kvcached was lost"));
+	assert_non_null(strstr(out, "prompt 1 ("));
+	assert_null(strstr(out, "kvstat"));
+}
+
 /*
  * Issue #24: when the share cap stops a prompt's publish, kvdemo says so
  * right under that prompt's line, with the counts, not at a later
@@ -339,6 +437,7 @@ int main(void)
 		cmocka_unit_test(test_external_daemon_geometry),
 		cmocka_unit_test(test_schema_example),
 		cmocka_unit_test(test_mistakes_named),
+		cmocka_unit_test(test_daemon_killed_mid_wait),
 		cmocka_unit_test(test_share_cap_said_at_that_prompt),
 		cmocka_unit_test(test_prompt_labels_distinct),
 	};

@@ -598,110 +598,79 @@ static void test_half_close_with_replies_pending_does_not_spin(void **state)
 }
 
 /*
- * Adversarial collisions (issue #8). XXH3-128 cannot be broken in a test,
- * so both processes weaken it through the test hook to 16 bits (4 bits of
- * each 32-bit quarter that matters; the home-bucket bits still spread)
- * and the attacker brute-forces token blocks onto the victim's keys.
+ * Key squatting (issue #24, and #8's crafted collisions before it): a
+ * client publishes its own tokens under the key of a block another prompt
+ * will use. Before, the daemon indexed it (the key was new), and the
+ * victim then missed that block for as long as the squatter pinned it
+ * (its lookup verifies the tokens) and could not publish its own (a
+ * collision, refused). Now the daemon recomputes every published key from
+ * its parent, tokens and extra-keys digest: the squatter is refused and
+ * disconnected, the victim publishes and hits.
  */
-#define WEAK_MASK 0x0000000f0000000full
-
-struct collide {
-	const struct kvt_daemon *d;
-	uint32_t victim[3 * BT];
-};
-
-/* The victim publishes its 3-block prompt with the weak hash. */
-static int victim_publishes(void *arg)
+static int squatter(void *arg)
 {
-	struct collide *co = arg;
-	kvc_t *c;
-	int cached = 0;
+	const struct kvt_daemon *d = arg;
+	struct kvproto_hello hi = { .version = KVPROTO_VERSION, .dtype_bytes = 2, .layers = 1,
+				    .kv_heads = 2, .head_dim = 32, .block_tokens = BT,
+				    .pos_kind = 1, .model = "kvt-tiny" };
+	struct kvproto_alloc a = { 1, 0 };
+	struct kvproto_count cnt = { 1, 0 };
+	struct kvshm_key root, zero = { 0, 0 }, keys[3];
+	uint8_t rep[sizeof(struct kvproto_count) + sizeof(struct kvproto_pg)];
+	uint8_t msg[sizeof(struct kvproto_count) + sizeof(struct kvproto_pub) + BT * 4];
+	uint32_t victim[3 * BT], mine[BT];
+	struct kvproto_pub pub;
+	struct kvproto_hdr rh;
+	struct kvproto_pg pg;
+	struct kvshm_ns ns;
+	int fd = raw_connect(d->sock), i;
+	int32_t err;
 
-	kvshm_key_test_mask = WEAK_MASK;
-	c = kvt_open(co->d, NULL);
-	if (!c || kvt_put(c, co->victim, 3 * BT, &cached) != 0 || cached != 3)
+	alarm(20);	/* a daemon that takes the publish never closes on us */
+	hello(fd);
+	if (kvproto_hello_ns(&hi, &ns))
 		return 2;
-	kvc_close(c);
-	return 0;
+	root = kvshm_key_root(ns.id, NULL, 0);
+	kvt_tokens(victim, 3 * BT, 0, 9191);
+	kvshm_key_chain(root, zero, victim, 3 * BT, BT, keys);
+	for (i = 0; i < BT; i++)
+		mine[i] = victim[i] + 1;	/* other tokens */
+	send_frame(fd, KVPROTO_ALLOC, &a, sizeof(a));
+	if (read(fd, &rh, sizeof(rh)) != sizeof(rh) || rh.type != KVPROTO_ALLOC_R ||
+	    read(fd, rep, sizeof(rep)) != sizeof(rep))
+		return 3;
+	memcpy(&pg, rep + sizeof(cnt), sizeof(pg));
+	memset(&pub, 0, sizeof(pub));
+	pub.page = pg.page;
+	pub.gen = pg.gen;
+	pub.key = keys[0];	/* the victim's first block's key */
+	pub.parent = root;
+	memcpy(msg, &cnt, sizeof(cnt));
+	memcpy(msg + sizeof(cnt), &pub, sizeof(pub));
+	memcpy(msg + sizeof(cnt) + sizeof(pub), mine, sizeof(mine));
+	send_frame(fd, KVPROTO_PUBLISH, msg, sizeof(msg));
+	return closed_by_daemon(fd, &err) && err == -EINVAL ? 0 : 4;
 }
 
-/* Tokens for block `i` that differ from victim[i] but weak-hash onto the
- * same key under the same parent. */
-static void craft(const struct collide *co, kvc_t *c, size_t i, uint32_t *out)
-{
-	struct kvc_key want[3], got[3];
-	uint32_t tries;
-	size_t j;
-
-	kvc_keys(c, co->victim, 3 * BT, NULL, 0, want, 3);
-	memcpy(out, co->victim, 3 * BT * sizeof(uint32_t));
-	for (tries = 0; tries < 50u << 20; tries++) {
-		for (j = 0; j < BT; j++)
-			out[i * BT + j] = co->victim[i * BT + j] + 1 + tries + (uint32_t)j * 7919u;
-		kvc_keys(c, out, (i + 1) * BT, NULL, 0, got, i + 1);
-		if (got[i].lo == want[i].lo && got[i].hi == want[i].hi)
-			return;
-	}
-	fail_msg("no collision found for block %zu", i);
-}
-
-static int attacker(void *arg)
-{
-	struct collide *co = arg;
-	uint32_t forged[3 * BT];
-	struct kvc_req *r;
-	kvc_t *c;
-	size_t i;
-	int got;
-
-	kvshm_key_test_mask = WEAK_MASK;
-	c = kvt_open(co->d, NULL);
-	if (!c)
-		return 2;
-	for (i = 0; i < 3; i++) {
-		craft(co, c, i, forged);
-		if (!memcmp(forged + i * BT, co->victim + i * BT, BT * sizeof(uint32_t)))
-			return 3;
-		/* Same key as the victim's block i, other tokens: the blocks
-		 * before it are the victim's own (hits), block i must miss. */
-		if (kvc_req_new(c, forged, (i + 1) * BT, NULL, 0, &r))
-			return 4;
-		got = kvc_lookup(r);
-		if (got != (int)i)
-			return 10 + (int)i;	/* a wrong hit, or a lost one */
-		/* Publishing the forged block is refused; the victim's stays. */
-		if (kvc_alloc(r) != 1)
-			return 20;
-		memset(kvc_block(r, i), 0x66, kvc_page_bytes(c));
-		if (kvc_publish(r) != (int)i)
-			return 30 + (int)i;
-		kvc_req_free(r);
-	}
-	kvc_close(c);
-	return 0;
-}
-
-static void test_crafted_collisions_miss(void **state)
+static void test_squatted_keys_refused(void **state)
 {
 	struct kvt_daemon *d = *state;
-	struct collide co = { .d = d };
+	uint32_t victim[3 * BT];
+	int cached = -1;
 	kvc_t *c;
 
-	kvt_tokens(co.victim, 3 * BT, 0, 9191);
-	assert_int_equal(kvt_wait(kvt_fork(victim_publishes, &co)), 0);
-	assert_int_equal(kvt_wait(kvt_fork(attacker, &co)), 0);
-	assert_true(kvt_log_has(d, "key collisions refused"));
-	/* The victim's blocks are intact: its own process hits them all. */
-	{
-		pid_t p = fork();
-
-		if (!p) {
-			kvshm_key_test_mask = WEAK_MASK;
-			c = kvt_open(d, NULL);
-			_exit(c && kvt_get(c, co.victim, 3 * BT) == 3 ? 0 : 1);
-		}
-		assert_int_equal(kvt_wait(p), 0);
-	}
+	assert_int_equal(kvt_wait(kvt_fork(squatter, d)), 0);
+	assert_true(kvt_log_has(d, "is not the key of its parent, tokens and extra keys"));
+	/* The victim's prompt was not squatted: it publishes all of it and
+	 * hits every block with its own bytes. */
+	kvt_tokens(victim, 3 * BT, 0, 9191);
+	c = kvt_open(d, NULL);
+	assert_non_null(c);
+	assert_int_equal(kvt_put(c, victim, 3 * BT, &cached), 0);
+	assert_int_equal(cached, 3);
+	assert_int_equal(kvt_get(c, victim, 3 * BT), 3);
+	kvc_close(c);
+	assert_serving(d, 40);
 }
 
 /* A process that writes into its read-only mapping of the index dies
@@ -870,7 +839,7 @@ int main(void)
 		cmocka_unit_test(test_dropped_live_client_keeps_its_pins),
 		cmocka_unit_test(test_namespace_rows_are_reclaimed),
 		cmocka_unit_test(test_half_close_with_replies_pending_does_not_spin),
-		cmocka_unit_test(test_crafted_collisions_miss),
+		cmocka_unit_test(test_squatted_keys_refused),
 		cmocka_unit_test(test_write_to_the_index_kills_only_the_writer),
 		cmocka_unit_test(test_wrong_generation_is_refused),
 		cmocka_unit_test(test_bad_config_and_flags),

@@ -386,11 +386,19 @@ static void test_forged_publish_over_spilled_block(void **state)
 	memcpy(frame + sizeof(cnt), &pub, sizeof(pub));
 	memcpy(frame + sizeof(cnt) + sizeof(pub), forged, sizeof(forged));
 	assert_int_equal(kvt_send_frame(fd, KVPROTO_PUBLISH, frame, sizeof(frame)), 0);
+	/* The key is not that of its parent and tokens: refused before
+	 * anything is applied (issue #24), the forger disconnected. The
+	 * spill tier's own check (a 128-bit hash of each slot's tokens)
+	 * stays behind it for namespaces whose keys cannot be recomputed. */
 	assert_int_equal(read(fd, &rh, sizeof(rh)), sizeof(rh));
-	assert_int_equal(rh.type, KVPROTO_PUBLISH_R);
-	assert_int_equal(read(fd, &cnt, sizeof(cnt)), sizeof(cnt));
-	assert_int_equal(read(fd, &pr, sizeof(pr)), sizeof(pr));
-	assert_int_equal(pr.status, -EEXIST);	/* a collision, refused */
+	assert_int_equal(rh.type, KVPROTO_ERROR);
+	{
+		struct kvproto_error e;
+
+		assert_int_equal(read(fd, &e, sizeof(e)), sizeof(e));
+		assert_int_equal(e.err, -EINVAL);
+	}
+	(void)pr;
 	close(fd);
 	for (i = 0; i < 3; i++)
 		close(fds[i]);
@@ -952,6 +960,73 @@ static void test_one_process_cannot_take_the_pool(void **state)
 	assert_int_equal(kvt_daemon_stop(&d), 0);
 }
 
+/* A process that asks for 8 pages: reports what it got. */
+static int third(void *arg)
+{
+	struct hog *h = arg;
+	uint32_t t[8 * BT];
+	struct kvc_req *r;
+	kvc_t *c = kvt_open(h->d, NULL);
+	int got;
+
+	if (!c)
+		return 2;
+	kvt_tokens(t, 8 * BT, 0, 703);
+	if (kvc_req_new(c, t, 8 * BT, NULL, 0, &r) || kvc_lookup(r) != 0)
+		return 3;
+	got = kvc_alloc(r);
+	kvc_req_free(r);
+	kvc_close(c);
+	return got >= 0 && got <= 8 ? 10 + got : 1;
+}
+
+/*
+ * The rule that decides what a third process gets (RELIABILITY, "Limits"):
+ * max-share caps each process, and a process gets pages while the pool has
+ * pages nobody pins or writes. Two processes at max-share 50% can hold a
+ * whole pool: a third then gets nothing until they release (it is not
+ * refused, nothing is taken from the others); with max-share 33%, three
+ * processes each get their third. So N engines are each guaranteed
+ * 100/N % when max-share is at most that.
+ */
+static int third_gets(const char *share)
+{
+	const char *args[] = { "--pool-size", "256K", "--max-share", share, NULL };
+	struct kvt_daemon d;
+	struct hog h[2] = { { .d = &d }, { .d = &d } };
+	int got[2], more[2], rc, i;
+	pid_t p[2];
+
+	assert_int_equal(kvt_daemon_start(&d, args), 0);
+	for (i = 0; i < 2; i++) {
+		assert_int_equal(pipe(h[i].up), 0);
+		assert_int_equal(pipe(h[i].down), 0);
+		p[i] = kvt_fork(hog, &h[i]);
+		assert_int_equal(read(h[i].up[0], &got[i], sizeof(got[i])), sizeof(got[i]));
+		assert_int_equal(read(h[i].up[0], &more[i], sizeof(more[i])), sizeof(more[i]));
+	}
+	rc = kvt_wait(kvt_fork(third, &h[0]));
+	for (i = 0; i < 2; i++) {
+		assert_int_equal(write(h[i].down[1], "g", 1), 1);
+		assert_int_equal(kvt_wait(p[i]), 0);
+		close(h[i].up[0]), close(h[i].up[1]), close(h[i].down[0]), close(h[i].down[1]);
+	}
+	/* Released: the third process gets all it asks for now. */
+	assert_int_equal(kvt_wait(kvt_fork(third, &h[0])), 18);
+	assert_int_equal(kvt_daemon_stop(&d), 0);
+	printf("max-share %s: two processes hold %d and %d of 64 pages; a third gets %d\n",
+	       share, got[0], got[1], rc - 10);
+	assert_true(rc >= 10);
+	return rc - 10;
+}
+
+static void test_third_process_share_rule(void **state)
+{
+	(void)state;
+	assert_int_equal(third_gets("50%"), 0);	/* waits for their releases */
+	assert_int_equal(third_gets("33"), 8);	/* 21 + 21 held: room for it */
+}
+
 /* Defect 10: a user allowed by allow-users but kept out by the socket's
  * mode was told "not trusted". The daemon now refuses that configuration
  * at start, and a client kept out by the mode is told so. */
@@ -1013,6 +1088,7 @@ int main(void)
 		cmocka_unit_test(test_idle_connections_dropped),
 		cmocka_unit_test(test_dropped_rows_do_not_count),
 		cmocka_unit_test(test_one_process_cannot_take_the_pool),
+		cmocka_unit_test(test_third_process_share_rule),
 		cmocka_unit_test(test_socket_mode_refusal_says_so),
 	};
 

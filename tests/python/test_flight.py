@@ -99,3 +99,25 @@ def test_wait_arguments(daemon):
             with pytest.raises(kvclient.RequestStateError):
                 r.wait(10)	# after alloc
     assert issubclass(kvclient.InFlightError, kvclient.KvcError)
+
+
+def test_wait_ends_when_the_daemon_dies(daemon):
+    """A daemon SIGKILLed while we wait for another process's blocks wakes
+    nobody, and its orphaned segment still shows them in flight: wait()
+    must notice the daemon's end (within about a tick) and raise
+    ConnectionLostError, not sleep out its timeout and return a miss."""
+    toks = prompt(17, 4)
+    pid, go = spawn_writer(daemon.sock, toks, False)
+    try:
+        with kvclient.Client(tiny_model(), socket=daemon.sock) as c, c.request(toks) as r:
+            assert r.lookup() == 0
+            assert r.inflight == 4
+            t = threading.Timer(0.2, daemon.proc.kill)
+            t.start()
+            with pytest.raises(kvclient.ConnectionLostError):
+                r.wait(20000)	# without the check: 20 s, then 0 hits
+            t.join()
+            daemon.proc.wait(timeout=30)
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)

@@ -576,3 +576,53 @@ def test_flood_with_a_subscriber_that_never_reads(tmp, ctx):
         assert "a subscriber has not read" in d.log_text()
     finally:
         assert d.stop() == 0
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_replay_requests_do_not_grow_the_daemon(tmp, ctx):
+    """Twelve peers ask for "replay from 0" every 20 ms and never read. The
+    daemon answers each peer with one replay at a time (a repeated request
+    does not restart it), sends the ring's own buffers rather than copies,
+    and stops sending to a peer whose queue is full: its memory stays
+    within a bound, and an honest publish and replay still go through."""
+    d = Daemon(tmp, "--kv-events-buffer", "100000", pool="1M")
+    peers = []
+    try:
+        sub = Sub(ctx, d)
+        sub.sync()
+        flood = subprocess.run([KVEV, "flood", d.sock, "kvt-tiny", "1500", "900"],
+                               capture_output=True, text=True, timeout=300)
+        assert flood.returncode == 0, flood.stderr
+        before = rss_kib(d.proc.pid)
+        for _ in range(12):
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.RCVHWM, 1)
+            s.setsockopt(zmq.RCVBUF, 4096)
+            s.connect(d.rp)
+            peers.append(s)
+        peak = before
+        for _ in range(75):	# 1.5 s
+            for s in peers:
+                s.send_multipart([b"", (0).to_bytes(8, "big")])
+            time.sleep(0.02)
+            peak = max(peak, rss_kib(d.proc.pid))
+        c = d.counters()["counters"]
+        print(f"daemon RSS {before} KiB before, peak {peak} KiB; "
+              f"replays {c['kv_event_replays']}, refused {c['kv_event_replay_errors']}")
+        # A resource bound, not a timing: the copies grew it by hundreds
+        # of MiB within the second.
+        assert peak - before < 64 * 1024
+        # The daemon still serves: a publish, and another peer's replay.
+        d.kvev("put", "kvt-tiny", 16, 0, 99001)
+        assert replay(ctx, d, max(sub.batches) + 1) is not None
+    finally:
+        for s in peers:
+            s.close(linger=0)
+        assert d.stop() == 0

@@ -235,6 +235,15 @@ static void test_set_good(void **state)
 	assert_int_equal(cfg.gpu, 0);
 	GOOD("pool-size", "4G");
 	assert_int_equal(cfg.pool_size, 4ull << 30);
+	/* Every percentage takes the forms pool-size's share takes. */
+	GOOD("max-share", "100%");
+	assert_int_equal(cfg.max_share, 100);
+	GOOD("max-share", "40");
+	assert_int_equal(cfg.max_share, 40);
+	GOOD("low-watermark", "7%");
+	assert_int_equal(cfg.low_watermark, 7);
+	GOOD("high-watermark", "12%");
+	assert_int_equal(cfg.high_watermark, 12);
 	GOOD("spill-dir", "/var/lib/kvcached/spill");
 	assert_string_equal(cfg.spill_dir, "/var/lib/kvcached/spill");
 	GOOD("spill-dir", "");		/* off again */
@@ -356,6 +365,11 @@ static void test_set_bad(void **state)
 		{ "page-size", "-1" },
 		{ "block-tokens", "0" },
 		{ "block-tokens", "1025" },
+		{ "max-share", "101%" },
+		{ "max-share", "%" },
+		{ "max-share", "0%" },
+		{ "max-share", "50%%" },
+		{ "low-watermark", "-5%" },
 		{ "block-tokens", "16x" },
 		{ "block-tokens", "-16" },
 		{ "block-tokens", "" },

@@ -238,13 +238,14 @@ static void test_alloc_r_short_form_only_for_zero(void **state)
 static void test_publish(void **state)
 {
 	(void)state;
-	/* Each record: struct kvproto_pub then bt tokens. */
-	assert_int_equal(kvproto_pub_bytes(1, 16), 8 + 40 + 64);
-	assert_int_equal(kvproto_pub_bytes(3, 1), 8 + 3 * 44);
+	/* Each record: struct kvproto_pub (page, gen, key, parent, extra
+	 * digest: 56 bytes) then bt tokens. */
+	assert_int_equal(kvproto_pub_bytes(1, 16), 8 + 56 + 64);
+	assert_int_equal(kvproto_pub_bytes(3, 1), 8 + 3 * 60);
 
 	ok(KVPROTO_PUBLISH, counted(1, kvproto_pub_bytes(1, 16) - 8, 1), 16);
 	ok(KVPROTO_PUBLISH, counted(5, kvproto_pub_bytes(1, 16) - 8, 5), 16);
-	ok(KVPROTO_PUBLISH, counted(2, kvproto_pub_bytes(1, 1), 0) + 2 * 44, 1);
+	ok(KVPROTO_PUBLISH, counted(2, kvproto_pub_bytes(1, 1), 0) + 2 * 60, 1);
 	ok(KVPROTO_PUBLISH, counted(3, kvproto_pub_bytes(1, KVSHM_MAX_BLOCK_TOKENS) - 8, 3),
 	   KVSHM_MAX_BLOCK_TOKENS);
 	/* No namespace declared (bt 0), or an impossible bt. */

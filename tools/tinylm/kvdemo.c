@@ -71,6 +71,10 @@ static struct {
 
 static struct tlm_model model;
 static int failures;
+/* Set, in memory shared with the workers, when a prefill found the
+ * connection to kvcached gone: the run fails, and kvstat has nothing to
+ * show. */
+static int *cache_lost;
 
 static struct {
 	pid_t pid;
@@ -500,6 +504,8 @@ static struct result answer(struct tlm_state *s, kvc_t *c, const uint32_t *tok, 
 	res.hit = run.hit_tokens;
 	res.first = t;
 	res.cache_err = run.cache_err;
+	if (run.cache_err == -ENOTCONN && cache_lost)
+		__atomic_store_n(cache_lost, 1, __ATOMIC_RELEASE);
 	res.spill = run.spill_tokens;
 	res.remote = run.remote_tokens;
 	res.missed = run.missed;
@@ -1420,6 +1426,10 @@ int main(int argc, char **argv)
 	if (!opt.checkpoint)
 		printf("(its weights are random, drawn from seed %llu: answers are not meaningful text; the KV, the timings and the reuse are real)\n",
 		       (unsigned long long)opt.seed);
+	cache_lost = mmap(NULL, sizeof(*cache_lost), PROT_READ | PROT_WRITE,
+			  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (cache_lost == MAP_FAILED)
+		die("out of memory");
 	c = open_cache();
 	strcpy(list, opt.workloads);
 	for (w = strtok_r(list, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
@@ -1437,7 +1447,12 @@ int main(int argc, char **argv)
 			run_group();
 	}
 	kvc_close(c);
-	show_kvstat();
+	if (__atomic_load_n(cache_lost, __ATOMIC_ACQUIRE)) {
+		printf("\nkvdemo: the connection to kvcached was lost (the daemon stopped or died); the prompts from then on ran without the cache\n");
+		failures++;
+	} else {
+		show_kvstat();
+	}
 	stop_daemon();
 	if (failures)
 		printf("\nkvdemo: %d check(s) FAILED\n", failures);

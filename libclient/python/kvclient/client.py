@@ -672,7 +672,11 @@ class Request:
         is writing (``inflight``) are published, their writer gives them up
         or dies, or ``timeout_ms`` pass; pin what was published as hits.
         Returns the new number of leading hits (also ``hits``); at once when
-        nothing is in flight. The GIL is released while it sleeps. After a
+        nothing is in flight. The GIL is released while it sleeps. The
+        request's first wait sets its deadline: later waits of the same
+        request end by then, so the loop below ends however often a writer
+        gives its blocks up and announces them again. A daemon that dies
+        meanwhile raises ConnectionLostError within about a tick. After a
         wait with a timeout that did not run out, alloc() may raise
         InFlightError (another client took the next block meanwhile): wait()
         again, then alloc()::
