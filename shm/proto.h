@@ -80,7 +80,9 @@
 #include "segment.h"
 
 #define KVPROTO_MAGIC	0x4b564331u	/* "1CVK" */
-#define KVPROTO_VERSION 2u	/* 2: HELLO carries the shard */
+/* 2: HELLO carries the shard; 3: a PUBLISH record carries the request's
+ * extra-keys digest (56 bytes), which the daemon needs to recompute keys. */
+#define KVPROTO_VERSION 3u
 #define KVPROTO_MAX_LEN (16u << 20)	/* largest payload either side sends */
 #define KVPROTO_MAX_COUNT 65536u	/* records per message */
 

@@ -22,7 +22,7 @@ DROP, DROP_R, RESET, RESET_R = 50, 51, 52, 53
 FETCH, FETCH_R = 60, 61
 ALLOC_KEYS = 40
 ALLOC_SINGLE = 1
-VERSION = 2  # KVPROTO_VERSION
+VERSION = 3  # KVPROTO_VERSION
 
 
 def frame(typ, payload=b"", seq=1, magic=MAGIC, length=None):
