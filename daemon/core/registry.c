@@ -29,6 +29,7 @@
 #include "nsstat.h"
 #include "registry.h"
 #include "reply.h"
+#include "census.h"
 #include "top.h"
 #include "../util/log.h"
 

@@ -37,7 +37,7 @@
 #include "../core/registry.h"
 #include "../core/reply.h"
 #include "../core/restore.h"
-#include "../core/top.h"
+#include "../core/census.h"
 #include "server.h"
 #include "../tier/tier.h"
 #include "../util/log.h"
