@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "../lib/harness.h"
+#include "../lib/mcsrv.h"
 #include "../../libclient/observe.h"
 #include "../../shm/stats.h"
 
@@ -414,6 +415,108 @@ static void sigint_cleans_up(void **state)
 	assert_int_equal(rmdir(tmp), 0);
 }
 
+/* Pids of the live memcached processes whose parent is ppid (up to max). */
+static int memcached_children(pid_t ppid, pid_t *out, int max)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	int n = 0;
+
+	assert_non_null(d);
+	while (n < max && (e = readdir(d))) {
+		char path[300], buf[512], comm[64], state;
+		int pid, pp;
+		FILE *f;
+
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(buf, sizeof(buf), f) &&
+		    sscanf(buf, "%d (%63[^)]) %c %d", &pid, comm, &state, &pp) == 4 &&
+		    pp == ppid && state != 'Z' && !strcmp(comm, "memcached"))
+			out[n++] = pid;
+		fclose(f);
+	}
+	closedir(d);
+	return n;
+}
+
+/* pid still runs (not gone, not a zombie). */
+static bool runs(pid_t pid)
+{
+	char path[64], buf[512], comm[64], state = 'X';
+	int p;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	if (!fgets(buf, sizeof(buf), f) || sscanf(buf, "%d (%63[^)]) %c", &p, comm, &state) != 3)
+		state = 'X';
+	fclose(f);
+	return state != 'Z' && state != 'X';
+}
+
+/*
+ * The remote mode's memcached servers die with kvbench (signal or error):
+ * memcached drops to user nobody as root, which clears the death signal
+ * its fork set, so only kvbench's own exit hooks can stop them.
+ */
+static void remote_servers_die_with_kvbench(void **state)
+{
+	struct timespec ts = { 0, 50 * 1000 * 1000 };
+	pid_t pid, mc[8];
+	int st, i, n = 0, alive;
+
+	(void)state;
+	if (!kvt_mc_bin()) {
+		printf("SKIP: memcached is not installed\n");
+		skip();
+	}
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		int fd = open("/dev/null", O_WRONLY);
+
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execl(kvt_bin("kvbench"), "kvbench", "--mode", "remote", "--quick", (char *)NULL);
+		_exit(127);
+	}
+	/* Until its three servers run (or it ended on its own). */
+	for (i = 0; i < 1200 && n < 3; i++) {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			fail_msg("kvbench --mode remote ended before its servers ran (status %d)", st);
+		n = memcached_children(pid, mc, 8);
+		if (n < 3)
+			nanosleep(&ts, NULL);
+	}
+	assert_int_equal(n, 3);
+	kill(pid, SIGTERM);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGTERM);
+	for (i = 0; i < 200; i++) {
+		alive = 0;
+		for (int k = 0; k < n; k++)
+			alive += runs(mc[k]);
+		if (!alive)
+			break;
+		nanosleep(&ts, NULL);
+	}
+	alive = 0;
+	for (int k = 0; k < n; k++)
+		if (runs(mc[k])) {
+			printf("memcached %d outlived kvbench\n", (int)mc[k]);
+			kill(mc[k], SIGKILL);	/* leave the machine clean, then fail */
+			alive++;
+		}
+	assert_int_equal(alive, 0);
+}
+
 /*
  * Against a daemon it did not start (a user's, with the user's blocks in
  * it), kvbench works in namespaces of its own and drops their blocks when
@@ -501,6 +604,7 @@ int main(void)
 		cmocka_unit_test(gpu_mode),
 		cmocka_unit_test(bad_options),
 		cmocka_unit_test(sigint_cleans_up),
+		cmocka_unit_test(remote_servers_die_with_kvbench),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -158,6 +158,18 @@ static void everything_down(void)
 		kvt_mc_kill(&rm.mc[i]);
 }
 
+/* The signal handler's half of everything_down: SIGKILL only. */
+static void everything_kill_async(void)
+{
+	int i;
+
+	if (rm.b > 0)
+		kill(rm.b, SIGKILL);
+	for (i = 0; i < NSRV; i++)
+		if (rm.mc[i].pid > 0)
+			kill(rm.mc[i].pid, SIGKILL);
+}
+
 static void wait_servers(const char *sock)
 {
 	int i;
@@ -586,6 +598,9 @@ void mode_remote(void)
 				       0, 0, why });
 		return;
 	}
+	/* die() and signals stop them too: memcached drops to user nobody,
+	 * which clears the death signal its fork set. */
+	bench_at_exit(everything_down, everything_kill_async);
 	servers_up();
 	snprintf(secret, sizeof(secret), "%s/remote-secret", run_dir());
 	fd = open(secret, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
