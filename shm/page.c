@@ -89,6 +89,7 @@ static void to_free(struct kvshm_header *h, uint32_t page)
 	bump_gen(p);
 	set_state(p, KVSHM_PAGE_FREE);
 	__atomic_store_n(&p->owner, 0, RELAXED);
+	__atomic_store_n(&p->unlisted, 0, RELAXED);
 	p->ref = 0;
 	fr->page[fr->count++] = page;
 	stat_add(h, &st->pages_free, 1);
@@ -269,6 +270,14 @@ int kvshm_page_publish(struct kvshm_header *h, uint32_t page, uint32_t gen,
 	*winner = page;
 	*winner_gen = gen;
 	return KVSHM_PUBLISHED;
+}
+
+int kvshm_page_unlist(struct kvshm_header *h, uint32_t page)
+{
+	struct kvshm_page *p = &kvshm_pages(h)[page];
+
+	__atomic_store_n(&p->unlisted, 1, RELAXED);
+	return kvshm_index_remove(h, p->key, page);
 }
 
 bool kvshm_page_evict_mark(struct kvshm_header *h, uint32_t page)

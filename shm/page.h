@@ -82,6 +82,14 @@ int kvshm_page_publish(struct kvshm_header *h, uint32_t page, uint32_t gen,
 /* Writer: READY -> EVICTING. Returns false if the page was not READY. */
 bool kvshm_page_evict_mark(struct kvshm_header *h, uint32_t page);
 
+/*
+ * Writer: take a page that must not be served again out of the index and
+ * mark it unlisted, so that no lookup finds it by any path, though it
+ * stays READY for readers that pinned it until the evictor frees it.
+ * Returns 0 if its entry was removed, else nonzero (not indexed).
+ */
+int kvshm_page_unlist(struct kvshm_header *h, uint32_t page);
+
 /* Writer: EVICTING -> READY (a pin was found). */
 void kvshm_page_evict_back_off(struct kvshm_header *h, uint32_t page);
 
@@ -150,8 +158,8 @@ static inline bool kvshm_tokens_eq(const uint32_t *stored, const uint32_t *q,
 }
 
 /*
- * Reader (inline: the client's hot path): is `page` READY in namespace
- * ns_id with exactly this key, parent and tokens? On success *gen is the
+ * Reader (inline: the client's hot path): is `page` READY, listed, in
+ * namespace ns_id with exactly this key, parent and tokens? On success *gen is the
  * generation under which it matched; the caller pins (page, *gen) and the
  * pin's re-check of state and gen guarantees the identity read here was
  * stable.
@@ -171,6 +179,7 @@ static inline bool kvshm_page_verify(const struct kvshm_header *h, uint32_t page
 	if (atomic_load_explicit(&p->state, memory_order_acquire) != KVSHM_PAGE_READY)
 		return false;
 	if (__atomic_load_n(&p->ns_id, __ATOMIC_RELAXED) != ns_id ||
+	    __atomic_load_n(&p->unlisted, __ATOMIC_RELAXED) ||
 	    !kvshm_key_eq(kvshm_load_key(&p->key), key) ||
 	    !kvshm_key_eq(kvshm_load_key(&p->parent), parent) ||
 	    !kvshm_tokens_eq(kvshm_tokens(h, page), tokens, h->geo.block_tokens))

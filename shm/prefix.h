@@ -5,16 +5,25 @@
  * runs it (libclient/lookup.c) and as kvbench's flat mode times it on a
  * segment of millions of blocks.
  *
- * Per block the walk reads three lines nobody else's lookup shares: the
- * key's index bucket, its page entry and its tokens. With millions of
- * blocks cached each is a cache (and TLB) miss, so the walk is a software
- * pipeline over the request's keys, which kvc_req_new computed up front:
+ * A block's page is found one of two ways. Through the index, a block
+ * costs three lines nobody else's lookup shares: the key's index bucket,
+ * its page entry and its tokens; with millions of blocks cached each is a
+ * cache (and TLB) miss, so that path is a software pipeline over the
+ * request's keys, which kvc_req_new computed up front:
  *
  *   block j + KVSHM_AHEAD_BUCKET   its home bucket is prefetched;
  *   block j + KVSHM_AHEAD_PAGE     its bucket is read (the candidate page
  *                                  kept) and the candidate's page entry
  *                                  and tokens are prefetched;
  *   block j                        verified (kvshm_page_verify).
+ *
+ * But the blocks of one request are allocated together, and the free
+ * list hands out runs of consecutive pages, so most blocks sit on the
+ * page after their parent's. The walk guesses that page and verifies it:
+ * no bucket, and the page entries and tokens of a run are consecutive
+ * lines, prefetched KVSHM_AHEAD_SEQ pages ahead. This is what keeps a
+ * lookup's cost flat in the number of blocks cached (kvbench --mode scale
+ * and flat, docs/BENCHMARKS.md). See kvshm_walk_pin for when it guesses.
  *
  * Pins go by runs of up to KVSHM_PIN_RUN verified blocks: each block's
  * ledger slot is stored (relaxed), then one seq_cst fence, then every
@@ -37,6 +46,8 @@
 #define KVSHM_AHEAD_BUCKET 32	/* blocks ahead whose bucket is prefetched */
 #define KVSHM_AHEAD_PAGE 8	/* blocks ahead whose page is prefetched */
 #define KVSHM_PIN_RUN 32	/* verified blocks pinned under one fence */
+#define KVSHM_AHEAD_SEQ 32	/* pages ahead prefetched while guessing */
+#define KVSHM_AHEAD_FIRST 8	/* buckets kvc_req_new prefetches */
 
 _Static_assert(KVSHM_AHEAD_PAGE < KVSHM_AHEAD_BUCKET, "buckets are read after their prefetch");
 _Static_assert((KVSHM_AHEAD_BUCKET & (KVSHM_AHEAD_BUCKET - 1)) == 0, "candidate ring size");
@@ -55,7 +66,7 @@ struct kvshm_walk {
 };
 
 /* Prefetch the page entry and tokens of candidate loc (no fault if out of
- * range: nothing is prefetched then). */
+ * range, or a spill slot: nothing is prefetched then). */
 static inline void kvshm_walk_prefetch_page(const struct kvshm_header *h, uint32_t loc)
 {
 	if (loc >= h->geo.n_pages)
@@ -65,17 +76,20 @@ static inline void kvshm_walk_prefetch_page(const struct kvshm_header *h, uint32
 }
 
 /*
- * Prefetch the home buckets of the first keys of a walk (as many as the
- * walk itself keeps ahead). kvc_req_new calls it as soon as it has the
- * key chain, so the buckets are on their way while the engine goes on to
- * kvc_lookup, instead of the walk's first blocks waiting for them.
+ * Prefetch the home buckets of the first keys of a walk. kvc_req_new
+ * calls it as soon as it has the key chain, so they are on their way
+ * while the engine goes on to kvc_lookup. The walk reads block 0's bucket
+ * and, when block 1 is not on the page after block 0's, block 1's and the
+ * pipeline's first ones: KVSHM_AHEAD_FIRST of them, not a whole
+ * pipeline's worth, since most requests then guess the rest and never
+ * read those buckets.
  */
 static inline void kvshm_walk_prefetch(const struct kvshm_header *h, const struct kvshm_key *keys,
 				       size_t n)
 {
 	size_t k;
 
-	for (k = 0; k < n && k < KVSHM_AHEAD_BUCKET; k++)
+	for (k = 0; k < n && k < KVSHM_AHEAD_FIRST; k++)
 		kvshm_index_prefetch(h, keys[k]);
 }
 
@@ -112,36 +126,89 @@ static inline size_t kvshm_ledger_pin_run(struct kvshm_ledger *l, const uint32_t
  * pin lost a race with the evictor, counted by the caller as a pin
  * failure). The pinned run is noted in the ledger's access ring, deepest
  * block first (kvshm_ledger_touch_run), once, when the walk ends.
+ *
+ * When it guesses: block 0 comes from the index; block 1 is guessed on the
+ * page after block 0's (a request's blocks are one run as a rule); a
+ * guess that does not verify costs that block's bucket, read at once,
+ * and the pipeline is primed from the next block; the walk guesses again
+ * once KVSHM_SEQ_AFTER blocks in a row came from consecutive pages. A
+ * guessed page is exactly as good as an indexed one: kvshm_page_verify
+ * checks the same identity, and a READY page that left the index is
+ * `unlisted`, which verify refuses.
  */
+#define KVSHM_SEQ_AFTER 2
+
 static inline size_t kvshm_walk_pin(const struct kvshm_header *h, struct kvshm_ledger *l,
 				    const struct kvshm_walk *w, bool *missed)
 {
-	uint32_t cand[KVSHM_AHEAD_BUCKET], bt = h->geo.block_tokens;
+	uint32_t cand[KVSHM_AHEAD_BUCKET], bt = h->geo.block_tokens, pg, streak = 0;
 	struct kvshm_key parent = w->parent;
-	size_t n = w->n, i, j, k, run, end;
+	size_t n = w->n, i, j, k, run, end, top;
+	bool guess = false, ramp = false, ok;
 
 	*missed = false;
-	for (k = 0; k < n && k < KVSHM_AHEAD_BUCKET; k++)
-		kvshm_index_prefetch(h, w->keys[k]);
-	for (k = 0; k < n && k < KVSHM_AHEAD_PAGE; k++) {
-		cand[k] = kvshm_index_find(h, w->keys[k]);
-		kvshm_walk_prefetch_page(h, cand[k]);
-	}
 	for (i = 0; i < n; i = end) {
 		end = i + KVSHM_PIN_RUN < n ? i + KVSHM_PIN_RUN : n;
 		for (j = i; j < end; j++) {
-			k = j + KVSHM_AHEAD_BUCKET;
-			if (k < n)
-				kvshm_index_prefetch(h, w->keys[k]);
-			k = j + KVSHM_AHEAD_PAGE;
-			if (k < n) {
-				cand[k % KVSHM_AHEAD_BUCKET] = kvshm_index_find(h, w->keys[k]);
-				kvshm_walk_prefetch_page(h, cand[k % KVSHM_AHEAD_BUCKET]);
+			bool guessed = guess, piped = false;
+
+			if (guess) {
+				pg = w->page[j - 1] + 1;
+			} else if (!j) {
+				/* The first block: its bucket, which kvc_req_new
+				 * prefetched. */
+				pg = kvshm_index_find(h, w->keys[0]);
+			} else {
+				/* The pipeline, primed up to j + its distances. */
+				k = j + KVSHM_AHEAD_BUCKET - 1;
+				if (k < n)
+					kvshm_index_prefetch(h, w->keys[k]);
+				k = j + KVSHM_AHEAD_PAGE - 1;
+				if (k < n) {
+					cand[k % KVSHM_AHEAD_BUCKET] = kvshm_index_find(h, w->keys[k]);
+					kvshm_walk_prefetch_page(h, cand[k % KVSHM_AHEAD_BUCKET]);
+				}
+				pg = cand[j % KVSHM_AHEAD_BUCKET];
+				piped = true;
 			}
-			w->page[j] = cand[j % KVSHM_AHEAD_BUCKET];
-			if (w->page[j] == UINT32_MAX ||
-			    !kvshm_page_verify(h, w->page[j], w->ns_id, w->keys[j], parent,
-					       w->tokens + j * bt, &w->gen[j])) {
+			for (;;) {
+				ok = kvshm_page_verify(h, pg, w->ns_id, w->keys[j], parent,
+						       w->tokens + j * bt, &w->gen[j]);
+				if (ok || !guessed)
+					break;
+				/* Not the next page: this block's bucket at once. */
+				guessed = guess = false;
+				pg = kvshm_index_find(h, w->keys[j]);
+			}
+			if (ok && guess) {
+				/* Pages ahead on their way: after the first
+				 * guess that held, the whole distance at once. */
+				for (k = ramp ? 1 : KVSHM_AHEAD_SEQ; k <= KVSHM_AHEAD_SEQ; k++)
+					kvshm_walk_prefetch_page(h, pg + (uint32_t)k);
+				ramp = false;
+			} else if (ok) {
+				/* The first block's successor is guessed at once
+				 * (a request's blocks are one run as a rule);
+				 * later ones after KVSHM_SEQ_AFTER in a row. */
+				streak = j && pg == w->page[j - 1] + 1 ? streak + 1 : 0;
+				guess = ramp = !j || streak >= KVSHM_SEQ_AFTER;
+				if (!guess && !piped) {
+					/* Into the pipeline from the next block:
+					 * buckets and candidates up to their
+					 * distances. */
+					top = j + KVSHM_AHEAD_BUCKET < n ? j + KVSHM_AHEAD_BUCKET : n;
+					for (k = j + 1; k < top; k++)
+						kvshm_index_prefetch(h, w->keys[k]);
+					top = j + KVSHM_AHEAD_PAGE < n ? j + KVSHM_AHEAD_PAGE : n;
+					for (k = j + 1; k < top; k++) {
+						cand[k % KVSHM_AHEAD_BUCKET] =
+							kvshm_index_find(h, w->keys[k]);
+						kvshm_walk_prefetch_page(h, cand[k % KVSHM_AHEAD_BUCKET]);
+					}
+				}
+			}
+			w->page[j] = pg;
+			if (!ok) {
 				*missed = true;
 				break;
 			}

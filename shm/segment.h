@@ -26,11 +26,12 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 12u	/* 8: remote tier counters; 9: single flight (page
+#define KVSHM_VERSION 13u	/* 8: remote tier counters; 9: single flight (page
 				 * flight, row flight, wait stats); 10: page
 				 * entries of one cache line; 11: tick timing;
 				 * 12: ledger access ring of 1024, a hit run
-				 * written deepest first */
+				 * written deepest first; 13: page `unlisted`
+				 * (lookups find pages without the index) */
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -491,6 +492,13 @@ static inline int kvshm_loc_is_slot(uint32_t loc)
  *   parent and before the index entry; cleared (release) after the page
  *   left WRITING or its entry left the index. owner is then read (relaxed)
  *   by clients to find the row whose flight word to wait on.
+ * unlisted: 1 while a READY page is out of the index without being freed
+ *   (its pool memory was punched out and a reader still pins it: it waits
+ *   for the evictor), else 0. Lookups may reach a page without the index
+ *   (the walk guesses a block's page as the one after its parent's,
+ *   shm/prefix.h), so a READY page that must not be found says so here.
+ *   Relaxed store by the daemon; read by kvshm_page_verify between its
+ *   two reads of gen, cleared when the page is freed.
  */
 struct kvshm_page {
 	_Atomic uint32_t state;
@@ -501,7 +509,8 @@ struct kvshm_page {
 	struct kvshm_key parent;
 	uint32_t ref;
 	_Atomic uint32_t flight;
-	uint32_t pad[2];		/* one cache line per entry (layout 10) */
+	uint32_t unlisted;
+	uint32_t pad;			/* one cache line per entry (layout 10) */
 };
 
 /* ------------------------------------------------------------ spill slots */

@@ -242,7 +242,7 @@ static void on_holes(uint32_t first, uint32_t n, void *arg)
 		if (st == KVSHM_PAGE_WRITING)
 			continue;
 		kvd_events_page_gone(d, p);
-		if (!kvshm_index_remove(d->h, pages[p].key, p))
+		if (!kvshm_page_unlist(d->h, p))
 			kvd_stat_add(&kvshm_stats(d->h)->index_entries, -1);
 		if (kvd_tiers_cancel(d, p))
 			continue;

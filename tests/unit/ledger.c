@@ -505,6 +505,75 @@ static void test_walk_pins_verified_prefix(void **state)
 	assert_int_equal(slot(f, slots[1]), 0);
 }
 
+/*
+ * shm/prefix.h finds a block's page two ways: by guessing the page after
+ * its parent's (blocks allocated together) or through the index. A chain
+ * laid out in a run, then scattered, then in a run again is found whole,
+ * every block on its own page. A READY page that left the index
+ * (kvshm_page_unlist: punched out, still pinned by a reader) is never
+ * found by the guess, though it is the page after its parent's and its
+ * identity is exact: the walk takes the block's indexed page instead, or
+ * misses when there is none.
+ */
+static void test_walk_guess_and_index(void **state)
+{
+	enum { N = 40 };
+	struct fix *f = *state;
+	struct kvshm_key keys[N], parent = { 7, 7 };
+	uint32_t tokens[N * BT], all[NPAGES], gens[NPAGES], page[N], slots[N], gp[N], gg[N];
+	uint32_t i, j, w, wg, fresh, fresh_gen;
+	struct kvshm_walk walk = { keys, tokens, slots, gp, gg, N, 1, { 7, 7 } };
+	bool used[NPAGES] = { false }, missed;
+
+	for (i = 0; i < NPAGES; i++) {
+		assert_int_equal(kvshm_page_alloc(f->h, 3, 1, &all[i], &gens[i]), 0);
+		assert_int_equal(all[i], i);	/* the free list hands out a run */
+	}
+	for (i = 0; i < N; i++) {
+		/* 0..11 in a run, 12..23 scattered downwards, 24..39 a run. */
+		page[i] = i < 12 ? i : i < 24 ? 62 - 2 * (i - 12) : 12 + (i - 24);
+		used[page[i]] = true;
+		keys[i] = (struct kvshm_key){ 0x7100 + i, (uint64_t)(0x33 + i) << 32 | i };
+		for (j = 0; j < BT; j++)
+			tokens[i * BT + j] = 9000 + i * BT + j;
+		assert_int_equal(kvshm_page_publish(f->h, page[i], gens[page[i]], 3, keys[i], parent,
+						    tokens + i * BT, &w, &wg), KVSHM_PUBLISHED);
+		parent = keys[i];
+		slots[i] = i;
+	}
+	for (i = NPAGES; i-- > 0;)
+		if (!used[i])
+			assert_int_equal(kvshm_page_free(f->h, i, gens[i], 3), 0);
+	assert_int_equal(kvshm_walk_pin(f->h, f->l, &walk, &missed), N);
+	assert_false(missed);
+	for (i = 0; i < N; i++) {
+		assert_int_equal(gp[i], page[i]);
+		assert_int_equal(slot(f, i), kvshm_slot_pack(page[i], gens[page[i]]));
+		kvshm_ledger_unpin(f->l, i);
+	}
+
+	/* Block 30's page (18, right after block 29's) leaves the index but
+	 * stays READY: the walk stops there, a miss. */
+	assert_int_equal(page[30], page[29] + 1);
+	assert_int_equal(kvshm_page_unlist(f->h, page[30]), 0);
+	assert_int_equal(kvshm_walk_pin(f->h, f->l, &walk, &missed), 30);
+	assert_true(missed);
+	for (i = 0; i < 30; i++)
+		kvshm_ledger_unpin(f->l, i);
+	/* The same block published again elsewhere: the walk finds that one
+	 * through the index, and goes on to the end. */
+	assert_int_equal(kvshm_page_alloc(f->h, 3, 1, &fresh, &fresh_gen), 0);
+	assert_true(fresh != page[30] && fresh != page[29] + 1);
+	assert_int_equal(kvshm_page_publish(f->h, fresh, fresh_gen, 3, keys[30], keys[29],
+					    tokens + 30 * BT, &w, &wg), KVSHM_PUBLISHED);
+	assert_int_equal(kvshm_walk_pin(f->h, f->l, &walk, &missed), N);
+	assert_false(missed);
+	for (i = 0; i < N; i++) {
+		assert_int_equal(gp[i], i == 30 ? fresh : page[i]);
+		kvshm_ledger_unpin(f->l, i);
+	}
+}
+
 /* An engine-keyed walk (flat): every block's parent is the walk's parent
  * (the root), not the block before it; a chained walk over the same
  * blocks stops after the first. */
@@ -548,6 +617,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_validate, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk_pins_verified_prefix, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk_flat, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_guess_and_index, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("ledger", tests, NULL, NULL);

@@ -28,7 +28,10 @@
  * on private anonymous memory advised for transparent huge pages (2 MiB
  * pages where the kernel grants them), to show what the TLB costs: the
  * daemon's segment is a memfd, on 4 KiB pages unless the host's shmem
- * THP setting gives it huge ones.
+ * THP setting gives it huge ones. KVBENCH_FLAT_SCATTER=1 lays each
+ * prompt's blocks on scattered pages (no block on the page after its
+ * parent's, as after much churn in a daemon's free list), so the walk
+ * cannot guess and finds every block through the index.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -94,9 +97,12 @@ static void seg_build(struct flat_seg *s, size_t blocks)
 	struct kvshm_key keys[FLAT_PROMPT], none = { 0, 0 };
 	uint32_t tokens[FLAT_PROMPT * BT];
 	struct kvshm_header hd;
+	bool scatter = getenv("KVBENCH_FLAT_SCATTER") != NULL;
 	size_t p, b;
 
 	memset(s, 0, sizeof(*s));
+	if (scatter && (blocks & (blocks - 1)))
+		die("flat: KVBENCH_FLAT_SCATTER needs a power of two of blocks, not %zu", blocks);
 	if (kvshm_layout(&hd, &geo))
 		die("flat: no segment layout for %zu blocks", blocks);
 	s->bytes = hd.segment_bytes;
@@ -108,7 +114,11 @@ static void seg_build(struct flat_seg *s, size_t blocks)
 		prompt_tokens(tokens, p, FLAT_PROMPT * BT);
 		kvshm_key_chain(flat_root, none, tokens, FLAT_PROMPT * BT, BT, keys);
 		for (b = 0; b < FLAT_PROMPT; b++) {
-			uint32_t page = (uint32_t)(p * FLAT_PROMPT + b);
+			/* Scattered: a bijection (odd multiplier, blocks a
+			 * power of two) that puts no block after its parent. */
+			uint32_t page = scatter ? (uint32_t)((p * FLAT_PROMPT + b) * 0x9E3779B1ull %
+							     blocks)
+						: (uint32_t)(p * FLAT_PROMPT + b);
 			struct kvshm_page *pg = &kvshm_pages(s->h)[page];
 
 			pg->ns_id = FLAT_NS;
