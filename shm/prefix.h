@@ -129,9 +129,11 @@ static inline size_t kvshm_ledger_pin_run(struct kvshm_ledger *l, const uint32_t
  *
  * When it guesses: block 0 comes from the index; block 1 is guessed on the
  * page after block 0's (a request's blocks are one run as a rule); a
- * guess that does not verify costs that block's bucket, read at once,
- * and the pipeline is primed from the next block; the walk guesses again
- * once KVSHM_SEQ_AFTER blocks in a row came from consecutive pages. A
+ * guess that does not verify costs that block's bucket, read at once;
+ * when that bucket names the page on the other side of the parent's, the
+ * run goes down and the walk guesses downwards, else the pipeline is
+ * primed from the next block, and the walk guesses again once
+ * KVSHM_SEQ_AFTER blocks in a row came from neighbouring pages. A
  * guessed page is exactly as good as an indexed one: kvshm_page_verify
  * checks the same identity, and a READY page that left the index is
  * `unlisted`, which verify refuses.
@@ -142,6 +144,7 @@ static inline size_t kvshm_walk_pin(const struct kvshm_header *h, struct kvshm_l
 				    const struct kvshm_walk *w, bool *missed)
 {
 	uint32_t cand[KVSHM_AHEAD_BUCKET], bt = h->geo.block_tokens, pg, streak = 0;
+	int32_t stride = 1;	/* +1 or -1: the run's direction */
 	struct kvshm_key parent = w->parent;
 	size_t n = w->n, i, j, k, run, end, top;
 	bool guess = false, ramp = false, ok;
@@ -153,7 +156,7 @@ static inline size_t kvshm_walk_pin(const struct kvshm_header *h, struct kvshm_l
 			bool guessed = guess, piped = false;
 
 			if (guess) {
-				pg = w->page[j - 1] + 1;
+				pg = w->page[j - 1] + (uint32_t)stride;
 			} else if (!j) {
 				/* The first block: its bucket, which kvc_req_new
 				 * prefetched. */
@@ -184,14 +187,25 @@ static inline size_t kvshm_walk_pin(const struct kvshm_header *h, struct kvshm_l
 				/* Pages ahead on their way: after the first
 				 * guess that held, the whole distance at once. */
 				for (k = ramp ? 1 : KVSHM_AHEAD_SEQ; k <= KVSHM_AHEAD_SEQ; k++)
-					kvshm_walk_prefetch_page(h, pg + (uint32_t)k);
+					kvshm_walk_prefetch_page(h, pg + (uint32_t)((int32_t)k * stride));
 				ramp = false;
 			} else if (ok) {
 				/* The first block's successor is guessed at once
-				 * (a request's blocks are one run as a rule);
-				 * later ones after KVSHM_SEQ_AFTER in a row. */
-				streak = j && pg == w->page[j - 1] + 1 ? streak + 1 : 0;
-				guess = ramp = !j || streak >= KVSHM_SEQ_AFTER;
+				 * (a request's blocks are one run as a rule), a
+				 * block's after a probe that found it next to its
+				 * parent's, and in the pipeline after
+				 * KVSHM_SEQ_AFTER such blocks in a row. A run may
+				 * go down as well as up (a free list refilled
+				 * by an eviction in publish order). */
+				int32_t d = j ? (int32_t)(pg - w->page[j - 1]) : 1;
+
+				if (d == 1 || d == -1) {
+					streak = j && d == stride ? streak + 1 : 1;
+					stride = d;
+				} else {
+					streak = 0;
+				}
+				guess = ramp = streak >= (piped ? KVSHM_SEQ_AFTER : 1);
 				if (!guess && !piped) {
 					/* Into the pipeline from the next block:
 					 * buckets and candidates up to their

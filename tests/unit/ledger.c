@@ -506,10 +506,10 @@ static void test_walk_pins_verified_prefix(void **state)
 }
 
 /*
- * shm/prefix.h finds a block's page two ways: by guessing the page after
+ * shm/prefix.h finds a block's page two ways: by guessing the page next to
  * its parent's (blocks allocated together) or through the index. A chain
- * laid out in a run, then scattered, then in a run again is found whole,
- * every block on its own page. A READY page that left the index
+ * laid out in a run, then scattered, then in a run up and one down is
+ * found whole, every block on its own page. A READY page that left the index
  * (kvshm_page_unlist: punched out, still pinned by a reader) is never
  * found by the guess, though it is the page after its parent's and its
  * identity is exact: the walk takes the block's indexed page instead, or
@@ -530,8 +530,10 @@ static void test_walk_guess_and_index(void **state)
 		assert_int_equal(all[i], i);	/* the free list hands out a run */
 	}
 	for (i = 0; i < N; i++) {
-		/* 0..11 in a run, 12..23 scattered downwards, 24..39 a run. */
-		page[i] = i < 12 ? i : i < 24 ? 62 - 2 * (i - 12) : 12 + (i - 24);
+		/* 0..11 in a run, 12..23 scattered, 24..31 a run, 32..39 a
+		 * run downwards. */
+		page[i] = i < 12 ? i : i < 24 ? 62 - 2 * (i - 12) : i < 32 ? 12 + (i - 24) :
+			  27 - (i - 32);
 		used[page[i]] = true;
 		keys[i] = (struct kvshm_key){ 0x7100 + i, (uint64_t)(0x33 + i) << 32 | i };
 		for (j = 0; j < BT; j++)

@@ -28,10 +28,11 @@
  * on private anonymous memory advised for transparent huge pages (2 MiB
  * pages where the kernel grants them), to show what the TLB costs: the
  * daemon's segment is a memfd, on 4 KiB pages unless the host's shmem
- * THP setting gives it huge ones. KVBENCH_FLAT_SCATTER=1 lays each
- * prompt's blocks on scattered pages (no block on the page after its
- * parent's, as after much churn in a daemon's free list), so the walk
- * cannot guess and finds every block through the index.
+ * THP setting gives it huge ones. KVBENCH_FLAT_LAYOUT=up (the default:
+ * each prompt on a run of pages, as a fresh pool hands them out), down (a
+ * run downwards) or scatter (no block next to its parent's, as after much
+ * churn in a daemon's free list: the walk cannot guess and finds every
+ * block through the index).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -97,12 +98,15 @@ static void seg_build(struct flat_seg *s, size_t blocks)
 	struct kvshm_key keys[FLAT_PROMPT], none = { 0, 0 };
 	uint32_t tokens[FLAT_PROMPT * BT];
 	struct kvshm_header hd;
-	bool scatter = getenv("KVBENCH_FLAT_SCATTER") != NULL;
+	const char *lay = getenv("KVBENCH_FLAT_LAYOUT") ? getenv("KVBENCH_FLAT_LAYOUT") : "up";
+	char layout = !strcmp(lay, "scatter") ? 's' : !strcmp(lay, "down") ? 'd' : 'u';
 	size_t p, b;
 
 	memset(s, 0, sizeof(*s));
-	if (scatter && (blocks & (blocks - 1)))
-		die("flat: KVBENCH_FLAT_SCATTER needs a power of two of blocks, not %zu", blocks);
+	if (strcmp(lay, "up") && strcmp(lay, "down") && strcmp(lay, "scatter"))
+		die("flat: KVBENCH_FLAT_LAYOUT is up, down or scatter, not \"%s\"", lay);
+	if (layout == 's' && (blocks & (blocks - 1)))
+		die("flat: KVBENCH_FLAT_LAYOUT=scatter needs a power of two of blocks, not %zu", blocks);
 	if (kvshm_layout(&hd, &geo))
 		die("flat: no segment layout for %zu blocks", blocks);
 	s->bytes = hd.segment_bytes;
@@ -115,10 +119,11 @@ static void seg_build(struct flat_seg *s, size_t blocks)
 		kvshm_key_chain(flat_root, none, tokens, FLAT_PROMPT * BT, BT, keys);
 		for (b = 0; b < FLAT_PROMPT; b++) {
 			/* Scattered: a bijection (odd multiplier, blocks a
-			 * power of two) that puts no block after its parent. */
-			uint32_t page = scatter ? (uint32_t)((p * FLAT_PROMPT + b) * 0x9E3779B1ull %
-							     blocks)
-						: (uint32_t)(p * FLAT_PROMPT + b);
+			 * power of two) that puts no block next to its parent. */
+			uint32_t page = layout == 's' ? (uint32_t)((p * FLAT_PROMPT + b) * 0x9E3779B1ull %
+								   blocks) :
+					layout == 'd' ? (uint32_t)(p * FLAT_PROMPT + FLAT_PROMPT - 1 - b) :
+							(uint32_t)(p * FLAT_PROMPT + b);
 			struct kvshm_page *pg = &kvshm_pages(s->h)[page];
 
 			pg->ns_id = FLAT_NS;
