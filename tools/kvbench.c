@@ -103,7 +103,8 @@ static const struct mode modes[] = {
 static bool mode_on[NELEM(modes)];
 
 /* 1-minute load average at start and end: other work on the machine. */
-static double load_start, load_end;
+static double load_start, load_end, steal_pct;
+static unsigned long long steal0, total0;
 static const char *json_file;
 static FILE *json_fp;
 
@@ -232,9 +233,9 @@ static void print_json(FILE *f, const char *cpu, long ncpu, const char *kernel, 
 	fprintf(f, "},\"config\":{\"seconds_per_row\":%g,\"quick\":%s,\"daemon\":\"%s\","
 	       "\"block_tokens\":%d,\"rounds\":%d,\"lookup_page_bytes\":4096,"
 	       "\"publish_page_bytes\":%zu,\"timer_overhead_ns\":%u,\"wall_seconds\":%.1f,"
-	       "\"loadavg_start\":%.2f,\"loadavg_end\":%.2f",
+	       "\"loadavg_start\":%.2f,\"loadavg_end\":%.2f,\"steal_pct\":%.1f",
 	       opt.seconds, opt.quick ? "true" : "false", opt.socket ? "external" : "spawned",
-	       BT, ROUNDS, publish_page_bytes, tmr, wall, load_start, load_end);
+	       BT, ROUNDS, publish_page_bytes, tmr, wall, load_start, load_end, steal_pct);
 	fputs(mode_json, f);
 	fputs(",\"modes\":[", f);
 	for (m = 0, k = 0; m < NELEM(modes); m++)
@@ -298,7 +299,8 @@ static void print_table(const char *cpu, long ncpu, const char *kernel, uint32_t
 	if (opt.socket)
 		printf("kvbench's namespaces on it (kvbench-<mode>-%d): %llu pages dropped at the end\n",
 		       (int)main_pid, (unsigned long long)bench_dropped_pages);
-	printf("load average (1 min): %.2f at start, %.2f at end\n\n", load_start, load_end);
+	printf("load average (1 min): %.2f at start, %.2f at end; CPU time stolen by the hypervisor: %.1f%%\n\n",
+	       load_start, load_end, steal_pct);
 	printf("%-12s %-24s %16s  %-14s %16s %9s\n", "op", "size", "kvcached", "peer", "peer figure",
 	       "ratio");
 	for (i = 0; i < nrows; i++) {
@@ -341,6 +343,25 @@ static void print_table(const char *cpu, long ncpu, const char *kernel, uint32_t
 }
 
 /* ------------------------------------------------------------- main */
+
+/* The "cpu" line of /proc/stat: *steal and *total jiffies of all CPUs. */
+static void cpu_jiffies(unsigned long long *steal, unsigned long long *total)
+{
+	unsigned long long v[8] = { 0 };
+	FILE *f = fopen("/proc/stat", "r");
+	int i;
+
+	*steal = *total = 0;
+	if (!f)
+		return;
+	if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+		   &v[4], &v[5], &v[6], &v[7]) == 8) {
+		for (i = 0; i < 8; i++)
+			*total += v[i];
+		*steal = v[7];
+	}
+	fclose(f);
+}
 
 static double loadavg(void)
 {
@@ -566,6 +587,7 @@ int main(int argc, char **argv)
 	machine(&ncpu, cpu, sizeof(cpu), kernel, sizeof(kernel));
 	tmr = timer_overhead();
 	load_start = loadavg();
+	cpu_jiffies(&steal0, &total0);
 
 	for (m = 0; m < NELEM(modes); m++)
 		if (mode_on[m])
@@ -573,6 +595,13 @@ int main(int argc, char **argv)
 	bench_cleanup();
 	wall = (double)(now_ns() - start) / 1e9;
 	load_end = loadavg();
+	{
+		unsigned long long steal1, total1;
+
+		cpu_jiffies(&steal1, &total1);
+		steal_pct = total1 > total0 ? 100.0 * (double)(steal1 - steal0) /
+						      (double)(total1 - total0) : 0;
+	}
 	if (json_fp) {
 		print_json(json_fp, cpu, ncpu, kernel, tmr, wall);
 		if (fclose(json_fp))
