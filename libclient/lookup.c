@@ -113,10 +113,15 @@ int kvc_req_new(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
 	if (n) {
 		memcpy(r->tokens, tokens, n * c->bt * sizeof(uint32_t));
 		r->extra = kvshm_key_extra(extra, extra_len);
-		kvshm_key_chain(c->root, r->extra, r->tokens, n * c->bt, c->bt, r->keys);
-		/* The keys first, then their buckets on their way (issue #23):
-		 * by the time the engine calls kvc_lookup they have arrived. */
-		kvshm_walk_prefetch(c->seg, r->keys, n);
+		/* Block 0's bucket on its way as soon as its key exists, so
+		 * that it arrives while the rest of the chain is hashed (the
+		 * walk reads it first; with millions of blocks cached it is a
+		 * cache and TLB miss), then the next few (issue #23). */
+		kvshm_key_chain(c->root, r->extra, r->tokens, c->bt, c->bt, r->keys);
+		kvshm_index_prefetch(c->seg, r->keys[0]);
+		kvshm_key_chain(r->keys[0], r->extra, r->tokens + c->bt, (n - 1) * c->bt, c->bt,
+				r->keys + 1);
+		kvshm_walk_prefetch(c->seg, r->keys + 1, n - 1);
 	}
 	*out = r;
 	return 0;
