@@ -49,6 +49,18 @@ static uint32_t fp_slot(const struct s3 *s, uint64_t fp)
 	return (uint32_t)fp & s->set_mask;
 }
 
+/* Fault every page of [p, p + n) in now: one write a page, through a
+ * volatile pointer (a memset of zeros after malloc, the compiler turns
+ * back into a calloc that touches nothing). */
+static void touch(void *p, size_t n)
+{
+	volatile char *c = p;
+	size_t i;
+
+	for (i = 0; i < n; i += 4096)
+		c[i] = 0;
+}
+
 static int s3_init(struct kvd_policy *p)
 {
 	struct s3 *s = calloc(1, sizeof(*s));
@@ -68,6 +80,14 @@ static int s3_init(struct kvd_policy *p)
 		free(s);
 		return -1;
 	}
+	/* Faulted in here, not left to calloc's untouched zero pages: the ghost
+	 * set is written at random, so until each of its pages had its first
+	 * write, an eviction took a page fault (and a page clear) inside an
+	 * ALLOC's round trip: 20-35 us more per ALLOC on a full 16 GiB pool
+	 * of 4 KiB pages (192 MB of ghost) than on 64 MiB. Now that is paid
+	 * once, at start (48 bytes per pool page). */
+	touch(s->set, m * sizeof(*s->set));
+	touch(s->ring, s->ring_cap * sizeof(*s->ring));
 	p->priv = s;
 	return 0;
 }
