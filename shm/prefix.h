@@ -47,7 +47,7 @@
 #define KVSHM_AHEAD_PAGE 8	/* blocks ahead whose page is prefetched */
 #define KVSHM_PIN_RUN 32	/* verified blocks pinned under one fence */
 #define KVSHM_AHEAD_SEQ 32	/* pages ahead prefetched while guessing */
-#define KVSHM_AHEAD_FIRST 8	/* buckets kvc_req_new prefetches */
+#define KVSHM_AHEAD_FIRST 8	/* buckets kvshm_walk_prefetch prefetches */
 
 _Static_assert(KVSHM_AHEAD_PAGE < KVSHM_AHEAD_BUCKET, "buckets are read after their prefetch");
 _Static_assert((KVSHM_AHEAD_BUCKET & (KVSHM_AHEAD_BUCKET - 1)) == 0, "candidate ring size");
@@ -76,13 +76,13 @@ static inline void kvshm_walk_prefetch_page(const struct kvshm_header *h, uint32
 }
 
 /*
- * Prefetch the home buckets of the first keys of a walk. kvc_req_new
- * calls it as soon as it has the key chain, so they are on their way
- * while the engine goes on to kvc_lookup. The walk reads block 0's bucket
- * and, when block 1 is not on the page after block 0's, block 1's and the
- * pipeline's first ones: KVSHM_AHEAD_FIRST of them, not a whole
- * pipeline's worth, since most requests then guess the rest and never
- * read those buckets.
+ * Prefetch the home buckets of the first keys of a walk, so they are on
+ * their way while the engine goes on to kvc_lookup (kvc_req_new prefetches
+ * block 0's bucket on its own, before hashing the rest, and this for the
+ * keys after it). The walk reads block 0's bucket and, when block 1 is not
+ * on the page after block 0's, block 1's and the pipeline's first ones:
+ * KVSHM_AHEAD_FIRST of them, not a whole pipeline's worth, since most
+ * requests then guess the rest and never read those buckets.
  */
 static inline void kvshm_walk_prefetch(const struct kvshm_header *h, const struct kvshm_key *keys,
 				       size_t n)

@@ -368,6 +368,26 @@ static bool process_mentions(const char *s)
 	return found;
 }
 
+/* Start kvbench with args (argv[0] first, NULL-terminated) in the
+ * background, its output to /dev/null, TMPDIR set to tmpdir if given.
+ * Returns its pid, or -1. */
+static pid_t kvbench_quiet(const char *tmpdir, const char *const *args)
+{
+	pid_t pid = fork();
+
+	if (!pid) {
+		int fd = open("/dev/null", O_WRONLY);
+
+		dup2(fd, 1);
+		dup2(fd, 2);
+		if (tmpdir)
+			setenv("TMPDIR", tmpdir, 1);
+		execv(kvt_bin("kvbench"), (char *const *)args);
+		_exit(127);
+	}
+	return pid;
+}
+
 /* SIGINT while the servers run: they die, the private folder goes. */
 static void sigint_cleans_up(void **state)
 {
@@ -380,18 +400,9 @@ static void sigint_cleans_up(void **state)
 
 	(void)state;
 	assert_non_null(mkdtemp(tmp));
-	pid = fork();
+	pid = kvbench_quiet(tmp, (const char *const[]){ "kvbench", "--mode", "lookup",
+							"--seconds", "5", NULL });
 	assert_true(pid >= 0);
-	if (!pid) {
-		int fd = open("/dev/null", O_WRONLY);
-
-		dup2(fd, 1);
-		dup2(fd, 2);
-		setenv("TMPDIR", tmp, 1);
-		execl(kvt_bin("kvbench"), "kvbench", "--mode", "lookup", "--seconds", "5",
-		      (char *)NULL);
-		_exit(127);
-	}
 	/* Wait until a server or the daemon is up in kvbench's folder. */
 	for (i = 0; i < 200 && !process_mentions(tmp); i++)
 		nanosleep(&ts, NULL);
@@ -477,16 +488,9 @@ static void remote_servers_die_with_kvbench(void **state)
 		printf("SKIP: memcached is not installed\n");
 		skip();
 	}
-	pid = fork();
+	pid = kvbench_quiet(NULL, (const char *const[]){ "kvbench", "--mode", "remote",
+							 "--quick", NULL });
 	assert_true(pid >= 0);
-	if (!pid) {
-		int fd = open("/dev/null", O_WRONLY);
-
-		dup2(fd, 1);
-		dup2(fd, 2);
-		execl(kvt_bin("kvbench"), "kvbench", "--mode", "remote", "--quick", (char *)NULL);
-		_exit(127);
-	}
 	/* Until its three servers run (or it ended on its own). */
 	for (i = 0; i < 1200 && n < 3; i++) {
 		if (waitpid(pid, &st, WNOHANG) == pid)
