@@ -53,6 +53,7 @@ struct kvc {
 	uint32_t pool_kind;		/* enum kvshm_pool_kind */
 	uint64_t half;
 	struct kvc_gpu *gpu;
+	struct kvc_hostmap *hostmap;	/* host pool, GPU engine (hostmap.c) */
 
 	/* Alloc-ahead (KVC_OPEN_ALLOC_AHEAD; ahead_cap 0 when off): after a
 	 * publish an ALLOC is sent and not waited for (ahead_seq); its reply

@@ -116,10 +116,24 @@ void kvt_engine_put(struct kvt_engine *e, uint64_t b, struct kvc_key key)
 		*at(e, l, s, b, t, h, d, x) = kv_byte(key, l, s, elem(e, t, h, d, x));
 }
 
+bool kvt_engine_layer_has(const struct kvt_engine *e, uint64_t b, uint32_t l,
+			  struct kvc_key key)
+{
+	for (int s = 0; s < 2; s++)
+		for (uint32_t t = 0; t < e->bt; t++)
+			for (uint32_t h = 0; h < e->kv_heads; h++)
+				for (uint32_t d = 0; d < e->head_dim; d++)
+					for (uint32_t x = 0; x < e->dt; x++)
+						if (*at(e, l, s, b, t, h, d, x) !=
+						    kv_byte(key, l, s, elem(e, t, h, d, x)))
+							return false;
+	return true;
+}
+
 bool kvt_engine_has(const struct kvt_engine *e, uint64_t b, struct kvc_key key)
 {
-	EACH_BYTE(e)
-		if (*at(e, l, s, b, t, h, d, x) != kv_byte(key, l, s, elem(e, t, h, d, x)))
+	for (uint32_t l = 0; l < e->layers; l++)
+		if (!kvt_engine_layer_has(e, b, l, key))
 			return false;
 	/* The padding after the block stays the background. */
 	for (uint32_t l = 0; l < e->layers; l++)

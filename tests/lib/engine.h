@@ -35,6 +35,9 @@ void kvt_engine_free(struct kvt_engine *e);
 void kvt_engine_put(struct kvt_engine *e, uint64_t b, struct kvc_key key);
 /* Does engine block b hold key's pattern, byte for byte? */
 bool kvt_engine_has(const struct kvt_engine *e, uint64_t b, struct kvc_key key);
+/* Does layer l of engine block b (K and V) hold key's pattern? */
+bool kvt_engine_layer_has(const struct kvt_engine *e, uint64_t b, uint32_t l,
+			  struct kvc_key key);
 /* Does engine block b (with its padding) still hold the background? */
 bool kvt_engine_untouched(const struct kvt_engine *e, uint64_t b);
 
