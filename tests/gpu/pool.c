@@ -58,21 +58,13 @@ struct job {
 	const char *sock;
 	uint32_t seed;
 	uint32_t kind;
-	int prompts;	/* flood: how many */
+	int prompts;	/* flood: how many; fetch: -1 gathers layer by layer */
 };
 
 #ifdef KVC_HAVE_CUDA
 static int with_gpu(struct kvt_mem *mem)
 {
-	CUstream s;
-
-	if (kvt_gpu_enter(0, &s))
-		return -1;
-	mem->upload = kvt_gpu_upload;
-	mem->download = kvt_gpu_download;
-	mem->sync = kvt_gpu_sync;
-	mem->stream = s;
-	return 0;
+	return kvt_gpu_mem(0, mem);
 }
 
 static int publish_job(void *arg)
@@ -98,6 +90,8 @@ static int fetch_job(void *arg)
 
 	if (with_gpu(&mem))
 		return 90;
+	if (j->prompts < 0)	/* layer by layer, an event per layer */
+		mem.gather = kvt_gpu_gather_by_layer;
 	kvt_tokens(t, 6 * BT + 3, 0, j->seed);
 	rc = kvt_engine_fetch(j->sock, &m, t, 6 * BT + 3, j->kind, &mem);
 	return rc ? 100 + (-rc - 1000) : 0;
@@ -210,6 +204,8 @@ static void test_two_processes_share_gpu_pages(void **state)
 		assert_int_equal(kvt_wait(kvt_fork(publish_job, &w)), 0);
 		assert_int_equal(kvt_wait(kvt_fork(fetch_job, &r)), 0);
 		assert_int_equal(kvt_wait(kvt_fork(publish_job, &w2)), 0);
+		assert_int_equal(kvt_wait(kvt_fork(fetch_job, &r2)), 0);
+		r2.prompts = -1;	/* kvc_gather_v2, an event per layer */
 		assert_int_equal(kvt_wait(kvt_fork(fetch_job, &r2)), 0);
 	}
 #endif

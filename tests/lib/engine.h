@@ -59,6 +59,16 @@ struct kvt_mem {
 	int (*download)(struct kvt_engine *e, void **t_k, void **t_v);
 	int (*sync)(void *stream);
 	void *stream;
+	/* A host pool's GPU engine: layouts carry KVC_LAYOUT_DEVICE and
+	 * `device`; with `prepare`, kvc_gpu_prepare(device, prepare_flags)
+	 * right after attaching. */
+	bool device_layout;
+	bool prepare;
+	int device;
+	uint32_t prepare_flags;
+	/* The reader's gather, if not one kvc_gather (n blocks from 0). */
+	int (*gather)(struct kvc_req *r, size_t n, const struct kvc_layout *l,
+		      const int64_t *ids, void *stream);
 };
 
 /*
