@@ -9,6 +9,7 @@
 #ifndef KVT_GPU_H
 #define KVT_GPU_H
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
