@@ -30,14 +30,19 @@ def engine(script: str, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("block_size,copy", [(16, "auto"), (32, "auto"), (8, "auto"),
-                                             (16, "pages"), (32, "pages")])
+                                             (16, "pages"), (32, "pages"), (16, "layers"),
+                                             (32, "layers")])
 def test_vllm_two_engines(daemon_factory, block_size, copy):
     """vLLM block_size equal to kvcached's 16-token blocks, a multiple, a
-    divisor; copies by gather/scatter (one pass for all layers) or by page
-    views layer by layer (what a divisor, or vLLM's buffers on a GPU with a
-    host pool, use): the second engine's connector reports the first's
-    prompt as matched, loads it into other block ids, and its logits equal
-    a cold prefill's bit for bit."""
+    divisor; copies by gather/scatter (one pass for all layers), by page
+    views layer by layer (what a divisor uses, or vLLM's buffers on a GPU
+    with a host pool this process cannot register with CUDA), or in the
+    layer-wise order of the GPU path (a load per layer queued at
+    start_load_kv, a save per layer at save_kv_layer, publish at
+    wait_for_save; "layers": done on return on CPU tensors): the second
+    engine's connector reports the first's prompt as matched, loads it
+    into other block ids, and its logits equal a cold prefill's bit for
+    bit."""
     d = daemon_factory("--page-size", "8K")
     opt = ("--block-size", str(block_size), "--copy", copy)
     a = engine("vllm_proc.py", "prefill", "--socket", d.sock, *opt)
@@ -55,13 +60,15 @@ def test_vllm_two_engines(daemon_factory, block_size, copy):
     assert ns["tinyllama-vllm/float32"]["keys"] == "tokens"
 
 
-def test_vllm_chunked_prefill(daemon_factory):
+@pytest.mark.parametrize("copy", ["auto", "layers"])
+def test_vllm_chunked_prefill(daemon_factory, copy):
     """A prefill scheduled over three steps (new, then cached requests with
     the blocks each step adds): after each step kvcached holds the prompt
     blocks computed so far; the logits equal a cold prefill's; another
-    engine then loads all of them."""
+    engine then loads all of them. (This engine never calls save_kv_layer:
+    with "layers", wait_for_save copies every layer itself.)"""
     d = daemon_factory("--page-size", "8K")
-    a = engine("vllm_proc.py", "chunked", "--socket", d.sock, "--chunk", "48")
+    a = engine("vllm_proc.py", "chunked", "--socket", d.sock, "--chunk", "48", "--copy", copy)
     assert a.stdout.splitlines() == [
         "chunk: computed 48, kvcached holds 3 blocks",
         "chunk: computed 96, kvcached holds 6 blocks",
