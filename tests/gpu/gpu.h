@@ -17,6 +17,16 @@
 
 #include "../../kernels/cudadrv.h"
 #include "../lib/engine.h"
+#include "../lib/harness.h"
+
+/* In a cmocka test: skip, saying why, where kvt_gpu_missing() said so. */
+#define KVT_GPU_SKIP_IF_MISSING(missing)                                    \
+	do {                                                                \
+		if (missing) {                                              \
+			print_message("[  SKIP    ] no GPU: %s\n", missing);   \
+			skip();                                             \
+		}                                                           \
+	} while (0)
 
 /*
  * NULL when this process can use GPU 0 with VMM fd export, else why not.
@@ -61,6 +71,26 @@ static inline const char *kvt_gpu_missing(void)
 		return "cannot ask a child about the GPU";
 	why[n] = 0;
 	return n ? why : NULL;
+}
+
+/*
+ * Group setup of a GPU suite around a daemon started with args: without a
+ * usable GPU (*missing says why) no daemon and *state NULL, every test
+ * then skipping. kvt_gpu_teardown stops it, failing unless it stopped
+ * cleanly.
+ */
+static inline int kvt_gpu_setup(void **state, const char **missing, const char *const *args)
+{
+	*state = NULL;
+	*missing = kvt_gpu_missing();
+	if (*missing)
+		return 0;
+	return kvt_setup_args(state, args);
+}
+
+static inline int kvt_gpu_teardown(void **state)
+{
+	return *state ? kvt_teardown(state) : 0;
 }
 
 #ifdef KVC_HAVE_CUDA

@@ -26,10 +26,7 @@ static const char *broken;	/* a GPU is here but the kernels did not load */
 
 #define SKIP_IF_NO_GPU()                                                   \
 	do {                                                               \
-		if (missing) {                                             \
-			print_message("[  SKIP    ] no GPU: %s\n", missing);   \
-			skip();                                            \
-		}                                                          \
+		KVT_GPU_SKIP_IF_MISSING(missing);                          \
 		if (broken)                                                \
 			fail_msg("%s", broken);                            \
 	} while (0)

@@ -322,3 +322,28 @@ def test_connected_sees_daemon_exit(daemon_factory):
         with c.request(list(range(16))) as r:
             r.lookup()
     c.close()
+
+
+def test_vllm_copy_options(monkeypatch):
+    """The copy path's options are checked when the connector is made: copy
+    is "auto", "pages" or "layers"; register_wait is seconds >= 0."""
+    stubs_on_path(monkeypatch)
+    from kvclient.vllm import KvcachedConnector
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    from vllm_proc import vllm_config
+    from engine_loop import TinyLlama
+
+    lm = TinyLlama()
+    for copy in ("auto", "pages", "layers"):
+        KvcachedConnector(vllm_config(lm, "m", "/nonexistent/kv.sock", 16, 16, copy),
+                          KVConnectorRole.WORKER)
+    with pytest.raises(ValueError, match="copy 'gpu'"):
+        KvcachedConnector(vllm_config(lm, "m", "/x", 16, 16, "gpu"), KVConnectorRole.WORKER)
+    for bad in (-1, "soon", None):
+        cfg = vllm_config(lm, "m", "/x", 16, 16)
+        cfg.kv_transfer_config.kv_connector_extra_config["register_wait"] = bad
+        with pytest.raises(ValueError, match="register_wait"):
+            KvcachedConnector(cfg, KVConnectorRole.WORKER)
+    cfg = vllm_config(lm, "m", "/x", 16, 16)
+    cfg.kv_transfer_config.kv_connector_extra_config["register_wait"] = "2.5"
+    assert KvcachedConnector(cfg, KVConnectorRole.WORKER)._register_wait == 2.5

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """tests/run-tests itself: how it counts what cmocka reports.
 
-A cmocka group whose setup or teardown fails prints
+Every group of a binary counts (tests/gpu/pool runs two). A cmocka group
+whose setup or teardown fails prints
 ``[  FAILED  ] GROUP SETUP`` / ``[  FAILED  ] GROUP TEARDOWN``; for a failed
 teardown cmocka still exits 0, and run-tests once counted such a binary as
 passed (issue #32: the GPU suite's cuda-pool daemon died on SIGTERM in its
@@ -32,20 +33,21 @@ SRC = textwrap.dedent("""\
     int main(void)
     {
         const struct CMUnitTest t[] = { cmocka_unit_test(passes) };
-        return cmocka_run_group_tests_name("fixture", t, setup, teardown);
+        return cmocka_run_group_tests_name("fixture", t, setup, teardown) +
+               GROUPS * cmocka_run_group_tests_name("second", t, NULL, NULL);
     }
     """)
 
 
-def run_tests_on(tmp_path: Path, setup_rc: int, teardown_rc: int):
+def run_tests_on(tmp_path: Path, setup_rc: int, teardown_rc: int, groups: int = 1):
     cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("cc")
     if not cc:
         pytest.skip("no C compiler to build a cmocka fixture")
     bdir = tmp_path / "build" / "tests" / "unit"
     bdir.mkdir(parents=True)
     src = tmp_path / "fixture.c"
-    src.write_text(SRC.replace("SETUP_RC", str(setup_rc)).replace("TEARDOWN_RC",
-                                                                    str(teardown_rc)))
+    src.write_text(SRC.replace("SETUP_RC", str(setup_rc)).replace("TEARDOWN_RC", str(teardown_rc))
+                   .replace("GROUPS", str(groups - 1)))
     r = subprocess.run([cc, str(src), "-o", str(bdir / "fixture"), "-lcmocka"],
                        capture_output=True, text=True)
     if r.returncode:
@@ -79,3 +81,9 @@ def test_failed_group_setup_is_a_failure(tmp_path):
     assert "[  FAILED  ] GROUP SETUP" in r.stdout
     assert r.returncode != 0, r.stdout
     assert "failed: unit/fixture" in r.stdout
+
+
+def test_every_group_counted(tmp_path):
+    r = run_tests_on(tmp_path, 0, 0, groups=2)
+    assert r.returncode == 0, r.stdout
+    assert summary(r) == "tests: 2 passed, 0 failed, 0 skipped"

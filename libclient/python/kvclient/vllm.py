@@ -56,6 +56,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -284,6 +285,14 @@ class KvcachedConnector(KVConnectorBase_V1):
         self._saves: Optional[list] = None	# [request, first block, engine ids, SaveSpec]
         self._saved_layers: set = set()
         self._said: set = set()
+        rw = extra.get("register_wait", 10)
+        try:
+            self._register_wait = float(rw)
+        except (TypeError, ValueError):
+            self._register_wait = -1.0
+        if not self._register_wait >= 0:
+            raise ValueError(f"KvcachedConnector: register_wait {rw!r}: seconds, a number "
+                             ">= 0")
         self._copy = extra.get("copy", "auto")
         if self._copy not in ("auto", "pages", "layers"):
             raise ValueError(f"KvcachedConnector: copy {self._copy!r}: 'auto', 'pages' or "
@@ -453,16 +462,39 @@ class KvcachedConnector(KVConnectorBase_V1):
         h, d = self.model.kv_heads, self.model.head_dim
         try:
             if self._layout == "flash":
-                return _client.PagedKV(c, [x.view(2, x.shape[1] * m, T, h, d)
-                                           for x in self._caches])
-            return _client.PagedKV(c, [x[:, 0] for x in self._caches],
-                                   [x[:, 1] for x in self._caches])
+                kv = _client.PagedKV(c, [x.view(2, x.shape[1] * m, T, h, d)
+                                         for x in self._caches])
+            else:
+                kv = _client.PagedKV(c, [x[:, 0] for x in self._caches],
+                                     [x[:, 1] for x in self._caches])
         except KvcError as e:
             if c.pool_kind != "host" or not on_gpu:
                 raise
             self._say_once("gpu", "kvcached: the host pool cannot be shared with this GPU "
                            "(%s): copying page by page, far below the bus's speed", e)
             return None
+        if c.pool_kind == "host" and kv.device is not None:
+            self._registered(c)
+        return kv
+
+    def _registered(self, c) -> None:
+        """A host pool being registered with CUDA (PagedKV started it): wait
+        for it here, at start-up, up to register_wait seconds (default 10:
+        about 100 GiB of pool), so that the first requests copy at the
+        bus's speed; a larger pool goes on registering in the background,
+        its pages copied piece by piece until their chunk is done."""
+        wait = self._register_wait
+        end = time.monotonic() + wait
+        st = c.gpu_status()
+        while st["state"] == "registering" and time.monotonic() < end:
+            time.sleep(0.005)
+            st = c.gpu_status()
+        if st["state"] == "registering":
+            log.info("kvcached: %d of %d chunks of the host pool registered with CUDA in "
+                     "%.1f s; the rest goes on in the background", st["chunks_registered"],
+                     st["chunks"], wait)
+        else:
+            self._say_status()
 
     def _gpu_setup(self) -> None:
         """The layer-wise path (GPU copies, or ``"copy": "layers"``): its
