@@ -34,7 +34,7 @@ SRC = textwrap.dedent("""\
     {
         const struct CMUnitTest t[] = { cmocka_unit_test(passes) };
         return cmocka_run_group_tests_name("fixture", t, setup, teardown) +
-               GROUPS * cmocka_run_group_tests_name("second", t, NULL, NULL);
+               (GROUPS ? cmocka_run_group_tests_name("second", t, NULL, NULL) : 0);
     }
     """)
 
