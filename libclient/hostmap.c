@@ -39,10 +39,12 @@ static void why_set(char *buf, size_t len, const char *fmt, const char *a, const
 
 #ifdef KVC_HAVE_CUDA
 
+/* GPUs one handle copies on, by ordinal. */
+#define KVC_HOSTMAP_GPUS 64
+
 struct kvc_hostmap {
-	pthread_mutex_t lock;		/* devs[], starting the thread, why (failures) */
-	int ndev;
-	struct kvc_hostdev *devs;	/* [ndev] */
+	pthread_mutex_t lock;		/* preparing devs[], starting the thread, why (failures) */
+	struct kvc_hostdev devs[KVC_HOSTMAP_GPUS];
 	int reg_dev;			/* the device whose context registers; -1 */
 	uint8_t *base;
 	uint64_t bytes;
@@ -75,11 +77,11 @@ static void fail(struct kvc_hostmap *h, int rc, const char *fmt, const char *a, 
 
 /* Why a device could not be prepared (lock held): the state says so only
  * while nothing registers. */
-static void note(struct kvc_hostmap *h, const char *fmt, const char *a, const char *b)
+static void note(struct kvc_hostmap *h, int rc, const char *fmt, const char *a, const char *b)
 {
 	if (h->reg_dev >= 0)
 		return;
-	fail(h, -ENOTSUP, fmt, a, b);
+	fail(h, rc, fmt, a, b);
 }
 
 static void *register_chunks(void *arg)
@@ -129,16 +131,31 @@ static void *register_chunks(void *arg)
 	return NULL;
 }
 
+static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct kvc_hostmap *hostmap_of(const kvc_t *c)
+{
+	return atomic_load_explicit(&((kvc_t *)c)->hostmap, memory_order_acquire);
+}
+
+/* The handle's hostmap, made on first use. */
 static struct kvc_hostmap *hostmap_get(kvc_t *c)
 {
-	struct kvc_hostmap *h = c->hostmap;
+	struct kvc_hostmap *h = hostmap_of(c);
+	int i;
 
 	if (h)
 		return h;
+	pthread_mutex_lock(&create_lock);
+	h = hostmap_of(c);
+	if (h)
+		goto out;
 	h = calloc(1, sizeof(*h));
 	if (!h)
-		return NULL;
+		goto out;
 	pthread_mutex_init(&h->lock, NULL);
+	for (i = 0; i < KVC_HOSTMAP_GPUS; i++)
+		pthread_mutex_init(&h->devs[i].cache.lock, NULL);
 	h->reg_dev = -1;
 	h->base = c->pool;
 	h->bytes = c->pool_bytes;
@@ -146,9 +163,12 @@ static struct kvc_hostmap *hostmap_get(kvc_t *c)
 	h->ready = calloc(h->chunks ? h->chunks : 1, sizeof(*h->ready));
 	if (!h->ready) {
 		free(h);
-		return NULL;
+		h = NULL;
+		goto out;
 	}
-	c->hostmap = h;
+	atomic_store_explicit(&c->hostmap, h, memory_order_release);
+out:
+	pthread_mutex_unlock(&create_lock);
 	return h;
 }
 
@@ -160,32 +180,23 @@ static int dev_open(struct kvc_hostmap *h, int device)
 	char e[160], num[16];
 	CUcontext old;
 	CUresult r;
-	int rc, n = 0;
+	int rc;
 
-	if (!h->devs) {
-		if (kvk_cu.cuDeviceGetCount(&n) != CUDA_SUCCESS || n < 1) {
-			note(h, "%s%s", "the CUDA driver sees no GPU", "");
-			return -ENODEV;
-		}
-		h->devs = calloc((size_t)n, sizeof(*h->devs));
-		if (!h->devs)
-			return -ENOMEM;
-		h->ndev = n;
-	}
-	if (device >= h->ndev) {
-		snprintf(num, sizeof(num), "%d", device);
-		note(h, "no CUDA device %s in this process (CUDA_VISIBLE_DEVICES?)%s", num, "");
+	snprintf(num, sizeof(num), "%d", device);
+	if (device >= KVC_HOSTMAP_GPUS) {
+		note(h, -ENODEV, "CUDA device %s: more than this library copies on%s", num, "");
 		return -ENODEV;
 	}
 	d = &h->devs[device];
 	if (atomic_load_explicit(&d->ok, memory_order_relaxed))
 		return 0;
-	if (kvk_cu.cuDeviceGet(&d->dev, device) != CUDA_SUCCESS)
+	if (kvk_cu.cuDeviceGet(&d->dev, device) != CUDA_SUCCESS) {
+		note(h, -ENODEV, "no CUDA device %s in this process (CUDA_VISIBLE_DEVICES?)%s", num, "");
 		return -ENODEV;
+	}
 	r = kvk_cu.cuDevicePrimaryCtxRetain(&d->ctx, d->dev);
 	if (r != CUDA_SUCCESS) {
-		d->ctx = NULL;
-		note(h, "%s%s", kvk_cu_err(r, "cuDevicePrimaryCtxRetain", e, sizeof(e)), "");
+		note(h, -EIO, "%s%s", kvk_cu_err(r, "cuDevicePrimaryCtxRetain", e, sizeof(e)), "");
 		return -EIO;
 	}
 	kvk_cu.cuCtxPushCurrent(d->ctx);
@@ -193,11 +204,9 @@ static int dev_open(struct kvc_hostmap *h, int device)
 	kvk_cu.cuCtxPopCurrent(&old);
 	if (rc) {
 		kvk_cu.cuDevicePrimaryCtxRelease(d->dev);
-		d->ctx = NULL;
-		note(h, "%s%s", why, "");
+		note(h, rc, "%s%s", why, "");
 		return rc;
 	}
-	pthread_mutex_init(&d->cache.lock, NULL);
 	d->ordinal = device;
 	/* Copies find the device without the lock. */
 	atomic_store_explicit(&d->ok, true, memory_order_release);
@@ -251,16 +260,15 @@ int kvc_hostmap_prepare(kvc_t *c, int device, uint32_t flags)
 
 struct kvc_hostdev *kvc_hostmap_dev(kvc_t *c, int device, int *rc)
 {
-	struct kvc_hostmap *h = c->hostmap;
+	struct kvc_hostmap *h = hostmap_of(c);
 
-	/* devs is set once under the lock and stays until kvc_close; ok
-	 * (acquire) says the device's context and kernels are there. */
-	if (h && h->devs && device < h->ndev &&
+	/* ok (acquire) says the device's context and kernels are there. */
+	if (h && device < KVC_HOSTMAP_GPUS &&
 	    atomic_load_explicit(&h->devs[device].ok, memory_order_acquire))
 		return &h->devs[device];
 	*rc = kvc_hostmap_prepare(c, device, 0);
-	h = c->hostmap;
-	if (h && h->devs && device < h->ndev &&
+	h = hostmap_of(c);
+	if (h && device < KVC_HOSTMAP_GPUS &&
 	    atomic_load_explicit(&h->devs[device].ok, memory_order_acquire)) {
 		*rc = 0;	/* the device is there, even if the thread is not */
 		return &h->devs[device];
@@ -271,7 +279,7 @@ struct kvc_hostdev *kvc_hostmap_dev(kvc_t *c, int device, int *rc)
 
 bool kvc_hostmap_registered(const kvc_t *c, uint64_t off, uint64_t len)
 {
-	const struct kvc_hostmap *h = c->hostmap;
+	const struct kvc_hostmap *h = hostmap_of(c);
 	uint64_t k, last;
 
 	if (!h || !len)
@@ -285,7 +293,7 @@ bool kvc_hostmap_registered(const kvc_t *c, uint64_t off, uint64_t len)
 
 void kvc_hostmap_status(const kvc_t *c, struct kvc_gpu_status *st)
 {
-	struct kvc_hostmap *h = c->hostmap;
+	struct kvc_hostmap *h = hostmap_of(c);
 	uint32_t n;
 	int state;
 
@@ -309,7 +317,7 @@ static void quiesce(struct kvc_hostmap *h)
 	CUcontext old;
 	int i;
 
-	for (i = 0; i < h->ndev; i++)
+	for (i = 0; i < KVC_HOSTMAP_GPUS; i++)
 		if (atomic_load_explicit(&h->devs[i].ok, memory_order_acquire) &&
 		    kvk_cu.cuCtxPushCurrent(h->devs[i].ctx) == CUDA_SUCCESS) {
 			kvk_cu.cuCtxSynchronize();
@@ -319,20 +327,22 @@ static void quiesce(struct kvc_hostmap *h)
 
 void kvc_hostmap_quiesce(kvc_t *c)
 {
-	if (c->hostmap)
-		quiesce(c->hostmap);
+	struct kvc_hostmap *h = hostmap_of(c);
+
+	if (h)
+		quiesce(h);
 }
 
 void kvc_hostmap_close(kvc_t *c)
 {
-	struct kvc_hostmap *h = c->hostmap;
+	struct kvc_hostmap *h = hostmap_of(c);
 	CUcontext old;
 	uint32_t k;
 	int i;
 
 	if (!h)
 		return;
-	c->hostmap = NULL;
+	atomic_store_explicit(&c->hostmap, NULL, memory_order_relaxed);
 	/* A child of fork() has no thread and cannot use CUDA at all. */
 	if (c->fork_gen != atomic_load_explicit(&kvc_fork_gen, memory_order_relaxed))
 		goto out_free;
@@ -347,7 +357,7 @@ void kvc_hostmap_close(kvc_t *c)
 				kvk_cu.cuMemHostUnregister(h->base + (uint64_t)k * KVC_GPU_CHUNK);
 		kvk_cu.cuCtxPopCurrent(&old);
 	}
-	for (i = 0; i < h->ndev; i++) {
+	for (i = 0; i < KVC_HOSTMAP_GPUS; i++) {
 		struct kvc_hostdev *d = &h->devs[i];
 
 		if (!atomic_load_explicit(&d->ok, memory_order_relaxed))
@@ -358,9 +368,8 @@ void kvc_hostmap_close(kvc_t *c)
 		kvk_cu.cuDevicePrimaryCtxRelease(d->dev);
 	}
 out_free:
-	for (i = 0; i < h->ndev; i++)
+	for (i = 0; i < KVC_HOSTMAP_GPUS; i++)
 		kvk_check_cache_free(&h->devs[i].cache);
-	free(h->devs);
 	free(h->ready);
 	free(h);
 }
@@ -373,14 +382,18 @@ struct kvc_hostmap {
 
 int kvc_hostmap_prepare(kvc_t *c, int device, uint32_t flags)
 {
+	struct kvc_hostmap *h = atomic_load_explicit(&c->hostmap, memory_order_acquire);
 	const char *why = NULL;
 
 	(void)device, (void)flags;
-	if (!c->hostmap)
-		c->hostmap = calloc(1, sizeof(*c->hostmap));
 	kvk_cuda_load(&why);
-	if (c->hostmap)
-		why_set(c->hostmap->why, sizeof(c->hostmap->why), "%s%s", why, "");
+	if (!h && (h = calloc(1, sizeof(*h)))) {
+		why_set(h->why, sizeof(h->why), "%s%s", why, "");
+		struct kvc_hostmap *none = NULL;
+
+		if (!atomic_compare_exchange_strong(&c->hostmap, &none, h))
+			free(h);	/* another thread said it first: the same words */
+	}
 	return -ENOTSUP;
 }
 
@@ -392,11 +405,13 @@ bool kvc_hostmap_registered(const kvc_t *c, uint64_t off, uint64_t len)
 
 void kvc_hostmap_status(const kvc_t *c, struct kvc_gpu_status *st)
 {
+	struct kvc_hostmap *h = atomic_load_explicit(&((kvc_t *)c)->hostmap, memory_order_acquire);
+
 	st->chunks = (uint32_t)((c->pool_bytes + KVC_GPU_CHUNK - 1) / KVC_GPU_CHUNK);
-	if (!c->hostmap)
+	if (!h)
 		return;
 	st->state = -ENOTSUP;
-	snprintf(st->why, sizeof(st->why), "%s", c->hostmap->why);
+	snprintf(st->why, sizeof(st->why), "%s", h->why);
 }
 
 void kvc_hostmap_quiesce(kvc_t *c)
@@ -406,8 +421,8 @@ void kvc_hostmap_quiesce(kvc_t *c)
 
 void kvc_hostmap_close(kvc_t *c)
 {
-	free(c->hostmap);
-	c->hostmap = NULL;
+	free(atomic_load_explicit(&c->hostmap, memory_order_relaxed));
+	atomic_store_explicit(&c->hostmap, NULL, memory_order_relaxed);
 }
 
 #endif

@@ -120,13 +120,16 @@ class _Streams:
         self.load_events: list = []
         self.save_events = self.events()
         self.load_done = torch.cuda.Event()
-        # torch makes an event at its first record: all of them now.
-        for e in self.save_events + [self.load_done]:
-            e.record(self.load)
+        self.load_done.record(self.load)
         self.load.synchronize()
 
     def events(self) -> list:
-        return [self.torch.cuda.Event() for _ in range(self.layers)]
+        """One event per layer, each recorded once (torch makes the CUDA
+        event at its first record; the library records it then)."""
+        evs = [self.torch.cuda.Event() for _ in range(self.layers)]
+        for e in evs:
+            e.record(self.load)
+        return evs
 
     def _engine(self):
         return self.torch.cuda.current_stream(self.device)
@@ -748,7 +751,7 @@ class KvcachedConnector(KVConnectorBase_V1):
             self._saves = self._save_jobs() if self._kv is not None else []
         saves = self._saves
         try:
-            if not saves:
+            if not saves or self._kv is None:	# none, or the Client went meanwhile
                 return
             L = len(self._caches)
             i = 0
@@ -772,7 +775,10 @@ class KvcachedConnector(KVConnectorBase_V1):
         finally:
             for r, *_ in saves:
                 if r is not None:
-                    r.release()
+                    try:
+                        r.release()
+                    except KvcError:
+                        pass
             self._saves = None
 
     def wait_for_save(self) -> None:
