@@ -523,10 +523,14 @@ struct kvc_layout {
  * and V, in one pass: for hits after kvc_lookup (or any block with a
  * page).
  *
- * Host pool: runs on the calling thread and is done on return; `stream`
- * is ignored. Cuda pool: queued as one kernel launch on `stream` (a
- * CUstream or cudaStream_t of the primary context of kvc_pool_device's
- * GPU; NULL is the legacy default stream) and returns without waiting.
+ * Host pool and host tensors: runs on the calling thread and is done on
+ * return; `stream` is ignored. Cuda pool: queued as one kernel launch on
+ * `stream` (a CUstream or cudaStream_t of the primary context of
+ * kvc_pool_device's GPU; NULL is the legacy default stream) and returns
+ * without waiting. Host pool and a KVC_LAYOUT_DEVICE layout: the same on
+ * the layout's GPU, the kernel reading or writing the pool over the bus
+ * (pages kvc_gpu_prepare has not registered yet go as driver copies per
+ * layer, K and V, which may wait for the stream).
  * engine_block_ids and the layout's arrays are read before the call
  * returns and may be reused at once; the pages must stay pinned until the
  * copy is done, so synchronize the stream before kvc_req_free.
@@ -537,13 +541,17 @@ struct kvc_layout {
  * than a block, a NULL tensor; the run past the request's blocks; an
  * engine block id outside 0..num_blocks-1), -ENOENT (a block of the run
  * has no page), -ECHILD (handle inherited across fork), -ENOMEM,
- * -EFAULT (cuda pool: a tensor, at its start or at the end of the span
+ * -EFAULT (GPU copies: a tensor, at its start or at the end of the span
  * num_blocks and block_stride give it, is not memory CUDA knows, e.g. a
- * plain host pointer), -EXDEV (cuda pool: a tensor in another GPU's
- * memory than kvc_pool_device's; both checked so that the kernel never
- * faults the context), -ENOTSUP (cuda pool in a library without CUDA), -EIO (the
- * CUDA launch failed). On a host pool the tensors must be host memory
- * of that size; that is not checked.
+ * plain host pointer), -EXDEV (GPU copies: a tensor in another GPU's
+ * memory than the GPU copying: kvc_pool_device's, or the layout's device
+ * on a host pool; both checked, once per layout, so that the kernel never
+ * faults the context), -ENOTSUP (a GPU copy in a library without CUDA or
+ * a process without a driver: kvc_gpu_status says which), -ENODEV (a
+ * KVC_LAYOUT_DEVICE device this process does not have), -ENOEXEC (the
+ * kernels do not load on that GPU), -EIO (the CUDA launch failed). On a
+ * host pool without KVC_LAYOUT_DEVICE the tensors must be host memory of
+ * that size; that is not checked.
  */
 int kvc_gather(struct kvc_req *r, size_t first_block, size_t n_blocks,
 	       const struct kvc_layout *l, const int64_t *engine_block_ids,
@@ -640,10 +648,10 @@ enum kvc_gpu_flag {
  * a negative device), -ECHILD (handle inherited across fork), -ENOTSUP
  * (no CUDA here: a library built without it, no driver, a driver that
  * does not start; kvc_gpu_status says which), -ENODEV (no such device),
- * -EXDEV (cuda pool: another device than the pool's), -EBUSY (host pool:
- * already prepared for another device; the registration is portable: its
- * pages serve every GPU, and copies on other GPUs need no call), -EIO,
- * -ENOMEM.
+ * -EXDEV (cuda pool: another device than the pool's), -ENOEXEC (the
+ * kernels do not load on that GPU), -EIO, -ENOMEM. A second call for
+ * another device prepares that device too; the registration, portable,
+ * serves every GPU.
  */
 int kvc_gpu_prepare(kvc_t *c, int device, uint32_t flags);
 
