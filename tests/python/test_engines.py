@@ -55,6 +55,22 @@ def test_vllm_two_engines(daemon_factory, block_size, copy):
     assert ns["tinyllama-vllm/float32"]["keys"] == "tokens"
 
 
+def test_vllm_drafter_layers(daemon_factory):
+    """A speculative decoding drafter's KV caches (EAGLE, MTP: numbered
+    after the model's layers, here registered first) are not refused: one
+    log line says they are not cached, the model's layers load as without
+    them (logits bit-equal to a cold prefill), the drafter's stay as
+    they were."""
+    d = daemon_factory("--page-size", "8K")
+    a = engine("vllm_proc.py", "prefill", "--socket", d.sock, "--drafter", "1")
+    assert a.returncode == 0, a.stdout + a.stderr
+    b = engine("vllm_proc.py", "load", "--socket", d.sock, "--drafter", "1")
+    assert b.stdout.splitlines() == ["load: matched 96 errors 0 computed from 96 equal True",
+                                     "drafter: untouched True"], b.stdout + b.stderr
+    said = [ln for ln in b.stderr.splitlines() if "past the model's" in ln]
+    assert len(said) == 1 and "model.layers.2.self_attn.attn" in said[0], b.stderr
+
+
 def test_vllm_chunked_prefill(daemon_factory):
     """A prefill scheduled over three steps (new, then cached requests with
     the blocks each step adds): after each step kvcached holds the prompt
@@ -121,6 +137,25 @@ def test_vllm_shard_and_refusals(monkeypatch):
     cfg.model_config.use_mla = True
     with pytest.raises(ValueError, match="MLA"):
         KvcachedConnector(cfg, KVConnectorRole.WORKER)
+
+
+def test_vllm_what_vllm_asks(monkeypatch):
+    """The connector's answers to vLLM's class-level questions: PIECEWISE
+    CUDA graphs whatever the copy mode (its loads are waited for in
+    wait_for_layer_load, which a full graph's replay skips), and no
+    reliable KV delivery for kv_both (a best-effort cache: vLLM's default
+    would be True for a producer)."""
+    stubs_on_path(monkeypatch)
+    from kvclient.vllm import KvcachedConnector
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    from vllm_proc import vllm_config
+    from engine_loop import TinyLlama
+
+    for extra in ({}, {"copy": "auto"}, {"copy": "pages"}):
+        assert KvcachedConnector.requires_piecewise_for_cudagraph(extra) is True
+    cfg = vllm_config(TinyLlama(), "m", "/nonexistent/kv.sock", 16, 16)
+    for role in KVConnectorRole:
+        assert KvcachedConnector(cfg, role).requires_kv_delivery is False
 
 
 def test_vllm_refused_by_daemon(daemon, monkeypatch, caplog):
