@@ -147,24 +147,19 @@ static void fill(kvc_t *c, int first, int count)
 }
 
 /*
- * Look prompt p up; restore what is spilled; check every hit page's bytes
- * against the pattern its key was published with. Returns the hits and
- * sets *spilled to the run kvc_lookup reported on NVMe.
+ * Look r (prompt p, keys k) up; restore what is spilled when `restore` is
+ * set; check every hit page's bytes against the pattern its key was
+ * published with. Returns the hits and sets *spilled to the run
+ * kvc_lookup reported on NVMe.
  */
-static int get_restored(kvc_t *c, int p, size_t *spilled)
+static int lookup_checked(kvc_t *c, struct kvc_req *r, const struct kvc_key *k, int p,
+			  bool restore, size_t *spilled)
 {
-	struct kvc_key k[NB];
-	uint32_t t[NB * BT];
-	struct kvc_req *r;
-	int hits, i;
+	int hits = kvc_lookup(r), i;
 
-	prompt(t, p);
-	assert_int_equal(kvc_keys(c, t, NB * BT, NULL, 0, k, NB), NB);
-	assert_int_equal(kvc_req_new(c, t, NB * BT, NULL, 0, &r), 0);
-	hits = kvc_lookup(r);
 	assert_true(hits >= 0);
 	*spilled = kvc_req_spilled(r);
-	if (*spilled) {
+	if (restore && *spilled) {
 		/* Any prefill speed gives an answer; a glacial one always
 		 * makes restoring pay, an infinite-ish one never. */
 		assert_int_equal(kvc_restore_pays(r, 1e-3), 1);
@@ -174,8 +169,22 @@ static int get_restored(kvc_t *c, int p, size_t *spilled)
 	}
 	for (i = 0; i < hits; i++)
 		if (!kvt_check(kvc_block(r, (size_t)i), kvc_page_bytes(c), k[i]))
-			fail_msg("prompt %d block %d: restored page differs from what was published",
-				 p, i);
+			fail_msg("prompt %d block %d: page differs from what was published", p, i);
+	return hits;
+}
+
+/* Prompt p through lookup_checked, restoring. */
+static int get_restored(kvc_t *c, int p, size_t *spilled)
+{
+	struct kvc_key k[NB];
+	uint32_t t[NB * BT];
+	struct kvc_req *r;
+	int hits;
+
+	prompt(t, p);
+	assert_int_equal(kvc_keys(c, t, NB * BT, NULL, 0, k, NB), NB);
+	assert_int_equal(kvc_req_new(c, t, NB * BT, NULL, 0, &r), 0);
+	hits = lookup_checked(c, r, k, p, true, spilled);
 	kvc_req_free(r);
 	return hits;
 }
@@ -374,10 +383,8 @@ static kvc_t *open_engine(const struct fx *f)
 }
 
 /*
- * Engine-keyed prompt p: look up, restore what is spilled (when restore
- * is set), check every hit page against its key's pattern, fill and
- * publish the misses (when publish is set). Returns the hits; *spilled
- * gets the spilled run the lookup reported.
+ * Engine-keyed prompt p through lookup_checked; then, when publish is
+ * set, fill and publish the misses.
  */
 static int engine_prompt(kvc_t *c, int p, bool restore, bool publish, size_t *spilled)
 {
@@ -390,17 +397,7 @@ static int engine_prompt(kvc_t *c, int p, bool restore, bool publish, size_t *sp
 	engine_keys(kb, lens, p);
 	assert_int_equal(kvc_req_new_keys(c, kb, lens, NB, &r), 0);
 	assert_int_equal(kvc_req_keys(r, k, NB), NB);
-	hits = kvc_lookup(r);
-	assert_true(hits >= 0);
-	*spilled = kvc_req_spilled(r);
-	if (restore && *spilled) {
-		hits = kvc_restore(r);
-		assert_true(hits >= 0);
-	}
-	for (i = 0; i < hits; i++)
-		if (!kvt_check(kvc_block(r, (size_t)i), kvc_page_bytes(c), k[i]))
-			fail_msg("engine prompt %d block %d: page differs from what was published",
-				 p, i);
+	hits = lookup_checked(c, r, k, p, restore, spilled);
 	if (publish && hits < NB) {
 		assert_true(kvc_alloc(r) > 0);
 		for (i = hits; i < NB && kvc_block(r, (size_t)i); i++)
