@@ -165,7 +165,12 @@ class KvcachedStorage(HiCacheStorage):
             with c.request_keys(keys) as r:
                 hits = r.lookup()
                 if restore and (r.spilled or r.remote):
-                    hits = r.restore()
+                    try:
+                        hits = r.restore()
+                    except KvcError as e:	# the tiers failed: the hits stand
+                        if not c.connected():
+                            raise
+                        log.warning("KvcachedStorage: %s: restore: %s", call, e)
                 return body(r, hits)
         except KvcError as e:
             self._failed(c, call, e)
