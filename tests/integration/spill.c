@@ -366,7 +366,7 @@ static void engine_keys(char *buf, uint32_t *lens, int p)
 	int i;
 
 	for (i = 0; i < NB; i++) {
-		snprintf(buf + i * 10, 11, "p%04db%03d", p, i);
+		snprintf(buf + i * 10, 11, "p%04ub%03u", (unsigned)p % 10000u, (unsigned)i % 1000u);
 		lens[i] = 10;
 	}
 }
