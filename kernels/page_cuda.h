@@ -21,12 +21,12 @@
 
 /* Kernel parameters (passed by value; pointers are device addresses). */
 struct kvk_copy_params {
-	uint64_t pool;		/* pool base */
+	uint64_t pool;		/* pool base (of the first layer copied) */
 	uint64_t half;		/* bytes of one block of one K or V tensor */
 	uint64_t segs;		/* n x layers x 2 */
-	uint64_t args;		/* uint64 [layers x 2] tensor bases, then
-				 * uint64 [n x 2] (page offset in the pool,
-				 * block offset in the engine tensors) */
+	uint64_t tensors;	/* uint64 [layers x 2]: K and V bases per layer */
+	uint64_t offs;		/* uint64 [n x 2]: page offset in the pool, block
+				 * offset in the engine tensors */
 	uint32_t layers;
 	uint32_t dir;		/* enum kvk_dir */
 };
@@ -86,12 +86,35 @@ int kvk_tensors_check(const struct kvk_layout *l, int ordinal);
 /*
  * Gather or scatter on `stream`: n blocks, page j at pool + pages[j] x
  * slot_bytes, engine block blocks[j] of the layout (device addresses;
- * checked by the caller). Returns 0 once queued, or -errno.
+ * checked by the caller). Returns 0 once queued, or -errno. It is
+ * kvk_args_upload, one kvk_copy_run of every layer, kvk_args_free.
  */
 int kvk_copy_launch(const struct kvk_module *m, enum kvk_dir dir,
 		    const struct kvk_layout *l, CUdeviceptr pool, uint64_t slot_bytes,
 		    const uint32_t *pages, const int64_t *blocks, size_t n,
 		    CUstream stream);
+
+/* A call's arguments on the device: the layout's tensor bases, every
+ * layer, then the blocks' offsets; uploaded once for any number of
+ * launches of its layers. */
+struct kvk_args {
+	CUdeviceptr dev;
+	uint32_t layers;
+	int sync;		/* a plain allocation: wait for the stream, then free */
+};
+
+/* Upload on `stream` (stream-ordered; the host arrays may be reused on
+ * return). 0 or -errno. */
+int kvk_args_upload(const struct kvk_module *m, const struct kvk_layout *l,
+		    uint64_t slot_bytes, const uint32_t *pages, const int64_t *blocks,
+		    size_t n, CUstream stream, struct kvk_args *a);
+/* One launch copying layers first .. first + count - 1 of the n blocks
+ * whose arguments a holds; pool is the layout's (layer 0's) pool base. */
+int kvk_copy_run(const struct kvk_module *m, enum kvk_dir dir, const struct kvk_layout *l,
+		 CUdeviceptr pool, const struct kvk_args *a, uint32_t first, uint32_t count,
+		 size_t n, CUstream stream);
+/* Release the arguments after the launches queued on `stream`. 0 or -errno. */
+int kvk_args_free(struct kvk_args *a, CUstream stream);
 
 /*
  * The slow way, for pages the GPU cannot address (host pool pages not yet

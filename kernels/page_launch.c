@@ -118,70 +118,32 @@ static unsigned grid_for(uint64_t work)
 	return work < KVK_MAX_GRID ? (unsigned)work : KVK_MAX_GRID;
 }
 
-/*
- * Copy a call's arguments (host, `words` words) into dev and launch the
- * copy kernel for n blocks, both on the caller's stream: ordered for any
- * kind of stream (a synchronous copy would run on the legacy stream, which
- * a non-blocking stream does not wait for). From pageable memory the
- * driver stages the bytes before it returns, so `host` may be freed then.
- */
-static CUresult upload_and_launch(const struct kvk_module *m, enum kvk_dir dir,
-				  const struct kvk_layout *l, CUdeviceptr pool,
-				  const uint64_t *host, size_t words, size_t n, CUdeviceptr dev,
-				  CUstream stream)
+static CUresult args_alloc(const struct kvk_module *m, CUdeviceptr *dev, size_t bytes,
+			   CUstream stream)
 {
-	struct kvk_copy_params p;
-	void *args[] = { &p };
-	CUresult r;
-
-	r = kvk_cu.cuMemcpyHtoDAsync(dev, host, words * sizeof(*host), stream);
-	if (r != CUDA_SUCCESS)
-		return r;
-	p.pool = pool;
-	p.half = l->half;
-	p.segs = (uint64_t)n * 2 * l->layers;
-	p.args = dev;
-	p.layers = l->layers;
-	p.dir = dir;
-	return kvk_cu.cuLaunchKernel(m->copy, grid_for(p.segs), 1, 1, KVK_THREADS, 1, 1, 0,
-				     stream, args, NULL);
+	return m->args ? kvk_cu.cuMemAllocFromPoolAsync(dev, bytes, m->args, stream)
+		       : kvk_cu.cuMemAllocAsync(dev, bytes, stream);
 }
 
 /*
- * For a GPU without stream-ordered allocation (no memory pools: some
- * vGPU set-ups): a plain buffer, and the call waits for the stream before
- * freeing it. Correct, but the caller's thread blocks until the copy ends.
+ * The arguments are copied on the caller's stream: ordered for any kind of
+ * stream (a synchronous copy would run on the legacy stream, which a
+ * non-blocking stream does not wait for). From pageable memory the driver
+ * stages the bytes before it returns, so `host` may be freed then. A GPU
+ * without stream-ordered allocation (no memory pools: some vGPU set-ups)
+ * gets a plain buffer, freed after waiting for the stream: correct, but
+ * the caller's thread then blocks until the copies end.
  */
-static CUresult copy_launch_sync(const struct kvk_module *m, enum kvk_dir dir,
-				 const struct kvk_layout *l, CUdeviceptr pool,
-				 const uint64_t *host, size_t words, size_t n, CUstream stream)
-{
-	CUdeviceptr dev;
-	CUresult r;
-
-	r = kvk_cu.cuMemAlloc(&dev, words * sizeof(*host));
-	if (r != CUDA_SUCCESS)
-		return r;
-	r = upload_and_launch(m, dir, l, pool, host, words, n, dev, stream);
-	if (r == CUDA_SUCCESS)
-		r = kvk_cu.cuStreamSynchronize(stream);
-	kvk_cu.cuMemFree(dev);
-	return r;
-}
-
-int kvk_copy_launch(const struct kvk_module *m, enum kvk_dir dir,
-		    const struct kvk_layout *l, CUdeviceptr pool, uint64_t slot_bytes,
-		    const uint32_t *pages, const int64_t *blocks, size_t n,
-		    CUstream stream)
+int kvk_args_upload(const struct kvk_module *m, const struct kvk_layout *l,
+		    uint64_t slot_bytes, const uint32_t *pages, const int64_t *blocks,
+		    size_t n, CUstream stream, struct kvk_args *a)
 {
 	size_t words = 2 * (size_t)l->layers + 2 * n, j;
 	uint64_t *host;
-	CUdeviceptr dev;
 	CUresult r;
 	uint32_t i;
 
-	if (!n)
-		return 0;
+	memset(a, 0, sizeof(*a));
 	host = malloc(words * sizeof(*host));
 	if (!host)
 		return -ENOMEM;
@@ -193,21 +155,79 @@ int kvk_copy_launch(const struct kvk_module *m, enum kvk_dir dir,
 		host[2 * l->layers + 2 * j] = (uint64_t)pages[j] * slot_bytes;
 		host[2 * l->layers + 2 * j + 1] = (uint64_t)blocks[j] * l->block_stride;
 	}
-	r = m->args ? kvk_cu.cuMemAllocFromPoolAsync(&dev, words * sizeof(*host), m->args, stream)
-		    : kvk_cu.cuMemAllocAsync(&dev, words * sizeof(*host), stream);
+	r = args_alloc(m, &a->dev, words * sizeof(*host), stream);
 	if (r == CUDA_ERROR_NOT_SUPPORTED) {
-		r = copy_launch_sync(m, dir, l, pool, host, words, n, stream);
-		goto out;
+		a->sync = 1;
+		r = kvk_cu.cuMemAlloc(&a->dev, words * sizeof(*host));
 	}
-	if (r != CUDA_SUCCESS)
-		goto out;
-	/* The copy, the kernel and the free after them are ordered on the
-	 * stream; `host` may be freed at once. */
-	r = upload_and_launch(m, dir, l, pool, host, words, n, dev, stream);
-	kvk_cu.cuMemFreeAsync(dev, stream);
-out:
+	if (r == CUDA_SUCCESS) {
+		r = kvk_cu.cuMemcpyHtoDAsync(a->dev, host, words * sizeof(*host), stream);
+		if (r != CUDA_SUCCESS)
+			kvk_args_free(a, stream);
+	}
 	free(host);
+	if (r != CUDA_SUCCESS) {
+		a->dev = 0;
+		return cu_errno(r);
+	}
+	a->layers = l->layers;
+	return 0;
+}
+
+int kvk_copy_run(const struct kvk_module *m, enum kvk_dir dir, const struct kvk_layout *l,
+		 CUdeviceptr pool, const struct kvk_args *a, uint32_t first, uint32_t count,
+		 size_t n, CUstream stream)
+{
+	struct kvk_copy_params p;
+	void *args[] = { &p };
+
+	if (!n || !count)
+		return 0;
+	if (first >= a->layers || count > a->layers - first)
+		return -EINVAL;
+	p.pool = pool + 2ull * first * l->half;
+	p.half = l->half;
+	p.segs = (uint64_t)n * 2 * count;
+	p.tensors = a->dev + 2ull * first * sizeof(uint64_t);
+	p.offs = a->dev + 2ull * a->layers * sizeof(uint64_t);
+	p.layers = count;
+	p.dir = dir;
+	return cu_errno(kvk_cu.cuLaunchKernel(m->copy, grid_for(p.segs), 1, 1, KVK_THREADS, 1, 1,
+					      0, stream, args, NULL));
+}
+
+int kvk_args_free(struct kvk_args *a, CUstream stream)
+{
+	CUresult r = CUDA_SUCCESS;
+
+	if (!a->dev)
+		return 0;
+	if (a->sync) {
+		r = kvk_cu.cuStreamSynchronize(stream);
+		kvk_cu.cuMemFree(a->dev);
+	} else {
+		/* After the launches queued on the stream. */
+		kvk_cu.cuMemFreeAsync(a->dev, stream);
+	}
+	a->dev = 0;
 	return cu_errno(r);
+}
+
+int kvk_copy_launch(const struct kvk_module *m, enum kvk_dir dir,
+		    const struct kvk_layout *l, CUdeviceptr pool, uint64_t slot_bytes,
+		    const uint32_t *pages, const int64_t *blocks, size_t n,
+		    CUstream stream)
+{
+	struct kvk_args a;
+	int rc, rc2;
+
+	if (!n)
+		return 0;
+	if ((rc = kvk_args_upload(m, l, slot_bytes, pages, blocks, n, stream, &a)))
+		return rc;
+	rc = kvk_copy_run(m, dir, l, pool, &a, 0, l->layers, n, stream);
+	rc2 = kvk_args_free(&a, stream);
+	return rc ? rc : rc2;
 }
 
 int kvk_csum_run(const struct kvk_module *m, const CUdeviceptr *pages, size_t n,
@@ -220,8 +240,7 @@ int kvk_csum_run(const struct kvk_module *m, const CUdeviceptr *pages, size_t n,
 
 	if (!n)
 		return 0;
-	r = m->args ? kvk_cu.cuMemAllocFromPoolAsync(&dev, 2 * n * sizeof(uint64_t), m->args, stream)
-		    : kvk_cu.cuMemAllocAsync(&dev, 2 * n * sizeof(uint64_t), stream);
+	r = args_alloc(m, &dev, 2 * n * sizeof(uint64_t), stream);
 	if (r != CUDA_SUCCESS)
 		return cu_errno(r);
 	r = kvk_cu.cuMemcpyHtoDAsync(dev, pages, n * sizeof(uint64_t), stream);

@@ -235,19 +235,6 @@ struct target {
 	bool host;		/* a host pool: pages may need pieces */
 };
 
-/* One launch (registered or device pages) and the pieces of the others. */
-static int copy_span(kvc_t *c, const struct target *t, enum kvk_dir dir,
-		     const struct kvk_layout *l, uint64_t pool_off, const uint32_t *rp,
-		     const int64_t *ri, size_t rn, const uint32_t *up, const int64_t *ui,
-		     size_t un, CUstream s)
-{
-	int rc = kvk_copy_launch(t->mod, dir, l, t->pool + pool_off, c->slot_bytes, rp, ri, rn, s);
-
-	if (!rc && un)
-		rc = kvk_copy_pieces(dir, l, c->pool + pool_off, c->slot_bytes, up, ui, un, s);
-	return rc;
-}
-
 static int record(void *event, CUstream s)
 {
 	return event && kvk_cu.cuEventRecord((CUevent)event, s) != CUDA_SUCCESS ? -EIO : 0;
@@ -286,6 +273,30 @@ static int split(kvc_t *c, const uint32_t *pages, const int64_t *ids, size_t n,
 	return 0;
 }
 
+/* Layers first .. first + count - 1: the kernel for the pages it can
+ * address (their arguments uploaded once in a), pieces for the others. */
+static int copy_layers(kvc_t *c, const struct target *t, enum kvk_dir dir,
+		       const struct kvk_layout *l, const struct kvk_args *a, size_t rn,
+		       const uint32_t *up, const int64_t *ui, size_t un, uint32_t first,
+		       uint32_t count, CUstream s)
+{
+	struct kvk_layout sl;
+	uint64_t off;
+	int rc = 0;
+
+	if (rn)
+		rc = kvk_copy_run(t->mod, dir, l, t->pool, a, first, count, rn, s);
+	if (!rc && un) {
+		sl = layers_of(l, first, count, &off);
+		rc = kvk_copy_pieces(dir, &sl, c->pool + off, c->slot_bytes, up, ui, un, s);
+	}
+	return rc;
+}
+
+/*
+ * One upload of the arguments, then one launch for the layers asked, or
+ * one per layer each followed by its event; the event after all.
+ */
 static int gpu_copy(kvc_t *c, const struct target *t, enum kvk_dir dir,
 		    const struct kvk_layout *l, const uint32_t *pages, const int64_t *ids,
 		    size_t n, uint32_t first, uint32_t nl, const struct kvc_copy_opts *o)
@@ -295,11 +306,10 @@ static int gpu_copy(kvc_t *c, const struct target *t, enum kvk_dir dir,
 	const int64_t *ri = ids, *ui = NULL;
 	uint32_t *rpv = NULL, *upv = NULL;
 	int64_t *riv = NULL, *uiv = NULL;
+	struct kvk_args a = { 0 };
 	size_t rn = n, un = 0;
-	struct kvk_layout sl;
-	uint64_t off;
 	uint32_t i;
-	int rc;
+	int rc, rc2;
 
 	/* A failed push must not be followed by a pop: that would take the
 	 * engine thread's own context off its stack. */
@@ -310,19 +320,20 @@ static int gpu_copy(kvc_t *c, const struct target *t, enum kvk_dir dir,
 		rc = split(c, pages, ids, n, &rpv, &riv, &rn, &upv, &uiv, &un);
 		rp = rpv, ri = riv, up = upv, ui = uiv;
 	}
+	if (!rc && rn)
+		rc = kvk_args_upload(t->mod, l, c->slot_bytes, rp, ri, rn, s, &a);
 	if (!rc && o->layer_events) {
 		for (i = 0; i < nl && !rc; i++) {
-			sl = layers_of(l, first + i, 1, &off);
-			rc = copy_span(c, t, dir, &sl, off, rp, ri, rn, up, ui, un, s);
+			rc = copy_layers(c, t, dir, l, &a, rn, up, ui, un, first + i, 1, s);
 			if (!rc)
 				rc = record(o->layer_events[i], s);
 		}
 	} else if (!rc) {
-		sl = layers_of(l, first, nl, &off);
-		rc = copy_span(c, t, dir, &sl, off, rp, ri, rn, up, ui, un, s);
+		rc = copy_layers(c, t, dir, l, &a, rn, up, ui, un, first, nl, s);
 	}
+	rc2 = kvk_args_free(&a, s);
 	if (!rc)
-		rc = record(o->event, s);
+		rc = rc2 ? rc2 : record(o->event, s);
 	ctx_pop();
 	free(riv);
 	return rc == -EINVAL || rc == -EBADF ? -EIO : rc;
