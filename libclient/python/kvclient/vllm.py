@@ -340,6 +340,7 @@ class KvcachedConnector(KVConnectorBase_V1):
 
     def _dropped(self) -> None:
         self._kv = None
+        self._loads_finished()	# GPU loads still read the pages they pin
         self._release_loads()
 
     def _drop_client(self, why: str) -> None:
