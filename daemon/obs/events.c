@@ -462,11 +462,21 @@ static void pack_str(msgpack_packer *pk, const char *s)
  * out, as msgspec leaves out a default): with array_like (vLLM up to
  * 0.23) an array of the tag and then every field in declaration order;
  * without it (0.24 on) a map of "type" to the tag and then each field's
- * name to its value, in the same order. ev_open starts one of `fields`
- * fields, ev_key names the next field in the map form.
+ * name to its value, in the same order. ev_open starts an event of
+ * `fields` fields with its first, block_hashes (both kinds start with
+ * it); ev_key names the next field in the map form.
  */
-static void ev_open(msgpack_packer *pk, bool map, const char *tag, uint32_t fields)
+static void ev_key(msgpack_packer *pk, bool map, const char *name)
 {
+	if (map)
+		pack_str(pk, name);
+}
+
+static void ev_open(struct kvd *d, msgpack_packer *pk, bool map, const char *tag,
+		    uint32_t fields, const struct queue *s, const struct pev *v)
+{
+	uint32_t i;
+
 	if (map) {
 		msgpack_pack_map(pk, fields + 1);
 		pack_str(pk, "type");
@@ -474,12 +484,10 @@ static void ev_open(msgpack_packer *pk, bool map, const char *tag, uint32_t fiel
 		msgpack_pack_array(pk, fields + 1);
 	}
 	pack_str(pk, tag);
-}
-
-static void ev_key(msgpack_packer *pk, bool map, const char *name)
-{
-	if (map)
-		pack_str(pk, name);
+	ev_key(pk, map, "block_hashes");
+	msgpack_pack_array(pk, v->n);
+	for (i = 0; i < v->n; i++)
+		pack_hash(d, pk, s->keys[v->first + i]);
 }
 
 /* One event: BlockStored or BlockRemoved, in the configured form. */
@@ -491,20 +499,12 @@ static void pack_event(struct kvd *d, msgpack_packer *pk, const struct queue *s,
 	uint32_t i, ntok = v->n * d->events->bt;
 
 	if (v->type == EV_REMOVED) {
-		ev_open(pk, map, "BlockRemoved", 2);
-		ev_key(pk, map, "block_hashes");
-		msgpack_pack_array(pk, v->n);
-		for (i = 0; i < v->n; i++)
-			pack_hash(d, pk, s->keys[v->first + i]);
+		ev_open(d, pk, map, "BlockRemoved", 2, s, v);
 		ev_key(pk, map, "medium");
 		pack_str(pk, medium);
 		return;
 	}
-	ev_open(pk, map, "BlockStored", 7);
-	ev_key(pk, map, "block_hashes");
-	msgpack_pack_array(pk, v->n);
-	for (i = 0; i < v->n; i++)
-		pack_hash(d, pk, s->keys[v->first + i]);
+	ev_open(d, pk, map, "BlockStored", 7, s, v);
 	ev_key(pk, map, "parent_block_hash");
 	if (v->root)
 		msgpack_pack_nil(pk);
