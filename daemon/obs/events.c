@@ -468,8 +468,55 @@ static void pack_str(msgpack_packer *pk, const char *s)
  */
 static void ev_key(msgpack_packer *pk, bool map, const char *name)
 {
-	if (map)
-		pack_str(pk, name);
+	char b[32];
+	size_t n = strlen(name);
+
+	if (!map)
+		return;
+	b[0] = (char)(0xa0 | n);	/* fixstr: every name here is under 32 */
+	memcpy(b + 1, name, n);
+	pk->callback(pk->data, b, n + 1);	/* one write, not two */
+}
+
+/*
+ * Token ids as msgpack unsigned ints, encoded as msgpack-c's
+ * msgpack_pack_uint32 encodes them (fixint below 128, then uint8, uint16,
+ * uint32), but written in runs of up to 512 bytes through one callback
+ * instead of one per token: tokens are most of a batch's bytes.
+ */
+static void pack_tokens(msgpack_packer *pk, const uint32_t *t, uint32_t n)
+{
+	uint8_t b[512];
+	size_t len = 0;
+	uint32_t i;
+
+	msgpack_pack_array(pk, n);
+	for (i = 0; i < n; i++) {
+		uint32_t v = t[i];
+
+		if (len > sizeof(b) - 5) {
+			pk->callback(pk->data, (const char *)b, len);
+			len = 0;
+		}
+		if (v < 0x80) {
+			b[len++] = (uint8_t)v;
+		} else if (v < 0x100) {
+			b[len++] = 0xcc;
+			b[len++] = (uint8_t)v;
+		} else if (v < 0x10000) {
+			b[len++] = 0xcd;
+			b[len++] = (uint8_t)(v >> 8);
+			b[len++] = (uint8_t)v;
+		} else {
+			b[len++] = 0xce;
+			b[len++] = (uint8_t)(v >> 24);
+			b[len++] = (uint8_t)(v >> 16);
+			b[len++] = (uint8_t)(v >> 8);
+			b[len++] = (uint8_t)v;
+		}
+	}
+	if (len)
+		pk->callback(pk->data, (const char *)b, len);
 }
 
 static void ev_open(struct kvd *d, msgpack_packer *pk, bool map, const char *tag,
@@ -496,7 +543,7 @@ static void pack_event(struct kvd *d, msgpack_packer *pk, const struct queue *s,
 {
 	const char *medium = kvd_medium_name(d, v->medium);
 	bool map = d->cfg.kv_events_format == KVD_EVENTS_FORMAT_MAP;
-	uint32_t i, ntok = v->n * d->events->bt;
+	uint32_t ntok = v->n * d->events->bt;
 
 	if (v->type == EV_REMOVED) {
 		ev_open(d, pk, map, "BlockRemoved", 2, s, v);
@@ -511,9 +558,7 @@ static void pack_event(struct kvd *d, msgpack_packer *pk, const struct queue *s,
 	else
 		pack_hash(d, pk, v->parent);
 	ev_key(pk, map, "token_ids");
-	msgpack_pack_array(pk, ntok);
-	for (i = 0; i < ntok; i++)
-		msgpack_pack_uint32(pk, s->tok[v->tok + i]);
+	pack_tokens(pk, s->tok + v->tok, ntok);
 	ev_key(pk, map, "block_size");
 	msgpack_pack_uint32(pk, d->events->bt);
 	ev_key(pk, map, "lora_id");

@@ -491,6 +491,38 @@ static void test_forms(void **state)
 	}
 }
 
+/* Token ids are written as msgpack-c's msgpack_pack_uint32 writes them
+ * (fixint, uint8, uint16, uint32 at their bounds), byte for byte. */
+static void test_token_bytes(void **state)
+{
+	static const uint32_t v[BT] = { 0, 1, 127, 128, 255, 256, 65535, 65536, 70000,
+					UINT32_MAX, 4242, 16777216, 12, 200, 300, 2000000 };
+	struct kvshm_key root = kvshm_key_root(kvshm_ns(D.h)[0].id, NULL, 0), k;
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	uint32_t page, gen, w, wg, i;
+	struct kve_batch b;
+
+	(void)state;
+	ns_add(0, "m", 0);
+	root = kvshm_key_root(kvshm_ns(D.h)[0].id, NULL, 0);
+	kvshm_key_chain(root, (struct kvshm_key){ 0, 0 }, v, BT, BT, &k);
+	assert_int_equal(kvshm_page_alloc(D.h, 1, 0, &page, &gen), 0);
+	kvd_events_published(&D, page, kvshm_page_publish(D.h, page, gen, 1, k, root, v, &w, &wg));
+	kvd_events_tick(&D);
+	b = decode(0);
+	assert_int_equal(b.ev[0].ntok, BT);
+	assert_memory_equal(b.ev[0].tok, v, sizeof(v));
+	kve_free(&b);
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_array(&pk, BT);
+	for (i = 0; i < BT; i++)
+		msgpack_pack_uint32(&pk, v[i]);
+	assert_non_null(memmem(out[0].p, out[0].len, sb.data, sb.size));
+	msgpack_sbuffer_destroy(&sb);
+}
+
 /* Pack an event for the decoder tests: fields as msgpack-c packs them. */
 static size_t pack_obj(uint8_t *buf, size_t cap, void (*fn)(msgpack_packer *pk))
 {
@@ -1020,6 +1052,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_ns_cleared_shared_topic, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_forms, setup, teardown),
 		cmocka_unit_test(test_decoder),
+		cmocka_unit_test_setup_teardown(test_token_bytes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_host_medium, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_muted_shard, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_big_batches, setup, teardown),
