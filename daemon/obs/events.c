@@ -5,7 +5,11 @@
  * vLLM KV cache event, and every tick each namespace's events go out as
  * one KVEventBatch on a ZMQ PUB socket, so that a router that follows
  * vLLM's events (NVIDIA Dynamo's KV router, llm-d's KV cache manager)
- * learns which prefixes this host holds. docs/EVENTS.md has the format.
+ * learns which prefixes this host holds. Each event is written as vLLM
+ * 0.24 on writes it (a map, "type" first) or as vLLM up to 0.23 did (a
+ * tagged array), --kv-events-format. A dropped namespace is a BlockRemoved
+ * per block, never AllBlocksCleared (routers that key by pod clear the
+ * whole host on that). docs/EVENTS.md has the format.
  *
  * What it owns: the PUB and replay ROUTER sockets, one queue of pending
  * events per topic (this tick's events in the order they happened,
@@ -27,7 +31,8 @@
  * gap subscribers see) and its place in the replay ring; a subscriber
  * that stops reading for good is then left to lose batches alone
  * (pub_send). Replays are sent a bounded number of bytes at a time and
- * resume on the next tick where a peer's queue is full.
+ * resume on the next tick where a peer's queue is full; a REQ peer gets
+ * one batch per request, all a REQ socket can take.
  *
  * The main thread is the only caller; libzmq's threads never call back.
  */
