@@ -555,7 +555,9 @@ static bool ns_stats(const char *sock, const char *prefix, uint64_t *pages, uint
 static void external_daemon_left_clean(void **state)
 {
 	const char *dargs[] = { "--page-size", "64K", "--pool-size", "64M", NULL };
-	const char *args[] = { "--quick", "--mode", "lookup,publish", "--socket", NULL, NULL };
+	/* Every mode --quick runs (issue #38: the python mode left its
+	 * blocks behind). */
+	const char *args[] = { "--quick", "--socket", NULL, NULL };
 	uint64_t pages = 0, dropped, published;
 	struct kvc_req *held;
 	struct kvt_daemon d;
@@ -574,7 +576,7 @@ static void external_daemon_left_clean(void **state)
 	 * a shared cache); what must not happen is that kvbench drops them. */
 	assert_int_equal(kvc_req_new(c, t, 160, NULL, 0, &held), 0);
 	assert_int_equal(kvc_lookup(held), 10);
-	args[4] = d.sock;
+	args[2] = d.sock;
 	rc = run_kvbench(args, NULL, &out, &err);
 	if (rc)
 		printf("kvbench exited %d; stderr:\n%s\n", rc, err);
@@ -591,7 +593,17 @@ static void external_daemon_left_clean(void **state)
 	assert_int_equal(dropped, 0);
 	kvc_req_free(held);
 	assert_int_equal(kvt_get(c, t, 160), 10);	/* still all there */
-	assert_true(ns_stats(d.sock, "kvbench-", &pages, &dropped, &published));
+	/* No kvbench namespace holds a page (kvstat's view: the sweep's
+	 * counts, so give it a few ticks). */
+	for (int i = 0; i < 100; i++) {
+		assert_true(ns_stats(d.sock, "kvbench-", &pages, &dropped, &published));
+		if (!pages)
+			break;
+		usleep(20000);
+	}
+	if (pages)
+		printf("kvbench left %llu pages in its namespaces; stderr:\n%s\n",
+		       (unsigned long long)pages, err);
 	assert_int_equal(pages, 0);
 	assert_true(dropped > 0 && dropped <= published);
 	kvc_close(c);
