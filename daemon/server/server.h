@@ -8,8 +8,9 @@
 
 #include "../core/kvd.h"
 
-/* Before anything is allocated: the socket path fits, and no live daemon
- * serves it. 0 or -1 (logged). */
+/* Before anything is allocated: the socket path fits, its folder exists or
+ * can be made (one level), and no live daemon serves it. 0, -EINVAL (the
+ * setting cannot work) or -EADDRINUSE (a live daemon), logged. */
 int kvd_server_precheck(const struct kvd *d);
 int kvd_server_open(struct kvd *d);
 int kvd_server_run(struct kvd *d);
