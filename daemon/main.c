@@ -129,6 +129,7 @@ static int memory_fits(const struct kvd *d)
 
 int main(int argc, char **argv)
 {
+	char where[256];
 	struct kvd d;
 	int rc;
 
@@ -152,7 +153,7 @@ int main(int argc, char **argv)
 	 * that cannot work, or a pool this host cannot hold, is a bad
 	 * setting (exit 2); a live socket means another kvcached serves it
 	 * (exit 1). */
-	rc = kvd_server_precheck(&d);
+	rc = kvd_server_precheck(&d, kvd_config_where(&d.cfg, "socket", where, sizeof(where)));
 	if (rc) {
 		rc = rc == -EADDRINUSE ? 1 : 2;
 		goto out;

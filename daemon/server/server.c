@@ -61,13 +61,12 @@ static int socket_probe(const char *path)
 	return err;
 }
 
-int kvd_server_precheck(const struct kvd *d)
+int kvd_server_precheck(const struct kvd *d, const char *where)
 {
 	struct sockaddr_un sa;
-	char dir[sizeof(sa.sun_path)], where[256], *slash;
+	char dir[sizeof(sa.sun_path)], *slash;
 	struct stat st;
 
-	kvd_config_where(&d->cfg, "socket", where, sizeof(where));
 	if (strlen(d->cfg.socket) >= sizeof(sa.sun_path)) {
 		kvd_err("%s: longer than a Unix socket path may be (%zu bytes)", where,
 			sizeof(sa.sun_path) - 1);
