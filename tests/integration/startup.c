@@ -187,6 +187,8 @@ static const struct bad_setting {
 	{ "kv-events-buffer", "1000001", "0..1000000" },
 	{ "kv-events-topic", "kv@{user}", "{host} or {model}" },
 	{ "kv-events-hash", "md5", "uint64, int64 or bytes" },
+	{ "kv-events-format", "json", "must be array or map" },
+	{ "kv-events-host-medium", "HBM!", "only letters, digits" },
 	{ "kv-events-hwm", "0", "1..1000000" },
 	{ "kv-events-stall-ms", "3600001", "0..3600000" },
 	{ "kv-events-mode", "listen", "bind or connect" },
