@@ -378,7 +378,7 @@ def test_layer_ranges(daemon_factory):
     """gather/scatter of a range of layers move those layers' K and V only:
     a prompt scattered layer by layer, gathered in two ranges, is the
     whole, byte for byte; a range past the model is refused."""
-    d = daemon_factory("--page-size", "16K")
+    d = daemon_factory("--page-size", "8K")
     m = kvclient.Model("kvt-four-layer", "float16", 4, 2, 16, 16)
     shape = (2, 4, 16, 2, 16)
     src = [torch.randn(shape).to(torch.float16) for _ in range(m.layers)]
