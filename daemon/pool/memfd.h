@@ -43,6 +43,7 @@ int kvd_memfd_create(struct kvd_memfd *m, const char *name, uint64_t bytes,
 /* What kvd_memfd_fill did. */
 struct kvd_memfd_fill {
 	uint64_t ns;		/* wall-clock time it took */
+	uint64_t cpu_ns;	/* CPU time this process spent meanwhile */
 	uint32_t threads;	/* threads that faulted pages in */
 	uint64_t collapsed;	/* THP: 2 MiB frames that became huge pages */
 	int collapse_err;	/* THP: errno of the first frame that did not, or 0 */

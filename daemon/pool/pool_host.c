@@ -61,9 +61,9 @@ static void say_backing(const struct kvd_pool *p, const struct kvd_memfd_fill *f
 			 (unsigned long long)(small / 4096), fix ? "; for 2 MiB pages: " : "",
 			 fix ? fix : "");
 	kvd_log(costly ? KVD_LOG_WARN : KVD_LOG_INFO,
-		"pool: %s of host memory: %s; faulted in in %.2f s (%.2f s/GiB, %u thread%s)%s",
+		"pool: %s of host memory: %s; faulted in in %.2f s (%.2f s/GiB, %u thread%s, %.2f s of CPU)%s",
 		size_str(sz, sizeof(sz), p->bytes), what, secs, gib > 0 ? secs / gib : 0,
-		fill->threads, fill->threads == 1 ? "" : "s", cost);
+		fill->threads, fill->threads == 1 ? "" : "s", (double)fill->cpu_ns / 1e9, cost);
 }
 
 int kvd_pool_host_open(struct kvd_pool *p, uint64_t bytes, enum kvd_hugepages mode)
