@@ -192,6 +192,16 @@ int main(int argc, char **argv)
 		goto out;
 	if (memory_fits(&d))
 		goto out;
+	/* The segment and the pool are faulted in before READY=1: a big pool
+	 * of 4 KiB pages on a slow host can take minutes, past systemd's
+	 * default start timeout. Ask for 10 s per GiB and a minute more. */
+	{
+		char st[64];
+
+		snprintf(st, sizeof(st), "EXTEND_TIMEOUT_USEC=%llu",
+			 (unsigned long long)(60 + d.cfg.pool_size / (1ull << 30) * 10) * 1000000ull);
+		kvd_notify(st);
+	}
 	if (segment_open(&d))
 		goto out;
 	if (kvd_pool_open(&d.pool, &d.cfg, (uint64_t)d.h->geo.n_pages * d.cfg.page_size,

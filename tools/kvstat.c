@@ -694,7 +694,7 @@ static void memory_line(FILE *f, const struct kvshm_snap *s)
 	else
 		fprintf(f, "%.0f%% in 2 MiB pages (%s)", pool ? 100.0 * (double)huge / (double)pool : 0,
 			b == KVSHM_BACKING_HUGETLB ? "hugetlb" : "shmem THP");
-	fprintf(f, ", faulted in at start in %.2f s (%.2f s/GiB); segment %s, ", secs,
+	fprintf(f, ", faulted in at start in %.2f s (%.2f s/GiB); segment %s: ", secs,
 		pool ? secs / ((double)pool / (1ull << 30)) : 0,
 		fmt_bytes(b1, sizeof(b1), s->segment_bytes));
 	if (seg)
