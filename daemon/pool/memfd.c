@@ -47,16 +47,6 @@ int kvd_memfd_create(struct kvd_memfd *m, const char *name, uint64_t bytes,
 		rc = -errno;
 		goto out_close;
 	}
-	/* Only normal pages are reserved here: fallocate would reserve a
-	 * THP memfd's memory as 4 KiB pages before any fault could take a
-	 * 2 MiB one, and a hugetlb mapping reserves its pages itself. */
-	if (kind == KVD_MEM_SMALL) {
-		rc = posix_fallocate(m->fd, 0, (off_t)bytes);
-		if (rc) {
-			rc = -rc;
-			goto out_close;
-		}
-	}
 	m->base = kvshm_map(m->fd, bytes, PROT_READ | PROT_WRITE);
 	if (!m->base) {
 		rc = -errno;
@@ -246,6 +236,13 @@ const char *kvd_thp_shmem_mode(char *buf, size_t len)
 	}
 	fclose(f);
 	return buf;
+}
+
+int kvd_memfd_reserve(struct kvd_memfd *m)
+{
+	int rc = posix_fallocate(m->fd, 0, (off_t)m->bytes);
+
+	return -rc;
 }
 
 int kvd_memfd_seal(struct kvd_memfd *m, int seals)

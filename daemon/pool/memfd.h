@@ -13,10 +13,10 @@
 
 /* What a memfd's memory is made of. */
 enum kvd_mem_kind {
-	KVD_MEM_SMALL = 0,	/* normal 4 KiB pages, reserved by fallocate */
+	KVD_MEM_SMALL = 0,	/* normal 4 KiB pages */
 	KVD_MEM_THP,		/* normal (shmem) memory to be faulted in as
 				 * 2 MiB transparent huge pages by
-				 * kvd_memfd_fill, which also reserves it */
+				 * kvd_memfd_fill */
 	KVD_MEM_HUGETLB,	/* MFD_HUGETLB: 2 MiB pages of the hugetlb
 				 * pool, reserved by the daemon's mapping */
 };
@@ -30,15 +30,24 @@ struct kvd_memfd {
 
 /*
  * Create a sealable memfd of `bytes` and map it read-write at a 2 MiB
- * boundary (shm/mapping.h). SMALL: its memory reserved up front
- * (fallocate, so that a short memory limit fails here and not as SIGBUS
- * later). HUGETLB (bytes a multiple of 2 MiB): the shared mapping
- * reserves the huge pages, -ENOMEM when too few are reserved or may be
- * overcommitted. THP: advised MADV_HUGEPAGE, nothing reserved until
- * kvd_memfd_fill. Returns 0 or -errno; on error *m is closed.
+ * boundary (shm/mapping.h). HUGETLB (bytes a multiple of 2 MiB): the
+ * shared mapping reserves the huge pages, -ENOMEM when too few are
+ * reserved or may be overcommitted. THP: advised MADV_HUGEPAGE. Normal
+ * memory is not reserved yet: the caller reserves it, either by faulting
+ * it all in (kvd_memfd_fill: the pool and the segment) or with
+ * kvd_memfd_reserve, so that a short memory limit fails at once and not
+ * as SIGBUS later. Returns 0 or -errno; on error *m is closed.
  */
 int kvd_memfd_create(struct kvd_memfd *m, const char *name, uint64_t bytes,
 		     enum kvd_mem_kind kind);
+
+/*
+ * Reserve a SMALL memfd's memory without faulting it in (fallocate: the
+ * pages are zeroed on first touch). Not for THP, whose memory fallocate
+ * would reserve as 4 KiB pages before any fault could take a 2 MiB page.
+ * 0 or -errno.
+ */
+int kvd_memfd_reserve(struct kvd_memfd *m);
 
 /* What kvd_memfd_fill did. */
 struct kvd_memfd_fill {
