@@ -267,6 +267,24 @@ static double slice_rate(struct flat_batch *fb, struct flat_seg *s, size_t block
 	return (double)n * 1e9 / (double)t;
 }
 
+/* The median rates of walks on x and on y, in ROUNDS alternating slices
+ * after a warm-up of each. */
+static void alternate(struct flat_batch *fb, struct flat_seg *x, struct flat_seg *y,
+		      size_t blocks, bool old, uint64_t slice, double *rx, double *ry)
+{
+	double a[ROUNDS], b[ROUNDS];
+	int r;
+
+	slice_rate(fb, x, blocks, old, slice / 4);	/* warm */
+	slice_rate(fb, y, blocks, old, slice / 4);
+	for (r = 0; r < ROUNDS; r++) {
+		a[r] = slice_rate(fb, x, blocks, old, slice);
+		b[r] = slice_rate(fb, y, blocks, old, slice);
+	}
+	*rx = median(a, ROUNDS);
+	*ry = median(b, ROUNDS);
+}
+
 /* KVBENCH_FLAT_VS=4k: N blocks on 2 MiB pages against the same on 4 KiB. */
 static void flat_vs_4k(struct flat_batch *fb, const size_t *sizes, size_t nsizes, uint64_t slice)
 {
@@ -278,19 +296,13 @@ static void flat_vs_4k(struct flat_batch *fb, const size_t *sizes, size_t nsizes
 		seg_build(&small, sizes[i], false);
 		seg_build(&huge, sizes[i], true);
 		for (b = 0; b < NELEM(lens); b++) {
-			double rh[ROUNDS], rs[ROUNDS];
-			int r;
+			double rh, rs;
 
-			slice_rate(fb, &huge, lens[b], false, slice / 4);	/* warm */
-			slice_rate(fb, &small, lens[b], false, slice / 4);
-			for (r = 0; r < ROUNDS; r++) {
-				rh[r] = slice_rate(fb, &huge, lens[b], false, slice);
-				rs[r] = slice_rate(fb, &small, lens[b], false, slice);
-			}
+			alternate(fb, &huge, &small, lens[b], false, slice, &rh, &rs);
 			add_row(&(struct row){ "flat", "lookup_cached_2m", 1, sizes[i], 4096, NULL,
 					       "blocks/s",
 					       lens[b] == 16 ? "4 KiB pages, 16 blk" : "4 KiB pages, 256 blk",
-					       median(rh, ROUNDS), median(rs, ROUNDS), NULL });
+					       rh, rs, NULL });
 		}
 		seg_free(&huge);
 		seg_free(&small);
@@ -332,20 +344,14 @@ void mode_flat(void)
 		seg_build(&big, sizes[i], false);
 		for (b = 0; b < NELEM(lens); b++) {
 			for (k = 0; k < 2; k++) {
-				double rb[ROUNDS], rs[ROUNDS];
-				int r;
+				double rb, rs;
 
-				slice_rate(fb, &big, lens[b], k, slice / 4);	/* warm */
-				slice_rate(fb, &small, lens[b], k, slice / 4);
-				for (r = 0; r < ROUNDS; r++) {
-					rb[r] = slice_rate(fb, &big, lens[b], k, slice);
-					rs[r] = slice_rate(fb, &small, lens[b], k, slice);
-				}
+				alternate(fb, &big, &small, lens[b], k, slice, &rb, &rs);
 				add_row(&(struct row){ "flat", k ? "lookup_cached_old" : "lookup_cached",
 						       1, sizes[i], 4096, NULL, "blocks/s",
 						       lens[b] == 16 ? "4k cached, 16 blk"
 								     : "4k cached, 256 blk",
-						       median(rb, ROUNDS), median(rs, ROUNDS), NULL });
+						       rb, rs, NULL });
 			}
 		}
 		seg_free(&big);
