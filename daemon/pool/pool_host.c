@@ -128,7 +128,10 @@ int kvd_pool_host_open(struct kvd_pool *p, uint64_t bytes, enum kvd_hugepages mo
 	if (p->mem.kind == KVD_MEM_THP && p->huge_bytes < bytes) {
 		int e = fill.collapse_err;
 
-		snprintf(why, sizeof(why), "MADV_COLLAPSE: %s", e ? strerror(e) : "not a whole 2 MiB");
+		if (e)
+			snprintf(why, sizeof(why), "MADV_COLLAPSE: %s", strerror(e));
+		else
+			snprintf(why, sizeof(why), "the pool's size is not a multiple of 2 MiB");
 		if (e == EINVAL && !strcmp(thp, "never"))
 			snprintf(fix, sizeof(fix), "set shmem_enabled to advise (this kernel cannot collapse shmem: before Linux 6.1), or %s",
 				 reserve);
