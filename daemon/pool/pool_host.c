@@ -61,7 +61,7 @@ static void say_backing(const struct kvd_pool *p, const struct kvd_memfd_fill *f
 			 (unsigned long long)(small / 4096), fix ? "; for 2 MiB pages: " : "",
 			 fix ? fix : "");
 	kvd_log(costly ? KVD_LOG_WARN : KVD_LOG_INFO,
-		"pool: %s of host memory: %s; faulted in in %.2f s (%.2f s/GiB, %u thread%s, %.2f s of CPU)%s",
+		"pool: %s of host memory: %s; faulting it in took %.2f s (%.2f s/GiB, %u thread%s, %.2f s of CPU)%s",
 		size_str(sz, sizeof(sz), p->bytes), what, secs, gib > 0 ? secs / gib : 0,
 		fill->threads, fill->threads == 1 ? "" : "s", (double)fill->cpu_ns / 1e9, cost);
 }
@@ -78,13 +78,13 @@ int kvd_pool_host_open(struct kvd_pool *p, uint64_t bytes, enum kvd_hugepages mo
 	p->bytes = bytes;
 	p->mem.fd = -1;
 	kvd_thp_shmem_mode(thp, sizeof(thp));
-	if (mode != KVD_HUGE_OFF && bytes % HUGE_2M == 0) {
+	if (mode != KVD_HUGE_OFF && bytes % HUGE_2M == 0)
 		rc = kvd_memfd_create(&p->mem, "kvcached-pool", bytes, KVD_MEM_HUGETLB);
-		if (rc && mode == KVD_HUGE_ON) {
-			kvd_err("pool: hugetlb pages requested but not available for %llu bytes (%s); reserve them in /proc/sys/vm/nr_hugepages or set hugepages = auto",
-				(unsigned long long)bytes, strerror(-rc));
-			return rc;
-		}
+	if (rc && mode == KVD_HUGE_ON) {
+		kvd_err("pool: hugetlb pages requested but not available for %llu bytes (%s); reserve them in /proc/sys/vm/nr_hugepages or set hugepages = auto",
+			(unsigned long long)bytes,
+			bytes % HUGE_2M ? "the pool size is not a multiple of 2 MiB" : strerror(-rc));
+		return rc;
 	}
 	/* No hugetlb pages: shmem transparent huge pages, which need no
 	 * reservation (kvd_memfd_fill). */
@@ -209,8 +209,9 @@ static bool pool_short(const struct kvd_pool *p)
 uint32_t kvd_pool_holes(struct kvd_pool *p, uint64_t max_bytes,
 			void (*fn)(uint32_t first, uint32_t n, void *arg), void *arg)
 {
-	/* A THP pool's 2 MiB page can lose 4 KiB of itself (split by a
-	 * punch), so it is looked at in 4 KiB pages as a normal one. */
+	/* A THP pool's 2 MiB page can lose 4 KiB of itself (where the
+	 * kernel splits it on a punch), so it is looked at in 4 KiB pages
+	 * as a normal one. */
 	const uint64_t base = 4096, kpage = p->mem.kind == KVD_MEM_HUGETLB ? HUGE_2M : base;
 	uint64_t off = p->hole_cursor, n, i, run = 0;
 	uint32_t found = 0;
