@@ -256,6 +256,16 @@ static int set_topic(struct kvd_config *cfg, const char *val, const char *where,
 	return 0;
 }
 
+static int set_host_medium(struct kvd_config *cfg, const char *val, const char *where,
+			   const char **why)
+{
+	(void)where;
+	if (kvd_events_medium_check(val, why))
+		return 1;
+	strcpy(cfg->kv_events_host_medium, val);
+	return 0;
+}
+
 static int set_remote(struct kvd_config *cfg, const char *val, const char *where,
 		      const char **why)
 {
@@ -325,6 +335,8 @@ static const int v_spill_io[] = { 0, 1, 2 };
 static const char *const w_hash[] = { "uint64", "int64", "bytes", NULL };
 static const int v_hash[] = { KVD_EVENTS_HASH_UINT64, KVD_EVENTS_HASH_INT64,
 			      KVD_EVENTS_HASH_BYTES };
+static const char *const w_format[] = { "array", "map", NULL };
+static const int v_format[] = { KVD_EVENTS_FORMAT_ARRAY, KVD_EVENTS_FORMAT_MAP };
 static const char *const w_mode[] = { "bind", "connect", NULL };
 static const int v_mode[] = { 0, 1 };
 static const char *const w_eviction[] = { "lru", "s3fifo", "clock", NULL };
@@ -455,6 +467,14 @@ static const struct kvd_option options[] = {
 	{ "kv-events-hash", "uint64|int64|bytes", OPT_WORD, F(kv_events_hash), .words = w_hash,
 	  .vals = v_hash, .bad = "must be uint64, int64 or bytes", .def = "uint64",
 	  .help = "block hash form: as vLLM sends it, signed (Dynamo), the 16-byte key" },
+	{ "kv-events-format", "array|map", OPT_WORD, F(kv_events_format), .words = w_format,
+	  .vals = v_format, .bad = "must be array or map", .def = "map",
+	  .help = "each event a tagged array (vLLM up to 0.23) or a map with a \"type\" "
+		  "key (vLLM 0.24 on)" },
+	{ "kv-events-host-medium", "NAME", OPT_CUSTOM, F(kv_events_host_medium),
+	  .set = set_host_medium, .def = "CPU",
+	  .help = "the medium a host pool's blocks are announced in (CPU_PINNED: SGLang's "
+		  "router; GPU: routers that credit only the device tier)" },
 	{ "kv-events-hwm", "N", OPT_U32, F(kv_events_hwm), 1, 1000000,
 	  .bad = "must be 1..1000000 batches", .def = "10000",
 	  .help = "batches queued per subscriber; more are dropped and counted" },

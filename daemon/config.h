@@ -27,8 +27,15 @@ enum kvd_events_hash {
 	KVD_EVENTS_HASH_BYTES,		/* the 16-byte key, big-endian */
 };
 
+/* How KV events encode each event (docs/EVENTS.md). */
+enum kvd_events_format {
+	KVD_EVENTS_FORMAT_ARRAY,	/* vLLM <= 0.23: ["BlockStored", hashes, ...] */
+	KVD_EVENTS_FORMAT_MAP,		/* vLLM >= 0.24: {"type": "BlockStored", ...} */
+};
+
 #define KVD_ENDPOINT 256		/* ZMQ endpoint bytes, NUL included */
 #define KVD_TOPIC 128			/* topic template bytes, NUL included */
+#define KVD_MEDIUM 16			/* a medium name's bytes, NUL included */
 
 struct kvd_config {
 	char socket[108];
@@ -71,6 +78,8 @@ struct kvd_config {
 	uint32_t kv_events_hwm;			/* ZMQ_SNDHWM, batches */
 	uint32_t kv_events_stall_ms;		/* full queue tolerated; 0: ever */
 	int kv_events_hash;			/* enum kvd_events_hash */
+	int kv_events_format;			/* enum kvd_events_format */
+	char kv_events_host_medium[KVD_MEDIUM];	/* a host pool's medium */
 	bool kv_events_connect;			/* connect the PUB, not bind */
 	/* Remote tier (remote.c); remote empty: none. */
 	char remote[2048];		/* "memcached:HOST:PORT,..." as given */
