@@ -365,6 +365,17 @@ $(KVCFAST): libclient/python/kvclient/_kvcfast.c
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -fvisibility=hidden -isystem $(PY_INC) -shared -o $@ $< $(LDFLAGS)
 endif
+# LD_PRELOAD shims the integration tests run the daemon under
+# (tests/preload/), built without sanitizers: they are loaded before the
+# sanitizer's runtime.
+PRELOAD_SRC := $(sort $(wildcard tests/preload/*.c))
+PRELOAD_SO  := $(PRELOAD_SRC:tests/preload/%.c=$(BUILD)/tests/preload/%.so)
+all: $(PRELOAD_SO)
+$(PRELOAD_SO): $(BUILD)/tests/preload/%.so: tests/preload/%.c
+	$(E) "  CC      $@"
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(filter-out -fsanitize=%,$(CFLAGS)) -shared -o $@ $< -ldl
+
 PYTEST_SRC := $(sort $(wildcard tests/python/*.c))
 PYTEST_BIN := $(PYTEST_SRC:tests/python/%.c=$(BUILD)/tests/python/%)
 all: $(PYTEST_BIN)

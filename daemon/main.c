@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +154,30 @@ static int memory_fits(const struct kvd *d)
 	return 0;
 }
 
+/*
+ * Before anything can start a thread: every asynchronous signal blocked,
+ * so that each thread started from here on inherits a mask that takes
+ * none. Not only ours (which block everything themselves): the CUDA
+ * driver starts threads when a cuda pool opens, and a SIGTERM the kernel
+ * hands to one of those kills the process (status 143, socket left
+ * behind). kvd_server_open then sets the main thread's mask to the
+ * signals its signalfd reads (SIGTERM, SIGINT, SIGHUP), which makes the
+ * event loop their only receiver, and gives back the default action of
+ * the rest to the main thread alone. Faults stay unblocked: a fault while
+ * blocked kills without the sanitizers' or anyone's handler.
+ */
+static void signals_block_all(void)
+{
+	static const int faults[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT };
+	sigset_t all;
+	size_t i;
+
+	sigfillset(&all);
+	for (i = 0; i < sizeof(faults) / sizeof(faults[0]); i++)
+		sigdelset(&all, faults[i]);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+}
+
 /* What the pool is made of, for kvstat and /metrics (segment.h). */
 static void pool_stats(struct kvd *d)
 {
@@ -177,6 +203,7 @@ int main(int argc, char **argv)
 	d.lfd = d.sigfd = d.tfd = d.epfd = -1;
 	d.seg.fd = d.pool.mem.fd = -1;
 	d.tier_host = &kvd_core_tier_host;	/* what the tiers may ask of the core */
+	signals_block_all();
 	kvd_config_defaults(&d.cfg);
 	rc = kvd_config_args(&d.cfg, argc, argv);
 	if (rc)

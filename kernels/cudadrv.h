@@ -38,7 +38,10 @@
 	X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)             \
 	X(cuEventSynchronize) X(cuEventElapsedTime)                     \
 	X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)    \
-	X(cuLaunchKernel) X(cuPointerGetAttribute)
+	X(cuLaunchKernel) X(cuPointerGetAttribute)                      \
+	X(cuCtxGetDevice) X(cuMemHostGetDevicePointer)                  \
+	X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemPoolSetAttribute) \
+	X(cuMemAllocFromPoolAsync)
 
 struct kvk_cuda {
 #define KVK_CUDA_PTR(f) __typeof__(f) *f;

@@ -58,8 +58,8 @@ __device__ __forceinline__ void copy_run(uint8_t *__restrict__ dst,
 extern "C" __global__ void __launch_bounds__(KVK_THREADS)
 kvk_copy(struct kvk_copy_params p)
 {
-	const uint64_t *tensors = reinterpret_cast<const uint64_t *>(p.args);
-	const uint64_t *offs = tensors + 2ull * p.layers;
+	const uint64_t *tensors = reinterpret_cast<const uint64_t *>(p.tensors);
+	const uint64_t *offs = reinterpret_cast<const uint64_t *>(p.offs);
 	const uint64_t per_block = 2ull * p.layers;
 
 	for (uint64_t g = blockIdx.x; g < p.segs; g += gridDim.x) {

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "client_int.h"
+#include "hostmap.h"
 #include "connect.h"
 #include "../shm/mapping.h"
 #include "../shm/key.h"
@@ -643,6 +644,7 @@ void kvc_close(kvc_t *c)
 			/* BYE frees our pages at once: no gather or scatter may
 			 * still be running on them. */
 			kvc_gpu_quiesce(c);
+			kvc_hostmap_quiesce(c);
 
 			(void)!send(c->fd, &h, sizeof(h), MSG_NOSIGNAL);
 		}
@@ -650,10 +652,12 @@ void kvc_close(kvc_t *c)
 	}
 	if (c->seg)
 		munmap((void *)c->seg, c->seg_bytes);
-	if (c->gpu)
+	if (c->gpu) {
 		kvc_gpu_detach(c);
-	else if (c->pool)
+	} else if (c->pool) {
+		kvc_hostmap_close(c);	/* unregisters the pool from CUDA */
 		munmap(c->pool, c->pool_bytes);
+	}
 	if (c->ledger)
 		munmap(c->ledger, c->ledger_bytes);
 	free(c->free_slots);

@@ -53,6 +53,10 @@ struct kvc {
 	uint32_t pool_kind;		/* enum kvshm_pool_kind */
 	uint64_t half;
 	struct kvc_gpu *gpu;
+	/* Host pool, GPU engines (hostmap.c): made once, by the first
+	 * kvc_gpu_prepare, and published (release) for the copies that read
+	 * it without a lock (acquire); freed by kvc_close. */
+	struct kvc_hostmap *_Atomic hostmap;
 
 	/* Alloc-ahead (KVC_OPEN_ALLOC_AHEAD; ahead_cap 0 when off): after a
 	 * publish an ALLOC is sent and not waited for (ahead_seq); its reply

@@ -1,15 +1,24 @@
 // SPDX-License-Identifier: MIT
 /*
- * gpu.c - the page kernels for engines (kvc_gather, kvc_scatter) on either
- * pool, and the client side of a cuda pool: import the daemon's VMM chunk
- * fds once at attach and map them contiguously, so that a page's device
- * address is base + page x slot_bytes from then on, like a host pool's.
+ * gpu.c - the page kernels for engines (kvc_gather, kvc_scatter and their
+ * _v2 forms with a layer range and events) on either pool, and the client
+ * side of a cuda pool: import the daemon's VMM chunk fds once at attach
+ * and map them contiguously, so that a page's device address is base +
+ * page x slot_bytes from then on, like a host pool's.
  *
- * A host pool runs the CPU reference (kernels/page_ref.c) on the calling
- * thread. A cuda pool launches kernels/page_copy.cu (embedded as a
- * fatbin) on the caller's stream in the primary context of the pool's
- * GPU, the one the CUDA runtime uses, so an engine's cudaStream_t works
- * as is. No libcudart and no link-time libcuda: see kernels/cudadrv.h.
+ * Three ways a copy runs:
+ *  - host pool, host tensors: the CPU reference (kernels/page_ref.c) on
+ *    the calling thread;
+ *  - cuda pool: kernels/page_copy.cu (embedded as a fatbin) on the
+ *    caller's stream in the primary context of the pool's GPU, the one
+ *    the CUDA runtime uses, so an engine's cudaStream_t works as is;
+ *  - host pool, tensors on a GPU (KVC_LAYOUT_DEVICE): the same kernels in
+ *    that GPU's primary context, reading and writing the pool's pages
+ *    over the bus where hostmap.c has registered them with CUDA, and
+ *    driver copies per piece for pages it has not registered yet.
+ * One launch per call for every layer asked, or one per layer when the
+ * caller wants an event per layer. No libcudart and no link-time libcuda:
+ * see kernels/cudadrv.h.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -17,6 +26,7 @@
 #include <string.h>
 
 #include "client_int.h"
+#include "hostmap.h"
 #include "../kernels/cudadrv.h"
 #include "../kernels/page_cuda.h"
 #include "../kernels/page_ref.h"
@@ -25,6 +35,20 @@ static void say(char *buf, size_t len, const char *fmt, const char *a)
 {
 	if (buf && len)
 		snprintf(buf, len, fmt, a);
+}
+
+/* Layers first .. first + n - 1 of l, and the pool offset of the first
+ * one's K in a page: a copy of them is a copy of a smaller model. */
+static struct kvk_layout layers_of(const struct kvk_layout *l, uint32_t first, uint32_t n,
+				   uint64_t *pool_off)
+{
+	struct kvk_layout s = *l;
+
+	s.k = l->k + first;
+	s.v = l->v ? l->v + first : NULL;
+	s.layers = n;
+	*pool_off = 2ull * first * l->half;
+	return s;
 }
 
 #ifdef KVC_HAVE_CUDA
@@ -38,6 +62,7 @@ struct kvc_gpu {
 	uint32_t mapped;	/* chunks mapped */
 	uint64_t chunk_bytes;
 	struct kvk_module mod;
+	struct kvk_check_cache cache;
 };
 
 static void ctx_pop(void)
@@ -61,6 +86,7 @@ static void gpu_free(struct kvc_gpu *g)
 		ctx_pop();
 		kvk_cu.cuDevicePrimaryCtxRelease(g->dev);
 	}
+	kvk_check_cache_free(&g->cache);
 	free(g);
 }
 
@@ -103,6 +129,7 @@ int kvc_gpu_attach(kvc_t *c, const struct kvproto_pool_r *pr, const int *fds,
 	g = calloc(1, sizeof(*g));
 	if (!g)
 		return -ENOMEM;
+	pthread_mutex_init(&g->cache.lock, NULL);
 	g->chunk_bytes = pr->chunk_bytes;
 	g->reserved = pr->chunk_bytes * pr->n_chunks;
 	if (find_device(pr->uuid, &g->dev, &g->ordinal)) {
@@ -198,85 +225,141 @@ void kvc_gpu_detach(kvc_t *c)
 	gpu_free(g);
 }
 
-/*
- * Can a kernel on GPU `ordinal` touch [p, p + span)? Both ends must be
- * memory CUDA knows: device memory of that GPU, managed memory, or mapped
- * pinned host memory. 0, -EFAULT (unknown: a plain host pointer) or
- * -EXDEV (another GPU's memory: the kernel runs on the pool's GPU).
- */
-static int reachable(const void *p, uint64_t span, int ordinal)
+/* Where one GPU copy runs. */
+struct target {
+	CUcontext ctx;
+	const struct kvk_module *mod;
+	struct kvk_check_cache *cache;
+	int ordinal;
+	CUdeviceptr pool;	/* the pool as kernels address it */
+	bool host;		/* a host pool: pages may need pieces */
+};
+
+static int record(void *event, CUstream s)
 {
-	CUdeviceptr a = (CUdeviceptr)(uintptr_t)p, ends[2] = { a, a + span - 1 };
-	int k;
+	return event && kvk_cu.cuEventRecord((CUevent)event, s) != CUDA_SUCCESS ? -EIO : 0;
+}
 
-	for (k = 0; k < 2; k++) {
-		unsigned int type = 0, flag = 0;
-		int dev = -1;
+/*
+ * A host pool's pages split by whether kernels can address them: *rp and
+ * *ri the registered ones and their engine blocks, *up and *ui the others.
+ * The arrays are one allocation, at *ri, for the caller to free.
+ */
+static int split(kvc_t *c, const uint32_t *pages, const int64_t *ids, size_t n,
+		 uint32_t **rp, int64_t **ri, size_t *rn, uint32_t **up, int64_t **ui,
+		 size_t *un)
+{
+	int64_t *iv = malloc(n * (2 * sizeof(int64_t) + 2 * sizeof(uint32_t)));
+	uint32_t *pv;
+	size_t j;
 
-		if (kvk_cu.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ends[k]) != CUDA_SUCCESS) {
-			/* VMM memory (cuMemCreate: PyTorch's expandable
-			 * segments) may answer only "mapped". */
-			if (kvk_cu.cuPointerGetAttribute(&flag, CU_POINTER_ATTRIBUTE_MAPPED, ends[k]) == CUDA_SUCCESS &&
-			    flag)
-				continue;
-			return -EFAULT;
+	if (!iv)
+		return -ENOMEM;
+	*ri = iv;
+	*ui = iv + n;
+	pv = (uint32_t *)(iv + 2 * n);
+	*rp = pv;
+	*up = pv + n;
+	*rn = *un = 0;
+	for (j = 0; j < n; j++) {
+		if (kvc_hostmap_registered(c, (uint64_t)pages[j] * c->slot_bytes, c->slot_bytes)) {
+			(*rp)[*rn] = pages[j];
+			(*ri)[(*rn)++] = ids[j];
+		} else {
+			(*up)[*un] = pages[j];
+			(*ui)[(*un)++] = ids[j];
 		}
-		if (type != CU_MEMORYTYPE_DEVICE)
-			continue;
-		if (kvk_cu.cuPointerGetAttribute(&flag, CU_POINTER_ATTRIBUTE_IS_MANAGED, ends[k]) == CUDA_SUCCESS &&
-		    flag)
-			continue;
-		/* Refuse only what is known to be elsewhere. */
-		if (kvk_cu.cuPointerGetAttribute(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ends[k]) == CUDA_SUCCESS &&
-		    dev != ordinal)
-			return -EXDEV;
 	}
 	return 0;
+}
+
+/* Layers first .. first + count - 1: the kernel for the pages it can
+ * address (their arguments uploaded once in a), pieces for the others. */
+static int copy_layers(kvc_t *c, const struct target *t, enum kvk_dir dir,
+		       const struct kvk_layout *l, const struct kvk_args *a, size_t rn,
+		       const uint32_t *up, const int64_t *ui, size_t un, uint32_t first,
+		       uint32_t count, CUstream s)
+{
+	struct kvk_layout sl;
+	uint64_t off;
+	int rc = 0;
+
+	if (rn)
+		rc = kvk_copy_run(t->mod, dir, l, t->pool, a, first, count, rn, s);
+	if (!rc && un) {
+		sl = layers_of(l, first, count, &off);
+		rc = kvk_copy_pieces(dir, &sl, c->pool + off, c->slot_bytes, up, ui, un, s);
+	}
+	return rc;
 }
 
 /*
- * A kernel that touches a plain host pointer (the usual mistake: the
- * engine's host copy, or a layout meant for a host pool) or another GPU's
- * memory does not fail alone: it poisons the whole context with an
- * illegal-address error. So every tensor is checked first, both ends of
- * the span the run may touch. That costs a few driver lookups per tensor
- * (microseconds for a whole model), against milliseconds of prefill.
+ * One upload of the arguments, then one launch for the layers asked, or
+ * one per layer each followed by its event; the event after all.
  */
-static int check_tensors(const struct kvk_layout *l, int ordinal)
+static int gpu_copy(kvc_t *c, const struct target *t, enum kvk_dir dir,
+		    const struct kvk_layout *l, const uint32_t *pages, const int64_t *ids,
+		    size_t n, uint32_t first, uint32_t nl, const struct kvc_copy_opts *o)
 {
-	uint64_t span = (l->num_blocks - 1) * l->block_stride + l->half;
+	CUstream s = (CUstream)o->stream;
+	const uint32_t *rp = pages, *up = NULL;
+	const int64_t *ri = ids, *ui = NULL;
+	uint32_t *rpv = NULL, *upv = NULL;
+	int64_t *riv = NULL, *uiv = NULL;
+	struct kvk_args a = { 0 };
+	size_t rn = n, un = 0;
 	uint32_t i;
-	int rc;
+	int rc, rc2;
 
-	if (l->kind == KVK_LAYOUT_FLASH)
-		span += l->num_blocks * l->block_stride;
-	for (i = 0; i < l->layers; i++) {
-		if ((rc = reachable(l->k[i], span, ordinal)))
-			return rc;
-		if (l->kind == KVK_LAYOUT_KV && (rc = reachable(l->v[i], span, ordinal)))
-			return rc;
-	}
-	return 0;
-}
-
-static int gpu_copy(kvc_t *c, enum kvk_dir dir, const struct kvk_layout *l,
-		    const uint32_t *pages, const int64_t *ids, size_t n, void *stream)
-{
-	struct kvc_gpu *g = c->gpu;
-	int rc;
-
-	if (!g)
-		return -ENOTSUP;
 	/* A failed push must not be followed by a pop: that would take the
 	 * engine thread's own context off its stack. */
-	if (kvk_cu.cuCtxPushCurrent(g->ctx) != CUDA_SUCCESS)
+	if (kvk_cu.cuCtxPushCurrent(t->ctx) != CUDA_SUCCESS)
 		return -EIO;
-	rc = check_tensors(l, g->ordinal);
+	rc = kvk_tensors_check_cached(t->cache, l, t->ordinal);
+	if (!rc && t->host) {
+		rc = split(c, pages, ids, n, &rpv, &riv, &rn, &upv, &uiv, &un);
+		rp = rpv, ri = riv, up = upv, ui = uiv;
+	}
+	if (!rc && rn)
+		rc = kvk_args_upload(t->mod, l, c->slot_bytes, rp, ri, rn, s, &a);
+	if (!rc && o->layer_events) {
+		for (i = 0; i < nl && !rc; i++) {
+			rc = copy_layers(c, t, dir, l, &a, rn, up, ui, un, first + i, 1, s);
+			if (!rc)
+				rc = record(o->layer_events[i], s);
+		}
+	} else if (!rc) {
+		rc = copy_layers(c, t, dir, l, &a, rn, up, ui, un, first, nl, s);
+	}
+	rc2 = kvk_args_free(&a, s);
 	if (!rc)
-		rc = kvk_copy_launch(&g->mod, dir, l, g->va, c->slot_bytes, pages, ids, n,
-				     (CUstream)stream);
+		rc = rc2 ? rc2 : record(o->event, s);
 	ctx_pop();
+	free(riv);
 	return rc == -EINVAL || rc == -EBADF ? -EIO : rc;
+}
+
+/* The GPU a copy of l runs on: 0 with *t set, or -errno. */
+static int target_of(kvc_t *c, const struct kvc_layout *l, struct target *t)
+{
+	struct kvc_gpu *g = c->gpu;
+	struct kvc_hostdev *d;
+	int rc;
+
+	if (c->pool_kind == KVSHM_POOL_CUDA) {
+		if (!g)
+			return -ENOTSUP;
+		if ((l->flags & KVC_LAYOUT_DEVICE) && l->device != g->ordinal)
+			return -EXDEV;
+		*t = (struct target){ g->ctx, &g->mod, &g->cache, g->ordinal, g->va, false };
+		return 0;
+	}
+	d = kvc_hostmap_dev(c, l->device, &rc);
+	if (!d)
+		return rc;
+	*t = (struct target){ d->ctx, &d->mod, &d->cache, d->ordinal,
+			      (CUdeviceptr)(uintptr_t)c->pool, true };
+	return 0;
 }
 
 int kvc_pool_device(const kvc_t *c)
@@ -310,10 +393,25 @@ void kvc_gpu_detach(kvc_t *c)
 	c->pool = NULL;
 }
 
-static int gpu_copy(kvc_t *c, enum kvk_dir dir, const struct kvk_layout *l,
-		    const uint32_t *pages, const int64_t *ids, size_t n, void *stream)
+struct target {
+	int unused;
+};
+
+static int target_of(kvc_t *c, const struct kvc_layout *l, struct target *t)
 {
-	(void)c, (void)dir, (void)l, (void)pages, (void)ids, (void)n, (void)stream;
+	(void)l, (void)t;
+	/* Says why, once, for kvc_gpu_status. */
+	if (c->pool_kind != KVSHM_POOL_CUDA)
+		kvc_hostmap_prepare(c, 0, 0);
+	return -ENOTSUP;
+}
+
+static int gpu_copy(kvc_t *c, const struct target *t, enum kvk_dir dir,
+		    const struct kvk_layout *l, const uint32_t *pages, const int64_t *ids,
+		    size_t n, uint32_t first, uint32_t nl, const struct kvc_copy_opts *o)
+{
+	(void)c, (void)t, (void)dir, (void)l, (void)pages, (void)ids, (void)n, (void)first;
+	(void)nl, (void)o;
 	return -ENOTSUP;
 }
 
@@ -342,9 +440,13 @@ static bool zero(const uint64_t *r, size_t n)
 }
 
 static int page_copy(struct kvc_req *r, size_t first, size_t n, const struct kvc_layout *l,
-		     const int64_t *ids, void *stream, enum kvk_dir dir)
+		     const int64_t *ids, const struct kvc_copy_opts *o, enum kvk_dir dir)
 {
-	struct kvk_layout kl;
+	static const struct kvc_copy_opts none = { sizeof(struct kvc_copy_opts) };
+	struct kvk_layout kl, sl;
+	struct target t = { 0 };
+	uint32_t l0, nl;
+	uint64_t off;
 	kvc_t *c;
 	size_t j;
 	int rc;
@@ -354,9 +456,17 @@ static int page_copy(struct kvc_req *r, size_t first, size_t n, const struct kvc
 	c = r->c;
 	if (c->fork_gen != atomic_load_explicit(&kvc_fork_gen, memory_order_relaxed))
 		return -ECHILD;
-	if (!l || l->size != sizeof(*l) || l->flags || !zero(l->resv, 4) ||
-	    l->layers != c->layers || (n && !ids))
+	if (!o)
+		o = &none;
+	if (!l || l->size != sizeof(*l) || (l->flags & ~(uint32_t)KVC_LAYOUT_DEVICE) ||
+	    l->resv32 || !zero(l->resv, 3) || l->layers != c->layers || (n && !ids) ||
+	    (l->flags & KVC_LAYOUT_DEVICE ? l->device < 0 : l->device != 0))
 		return -EINVAL;
+	if (o->size != sizeof(*o) || o->flags || !zero(o->resv, 4) || o->first_layer >= c->layers ||
+	    o->layers > c->layers - o->first_layer)
+		return -EINVAL;
+	l0 = o->first_layer;
+	nl = o->layers ? o->layers : c->layers - l0;
 	kl.kind = l->kind;	/* the kvc_ and kvk_ kinds share their values */
 	kl.layers = l->layers;
 	kl.num_blocks = l->num_blocks;
@@ -380,11 +490,14 @@ static int page_copy(struct kvc_req *r, size_t first, size_t n, const struct kvc
 	}
 	if (!n)
 		return 0;
-	if (c->pool_kind == KVSHM_POOL_CUDA)
-		return gpu_copy(c, dir, &kl, r->page + first, ids, n, stream);
-	kvk_ref_copy(dir, &kl, c->pool, c->slot_bytes, r->page + first, ids, n);
-	rc = 0;
-	return rc;
+	if (c->pool_kind == KVSHM_POOL_CUDA || (l->flags & KVC_LAYOUT_DEVICE)) {
+		if ((rc = target_of(c, l, &t)))
+			return rc;
+		return gpu_copy(c, &t, dir, &kl, r->page + first, ids, n, l0, nl, o);
+	}
+	sl = layers_of(&kl, l0, nl, &off);
+	kvk_ref_copy(dir, &sl, c->pool + off, c->slot_bytes, r->page + first, ids, n);
+	return 0;
 }
 
 _Static_assert(KVC_LAYOUT_KV == (int)KVK_LAYOUT_KV && KVC_LAYOUT_FLASH == (int)KVK_LAYOUT_FLASH,
@@ -393,11 +506,58 @@ _Static_assert(KVC_LAYOUT_KV == (int)KVK_LAYOUT_KV && KVC_LAYOUT_FLASH == (int)K
 int kvc_gather(struct kvc_req *r, size_t first_block, size_t n_blocks,
 	       const struct kvc_layout *l, const int64_t *engine_block_ids, void *stream)
 {
-	return page_copy(r, first_block, n_blocks, l, engine_block_ids, stream, KVK_GATHER);
+	struct kvc_copy_opts o = { .size = sizeof(o), .stream = stream };
+
+	return page_copy(r, first_block, n_blocks, l, engine_block_ids, &o, KVK_GATHER);
 }
 
 int kvc_scatter(struct kvc_req *r, size_t first_block, size_t n_blocks,
 		const struct kvc_layout *l, const int64_t *engine_block_ids, void *stream)
 {
-	return page_copy(r, first_block, n_blocks, l, engine_block_ids, stream, KVK_SCATTER);
+	struct kvc_copy_opts o = { .size = sizeof(o), .stream = stream };
+
+	return page_copy(r, first_block, n_blocks, l, engine_block_ids, &o, KVK_SCATTER);
+}
+
+int kvc_gather_v2(struct kvc_req *r, size_t first_block, size_t n_blocks,
+		  const struct kvc_layout *l, const int64_t *engine_block_ids,
+		  const struct kvc_copy_opts *o)
+{
+	return page_copy(r, first_block, n_blocks, l, engine_block_ids, o, KVK_GATHER);
+}
+
+int kvc_scatter_v2(struct kvc_req *r, size_t first_block, size_t n_blocks,
+		   const struct kvc_layout *l, const int64_t *engine_block_ids,
+		   const struct kvc_copy_opts *o)
+{
+	return page_copy(r, first_block, n_blocks, l, engine_block_ids, o, KVK_SCATTER);
+}
+
+int kvc_gpu_prepare(kvc_t *c, int device, uint32_t flags)
+{
+	if (!c || device < 0 || (flags & ~(uint32_t)KVC_GPU_WAIT))
+		return -EINVAL;
+	if (c->fork_gen != atomic_load_explicit(&kvc_fork_gen, memory_order_relaxed))
+		return -ECHILD;
+	if (c->pool_kind == KVSHM_POOL_CUDA)	/* prepared at attach */
+		return c->gpu ? (device == kvc_pool_device(c) ? 0 : -EXDEV) : -ENOTSUP;
+	return kvc_hostmap_prepare(c, device, flags);
+}
+
+int kvc_gpu_status(const kvc_t *c, struct kvc_gpu_status *st)
+{
+	if (!c || !st || st->size != sizeof(*st))
+		return -EINVAL;
+	memset(st, 0, sizeof(*st));
+	st->size = sizeof(*st);
+	st->device = -1;
+	if (c->pool_kind == KVSHM_POOL_CUDA) {
+		if (c->gpu) {
+			st->state = KVC_GPU_READY;
+			st->device = kvc_pool_device(c);
+		}
+		return 0;
+	}
+	kvc_hostmap_status(c, st);
+	return 0;
 }

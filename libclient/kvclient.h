@@ -480,16 +480,31 @@ enum kvc_layout_kind {
 	KVC_LAYOUT_FLASH = 2,
 };
 
+/* struct kvc_layout flags. */
+enum kvc_layout_flag {
+	/*
+	 * The tensors are in the memory of CUDA device `device` (its
+	 * ordinal in this process). On a host pool this is the GPU engine's
+	 * path: the copies run on that GPU as one kernel launch reading or
+	 * writing the pool's pages over the bus, once kvc_gpu_prepare has
+	 * registered them with CUDA (see there). On a cuda pool the tensors
+	 * are device memory anyway; with the flag, `device` must be
+	 * kvc_pool_device's.
+	 */
+	KVC_LAYOUT_DEVICE = 1u << 0,
+};
+
 /*
  * An engine's paged KV cache. The tensors are host pointers for a host
- * pool and device pointers (on kvc_pool_device's GPU) for a cuda pool.
- * Within one block the engine's layout must be dense, [block_tokens,
- * kv_heads, head_dim]; between blocks it may be padded (block_stride).
+ * pool (device pointers with KVC_LAYOUT_DEVICE) and device pointers (on
+ * kvc_pool_device's GPU) for a cuda pool. Within one block the engine's
+ * layout must be dense, [block_tokens, kv_heads, head_dim]; between
+ * blocks it may be padded (block_stride).
  */
 struct kvc_layout {
 	uint32_t size;		/* sizeof(struct kvc_layout) */
 	uint32_t kind;		/* enum kvc_layout_kind */
-	uint32_t flags;		/* none defined: 0 */
+	uint32_t flags;		/* enum kvc_layout_flag, or 0 */
 	uint32_t layers;	/* must equal the model's layers */
 	uint64_t num_blocks;	/* blocks in each engine tensor, >= 1 */
 	/* Bytes from one block to the next in a tensor; 0 means dense
@@ -497,7 +512,9 @@ struct kvc_layout {
 	uint64_t block_stride;
 	void *const *k;		/* [layers]: K (or the FLASH tensor) per layer */
 	void *const *v;		/* [layers]: V per layer (KVC_LAYOUT_KV) */
-	uint64_t resv[4];	/* must be zero */
+	int32_t device;		/* KVC_LAYOUT_DEVICE: CUDA device ordinal; else 0 */
+	uint32_t resv32;	/* must be zero */
+	uint64_t resv[3];	/* must be zero */
 };
 
 /*
@@ -508,10 +525,14 @@ struct kvc_layout {
  * and V, in one pass: for hits after kvc_lookup (or any block with a
  * page).
  *
- * Host pool: runs on the calling thread and is done on return; `stream`
- * is ignored. Cuda pool: queued as one kernel launch on `stream` (a
- * CUstream or cudaStream_t of the primary context of kvc_pool_device's
- * GPU; NULL is the legacy default stream) and returns without waiting.
+ * Host pool and host tensors: runs on the calling thread and is done on
+ * return; `stream` is ignored. Cuda pool: queued as one kernel launch on
+ * `stream` (a CUstream or cudaStream_t of the primary context of
+ * kvc_pool_device's GPU; NULL is the legacy default stream) and returns
+ * without waiting. Host pool and a KVC_LAYOUT_DEVICE layout: the same on
+ * the layout's GPU, the kernel reading or writing the pool over the bus
+ * (pages kvc_gpu_prepare has not registered yet go as driver copies per
+ * layer, K and V, which may wait for the stream).
  * engine_block_ids and the layout's arrays are read before the call
  * returns and may be reused at once; the pages must stay pinned until the
  * copy is done, so synchronize the stream before kvc_req_free.
@@ -522,13 +543,17 @@ struct kvc_layout {
  * than a block, a NULL tensor; the run past the request's blocks; an
  * engine block id outside 0..num_blocks-1), -ENOENT (a block of the run
  * has no page), -ECHILD (handle inherited across fork), -ENOMEM,
- * -EFAULT (cuda pool: a tensor, at its start or at the end of the span
+ * -EFAULT (GPU copies: a tensor, at its start or at the end of the span
  * num_blocks and block_stride give it, is not memory CUDA knows, e.g. a
- * plain host pointer), -EXDEV (cuda pool: a tensor in another GPU's
- * memory than kvc_pool_device's; both checked so that the kernel never
- * faults the context), -ENOTSUP (cuda pool in a library without CUDA), -EIO (the
- * CUDA launch failed). On a host pool the tensors must be host memory
- * of that size; that is not checked.
+ * plain host pointer), -EXDEV (GPU copies: a tensor in another GPU's
+ * memory than the GPU copying: kvc_pool_device's, or the layout's device
+ * on a host pool; both checked, once per layout, so that the kernel never
+ * faults the context), -ENOTSUP (a GPU copy in a library without CUDA or
+ * a process without a driver: kvc_gpu_status says which), -ENODEV (a
+ * KVC_LAYOUT_DEVICE device this process does not have), -ENOEXEC (the
+ * kernels do not load on that GPU), -EIO (the CUDA launch failed). On a
+ * host pool without KVC_LAYOUT_DEVICE the tensors must be host memory of
+ * that size; that is not checked.
  */
 int kvc_gather(struct kvc_req *r, size_t first_block, size_t n_blocks,
 	       const struct kvc_layout *l, const int64_t *engine_block_ids,
@@ -546,6 +571,119 @@ int kvc_gather(struct kvc_req *r, size_t first_block, size_t n_blocks,
 int kvc_scatter(struct kvc_req *r, size_t first_block, size_t n_blocks,
 		const struct kvc_layout *l, const int64_t *engine_block_ids,
 		void *stream);
+
+/*
+ * Where, and how, kvc_gather_v2 and kvc_scatter_v2 run. Zero-filled with
+ * `size` set, it is kvc_gather's and kvc_scatter's behaviour.
+ */
+struct kvc_copy_opts {
+	uint32_t size;		/* sizeof(struct kvc_copy_opts) */
+	uint32_t flags;		/* none defined: 0 */
+	/* Copy only layers first_layer .. first_layer + layers - 1 (layers 0:
+	 * through the last), so that an engine can load and save layer by
+	 * layer while it computes. */
+	uint32_t first_layer;
+	uint32_t layers;
+	/* GPU copies: the CUstream / cudaStream_t to queue on (NULL: the
+	 * legacy default stream), of the primary context of the GPU they run
+	 * on (kvc_pool_device's, or the layout's device). */
+	void *stream;
+	/* GPU copies: a CUevent / cudaEvent_t of that context, recorded on
+	 * `stream` after the copy, or NULL. */
+	void *event;
+	/* GPU copies: NULL, or one CUevent per layer copied, events[i]
+	 * recorded once layer first_layer + i is copied: the copy is then
+	 * queued as one launch per layer, in layer order, so that a waiter
+	 * on events[i] waits for that layer only. */
+	void *const *layer_events;
+	uint64_t resv[4];	/* must be zero */
+};
+
+/*
+ * kvc_gather and kvc_scatter with options (o may be NULL: the defaults).
+ * CPU copies (a host pool and host tensors) are done on return and ignore
+ * stream and events. Errors: those of kvc_gather / kvc_scatter, and
+ * -EINVAL for opts with a wrong size, flags or resv not zero, or layers
+ * past the model's.
+ */
+int kvc_gather_v2(struct kvc_req *r, size_t first_block, size_t n_blocks,
+		  const struct kvc_layout *l, const int64_t *engine_block_ids,
+		  const struct kvc_copy_opts *o);
+int kvc_scatter_v2(struct kvc_req *r, size_t first_block, size_t n_blocks,
+		   const struct kvc_layout *l, const int64_t *engine_block_ids,
+		   const struct kvc_copy_opts *o);
+
+/* kvc_gpu_prepare flags. */
+enum kvc_gpu_flag {
+	KVC_GPU_WAIT = 1u << 0,	/* return once the host pool is registered */
+};
+
+/*
+ * Prepare GPU copies between the pool and tensors on CUDA device `device`,
+ * off the request path (an engine calls it when it has allocated its KV
+ * cache): the driver loaded, the kernels loaded and warmed up in that
+ * GPU's primary context.
+ *
+ * Host pool: also registers the pool's pages with CUDA
+ * (cuMemHostRegister, portable and mapped: page-locked, and readable and
+ * writable by kernels over the bus), in chunks of KVC_GPU_CHUNK bytes, by
+ * a thread of its own, so that the call returns at once (KVC_GPU_WAIT:
+ * once it is done). Registering costs about 0.1 s per GiB of pool (0.37 s
+ * for 4 GiB on an H200 host), once per process: a 512 GiB pool takes
+ * most of a minute, during which copies are correct but slower: a page
+ * in a chunk not yet registered is copied as separate driver copies
+ * per layer, K and V (as fast as an engine's own copies from unregistered
+ * memory), and the rest by the kernel. If registering fails (the driver
+ * refuses, the memory lock limit), the chunks registered so far stay in
+ * use, the others are copied that way, and kvc_gpu_status says why.
+ * Registered pages stay registered until kvc_close, which unregisters
+ * them. The memory is the daemon's pool, already resident; registering
+ * pins it for this process too.
+ *
+ * Cuda pool: device must be kvc_pool_device's; nothing to register.
+ *
+ * A kvc_gather / kvc_scatter of a KVC_LAYOUT_DEVICE layout on a host pool
+ * calls this itself if it was not called (for its device), and then
+ * copies per piece until registration has caught up.
+ *
+ * Returns 0 (registering, or done). Errors: -EINVAL (NULL, unknown flags,
+ * a negative device), -ECHILD (handle inherited across fork), -ENOTSUP
+ * (no CUDA here: a library built without it, no driver, a driver that
+ * does not start; kvc_gpu_status says which), -ENODEV (no such device),
+ * -EXDEV (cuda pool: another device than the pool's), -ENOEXEC (the
+ * kernels do not load on that GPU), -EIO, -ENOMEM. A second call for
+ * another device prepares that device too; the registration, portable,
+ * serves every GPU.
+ */
+int kvc_gpu_prepare(kvc_t *c, int device, uint32_t flags);
+
+#define KVC_GPU_CHUNK (256ull << 20)
+
+/* What kvc_gpu_prepare did. */
+struct kvc_gpu_status {
+	uint32_t size;		/* set by the caller: sizeof(struct kvc_gpu_status) */
+	int32_t state;		/* enum kvc_gpu_state, or the -errno it failed with */
+	int32_t device;		/* the device prepared, or -1 */
+	uint32_t chunks;	/* host pool: chunks of the pool */
+	uint32_t chunks_registered;	/* of those, registered */
+	uint32_t resv32;
+	uint64_t bytes_registered;
+	uint64_t register_ns;	/* time spent registering so far */
+	char why[256];		/* a failed state: why, for a log line */
+	uint64_t resv[4];
+};
+
+enum kvc_gpu_state {
+	KVC_GPU_NONE = 0,	/* not prepared */
+	KVC_GPU_REGISTERING = 1,	/* host pool: the thread is at work */
+	KVC_GPU_READY = 2,	/* every copy runs as kernels */
+};
+
+/*
+ * Fill *st (st->size set by the caller). Pure memory work. Errors:
+ * -EINVAL (NULL, wrong size).
+ */
+int kvc_gpu_status(const kvc_t *c, struct kvc_gpu_status *st);
 
 /*
  * Order a batch of n prompts (prompts[i], lens[i] tokens) so that prompts

@@ -244,7 +244,10 @@ int kvd_server_open(struct kvd *d)
 	sigaddset(&ss, SIGTERM);
 	sigaddset(&ss, SIGINT);
 	sigaddset(&ss, SIGHUP);
-	sigprocmask(SIG_BLOCK, &ss, NULL);
+	/* main.c blocked every signal before any thread could start; from
+	 * here the main thread blocks exactly what the signalfd reads, and
+	 * threads started later inherit that. */
+	sigprocmask(SIG_SETMASK, &ss, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	d->sigfd = signalfd(-1, &ss, SFD_CLOEXEC | SFD_NONBLOCK);
 	d->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);

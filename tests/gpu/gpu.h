@@ -9,6 +9,7 @@
 #ifndef KVT_GPU_H
 #define KVT_GPU_H
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -16,6 +17,16 @@
 
 #include "../../kernels/cudadrv.h"
 #include "../lib/engine.h"
+#include "../lib/harness.h"
+
+/* In a cmocka test: skip, saying why, where kvt_gpu_missing() said so. */
+#define KVT_GPU_SKIP_IF_MISSING(missing)                                    \
+	do {                                                                \
+		if (missing) {                                              \
+			print_message("[  SKIP    ] no GPU: %s\n", missing);   \
+			skip();                                             \
+		}                                                           \
+	} while (0)
 
 /*
  * NULL when this process can use GPU 0 with VMM fd export, else why not.
@@ -60,6 +71,26 @@ static inline const char *kvt_gpu_missing(void)
 		return "cannot ask a child about the GPU";
 	why[n] = 0;
 	return n ? why : NULL;
+}
+
+/*
+ * Group setup of a GPU suite around a daemon started with args: without a
+ * usable GPU (*missing says why) no daemon and *state NULL, every test
+ * then skipping. kvt_gpu_teardown stops it, failing unless it stopped
+ * cleanly.
+ */
+static inline int kvt_gpu_setup(void **state, const char **missing, const char *const *args)
+{
+	*state = NULL;
+	*missing = kvt_gpu_missing();
+	if (*missing)
+		return 0;
+	return kvt_setup_args(state, args);
+}
+
+static inline int kvt_gpu_teardown(void **state)
+{
+	return *state ? kvt_teardown(state) : 0;
 }
 
 #ifdef KVC_HAVE_CUDA
@@ -120,6 +151,45 @@ static inline int kvt_gpu_download(struct kvt_engine *e, void **t_k, void **t_v)
 static inline int kvt_gpu_sync(void *stream)
 {
 	return kvk_cu.cuStreamSynchronize((CUstream)stream) == CUDA_SUCCESS ? 0 : -1;
+}
+
+/* kvc_gather_v2 of n blocks from 0 with an event per layer (at most 8
+ * layers), each waited for in turn: a kvt_mem gather. */
+static inline int kvt_gpu_gather_by_layer(struct kvc_req *r, size_t n, const struct kvc_layout *l,
+			   const int64_t *ids, void *stream)
+{
+	CUevent ev[8];
+	struct kvc_copy_opts o = { .size = sizeof(o), .stream = stream,
+				   .layer_events = (void *const *)ev };
+	uint32_t i;
+	int rc = 0;
+
+	for (i = 0; i < l->layers; i++)
+		if (kvk_cu.cuEventCreate(&ev[i], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+			return -EIO;
+	rc = kvc_gather_v2(r, 0, n, l, ids, &o);
+	for (i = 0; i < l->layers && !rc; i++)
+		if (kvk_cu.cuEventSynchronize(ev[i]) != CUDA_SUCCESS)
+			rc = -EIO;
+	for (i = 0; i < l->layers; i++)
+		kvk_cu.cuEventDestroy(ev[i]);
+	return rc;
+}
+
+/* tests/lib/engine.c's engine on GPU `ordinal`, on a stream of its own. */
+static inline int kvt_gpu_mem(int ordinal, struct kvt_mem *mem)
+{
+	CUstream s;
+
+	memset(mem, 0, sizeof(*mem));
+	if (kvt_gpu_enter(ordinal, &s))
+		return -1;
+	mem->upload = kvt_gpu_upload;
+	mem->download = kvt_gpu_download;
+	mem->sync = kvt_gpu_sync;
+	mem->stream = s;
+	mem->device = ordinal;
+	return 0;
 }
 #endif
 

@@ -26,10 +26,7 @@ static const char *broken;	/* a GPU is here but the kernels did not load */
 
 #define SKIP_IF_NO_GPU()                                                   \
 	do {                                                               \
-		if (missing) {                                             \
-			print_message("[  SKIP    ] no GPU: %s\n", missing);   \
-			skip();                                            \
-		}                                                          \
+		KVT_GPU_SKIP_IF_MISSING(missing);                          \
 		if (broken)                                                \
 			fail_msg("%s", broken);                            \
 	} while (0)
@@ -71,7 +68,8 @@ struct geo {
 	uint32_t layers, kv_heads, head_dim, bt, dt;
 };
 
-/* One geometry, one layout, one padding: gather then scatter, GPU vs CPU. */
+/* One geometry, one layout, one padding: gather then scatter, GPU vs CPU;
+ * a partial run in one launch, the whole run one launch per layer. */
 static void compare(const struct geo *g, uint32_t kind, uint64_t pad)
 {
 	const uint32_t pages[] = { 9, 2, 5, 0 };
@@ -111,8 +109,20 @@ static void compare(const struct geo *g, uint32_t kind, uint64_t pad)
 			ld = lh;
 			ld.k = k_d;
 			ld.v = kind == KVK_LAYOUT_KV ? v_d : NULL;
-			assert_int_equal(kvk_copy_launch(&mod, (enum kvk_dir)dir, &ld, pool_d, slot, pages,
-							 blocks, n, stream), 0);
+			if (n == 3) {
+				assert_int_equal(kvk_copy_launch(&mod, (enum kvk_dir)dir, &ld, pool_d, slot,
+								 pages, blocks, n, stream), 0);
+			} else {	/* one upload, one launch per layer, last layer first */
+				struct kvk_args a;
+
+				assert_int_equal(kvk_args_upload(&mod, &ld, slot, pages, blocks, n, stream, &a), 0);
+				for (l = g->layers; l-- > 0;)
+					assert_int_equal(kvk_copy_run(&mod, (enum kvk_dir)dir, &ld, pool_d, &a, l, 1,
+								      n, stream), 0);
+				assert_int_equal(kvk_copy_run(&mod, (enum kvk_dir)dir, &ld, pool_d, &a, 0,
+							      g->layers + 1, n, stream), -EINVAL);
+				assert_int_equal(kvk_args_free(&a, stream), 0);
+			}
 			kvk_ref_copy((enum kvk_dir)dir, &lh, pool_h, slot, pages, blocks, n);
 			assert_int_equal(kvk_cu.cuStreamSynchronize(stream), CUDA_SUCCESS);
 			down(pool_g, pool_d, n_pool * slot);

@@ -138,11 +138,45 @@ static void test_errors(void **state)
 	bad.kind = 7;
 	assert_int_equal(kvc_scatter(r, 0, 1, &bad, ids, NULL), -EINVAL);
 	bad = l;
-	bad.flags = 1;
+	bad.flags = 2;	/* unknown */
 	assert_int_equal(kvc_scatter(r, 0, 1, &bad, ids, NULL), -EINVAL);
 	bad = l;
-	bad.resv[3] = 1;
+	bad.flags = KVC_LAYOUT_DEVICE;
+	bad.device = -1;
 	assert_int_equal(kvc_scatter(r, 0, 1, &bad, ids, NULL), -EINVAL);
+	bad = l;
+	bad.device = 1;	/* without KVC_LAYOUT_DEVICE */
+	assert_int_equal(kvc_scatter(r, 0, 1, &bad, ids, NULL), -EINVAL);
+	bad = l;
+	bad.resv32 = 1;
+	assert_int_equal(kvc_scatter(r, 0, 1, &bad, ids, NULL), -EINVAL);
+	bad = l;
+	bad.resv[2] = 1;
+	assert_int_equal(kvc_scatter(r, 0, 1, &bad, ids, NULL), -EINVAL);
+	{	/* The options of the _v2 forms. */
+		struct kvc_copy_opts co = { .size = sizeof(co) }, bo;
+
+		assert_int_equal(kvc_scatter_v2(r, 0, 1, &l, ids, NULL), 0);
+		assert_int_equal(kvc_scatter_v2(r, 0, 1, &l, ids, &co), 0);
+		bo = co;
+		bo.size = 8;
+		assert_int_equal(kvc_scatter_v2(r, 0, 1, &l, ids, &bo), -EINVAL);
+		bo = co;
+		bo.flags = 1;
+		assert_int_equal(kvc_scatter_v2(r, 0, 1, &l, ids, &bo), -EINVAL);
+		bo = co;
+		bo.resv[3] = 1;
+		assert_int_equal(kvc_scatter_v2(r, 0, 1, &l, ids, &bo), -EINVAL);
+		bo = co;
+		bo.first_layer = m.layers;	/* past the model */
+		assert_int_equal(kvc_gather_v2(r, 0, 1, &l, ids, &bo), -EINVAL);
+		bo = co;
+		bo.first_layer = 1;
+		bo.layers = m.layers;		/* one too many */
+		assert_int_equal(kvc_gather_v2(r, 0, 1, &l, ids, &bo), -EINVAL);
+		bo.layers = m.layers - 1;	/* up to the last: fine */
+		assert_int_equal(kvc_gather_v2(r, 0, 1, &l, ids, &bo), 0);
+	}
 	bad = l;
 	bad.layers = 2;	/* not the model's */
 	assert_int_equal(kvc_scatter(r, 0, 1, &bad, ids, NULL), -EINVAL);
@@ -170,6 +204,162 @@ static void test_errors(void **state)
 	assert_int_equal(kvc_scatter(r2, 1, 1, &l, ids, NULL), -EPERM);
 	assert_int_equal(kvc_gather(r2, 1, 3, &l, ids, NULL), 0);
 	kvc_req_free(r2);
+	kvc_req_free(r);
+	kvt_engine_free(&e);
+	kvc_close(c);
+}
+
+/*
+ * Layer by layer: a prompt scattered one layer per call (in reverse order)
+ * and gathered with every range split (first layer alone, the rest in one
+ * call) into another process's engine is the same, byte for byte, as the
+ * one-call roundtrip: the range moves exactly its layers' K and V.
+ */
+static int fetch_by_layers_job(void *arg)
+{
+	struct job *j = arg;
+	struct kvc_options o = { .size = sizeof(o), .socket_path = j->sock };
+	struct kvc_copy_opts co = { .size = sizeof(co) };
+	struct kvc_key keys[7];
+	struct kvt_engine e;
+	struct kvc_layout l;
+	struct kvc_req *r;
+	int64_t ids[7];
+	uint32_t b, k;
+	kvc_t *c;
+	int rc = 0;
+
+	if (kvc_open(&j->m, &o, &c) || kvt_engine_new(&e, &j->m, j->kind, 16, 64))
+		return 1;
+	l = kvt_engine_layout(&e, (void *const *)e.k, (void *const *)e.v);
+	if (kvc_req_new(c, j->t, j->n, NULL, 0, &r) || kvc_lookup(r) != 7 ||
+	    kvc_req_keys(r, keys, 7) != 7)
+		return 2;
+	for (b = 0; b < 7; b++)
+		ids[b] = 15 - 2 * b;
+	co.layers = 1;
+	if (kvc_gather_v2(r, 0, 7, &l, ids, &co))
+		return 3;
+	/* Layer 0 only, so far: the other layers untouched. */
+	for (b = 0; b < 7; b++)
+		for (k = 0; k < j->m.layers; k++)
+			if (kvt_engine_layer_has(&e, (uint64_t)ids[b], k, keys[b]) != (k == 0))
+				return 4;
+	co.first_layer = 1;
+	co.layers = 0;	/* the rest */
+	if (kvc_gather_v2(r, 0, 7, &l, ids, &co))
+		return 5;
+	for (b = 0; b < 7; b++)
+		if (!kvt_engine_has(&e, (uint64_t)ids[b], keys[b]))
+			rc = 6;
+	for (b = 0; b < 16; b++)
+		if (b % 2 == 0 && !kvt_engine_untouched(&e, b))
+			rc = 7;
+	kvc_req_free(r);
+	kvt_engine_free(&e);
+	kvc_close(c);
+	return rc;
+}
+
+static void test_layer_ranges(void **state)
+{
+	const struct kvt_daemon *d = *state;
+	struct kvc_model m = model_a();
+	struct kvc_options o = { .size = sizeof(o), .socket_path = d->sock };
+	struct kvc_copy_opts co = { .size = sizeof(co), .layers = 1 };
+	struct kvc_key keys[7];
+	uint32_t t[7 * BT];
+	struct job j = { d->sock, m, t, 7 * BT, KVC_LAYOUT_FLASH };
+	struct kvt_engine e;
+	struct kvc_layout l;
+	struct kvc_req *r;
+	int64_t ids[7];
+	uint32_t b;
+	kvc_t *c;
+	int i;
+
+	kvt_tokens(t, 7 * BT, 0, 320);
+	assert_int_equal(kvc_open(&m, &o, &c), 0);
+	assert_int_equal(kvt_engine_new(&e, &m, KVC_LAYOUT_KV, 8, 0), 0);
+	l = kvt_engine_layout(&e, (void *const *)e.k, (void *const *)e.v);
+	assert_int_equal(kvc_req_new(c, t, 7 * BT, NULL, 0, &r), 0);
+	assert_int_equal(kvc_lookup(r), 0);
+	assert_int_equal(kvc_alloc(r), 7);
+	assert_int_equal(kvc_req_keys(r, keys, 7), 7);
+	for (b = 0; b < 7; b++) {
+		ids[b] = 7 - b;
+		kvt_engine_put(&e, (uint64_t)ids[b], keys[b]);
+	}
+	for (i = (int)m.layers - 1; i >= 0; i--) {
+		co.first_layer = (uint32_t)i;
+		assert_int_equal(kvc_scatter_v2(r, 0, 7, &l, ids, &co), 0);
+	}
+	assert_int_equal(kvc_publish(r), 7);
+	kvc_req_free(r);
+	kvt_engine_free(&e);
+	kvc_close(c);
+	assert_int_equal(kvt_wait(kvt_fork(fetch_by_layers_job, &j)), 0);
+}
+
+/*
+ * No GPU here (or a build without CUDA): a host pool asked to copy to or
+ * from tensors on a GPU, or to prepare one, says it cannot, and
+ * kvc_gpu_status says why in words; the CPU path is unaffected.
+ */
+static void test_gpu_engine_without_a_gpu(void **state)
+{
+	const struct kvt_daemon *d = *state;
+	struct kvc_model m = model_a();
+	struct kvc_options o = { .size = sizeof(o), .socket_path = d->sock };
+	struct kvc_gpu_status st = { .size = sizeof(st) };
+	const char *why = NULL;
+	uint32_t t[2 * BT];
+	struct kvt_engine e;
+	struct kvc_layout l, dl;
+	struct kvc_key keys[2];
+	struct kvc_req *r;
+	int64_t ids[2] = { 0, 1 };
+	kvc_t *c;
+
+	(void)state;
+	if (!kvk_cuda_load(&why)) {
+		print_message("[  SKIP    ] a CUDA driver is here: tests/gpu/hostpool.c runs this path\n");
+		skip();
+	}
+	assert_int_equal(kvc_open(&m, &o, &c), 0);
+	assert_int_equal(kvc_gpu_status(c, &st), 0);
+	assert_int_equal(st.state, KVC_GPU_NONE);
+	assert_int_equal(st.device, -1);
+	assert_int_equal(st.chunks, 1);		/* a 1 MiB pool: one chunk */
+	st.size = 4;
+	assert_int_equal(kvc_gpu_status(c, &st), -EINVAL);
+	assert_int_equal(kvc_gpu_status(NULL, &st), -EINVAL);
+	assert_int_equal(kvc_gpu_prepare(NULL, 0, 0), -EINVAL);
+	assert_int_equal(kvc_gpu_prepare(c, -1, 0), -EINVAL);
+	assert_int_equal(kvc_gpu_prepare(c, 0, 2), -EINVAL);
+	assert_int_equal(kvc_gpu_prepare(c, 0, KVC_GPU_WAIT), -ENOTSUP);
+	st.size = sizeof(st);
+	assert_int_equal(kvc_gpu_status(c, &st), 0);
+	assert_int_equal(st.state, -ENOTSUP);
+	assert_int_equal(st.chunks_registered, 0);
+	if (strcmp(st.why, why))
+		fail_msg("kvc_gpu_status says \"%s\", want \"%s\"", st.why, why);
+
+	assert_int_equal(kvt_engine_new(&e, &m, KVC_LAYOUT_FLASH, 2, 0), 0);
+	l = kvt_engine_layout(&e, (void *const *)e.k, (void *const *)e.v);
+	dl = l;
+	dl.flags = KVC_LAYOUT_DEVICE;
+	kvt_tokens(t, 2 * BT, 0, 330);
+	assert_int_equal(kvc_req_new(c, t, 2 * BT, NULL, 0, &r), 0);
+	assert_int_equal(kvc_lookup(r), 0);
+	assert_int_equal(kvc_alloc(r), 2);
+	assert_int_equal(kvc_scatter(r, 0, 2, &dl, ids, NULL), -ENOTSUP);
+	assert_int_equal(kvc_gather(r, 0, 2, &dl, ids, NULL), -ENOTSUP);
+	assert_int_equal(kvc_req_keys(r, keys, 2), 2);
+	kvt_engine_put(&e, 0, keys[0]);
+	kvt_engine_put(&e, 1, keys[1]);
+	assert_int_equal(kvc_scatter(r, 0, 2, &l, ids, NULL), 0);	/* the CPU way */
+	assert_int_equal(kvc_publish(r), 2);
 	kvc_req_free(r);
 	kvt_engine_free(&e);
 	kvc_close(c);
@@ -288,6 +478,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_scatter_publish_gather_elsewhere),
 		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_layer_ranges),
+		cmocka_unit_test(test_gpu_engine_without_a_gpu),
 		cmocka_unit_test(test_cuda_pool_refused_clearly),
 		cmocka_unit_test(test_pool_frame_on_a_host_pool),
 	};

@@ -116,10 +116,24 @@ void kvt_engine_put(struct kvt_engine *e, uint64_t b, struct kvc_key key)
 		*at(e, l, s, b, t, h, d, x) = kv_byte(key, l, s, elem(e, t, h, d, x));
 }
 
+bool kvt_engine_layer_has(const struct kvt_engine *e, uint64_t b, uint32_t l,
+			  struct kvc_key key)
+{
+	for (int s = 0; s < 2; s++)
+		for (uint32_t t = 0; t < e->bt; t++)
+			for (uint32_t h = 0; h < e->kv_heads; h++)
+				for (uint32_t d = 0; d < e->head_dim; d++)
+					for (uint32_t x = 0; x < e->dt; x++)
+						if (*at(e, l, s, b, t, h, d, x) !=
+						    kv_byte(key, l, s, elem(e, t, h, d, x)))
+							return false;
+	return true;
+}
+
 bool kvt_engine_has(const struct kvt_engine *e, uint64_t b, struct kvc_key key)
 {
-	EACH_BYTE(e)
-		if (*at(e, l, s, b, t, h, d, x) != kv_byte(key, l, s, elem(e, t, h, d, x)))
+	for (uint32_t l = 0; l < e->layers; l++)
+		if (!kvt_engine_layer_has(e, b, l, key))
 			return false;
 	/* The padding after the block stays the background. */
 	for (uint32_t l = 0; l < e->layers; l++)
@@ -166,12 +180,31 @@ struct kvc_layout kvt_engine_layout(const struct kvt_engine *e, void *const *t_k
 	return l;
 }
 
-static kvc_t *open_model(const char *sock, const struct kvc_model *m)
+static kvc_t *open_model(const char *sock, const struct kvc_model *m, const struct kvt_mem *mem)
 {
 	struct kvc_options o = { .size = sizeof(o), .socket_path = sock };
 	kvc_t *c = NULL;
 
-	return kvc_open(m, &o, &c) ? NULL : c;
+	if (kvc_open(m, &o, &c))
+		return NULL;
+	if (mem && mem->prepare && kvc_gpu_prepare(c, mem->device, mem->prepare_flags)) {
+		kvc_close(c);
+		return NULL;
+	}
+	return c;
+}
+
+static struct kvc_layout layout_of(const struct kvt_engine *e, const struct kvt_mem *mem,
+				   void *const *tk, void *const *tv)
+{
+	struct kvc_layout l = kvt_engine_layout(e, mem ? tk : (void *const *)e->k,
+						mem ? tv : (void *const *)e->v);
+
+	if (mem && mem->device_layout) {
+		l.flags = KVC_LAYOUT_DEVICE;
+		l.device = mem->device;
+	}
+	return l;
 }
 
 #define MAXB 64
@@ -179,7 +212,7 @@ static kvc_t *open_model(const char *sock, const struct kvc_model *m)
 int kvt_engine_publish(const char *sock, const struct kvc_model *m, const uint32_t *t,
 		       size_t n, uint32_t kind, const struct kvt_mem *mem)
 {
-	kvc_t *c = open_model(sock, m);
+	kvc_t *c = open_model(sock, m, mem);
 	struct kvc_key keys[MAXB];
 	struct kvt_engine e;
 	struct kvc_req *r = NULL;
@@ -207,7 +240,7 @@ int kvt_engine_publish(const char *sock, const struct kvc_model *m, const uint32
 	rc = -1005;
 	if (mem && mem->upload(&e, tk, tv))
 		goto out;
-	l = kvt_engine_layout(&e, mem ? tk : (void *const *)e.k, mem ? tv : (void *const *)e.v);
+	l = layout_of(&e, mem, tk, tv);
 	/* Two partial runs: block 0, then the rest. */
 	if (kvc_scatter(r, 0, 1, &l, ids, mem ? mem->stream : NULL) ||
 	    kvc_scatter(r, 1, (size_t)nb - 1, &l, ids + 1, mem ? mem->stream : NULL))
@@ -226,7 +259,7 @@ out:
 int kvt_engine_fetch(const char *sock, const struct kvc_model *m, const uint32_t *t,
 		     size_t n, uint32_t kind, const struct kvt_mem *mem)
 {
-	kvc_t *c = open_model(sock, m);
+	kvc_t *c = open_model(sock, m, mem);
 	struct kvc_key keys[MAXB];
 	struct kvt_engine e;
 	struct kvc_req *r = NULL;
@@ -262,8 +295,11 @@ int kvt_engine_fetch(const char *sock, const struct kvc_model *m, const uint32_t
 	rc = -1005;
 	if (mem && mem->upload(&e, tk, tv))
 		goto out;
-	l = kvt_engine_layout(&e, mem ? tk : (void *const *)e.k, mem ? tv : (void *const *)e.v);
-	rc = kvc_gather(r, 0, (size_t)nb, &l, ids, mem ? mem->stream : NULL) ? -1006 : 0;
+	l = layout_of(&e, mem, tk, tv);
+	if (mem && mem->gather)
+		rc = mem->gather(r, (size_t)nb, &l, ids, mem->stream) ? -1006 : 0;
+	else
+		rc = kvc_gather(r, 0, (size_t)nb, &l, ids, mem ? mem->stream : NULL) ? -1006 : 0;
 	if (mem && (mem->sync(mem->stream) || mem->download(&e, tk, tv)))
 		rc = -1007;
 	if (rc)

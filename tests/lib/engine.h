@@ -35,6 +35,9 @@ void kvt_engine_free(struct kvt_engine *e);
 void kvt_engine_put(struct kvt_engine *e, uint64_t b, struct kvc_key key);
 /* Does engine block b hold key's pattern, byte for byte? */
 bool kvt_engine_has(const struct kvt_engine *e, uint64_t b, struct kvc_key key);
+/* Does layer l of engine block b (K and V) hold key's pattern? */
+bool kvt_engine_layer_has(const struct kvt_engine *e, uint64_t b, uint32_t l,
+			  struct kvc_key key);
 /* Does engine block b (with its padding) still hold the background? */
 bool kvt_engine_untouched(const struct kvt_engine *e, uint64_t b);
 
@@ -56,6 +59,16 @@ struct kvt_mem {
 	int (*download)(struct kvt_engine *e, void **t_k, void **t_v);
 	int (*sync)(void *stream);
 	void *stream;
+	/* A host pool's GPU engine: layouts carry KVC_LAYOUT_DEVICE and
+	 * `device`; with `prepare`, kvc_gpu_prepare(device, prepare_flags)
+	 * right after attaching. */
+	bool device_layout;
+	bool prepare;
+	int device;
+	uint32_t prepare_flags;
+	/* The reader's gather, if not one kvc_gather (n blocks from 0). */
+	int (*gather)(struct kvc_req *r, size_t n, const struct kvc_layout *l,
+		      const int64_t *ids, void *stream);
 };
 
 /*

@@ -5,6 +5,8 @@ stats as kvstat shows them, shards, salts, threads."""
 from __future__ import annotations
 
 import array
+import ctypes
+import errno
 import re
 import subprocess
 import sys
@@ -349,3 +351,76 @@ def test_threads_share_a_client(daemon):
             x.join()
         assert not errors
         assert c.stats()["client"]["lookups"] == 1 + 4 * 50 * 2
+
+
+def test_ctypes_structs_match_the_header():
+    """kvclient/_lib.py's Structures of the GPU-engine calls have the C
+    compiler's sizes and offsets (tests/python/kvsizes.c prints them)."""
+    from kvclient import _lib as L
+    out = subprocess.run([str(BUILD / "tests" / "python" / "kvsizes")], capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    py = {"kvc_layout": L.Layout, "kvc_copy_opts": L.CopyOpts, "kvc_gpu_status": L.GpuStatus}
+    seen = 0
+    for line in out:
+        name, value = line.rsplit(" ", 1)
+        if name == "KVC_GPU_CHUNK":
+            assert int(value) == L.GPU_CHUNK
+        elif name.endswith(" size"):
+            assert ctypes.sizeof(py[name[:-5]]) == int(value), name
+        else:
+            struct, field = name.split(".")
+            assert getattr(py[struct], field).offset == int(value), name
+        seen += 1
+    assert seen == 3 + 11 + 8 + 10 + 1
+
+
+def test_layer_ranges(daemon_factory):
+    """gather/scatter of a range of layers move those layers' K and V only:
+    a prompt scattered layer by layer, gathered in two ranges, is the
+    whole, byte for byte; a range past the model is refused."""
+    d = daemon_factory("--page-size", "8K")
+    m = kvclient.Model("kvt-four-layer", "float16", 4, 2, 16, 16)
+    shape = (2, 4, 16, 2, 16)
+    src = [torch.randn(shape).to(torch.float16) for _ in range(m.layers)]
+    dst = [torch.zeros(shape, dtype=torch.float16) for _ in range(m.layers)]
+    t = tokens(3 * 16, 8)
+    with kvclient.Client(m, socket=d.sock) as c:
+        kv1, kv2 = kvclient.PagedKV(c, src), kvclient.PagedKV(c, dst)
+        assert kv1.device is None	# CPU copies
+        with c.request(t) as r:
+            assert r.lookup() == 0 and r.alloc() == 3
+            for layer in reversed(range(m.layers)):
+                r.scatter(kv1, [0, 1, 2], first_layer=layer, layers=1)
+            assert r.publish() == 3
+        with c.request(t) as r:
+            assert r.lookup() == 3
+            r.gather(kv2, [3, 2, 1], first_layer=0, layers=1)
+            assert torch.equal(dst[0][:, [3, 2, 1]], src[0][:, :3])
+            assert all(not x.any() for x in dst[1:])
+            r.gather(kv2, [3, 2, 1], first_layer=1, event=None, layer_events=None)
+            for x, y in zip(dst, src):
+                assert torch.equal(x[:, [3, 2, 1]], y[:, :3]) and not x[:, 0].any()
+            with pytest.raises(ValueError, match="first_layer"):
+                r.gather(kv2, [0], first_layer=4)
+            with pytest.raises(ValueError, match="layers"):
+                r.gather(kv2, [0], first_layer=1, layers=4)
+            with pytest.raises(ValueError, match="layers"):
+                r.gather(kv2, [0], layers=0)
+
+
+def test_gpu_prepare_without_a_gpu(daemon):
+    """No CUDA here: gpu_prepare says why in the exception and gpu_status
+    keeps it; CPU copies go on. (tests/gpu/hostpool.c runs the GPU path.)"""
+    with kvclient.Client(tiny_model(), socket=daemon.sock) as c:
+        st = c.gpu_status()
+        assert st["state"] == "none" and st["device"] is None and st["chunks"] == 1
+        with pytest.raises(kvclient.NotSupportedError) as e:
+            c.gpu_prepare(0)
+        st = c.gpu_status()
+        if "libcuda.so.1" not in st["why"] and "without CUDA" not in st["why"]:
+            pytest.skip(f"a CUDA driver is here: {st['why'] or 'prepared'}")
+        assert st["state"] == "failed" and st["error"] == errno.ENOTSUP
+        assert st["why"] in str(e.value)
+        assert st["chunks_registered"] == 0 and st["bytes_registered"] == 0
+        with pytest.raises(ValueError):
+            c.gpu_prepare(-1)

@@ -31,14 +31,19 @@ def engine(script: str, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("block_size,copy", [(16, "auto"), (32, "auto"), (8, "auto"),
-                                             (16, "pages"), (32, "pages")])
+                                             (16, "pages"), (32, "pages"), (16, "layers"),
+                                             (32, "layers")])
 def test_vllm_two_engines(daemon_factory, block_size, copy):
     """vLLM block_size equal to kvcached's 16-token blocks, a multiple, a
-    divisor; copies by gather/scatter (one pass for all layers) or by page
-    views layer by layer (what a divisor, or vLLM's buffers on a GPU with a
-    host pool, use): the second engine's connector reports the first's
-    prompt as matched, loads it into other block ids, and its logits equal
-    a cold prefill's bit for bit."""
+    divisor; copies by gather/scatter (one pass for all layers), by page
+    views layer by layer (what a divisor uses, or vLLM's buffers on a GPU
+    with a host pool this process cannot register with CUDA), or in the
+    layer-wise order of the GPU path (a load per layer queued at
+    start_load_kv, a save per layer at save_kv_layer, publish at
+    wait_for_save; "layers": done on return on CPU tensors): the second
+    engine's connector reports the first's prompt as matched, loads it
+    into other block ids, and its logits equal a cold prefill's bit for
+    bit."""
     d = daemon_factory("--page-size", "8K")
     opt = ("--block-size", str(block_size), "--copy", copy)
     a = engine("vllm_proc.py", "prefill", "--socket", d.sock, *opt)
@@ -72,13 +77,15 @@ def test_vllm_drafter_layers(daemon_factory):
     assert len(said) == 1 and "model.layers.2.self_attn.attn" in said[0], b.stderr
 
 
-def test_vllm_chunked_prefill(daemon_factory):
+@pytest.mark.parametrize("copy", ["auto", "layers"])
+def test_vllm_chunked_prefill(daemon_factory, copy):
     """A prefill scheduled over three steps (new, then cached requests with
     the blocks each step adds): after each step kvcached holds the prompt
     blocks computed so far; the logits equal a cold prefill's; another
-    engine then loads all of them."""
+    engine then loads all of them. (This engine never calls save_kv_layer:
+    with "layers", wait_for_save copies every layer itself.)"""
     d = daemon_factory("--page-size", "8K")
-    a = engine("vllm_proc.py", "chunked", "--socket", d.sock, "--chunk", "48")
+    a = engine("vllm_proc.py", "chunked", "--socket", d.sock, "--chunk", "48", "--copy", copy)
     assert a.stdout.splitlines() == [
         "chunk: computed 48, kvcached holds 3 blocks",
         "chunk: computed 96, kvcached holds 6 blocks",
@@ -456,3 +463,28 @@ def test_connected_sees_daemon_exit(daemon_factory):
         with c.request(list(range(16))) as r:
             r.lookup()
     c.close()
+
+
+def test_vllm_copy_options(monkeypatch):
+    """The copy path's options are checked when the connector is made: copy
+    is "auto", "pages" or "layers"; register_wait is seconds >= 0."""
+    stubs_on_path(monkeypatch)
+    from kvclient.vllm import KvcachedConnector
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    from vllm_proc import vllm_config
+    from engine_loop import TinyLlama
+
+    lm = TinyLlama()
+    for copy in ("auto", "pages", "layers"):
+        KvcachedConnector(vllm_config(lm, "m", "/nonexistent/kv.sock", 16, 16, copy),
+                          KVConnectorRole.WORKER)
+    with pytest.raises(ValueError, match="copy 'gpu'"):
+        KvcachedConnector(vllm_config(lm, "m", "/x", 16, 16, "gpu"), KVConnectorRole.WORKER)
+    for bad in (-1, "soon", None):
+        cfg = vllm_config(lm, "m", "/x", 16, 16)
+        cfg.kv_transfer_config.kv_connector_extra_config["register_wait"] = bad
+        with pytest.raises(ValueError, match="register_wait"):
+            KvcachedConnector(cfg, KVConnectorRole.WORKER)
+    cfg = vllm_config(lm, "m", "/x", 16, 16)
+    cfg.kv_transfer_config.kv_connector_extra_config["register_wait"] = "2.5"
+    assert KvcachedConnector(cfg, KVConnectorRole.WORKER)._register_wait == 2.5

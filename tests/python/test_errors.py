@@ -442,6 +442,7 @@ def test_cuda_pool_paths_without_a_gpu(daemon):
             assert e.value.errno == errno.EFAULT
         with pytest.raises(kvclient.TensorDeviceError):
             kvclient.PagedKV(c, [torch.zeros(good, dtype=torch.float16, device="meta")])
+        kv.device = 0	# as a PagedKV of the cuda pool's tensors: copies on its GPU
         assert c._stream(12345, kv) == 12345
         assert c._stream(SimpleNamespace(cuda_stream=77), kv) == 77
         with pytest.raises(TypeError, match="stream"):

@@ -35,8 +35,8 @@ import ctypes
 import os
 import threading
 
-from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int64,
-                    c_size_t, c_uint16, c_uint32, c_uint64, c_void_p)
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int32,
+                    c_int64, c_size_t, c_uint16, c_uint32, c_uint64, c_void_p)
 
 SONAME = "libkvclient.so.0"
 # kvc_version() of the oldest library this package speaks to: 0.2.0, the
@@ -81,7 +81,21 @@ class Stat(Structure):
 class Layout(Structure):
     _fields_ = [("size", c_uint32), ("kind", c_uint32), ("flags", c_uint32),
                 ("layers", c_uint32), ("num_blocks", c_uint64), ("block_stride", c_uint64),
-                ("k", POINTER(c_void_p)), ("v", POINTER(c_void_p)), ("resv", c_uint64 * 4)]
+                ("k", POINTER(c_void_p)), ("v", POINTER(c_void_p)), ("device", c_int32),
+                ("resv32", c_uint32), ("resv", c_uint64 * 3)]
+
+
+class CopyOpts(Structure):
+    _fields_ = [("size", c_uint32), ("flags", c_uint32), ("first_layer", c_uint32),
+                ("layers", c_uint32), ("stream", c_void_p), ("event", c_void_p),
+                ("layer_events", POINTER(c_void_p)), ("resv", c_uint64 * 4)]
+
+
+class GpuStatus(Structure):
+    _fields_ = [("size", c_uint32), ("state", c_int32), ("device", c_int32),
+                ("chunks", c_uint32), ("chunks_registered", c_uint32), ("resv32", c_uint32),
+                ("bytes_registered", c_uint64), ("register_ns", c_uint64),
+                ("why", c_char * 256), ("resv", c_uint64 * 4)]
 
 
 OPEN_ALLOC_AHEAD = 0x1
@@ -91,6 +105,10 @@ POOL_HOST = 1
 POOL_CUDA = 2
 LAYOUT_KV = 1
 LAYOUT_FLASH = 2
+LAYOUT_DEVICE = 0x1
+GPU_WAIT = 0x1
+GPU_NONE, GPU_REGISTERING, GPU_READY = 0, 1, 2
+GPU_CHUNK = 256 << 20
 
 # (name, restype, argtypes, releases the GIL)
 _PROTOS = (
@@ -124,6 +142,12 @@ _PROTOS = (
                            c_void_p], True),
     ("kvc_scatter", c_int, [c_void_p, c_size_t, c_size_t, POINTER(Layout), c_void_p,
                             c_void_p], True),
+    ("kvc_gather_v2", c_int, [c_void_p, c_size_t, c_size_t, POINTER(Layout), c_void_p,
+                              POINTER(CopyOpts)], True),
+    ("kvc_scatter_v2", c_int, [c_void_p, c_size_t, c_size_t, POINTER(Layout), c_void_p,
+                               POINTER(CopyOpts)], True),
+    ("kvc_gpu_prepare", c_int, [c_void_p, c_int, c_uint32], True),
+    ("kvc_gpu_status", c_int, [c_void_p, POINTER(GpuStatus)], False),
     ("kvc_page_bytes", c_size_t, [c_void_p], False),
     ("kvc_block_tokens", c_size_t, [c_void_p], False),
     ("kvc_stats", c_int, [c_void_p, POINTER(Stats)], False),

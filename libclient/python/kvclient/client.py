@@ -229,6 +229,25 @@ def _stream_of(stream: Any) -> int:
                     f"not {type(stream).__name__}")
 
 
+def _event_of(event: Any, stream: int | None) -> int | None:
+    """A CUevent / cudaEvent_t for the C calls: an int, or a torch.cuda.Event
+    (whose event torch creates at its first record: recorded once on the
+    copy's stream here first if it has none yet)."""
+    if event is None:
+        return None
+    if isinstance(event, int) and not isinstance(event, bool):
+        return event
+    h = getattr(event, "cuda_event", None)
+    if isinstance(h, int):
+        if not h and hasattr(event, "record"):
+            import torch
+            event.record(torch.cuda.ExternalStream(stream) if stream else None)
+            h = event.cuda_event
+        return h
+    raise TypeError(f"an event must be None, an int (cudaEvent_t) or a torch.cuda.Event, "
+                    f"not {type(event).__name__}")
+
+
 _U32 = _b._U32
 _array = array.array
 _I64 = _b._I64
@@ -476,17 +495,59 @@ class Client:
         return _keys_list(out, rc)
 
     def _stream(self, stream: Any, kv: "PagedKV"):
-        """The stream argument of kvc_gather/kvc_scatter (None on a host pool,
-        which ignores it; the type is checked either way)."""
+        """The stream argument of kvc_gather/kvc_scatter: None for CPU copies
+        (a host pool and CPU tensors, which ignore it; the type is checked
+        either way); for GPU copies the given one, else torch's current
+        stream of the GPU they run on."""
+        gpu = kv.device
         if stream is not None:
             s = _stream_of(stream)
-            return s if self.pool_kind == "cuda" else None
-        if self.pool_kind != "cuda":
+            return s if gpu is not None else None
+        if gpu is None:
             return None
         if kv._torch:
             import torch
-            return torch.cuda.current_stream(self.pool_device).cuda_stream
+            return torch.cuda.current_stream(gpu).cuda_stream
         return None	# the legacy default stream
+
+    # -------------------------------------------------------------- GPUs
+
+    def gpu_prepare(self, device: int, wait: bool = False) -> None:
+        """Prepare copies between the pool and tensors on CUDA device
+        ``device`` (kvc_gpu_prepare), off the request path: the kernels
+        loaded in its context; on a host pool, the pool registered with
+        CUDA by a thread of the library (``wait``: return once done), so
+        that gather/scatter with that GPU's tensors run as one kernel over
+        the bus. PagedKV calls it for tensors on a GPU. Raises
+        NotSupportedError saying why where there is no CUDA here (a library
+        built without it, no driver, no GPU), WrongDeviceError on a cuda
+        pool for another GPU than the pool's."""
+        h = self._handle()
+        rc = _L.lib().gpu_prepare(h, _u("device", device, 0, 2**31 - 1),
+                                  _L.GPU_WAIT if wait else 0)
+        if rc < 0:
+            raise _error(rc, "kvc_gpu_prepare", self.gpu_status()["why"] or None,
+                         f"gpu_prepare({device})")
+
+    def gpu_status(self) -> dict:
+        """What gpu_prepare did (kvc_gpu_status): ``state`` "none",
+        "registering", "ready" or "failed"; ``device``; for a host pool the
+        registration's ``chunks``, ``chunks_registered``,
+        ``bytes_registered`` and ``register_s``; ``why`` it failed."""
+        st = _L.GpuStatus()
+        st.size = ctypes.sizeof(st)
+        rc = _L.lib().gpu_status(self._handle(), byref(st))
+        if rc < 0:
+            raise _error(rc, "kvc_gpu_status")
+        names = {_L.GPU_NONE: "none", _L.GPU_REGISTERING: "registering",
+                 _L.GPU_READY: "ready"}
+        return {"state": names.get(st.state, "failed"),
+                "error": -st.state if st.state < 0 else 0,
+                "device": st.device if st.device >= 0 else None,
+                "chunks": st.chunks, "chunks_registered": st.chunks_registered,
+                "bytes_registered": st.bytes_registered,
+                "register_s": st.register_ns / 1e9,
+                "why": st.why.decode("utf-8", "replace")}
 
     # ------------------------------------------------------------- stats
 
@@ -830,29 +891,43 @@ class Request:
 
     # --------------------------------------------------- gather/scatter
 
-    def gather(self, kv: "PagedKV", block_ids: Any, first: int = 0, stream: Any = None) -> None:
+    def gather(self, kv: "PagedKV", block_ids: Any, first: int = 0, stream: Any = None, *,
+               first_layer: int = 0, layers: int | None = None, event: Any = None,
+               layer_events: Any = None) -> None:
         """Copy the KV of blocks ``first .. first + len(block_ids) - 1``
         (hits) from their pool pages into the engine's cache ``kv``, block
         ``first + j`` into engine block ``block_ids[j]``, all layers, K and V,
-        in one C call. Host pool: done on return. Cuda pool: queued on
-        ``stream`` (default: torch's current stream of the pool's GPU);
-        synchronize it before release()."""
+        in one C call. CPU tensors on a host pool: done on return. GPU
+        tensors (a cuda pool, or a host pool registered with CUDA): queued
+        on ``stream`` (default: torch's current stream of their GPU);
+        synchronize it before release().
+
+        ``first_layer`` and ``layers`` (None: to the last) copy a range of
+        layers only. GPU copies: ``event`` (a torch.cuda.Event or a
+        cudaEvent_t) is recorded on the stream after the copy;
+        ``layer_events`` (one per layer copied) splits the copy into one
+        launch per layer, each event recorded after its layer."""
         if self._stage == _NEW:
             raise self._stage_error("gather", "call it after lookup()")
-        self._copy(_L._lib.gather, "kvc_gather", kv, block_ids, first, stream)
+        self._copy("kvc_gather", kv, block_ids, first, stream, first_layer, layers, event,
+                   layer_events)
 
     def scatter(self, kv: "PagedKV", block_ids: Any, first: int | None = None,
-                stream: Any = None) -> None:
+                stream: Any = None, *, first_layer: int = 0, layers: int | None = None,
+                event: Any = None, layer_events: Any = None) -> None:
         """The other way: engine blocks ``block_ids[j]`` into the pages alloc()
         granted for blocks ``first + j`` (``first`` defaults to ``hits``, the
-        first granted block), before publish(). Cuda pool: synchronize the
-        stream before publish()."""
+        first granted block), before publish(). GPU copies: synchronize the
+        stream (or the event) before publish(). The layer and event options
+        are gather's."""
         if self._stage in (_NEW, _LOOKED_UP, _PUBLISHED):
             raise self._stage_error("scatter", "call it after alloc() and before publish()")
-        self._copy(_L._lib.scatter, "kvc_scatter", kv, block_ids,
-                   self.hits if first is None else first, stream)
+        self._copy("kvc_scatter", kv, block_ids, self.hits if first is None else first,
+                   stream, first_layer, layers, event, layer_events)
 
-    def _copy(self, fn, call: str, kv: "PagedKV", block_ids, first: int, stream) -> None:
+    def _copy(self, call: str, kv: "PagedKV", block_ids, first: int, stream,
+              first_layer: int = 0, layers: int | None = None, event: Any = None,
+              layer_events: Any = None) -> None:
         r = self._req(call[4:])
         c = self._c
         if type(kv) is not PagedKV:
@@ -866,14 +941,36 @@ class Request:
         if first < 0 or first + n > nb:
             raise TensorError(_errno.EINVAL, f"{call[4:]}: blocks {first}..{first + n - 1} "
                               f"are outside the request's {nb} blocks")
-        s = c._stream(stream, kv) if stream is not None or c.pool_kind == "cuda" else None
-        rc = fn(r, first, n, kv._layout, addr, s)
+        s = c._stream(stream, kv) if stream is not None or kv.device is not None else None
+        if not first_layer and layers is None and event is None and layer_events is None:
+            rc = getattr(_L._lib, call[4:])(r, first, n, kv._layout, addr, s)
+        else:
+            rc = self._copy_v2(call, kv, r, first, n, addr, s, first_layer, layers, event,
+                               layer_events)
         if rc < 0:
             what = None
             if rc == -_errno.EINVAL:
                 what = (f"{call[4:]}: refused before any copy: an engine block id outside "
                         f"0..{kv.num_blocks - 1}")
             raise _error(rc, call, what=what)
+
+    def _copy_v2(self, call, kv, r, first, n, addr, s, first_layer, layers, event,
+                 layer_events) -> int:
+        L = kv.layers
+        fl = _u("first_layer", first_layer, 0, L - 1)
+        nl = L - fl if layers is None else _u("layers", layers, 1, L - fl)
+        o = _L.CopyOpts()
+        o.size = ctypes.sizeof(o)
+        o.first_layer = fl
+        o.layers = nl
+        o.stream = s
+        o.event = _event_of(event, s) if kv.device is not None else None
+        if layer_events is not None and kv.device is not None:
+            evs = [_event_of(e, s) for e in layer_events]
+            if len(evs) != nl:
+                raise ValueError(f"{call[4:]}: {len(evs)} layer events for {nl} layers")
+            o.layer_events = (c_void_p * nl)(*evs)
+        return getattr(_L._lib, call[4:] + "_v2")(r, first, n, kv._layout, addr, byref(o))
 
 
 # ---------------------------------------------------------- paged KV
@@ -893,10 +990,14 @@ class PagedKV:
     given.
 
     torch tensors or numpy arrays of the model's dtype; within a block dense,
-    between blocks any stride (padding) the same for every tensor; CPU
-    memory for a host pool, the pool's GPU for a cuda pool. Anything else
-    raises TensorError / TensorDeviceError here, before any copy. The
-    tensors are referenced, not copied: keep using them.
+    between blocks any stride (padding) the same for every tensor; the
+    pool's GPU for a cuda pool; for a host pool either CPU memory (copies on
+    the calling thread) or one GPU, all tensors on it (a GPU engine: the
+    pool is registered with CUDA for that GPU, Client.gpu_prepare, and the
+    copies run there as kernels; NotSupportedError says why where that
+    cannot be). Anything else raises TensorError / TensorDeviceError here,
+    before any copy. The tensors are referenced, not copied: keep using
+    them.
     """
 
     def __init__(self, client: Client, k: Any, v: Any = None, *, layout: str | None = None):
@@ -934,6 +1035,17 @@ class PagedKV:
         #: bytes from one block to the next in each tensor
         self.block_stride: int = stride * m.dtype_bytes
         self._torch = infos[0][1].lib == "torch"
+        #: the CUDA device the copies run on, None for CPU copies
+        self.device: int | None = client.pool_device
+        gpu = infos[0][1].device == "cuda"
+        if client.pool_kind == "host":
+            self.device = (infos[0][1].index or 0) if gpu else None
+            for what, t in infos:
+                if (t.device == "cuda") != gpu or (gpu and (t.index or 0) != self.device):
+                    raise TensorDeviceError(_errno.EINVAL, f"{what} is on {t.device}"
+                                            f"{':' + str(t.index) if t.index is not None else ''}"
+                                            f", {infos[0][0]} on {infos[0][1].device}: "
+                                            "every tensor in one place")
         kp = (c_void_p * m.layers)(*ks)
         vp = (c_void_p * m.layers)(*vs) if vs else None
         lay = _L.Layout()
@@ -945,6 +1057,10 @@ class PagedKV:
         lay.k = kp
         if vp is not None:
             lay.v = vp
+        if client.pool_kind == "host" and self.device is not None:
+            lay.flags = _L.LAYOUT_DEVICE
+            lay.device = self.device
+            client.gpu_prepare(self.device)	# registers the pool, off the request path
         self._layout = lay
         self._keep = (k, v, kp, vp)
 
@@ -980,9 +1096,9 @@ class PagedKV:
                want: str) -> None:
         m = client.model
         if client.pool_kind == "host":
-            if t.device != "cpu":
+            if t.device not in ("cpu", "cuda"):
                 raise TensorDeviceError(_errno.EINVAL, f"{what} is on {t.device}: the pool is"
-                                        " host memory, gather/scatter take CPU tensors")
+                                        " host memory, gather/scatter take CPU or CUDA tensors")
         elif t.device != "cuda":
             raise DeviceMemoryError(_errno.EFAULT, f"{what} is on {t.device}: the pool is on "
                                     f"cuda:{client.pool_device}")

@@ -155,11 +155,11 @@ class TensorDeviceError(TensorError):
 
 
 class DeviceMemoryError(TensorDeviceError):
-    """Cuda pool: a tensor is not GPU memory CUDA knows (EFAULT)."""
+    """GPU copies: a tensor is not GPU memory CUDA knows (EFAULT)."""
 
 
 class WrongDeviceError(TensorDeviceError):
-    """Cuda pool: a tensor is on another GPU than the pool's (EXDEV)."""
+    """GPU copies: a tensor is on another GPU than the one copying (EXDEV)."""
 
 
 _BY_ERRNO = {
@@ -191,7 +191,8 @@ _BY_ERRNO = {
 }
 
 # Calls on blocks: ENOENT there means "no page", not "no daemon".
-_BLOCK_CALLS = {"kvc_gather", "kvc_scatter", "kvc_block_page"}
+_BLOCK_CALLS = {"kvc_gather", "kvc_scatter", "kvc_gather_v2", "kvc_scatter_v2",
+                "kvc_block_page"}
 
 
 def error_class(err: int, call: str = "") -> type:

@@ -19,17 +19,33 @@ where the hits go, ``build_connector_meta`` hands the workers, per step,
 the blocks to load and the prompt blocks newly computed to save.
 
 Worker side: ``start_load_kv`` looks the blocks up again in this rank's
-namespace and copies the hits into vLLM's paged buffer in the background:
-either with gather (one pass for every layer: on a host pool in a thread
-that releases the GIL, on a cuda pool on a stream of its own; the first
-``wait_for_layer_load`` waits for it), or through page views layer by
-layer (a host pool with vLLM's buffers on a GPU, a kvcached block larger
-than vLLM's, or ``"copy": "pages"``), where ``wait_for_layer_load(layer
-i)`` waits for layer i only, so layer i computes while i+1 loads;
-``wait_for_save`` scatters the newly computed prompt blocks into pages and
-publishes them. Blocks a worker could not load (evicted since the
-scheduler looked, daemon gone) are reported by
-``get_block_ids_with_load_errors`` and vLLM recomputes them.
+namespace and copies the hits into vLLM's paged buffer, one of three ways:
+
+* vLLM's buffers on a GPU (a cuda pool, or a host pool the library has
+  registered with CUDA: kvc_gpu_prepare at ``register_kv_caches``): every
+  layer's copy is queued at once on a load stream of the connector's own,
+  one kernel launch per layer and request, each followed by that layer's
+  event; ``wait_for_layer_load(layer i)`` makes the engine's stream wait
+  for layer i's events only (on the GPU: no Python thread, no CPU wait),
+  so layer i computes while later layers load. ``save_kv_layer(layer i)``
+  queues layer i's copy of the step's new prompt blocks on a save stream,
+  after an event on the engine's stream (the layer's attention wrote
+  them); ``wait_for_save`` waits for the save stream and publishes.
+* CPU buffers on a host pool: one gather for every layer, in a thread that
+  releases the GIL (the first ``wait_for_layer_load`` waits for it);
+  ``wait_for_save`` scatters the newly computed prompt blocks and
+  publishes them.
+* page views, layer by layer (a kvcached block larger than vLLM's, ``"copy":
+  "pages"``, or GPU buffers on a host pool where this process has no CUDA
+  to register it with: said once in the log), where
+  ``wait_for_layer_load(layer i)`` waits for layer i only.
+
+``"copy": "layers"`` runs the first way's order with CPU buffers, each copy
+done on return (for tests and debugging).
+
+Blocks a worker could not load (evicted since the scheduler looked, daemon
+gone) are reported by ``get_block_ids_with_load_errors`` and vLLM
+recomputes them.
 
 kvcached being unreachable never fails a request: no daemon, a lost
 connection or a full pool make the connector report 0 matched tokens and
@@ -40,6 +56,7 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -88,6 +105,90 @@ class SaveSpec:
 class KvcachedConnectorMetadata(KVConnectorMetadata):
     loads: list = field(default_factory=list)
     saves: list = field(default_factory=list)
+
+
+class _Streams:
+    """The layer-wise path's streams and events (torch.cuda), made once:
+    a load stream, a save stream, per layer an event for saves, and per
+    request loaded in a step a list of per-layer events, reused step
+    after step (a wait takes an event's last record when it is queued)."""
+
+    def __init__(self, device: int, layers: int):
+        import torch
+        self.torch, self.device, self.layers = torch, device, layers
+        dev = torch.device("cuda", device)
+        self.load = torch.cuda.Stream(device=dev)
+        self.save = torch.cuda.Stream(device=dev)
+        self.load_events: list = []
+        self.save_events = self.events()
+        self.load_done = torch.cuda.Event()
+        self.load_done.record(self.load)
+        self.load.synchronize()
+
+    def events(self) -> list:
+        """One event per layer, each recorded once (torch makes the CUDA
+        event at its first record; the library records it then)."""
+        evs = [self.torch.cuda.Event() for _ in range(self.layers)]
+        for e in evs:
+            e.record(self.load)
+        return evs
+
+    def _engine(self):
+        return self.torch.cuda.current_stream(self.device)
+
+    def loads_after_engine(self) -> None:
+        """Loads go after what the engine queued (its freed blocks' readers)."""
+        self.load.wait_stream(self._engine())
+
+    def engine_waits(self, ev) -> None:
+        """The engine's stream waits for ev (None: every load of the step)."""
+        self._engine().wait_event(self.load_done if ev is None else ev)
+
+    def loads_queued(self) -> None:
+        self.load_done.record(self.load)
+
+    def loads_wait(self) -> None:
+        self.load_done.synchronize()
+
+    def save_after_engine(self, layer: int) -> None:
+        ev = self.save_events[layer]
+        ev.record(self._engine())
+        self.save.wait_event(ev)
+
+    def saves_wait(self) -> None:
+        self.save.synchronize()
+
+
+class _Sync(_Streams):
+    """The same order with copies that are done on return (CPU tensors,
+    ``"copy": "layers"``): no stream, no event, nothing to wait for."""
+
+    def __init__(self, layers: int):
+        self.device, self.layers = None, layers
+        self.load = self.save = None
+        self.load_events: list = []
+        self.save_events = self.events()
+
+    def events(self) -> list:
+        return [None] * self.layers
+
+    def loads_after_engine(self) -> None:
+        pass
+
+    def engine_waits(self, ev) -> None:
+        pass
+
+    def loads_queued(self) -> None:
+        pass
+
+    def loads_wait(self) -> None:
+        pass
+
+    def save_after_engine(self, layer: int) -> None:
+        pass
+
+    def saves_wait(self) -> None:
+        pass
 
 
 @dataclass
@@ -222,13 +323,28 @@ class KvcachedConnector(KVConnectorBase_V1):
         self._load_errors: set[int] = set()
         self._load_thread: Optional[threading.Thread] = None
         self._load_reqs: list = []
-        self._load_event = None
-        self._stream = None	# cuda pool: the loads' own stream
         self._layer_index: dict = {}
         self._layer_loaded: list = []
+        # GPU copies (_gpu_setup): the connector's streams, events reused
+        # step after step, this step's loads' events and save jobs.
+        self._gpu = None
+        self._load_events: list = []	# per request loaded: one event per layer
+        self._loads_done = False	# this step's loads are queued
+        self._saves: Optional[list] = None	# [request, first block, engine ids, SaveSpec]
+        self._saved_layers: set = set()
+        self._said: set = set()
+        rw = extra.get("register_wait", 10)
+        try:
+            self._register_wait = float(rw)
+        except (TypeError, ValueError):
+            self._register_wait = -1.0
+        if not self._register_wait >= 0:
+            raise ValueError(f"KvcachedConnector: register_wait {rw!r}: seconds, a number "
+                             ">= 0")
         self._copy = extra.get("copy", "auto")
-        if self._copy not in ("auto", "pages"):
-            raise ValueError(f"KvcachedConnector: copy {self._copy!r}: 'auto' or 'pages'")
+        if self._copy not in ("auto", "pages", "layers"):
+            raise ValueError(f"KvcachedConnector: copy {self._copy!r}: 'auto', 'pages' or "
+                             "'layers'")
 
     # ------------------------------------------------------ the Client
 
@@ -239,9 +355,11 @@ class KvcachedConnector(KVConnectorBase_V1):
     def _opened(self, c) -> None:
         if self._caches is not None:
             self._kv = self._paged(c)
+            self._gpu_setup()
 
     def _dropped(self) -> None:
         self._kv = None
+        self._loads_finished()	# GPU loads still read the pages they pin
         self._release_loads()
 
     def _drop_client(self, why: str) -> None:
@@ -332,9 +450,10 @@ class KvcachedConnector(KVConnectorBase_V1):
 
     @classmethod
     def requires_piecewise_for_cudagraph(cls, extra_config: dict) -> bool:
-        """True: the loads are waited for in wait_for_layer_load (and the
-        cuda pool's by an event on the current stream there), which a
-        replayed full CUDA graph skips; vLLM's PIECEWISE mode runs the
+        """True: the loads are waited for in wait_for_layer_load (GPU
+        copies by the layer's events on the current stream there) and the
+        saves queued in save_kv_layer, which a replayed full CUDA graph
+        skips; vLLM's PIECEWISE mode runs the
         attention layers, and so these calls, outside the graphs. Every
         copy mode waits there, so whatever extra_config says."""
         return True
@@ -390,15 +509,21 @@ class KvcachedConnector(KVConnectorBase_V1):
         c = self._rc.c or self._client()
         if c is not None and self._kv is None:
             self._kv = self._paged(c)
+        self._gpu_setup()
+
+    def _say_once(self, key: str, msg: str, *args) -> None:
+        if key not in self._said:
+            self._said.add(key)
+            log.warning(msg, *args)
 
     def _paged(self, c):
         """How this rank moves KV: a PagedKV over vLLM's buffers in kvcached
         blocks (a vLLM block of m kvcached blocks viewed as m blocks) for
-        gather/scatter, one pass for every layer; or None for page views,
-        layer by layer: when a kvcached block spans several vLLM blocks,
-        when vLLM's buffers are on a GPU and the pool in host memory (the
-        copies are then host-to-device), or when kv_connector_extra_config
-        says "copy": "pages"."""
+        gather/scatter; or None for page views, layer by layer: when a
+        kvcached block spans several vLLM blocks, when kv_connector_extra_config
+        says "copy": "pages", or when vLLM's buffers are on a GPU, the pool
+        in host memory and this process cannot register it with CUDA (the
+        reason is logged once)."""
         B, T = self.block_size, self.block_tokens
         on_gpu = self._caches[0].device.type != "cpu"
         if c.pool_kind != "host":
@@ -407,19 +532,61 @@ class KvcachedConnector(KVConnectorBase_V1):
                                  f"than kvcached's {T}, need a host pool")
             if self._copy == "pages":
                 raise ValueError("KvcachedConnector: copy 'pages' needs a host pool")
-        elif B % T or on_gpu or self._copy == "pages":
+        elif B % T or self._copy == "pages":
             return None
         m = B // T
         h, d = self.model.kv_heads, self.model.head_dim
-        if self._layout == "flash":
-            return _client.PagedKV(c, [x.view(2, x.shape[1] * m, T, h, d)
-                                       for x in self._caches])
-        return _client.PagedKV(c, [x[:, 0] for x in self._caches],
-                               [x[:, 1] for x in self._caches])
+        try:
+            if self._layout == "flash":
+                kv = _client.PagedKV(c, [x.view(2, x.shape[1] * m, T, h, d)
+                                         for x in self._caches])
+            else:
+                kv = _client.PagedKV(c, [x[:, 0] for x in self._caches],
+                                     [x[:, 1] for x in self._caches])
+        except KvcError as e:
+            if c.pool_kind != "host" or not on_gpu:
+                raise
+            self._say_once("gpu", "kvcached: the host pool cannot be shared with this GPU "
+                           "(%s): copying page by page, far below the bus's speed", e)
+            return None
+        if c.pool_kind == "host" and kv.device is not None:
+            self._registered(c)
+        return kv
+
+    def _registered(self, c) -> None:
+        """A host pool being registered with CUDA (PagedKV started it): wait
+        for it here, at start-up, up to register_wait seconds (default 10:
+        about 100 GiB of pool), so that the first requests copy at the
+        bus's speed; a larger pool goes on registering in the background,
+        its pages copied piece by piece until their chunk is done."""
+        wait = self._register_wait
+        end = time.monotonic() + wait
+        st = c.gpu_status()
+        while st["state"] == "registering" and time.monotonic() < end:
+            time.sleep(0.005)
+            st = c.gpu_status()
+        if st["state"] == "registering":
+            log.info("kvcached: %d of %d chunks of the host pool registered with CUDA in "
+                     "%.1f s; the rest goes on in the background", st["chunks_registered"],
+                     st["chunks"], wait)
+        else:
+            self._say_status()
+
+    def _gpu_setup(self) -> None:
+        """The layer-wise path (GPU copies, or ``"copy": "layers"``): its
+        streams and events, made once here, off the request path."""
+        kv = self._kv
+        if kv is None or (kv.device is None and self._copy != "layers"):
+            self._gpu = None
+        elif self._gpu is None or self._gpu.device != kv.device:
+            L = len(self._caches)
+            self._gpu = _Sync(L) if kv.device is None else _Streams(kv.device, L)
 
     def _engine_ids(self, block_ids: list, first: int, n: int) -> list:
         """Engine block ids (in _paged's view) of kvcached blocks first..first+n-1."""
         m = self.block_size // self.block_tokens
+        if m == 1:
+            return block_ids[first:first + n]
         return [block_ids[j // m] * m + j % m for j in range(first, first + n)]
 
     def _segments(self, block_ids: list, first: int, n: int, from_token: int = 0):
@@ -480,17 +647,8 @@ class KvcachedConnector(KVConnectorBase_V1):
             return
         if not work:
             return
-        if c.pool_kind == "cuda":
-            import torch
-            if self._stream is None:
-                self._stream = torch.cuda.Stream(device=c.pool_device)
-            stream = self._stream
-            for req, ld, first, hits in work:
-                req.gather(self._kv, self._engine_ids(ld.block_ids, first, hits - first),
-                           first, stream=stream)
-            self._load_event = torch.cuda.Event()
-            self._load_event.record(stream)
-            return
+        if self._gpu is not None:
+            return self._load_gpu(work)
         if self._kv is not None:
             target = self._gather_all
         else:	# layer by layer: layer i's event is set once it is loaded
@@ -499,6 +657,27 @@ class KvcachedConnector(KVConnectorBase_V1):
         self._load_thread = threading.Thread(target=target, args=(work,),
                                              name="kvcached-load", daemon=True)
         self._load_thread.start()
+
+    def _load_gpu(self, work) -> None:
+        """Every layer's copy queued on the load stream, an event after each
+        layer of each request; nothing here waits."""
+        g = self._gpu
+        g.loads_after_engine()
+        for req, ld, first, hits in work:
+            while len(g.load_events) <= len(self._load_events):
+                g.load_events.append(g.events())
+            evs = g.load_events[len(self._load_events)]
+            try:
+                req.gather(self._kv, self._engine_ids(ld.block_ids, first, hits - first),
+                           first, stream=g.load, layer_events=evs)
+                self._load_events.append(evs)
+            except Exception as e:
+                self._load_failed(ld, e)
+                # Some layers may be queued, and vLLM recomputes these
+                # blocks: the engine waits for every load before it writes.
+                self._load_events.append([None] * len(evs))
+        g.loads_queued()
+        self._loads_done = True
 
     def _load_failed(self, ld, e: Exception) -> None:
         """A load that failed part way: its blocks are recomputed."""
@@ -538,13 +717,19 @@ class KvcachedConnector(KVConnectorBase_V1):
                 done.set()
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        """Page views: wait until this layer is loaded. Gather: one copy
-        moves every layer, the first layer waits for it. An unknown name
-        (or "") waits for everything."""
+        """GPU copies: the engine's stream waits (on the GPU) for this
+        layer's events. Page views: wait until this layer is loaded. CPU
+        gather: one copy moves every layer, the first layer waits for it.
+        An unknown name (or "") waits for everything."""
+        i = self._layer_index.get(layer_name)
+        if self._load_events:
+            j = i if i is not None else -1
+            for evs in self._load_events:
+                self._gpu.engine_waits(evs[j])
+            return
         t = self._load_thread
         if t is None:
-            return self._wait_stream()
-        i = self._layer_index.get(layer_name)
+            return
         if self._kv is None and i is not None and i + 1 < len(self._layer_loaded):
             self._layer_loaded[i].wait()
             return
@@ -552,11 +737,13 @@ class KvcachedConnector(KVConnectorBase_V1):
         t.join()
         self._release_loads()
 
-    def _wait_stream(self) -> None:
-        ev, self._load_event = self._load_event, None
-        if ev is not None:
-            import torch
-            torch.cuda.current_stream().wait_event(ev)
+    def _loads_finished(self) -> None:
+        """Layer-wise loads: wait until the copies are done (long done by
+        the end of the step), so that their pins can go."""
+        if self._loads_done:
+            self._gpu.loads_wait()
+        self._loads_done = False
+        self._load_events = []
 
     def _release_loads(self) -> None:
         reqs, self._load_reqs = self._load_reqs, []
@@ -567,18 +754,116 @@ class KvcachedConnector(KVConnectorBase_V1):
                 pass
 
     def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata, **kwargs) -> None:
-        """Nothing per layer: a kvcached page holds every layer of a block,
-        so wait_for_save copies the step's new blocks in one pass."""
-        return
+        """GPU copies: queue this layer's copy of the step's new prompt
+        blocks on the save stream, after what the engine's stream has
+        queued so far (this layer's attention wrote them). The first call
+        of a step asks kvcached for the pages. CPU copies: nothing per
+        layer; wait_for_save copies every layer in one pass."""
+        if self._gpu is None or self._kv is None:
+            return
+        i = self._layer_index.get(layer_name)
+        if i is None or i in self._saved_layers:
+            return
+        if self._saves is None:
+            self._saves = self._save_jobs()
+        if self._saves:
+            self._save_layers(i, 1)
+        self._saved_layers.add(i)
+
+    def _save_jobs(self) -> list:
+        """Pages for this step's new prompt blocks (lookup, alloc): a job
+        per request with pages granted."""
+        meta = self._get_connector_metadata()
+        jobs = []
+        if not meta.saves:
+            return jobs
+        c = self._client()
+        if c is None:
+            return jobs
+        for sv in meta.saves:
+            r = None
+            try:
+                r = c.request(sv.tokens, extra=sv.extra)
+                hits = r.lookup()
+                got = r.alloc() if hits < r.blocks else 0
+                if got:	# else cached already, or a pool full of pinned pages
+                    jobs.append([r, hits, self._engine_ids(sv.block_ids, hits, got), sv])
+                    r = None
+            except KvcError as e:
+                if not c.connected():
+                    self._drop_client(str(e))
+                    break
+                log.warning("kvcached: saving %s: %s", sv.req_id, e)
+            finally:
+                if r is not None:
+                    r.release()
+        return jobs
+
+    def _save_layers(self, first: int, n: int) -> None:
+        """Queue layers first..first+n-1 of every save job on the save stream,
+        after the engine's stream."""
+        g = self._gpu
+        g.save_after_engine(first)
+        for job in self._saves:
+            r, hits, ids, sv = job
+            if r is None:
+                continue
+            try:
+                r.scatter(self._kv, ids, hits, stream=g.save, first_layer=first, layers=n)
+            except KvcError as e:
+                log.warning("kvcached: saving %s: %s", sv.req_id, e)
+                r.release()	# not published: its pages go back
+                job[0] = None
+
+    def _finish_gpu_saves(self) -> None:
+        """Copies the engine did not announce (save_kv_layer not called for
+        some layers) are queued now; then wait for the save stream and
+        publish."""
+        done, self._saved_layers = self._saved_layers, set()
+        if self._saves is None:
+            self._saves = self._save_jobs() if self._kv is not None else []
+        saves = self._saves
+        try:
+            if not saves or self._kv is None:	# none, or the Client went meanwhile
+                return
+            L = len(self._caches)
+            i = 0
+            while i < L:	# the runs of layers not saved yet, one call each
+                if i in done:
+                    i += 1
+                    continue
+                j = i
+                while j < L and j not in done:
+                    j += 1
+                self._save_layers(i, j - i)
+                i = j
+            self._gpu.saves_wait()
+            for r, hits, ids, sv in saves:
+                if r is None:
+                    continue
+                try:
+                    r.publish()
+                except KvcError as e:
+                    log.warning("kvcached: saving %s: %s", sv.req_id, e)
+        finally:
+            for r, *_ in saves:
+                if r is not None:
+                    try:
+                        r.release()
+                    except KvcError:
+                        pass
+            self._saves = None
 
     def wait_for_save(self) -> None:
         """Scatter the prompt blocks computed in this step into kvcached
         pages and publish them (blocks already cached are skipped)."""
         self.wait_for_layer_load("")
-        if self._load_reqs and self._rc.c is not None and self._rc.c.pool_kind == "cuda":
-            import torch	# the current stream waited for the loads: their pins go
-            torch.cuda.current_stream().synchronize()
+        self._loads_finished()
         self._release_loads()
+        if self._gpu is not None:
+            self._finish_gpu_saves()
+            self._say_status()
+            return
         meta = self._get_connector_metadata()
         if not meta.saves:
             return
@@ -595,14 +880,7 @@ class KvcachedConnector(KVConnectorBase_V1):
                     if not got:
                         continue	# pool full of pinned pages: try another time
                     if self._kv is not None:
-                        stream = None
-                        if c.pool_kind == "cuda":
-                            import torch
-                            stream = torch.cuda.current_stream(c.pool_device)
-                        r.scatter(self._kv, self._engine_ids(sv.block_ids, hits, got),
-                                  stream=stream)
-                        if stream is not None:
-                            stream.synchronize()
+                        r.scatter(self._kv, self._engine_ids(sv.block_ids, hits, got))
                     else:
                         pages = self._page_views(r, hits, got)
                         segs = self._segments(sv.block_ids, hits, got)
@@ -615,6 +893,20 @@ class KvcachedConnector(KVConnectorBase_V1):
                     return
                 log.warning("kvcached: saving %s: %s", sv.req_id, e)
 
+    def _say_status(self) -> None:
+        """A host pool's registration that failed part way: said once."""
+        if "gpu" in self._said or self._kv is None or self._rc.c is None:
+            return
+        c = self._rc.c
+        if c.pool_kind != "host":
+            return
+        st = c.gpu_status()
+        if st["state"] == "failed":
+            self._say_once("gpu", "kvcached: %s of %s chunks of the host pool registered "
+                           "with CUDA (%s): pages of the others are copied piece by piece, "
+                           "far below the bus's speed", st["chunks_registered"],
+                           st["chunks"], st["why"])
+
     def get_finished(self, finished_req_ids):
         return None, None	# loads and saves finish within their step
 
@@ -624,5 +916,6 @@ class KvcachedConnector(KVConnectorBase_V1):
 
     def shutdown(self) -> None:
         self.wait_for_layer_load("")
+        self._loads_finished()
         self._release_loads()
         self._rc.close()
