@@ -26,12 +26,13 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 13u	/* 8: remote tier counters; 9: single flight (page
+#define KVSHM_VERSION 14u	/* 8: remote tier counters; 9: single flight (page
 				 * flight, row flight, wait stats); 10: page
 				 * entries of one cache line; 11: tick timing;
 				 * 12: ledger access ring of 1024, a hit run
 				 * written deepest first; 13: page `unlisted`
-				 * (lookups find pages without the index) */
+				 * (lookups find pages without the index); 14:
+				 * ledger counters in rows, one per thread */
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
