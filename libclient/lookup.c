@@ -112,17 +112,10 @@ int kvc_req_new(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
 	if (!r)
 		return -ENOMEM;
 	if (n) {
-		memcpy(r->tokens, tokens, n * c->bt * sizeof(uint32_t));
+		/* The chain, with the first lines the walk reads on their way
+		 * while it is hashed (prefix.h). */
 		r->extra = kvshm_key_extra(extra, extra_len);
-		/* Block 0's bucket on its way as soon as its key exists, so
-		 * that it arrives while the rest of the chain is hashed (the
-		 * walk reads it first; with millions of blocks cached it is a
-		 * cache and TLB miss), then the next few (issue #23). */
-		kvshm_key_chain(c->root, r->extra, r->tokens, c->bt, c->bt, r->keys);
-		kvshm_index_prefetch(c->seg, r->keys[0]);
-		kvshm_key_chain(r->keys[0], r->extra, r->tokens + c->bt, (n - 1) * c->bt, c->bt,
-				r->keys + 1);
-		kvshm_walk_prefetch(c->seg, r->keys + 1, n - 1);
+		kvshm_walk_keys(c->seg, c->root, r->extra, tokens, r->tokens, c->bt, n, r->keys);
 	}
 	*out = r;
 	return 0;

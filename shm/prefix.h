@@ -38,8 +38,10 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "index.h"
+#include "key.h"
 #include "ledger.h"
 #include "page.h"
 
@@ -48,6 +50,7 @@
 #define KVSHM_PIN_RUN 32	/* verified blocks pinned under one fence */
 #define KVSHM_AHEAD_SEQ 32	/* pages ahead prefetched while guessing */
 #define KVSHM_AHEAD_FIRST 8	/* buckets kvshm_walk_prefetch prefetches */
+#define KVSHM_PEEK_AFTER 4	/* blocks hashed before block 0's bucket is read */
 
 _Static_assert(KVSHM_AHEAD_PAGE < KVSHM_AHEAD_BUCKET, "buckets are read after their prefetch");
 _Static_assert((KVSHM_AHEAD_BUCKET & (KVSHM_AHEAD_BUCKET - 1)) == 0, "candidate ring size");
@@ -77,22 +80,70 @@ kvshm_walk_prefetch_page(const struct kvshm_view *v, uint32_t loc)
 }
 
 /*
- * Prefetch the home buckets of the first keys of a walk, so they are on
- * their way while the engine goes on to kvc_lookup (kvc_req_new prefetches
- * block 0's bucket on its own, before hashing the rest, and this for the
- * keys after it). The walk reads block 0's bucket and, when block 1 is not
- * on the page after block 0's, block 1's and the pipeline's first ones:
- * KVSHM_AHEAD_FIRST of them, not a whole pipeline's worth, since most
- * requests then guess the rest and never read those buckets.
+ * Prefetch the page entries and tokens of a run of n blocks that would
+ * start on page `first` (from block 0's bucket, read before the walk),
+ * at most KVSHM_AHEAD_SEQ of them: where the walk will look first, since
+ * a request's blocks are one run as a rule (kvshm_walk_pin). kvc_req_new
+ * calls it while it still has blocks to hash.
  */
-static inline __attribute__((always_inline)) void kvshm_walk_prefetch(const struct kvshm_header *h, const struct kvshm_key *keys,
-				       size_t n)
+static inline __attribute__((always_inline)) void
+kvshm_walk_prefetch_run(const struct kvshm_view *v, uint32_t first, size_t n)
+{
+	size_t k;
+
+	for (k = 0; k < n && k < KVSHM_AHEAD_SEQ; k++)
+		kvshm_walk_prefetch_page(v, first + (uint32_t)k);
+}
+
+/*
+ * Prefetch the home buckets of the first keys of a walk (engine-keyed
+ * requests, whose blocks are not a chain the walk can guess along):
+ * KVSHM_AHEAD_FIRST of them, so they are on their way while the engine
+ * goes on to kvc_lookup.
+ */
+static inline __attribute__((always_inline)) void
+kvshm_walk_prefetch(const struct kvshm_header *h, const struct kvshm_key *keys, size_t n)
 {
 	struct kvshm_view v = kvshm_view(h);
 	size_t k;
 
 	for (k = 0; k < n && k < KVSHM_AHEAD_FIRST; k++)
 		kvshm_view_prefetch(&v, keys[k]);
+}
+
+/*
+ * The key chain of a request of n blocks (tokens, bt a block) into keys,
+ * with the first lines its walk reads on their way meanwhile: block 0's
+ * key first, and its bucket prefetched (with millions of blocks cached it
+ * is a cache and TLB miss); then the tokens copied into `copy` (unless
+ * NULL) and KVSHM_PEEK_AFTER more blocks hashed, by which time the bucket
+ * has arrived and names block 0's page: its entry and tokens, and those of
+ * the pages after it, where the rest of the request is likely to sit, go
+ * on their way (kvshm_walk_prefetch_run) while the rest of the chain is
+ * hashed. A short request on a big cache then finds its first lines in
+ * cache. kvc_req_new runs this; so does kvbench's flat mode.
+ */
+static inline void kvshm_walk_keys(const struct kvshm_header *h, struct kvshm_key root,
+				   struct kvshm_key extra, const uint32_t *tokens, uint32_t *copy,
+				   uint32_t bt, size_t n, struct kvshm_key *keys)
+{
+	struct kvshm_view v = kvshm_view(h);
+	size_t m = n - 1 < KVSHM_PEEK_AFTER ? n - 1 : KVSHM_PEEK_AFTER;
+
+	if (!n)
+		return;
+	kvshm_key_chain(root, extra, tokens, bt, bt, keys);
+	kvshm_view_prefetch(&v, keys[0]);
+	if (copy) {
+		memcpy(copy, tokens, n * bt * sizeof(uint32_t));
+		tokens = copy;
+	}
+	kvshm_key_chain(keys[0], extra, tokens + bt, m * bt, bt, keys + 1);
+	if (m)
+		kvshm_walk_prefetch_run(&v, kvshm_view_find(&v, keys[0]), n);
+	if (n > m + 1)
+		kvshm_key_chain(keys[m], extra, tokens + (m + 1) * bt, (n - m - 1) * bt, bt,
+				keys + m + 1);
 }
 
 /*

@@ -184,7 +184,7 @@ struct flat_batch {
 };
 
 /* Prepare request r of the batch: a random prompt of s, its key chain
- * and its buckets' prefetch, as kvc_req_new does (untimed). */
+ * with the prefetches kvc_req_new makes meanwhile (untimed). */
 static void request_fill(struct flat_batch *fb, size_t r, const struct flat_seg *s,
 			 size_t blocks)
 {
@@ -192,8 +192,7 @@ static void request_fill(struct flat_batch *fb, size_t r, const struct flat_seg 
 	size_t p = mix64(++fb->rng) % (s->blocks / FLAT_PROMPT);
 
 	prompt_tokens(fb->tokens[r], p, blocks * BT);
-	kvshm_key_chain(flat_root, none, fb->tokens[r], blocks * BT, BT, fb->keys[r]);
-	kvshm_walk_prefetch(s->h, fb->keys[r], blocks);
+	kvshm_walk_keys(s->h, flat_root, none, fb->tokens[r], NULL, BT, blocks, fb->keys[r]);
 }
 
 /* One timed batch on s; returns its ns. */

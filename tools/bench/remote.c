@@ -38,14 +38,18 @@
  * Without memcached (or with --socket) the three rows say why, with no
  * figures.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -76,6 +80,7 @@ static struct {
 	char spec[128];
 	pid_t b;		/* host B's daemon */
 	char bsock[128];
+	const char *asock;	/* host A's */
 } rm;
 
 /* The stats of the daemon at sock, from a mapping kept per socket (so
@@ -168,6 +173,67 @@ static void everything_kill_async(void)
 	for (i = 0; i < NSRV; i++)
 		if (rm.mc[i].pid > 0)
 			kill(rm.mc[i].pid, SIGKILL);
+}
+
+/* One memcached server's answer to cmd ("stats", "stats items", ...), up
+ * to its END line, on stderr; for a run that stopped. */
+static void mc_stats_dump(uint16_t port, const char *cmd)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
+	struct timeval tv = { 2, 0 };
+	char buf[65536];
+	size_t got = 0;
+	ssize_t k;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||
+	    connect(fd, (struct sockaddr *)&a, sizeof(a)) ||
+	    dprintf(fd, "%s\r\n", cmd) < 0) {
+		fprintf(stderr, "kvbench: remote: memcached :%u: %s: %s\n", port, cmd,
+			strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while (got < sizeof(buf) - 1 && (k = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0) {
+		got += (size_t)k;
+		buf[got] = 0;
+		if (got >= 5 && !strcmp(buf + got - 5, "END\r\n"))
+			break;
+	}
+	buf[got] = 0;
+	close(fd);
+	fprintf(stderr, "kvbench: remote: memcached :%u %s:\n%s", port, cmd, buf);
+}
+
+/* Why a run stopped: both hosts' remote counters and every server's
+ * memory and evictions (per slab class), on stderr. */
+static void remote_post_mortem(const char *asock)
+{
+	const char *name[2] = { "A", "B" }, *sock[2] = { asock, rm.bsock };
+	int h, i;
+
+	for (h = 0; h < 2; h++) {
+		struct kvshm_stats s = stats_of(sock[h]);
+
+		fprintf(stderr,
+			"kvbench: remote: host %s: puts %llu skipped %llu errors %llu, fetches %llu hits %llu misses %llu dropped %llu stale %llu timeouts %llu, servers up %llu, pages free %llu\n",
+			name[h], (unsigned long long)ST(s, remote_puts),
+			(unsigned long long)ST(s, remote_put_skipped),
+			(unsigned long long)ST(s, remote_put_errors),
+			(unsigned long long)ST(s, remote_fetches), (unsigned long long)ST(s, remote_hits),
+			(unsigned long long)ST(s, remote_misses),
+			(unsigned long long)ST(s, remote_dropped), (unsigned long long)ST(s, remote_stale),
+			(unsigned long long)ST(s, remote_timeouts),
+			(unsigned long long)ST(s, remote_servers_up),
+			(unsigned long long)ST(s, pages_free));
+	}
+	for (i = 0; i < NSRV; i++) {
+		mc_stats_dump(rm.mc[i].port, "stats");
+		mc_stats_dump(rm.mc[i].port, "stats items");
+		mc_stats_dump(rm.mc[i].port, "stats slabs");
+	}
 }
 
 static void wait_servers(const char *sock)
@@ -337,8 +403,10 @@ static uint64_t tier_fetch(kvc_t *c, uint32_t *tok, size_t n, uint64_t seed, con
 	t0 = now_ns();
 	hits = ck(kvc_restore(r), "kvc_restore");
 	t0 = now_ns() - t0;
-	if ((size_t)hits != n)
+	if ((size_t)hits != n) {
+		remote_post_mortem(rm.asock);
 		die("remote: host B got %d of %zu blocks from tier 2", hits, n);
+	}
 	for (i = 0; i < n; i++)
 		if (memcmp(kvc_block(r, i), src, PAGE))
 			die("remote: block %zu fetched on B differs from what A published", i);
@@ -430,9 +498,11 @@ static void ttft_rows(const char *asock)
 		cold[r] = prefill_ms(&s, &m, NULL, tok, n, &run);
 		memcpy(cold_logits, s.logits, vbytes);
 		warm[r] = prefill_ms(&s, &m, cb, tok, n, &run);
-		if (run.hit_tokens != dn / BT * BT)
-			die("remote: host B hit %zu tokens of the document, expected %zu",
-			    run.hit_tokens, dn / BT * BT);
+		if (run.hit_tokens != dn / BT * BT) {
+			remote_post_mortem(asock);
+			die("remote: host B hit %zu tokens of the document, expected %zu (round %d)",
+			    run.hit_tokens, dn / BT * BT, r);
+		}
 		if (memcmp(cold_logits, s.logits, vbytes))
 			die("remote: host B's logits through tier 2 differ from its cold prefill's");
 	}
@@ -612,6 +682,7 @@ void mode_remote(void)
 				       "--remote-timeout-ms", TIMEOUT, NULL };
 
 		asock = daemon_start_args("remote-a", "2M", "1G", args);
+		rm.asock = asock;
 	}
 	start_b(secret, "2M");
 	wait_servers(asock);
