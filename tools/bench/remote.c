@@ -218,7 +218,7 @@ static void remote_post_mortem(const char *asock)
 		struct kvshm_stats s = stats_of(sock[h]);
 
 		fprintf(stderr,
-			"kvbench: remote: host %s: puts %llu skipped %llu errors %llu, fetches %llu hits %llu misses %llu dropped %llu stale %llu timeouts %llu, servers up %llu, pages free %llu\n",
+			"kvbench: remote: host %s: puts %llu skipped %llu errors %llu, fetches %llu hits %llu misses %llu dropped %llu stale %llu timeouts %llu, servers up %llu, pages free %llu, evictions %llu\n",
 			name[h], (unsigned long long)ST(s, remote_puts),
 			(unsigned long long)ST(s, remote_put_skipped),
 			(unsigned long long)ST(s, remote_put_errors),
@@ -227,7 +227,7 @@ static void remote_post_mortem(const char *asock)
 			(unsigned long long)ST(s, remote_dropped), (unsigned long long)ST(s, remote_stale),
 			(unsigned long long)ST(s, remote_timeouts),
 			(unsigned long long)ST(s, remote_servers_up),
-			(unsigned long long)ST(s, pages_free));
+			(unsigned long long)ST(s, pages_free), (unsigned long long)ST(s, evictions));
 	}
 	for (i = 0; i < NSRV; i++) {
 		mc_stats_dump(rm.mc[i].port, "stats");
