@@ -52,7 +52,7 @@ static bool field_u64(const char *s, size_t len, size_t *at, uint64_t max, uint6
 enum kvd_mc_line kvd_mc_parse(const char *s, size_t len, const char **key, size_t *klen,
 			      uint64_t *bytes)
 {
-	size_t at, k0;
+	size_t at, k0, kl;
 	uint64_t v;
 
 	*key = NULL;
@@ -62,6 +62,8 @@ enum kvd_mc_line kvd_mc_parse(const char *s, size_t len, const char **key, size_
 		return KVD_MC_BAD;
 	if (word_is(s, len, "VALUE")) {
 		/* VALUE <key> <flags> <bytes>[ <cas>] */
+		uint64_t b;
+
 		at = 6;
 		k0 = at;
 		while (at < len && s[at] != ' ' && (unsigned char)s[at] > ' ' &&
@@ -69,19 +71,21 @@ enum kvd_mc_line kvd_mc_parse(const char *s, size_t len, const char **key, size_
 			at++;
 		if (at == k0 || at - k0 > 250 || at >= len || s[at] != ' ')
 			return KVD_MC_BAD;
-		*key = s + k0;
-		*klen = at - k0;
+		kl = at - k0;
 		at++;
 		if (!field_u64(s, len, &at, UINT32_MAX, &v) || at >= len || s[at] != ' ')
 			return KVD_MC_BAD;
 		at++;
-		if (!field_u64(s, len, &at, KVD_MC_VALUE_MAX, bytes))
+		if (!field_u64(s, len, &at, KVD_MC_VALUE_MAX, &b))
 			return KVD_MC_BAD;
 		if (at < len) {
 			at++;	/* the cas */
 			if (!field_u64(s, len, &at, UINT64_MAX, &v) || at != len)
 				return KVD_MC_BAD;
 		}
+		*key = s + k0;
+		*klen = kl;
+		*bytes = b;
 		return KVD_MC_VALUE;
 	}
 	if (len == 3 && !memcmp(s, "END", 3))
