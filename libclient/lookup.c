@@ -235,8 +235,8 @@ static size_t spilled_run(const struct kvc_req *r, size_t from)
 	const struct kvshm_header *h = c->seg;
 	size_t j;
 
-	if (!h->geo.n_slots || r->flat)
-		return 0;	/* a FETCH chains its blocks: not for engine keys */
+	if (!h->geo.n_slots)
+		return 0;
 	for (j = from; j < r->n; j++) {
 		uint32_t loc = kvshm_index_find(h, r->keys[j]), gen;
 		struct kvshm_key parent = kvci_parent(r, j);
@@ -302,7 +302,7 @@ static __attribute__((noinline)) void lookup_missed(struct kvc_req *r, size_t i)
 	 * in flight there) every block may be in the remote tier: only the
 	 * daemon can ask, in the FETCH kvc_restore sends. */
 	r->t3 = !r->t1 ? kvci_inflight_run(r, i) : 0;
-	r->t2 = !r->t3 && !r->flat && remote_up(r->c) ? r->n - i - r->t1 : 0;
+	r->t2 = !r->t3 && remote_up(r->c) ? r->n - i - r->t1 : 0;
 }
 
 int kvc_lookup(struct kvc_req *r)
