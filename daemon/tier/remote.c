@@ -1238,11 +1238,10 @@ int kvd_remote_open(struct kvd *d)
 			      memory_order_relaxed);
 	r->up_logged = 0;
 	probe_start(r, now_ns());
-	kvd_info("remote: %u memcached servers (ketama), blocks written when %s, %u ms timeout, %s, item keys %s:*",
+	kvd_info("remote: %u memcached servers (ketama), blocks written when %s, %u ms timeout, %s (Poly1305 of %s), item keys %s:*",
 		 n, modes[r->mode], d->cfg.remote_timeout_ms,
-		 slen ? "sealed (Poly1305, item format 2) under the cluster secret"
-		      : "NOT authenticated",
-		 r->prefix);
+		 slen ? "sealed (item format 2) under the cluster secret" : "NOT authenticated",
+		 kvd_rmac_impl(r->mac), r->prefix);
 	return 0;
 nomem:
 	kvd_err("remote: out of memory");

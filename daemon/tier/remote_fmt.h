@@ -81,9 +81,15 @@ enum kvd_rval_fail {
 /* A MAC key (the cluster secret); one per thread: not thread-safe. */
 struct kvd_rmac;
 
+/* Set before kvd_rmac_new: Poly1305 from libsodium even where OpenSSL
+ * has it (for the tests of that path; the tags are the same). */
+extern bool kvd_rmac_sodium_only;
+
 /* 0, or -ENOMEM / -EIO (the crypto library failed). secret may be empty. */
 int kvd_rmac_new(struct kvd_rmac **out, const void *secret, size_t len);
 void kvd_rmac_free(struct kvd_rmac *m);
+/* Whose Poly1305 m runs: "OpenSSL" or "libsodium" (for the log). */
+const char *kvd_rmac_impl(const struct kvd_rmac *m);
 /* Another MAC with the same key, for another thread. */
 int kvd_rmac_dup(struct kvd_rmac **out, const struct kvd_rmac *m);
 
