@@ -136,6 +136,17 @@ static int wait_fd(int fd, short ev, int tmo_ms)
 	return n ? 0 : -ETIMEDOUT;	/* errors and hang-ups: the next call says which */
 }
 
+/* After a read or a write that failed: 0 to try again (interrupted, or the
+ * socket became ready within the timeout), or -errno (-ETIMEDOUT). */
+static int again(int fd, short ev, int tmo_ms)
+{
+	if (errno == EINTR)
+		return 0;
+	if (errno != EAGAIN && errno != EWOULDBLOCK)
+		return -errno;
+	return wait_fd(fd, ev, tmo_ms);
+}
+
 static int connect_one(int family, const struct sockaddr *sa, socklen_t sl, int tmo_ms)
 {
 	int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), err = 0, rc;
@@ -199,11 +210,7 @@ static int send_all(struct kvd_mconn *c, struct iovec *iov, int n, int tmo_ms)
 	while (m.msg_iovlen) {
 		k = sendmsg(c->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				return -errno;
-			if ((rc = wait_fd(c->fd, POLLOUT, tmo_ms)))
+			if ((rc = again(c->fd, POLLOUT, tmo_ms)))
 				return rc;
 			continue;
 		}
@@ -249,11 +256,7 @@ static int recv_all(struct kvd_mconn *c, struct iovec *iov, int n, int tmo_ms)
 		if (k == 0)
 			return -ECONNRESET;
 		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				return -errno;
-			if ((rc = wait_fd(c->fd, POLLIN, tmo_ms)))
+			if ((rc = again(c->fd, POLLIN, tmo_ms)))
 				return rc;
 			continue;
 		}
@@ -300,11 +303,7 @@ static int read_line(struct kvd_mconn *c, const char **line, size_t *len, int tm
 		if (k == 0)
 			return -ECONNRESET;
 		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				return -errno;
-			if ((rc = wait_fd(c->fd, POLLIN, tmo_ms)))
+			if ((rc = again(c->fd, POLLIN, tmo_ms)))
 				return rc;
 			continue;
 		}

@@ -620,26 +620,6 @@ static void test_restore_within_pin_quota(void **state)
 	assert_int_equal(kvt_daemon_stop(&f->d), 0);
 }
 
-/* One reply frame of `type` on a raw connection, its payload up to cap
- * bytes into buf; its length, or -1. */
-static int read_frame(int fd, uint16_t type, void *buf, size_t cap)
-{
-	struct kvproto_hdr h;
-	size_t got = 0;
-
-	if (recv(fd, &h, sizeof(h), MSG_WAITALL) != (ssize_t)sizeof(h) || h.type != type ||
-	    h.len > cap)
-		return -1;
-	while (got < h.len) {
-		ssize_t n = recv(fd, (char *)buf + got, h.len - got, 0);
-
-		if (n <= 0)
-			return -1;
-		got += (size_t)n;
-	}
-	return (int)h.len;
-}
-
 /*
  * The pages a restore brings back are READY and pinned by nobody until its
  * client has read the reply and pinned them. The pool is full then (the
@@ -699,7 +679,7 @@ static void test_restored_pages_wait_for_their_pin(void **state)
 	msg.cnt = (struct kvproto_count){ NB, 0 };
 	memcpy(msg.k, k, sizeof(k));
 	assert_int_equal(kvt_send_frame(fd, KVPROTO_RESTORE, &msg, sizeof(msg)), 0);
-	assert_int_equal(read_frame(fd, KVPROTO_RESTORE_R, &rep, sizeof(rep)), (int)sizeof(rep));
+	assert_int_equal(kvt_read_frame(fd, KVPROTO_RESTORE_R, &rep, sizeof(rep)), (int)sizeof(rep));
 	for (i = 0; i < NB; i++)
 		assert_int_equal(rep.st[i], 0);
 	/* Not pinned yet; meanwhile the pool turns over. */
