@@ -32,7 +32,10 @@
  * each prompt on a run of pages, as a fresh pool hands them out), down (a
  * run downwards) or scatter (no block next to its parent's, as after much
  * churn in a daemon's free list: the walk cannot guess and finds every
- * block through the index).
+ * block through the index). KVBENCH_FLAT_KEYS=1 times the key chain with
+ * the walk (kvshm_walk_keys, which prefetches block 0's bucket and run
+ * while it hashes, as kvc_req_new does): what a lookup costs a caller
+ * from its tokens, where those prefetches can hide the first misses.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -183,8 +186,11 @@ struct flat_batch {
 	uint64_t rng;
 };
 
-/* Prepare request r of the batch: a random prompt of s, its key chain
- * with the prefetches kvc_req_new makes meanwhile (untimed). */
+static bool keys_timed;	/* KVBENCH_FLAT_KEYS */
+
+/* Prepare request r of the batch: a random prompt of s and, unless the
+ * key chain is timed with the walk, its key chain with the prefetches
+ * kvc_req_new makes meanwhile (untimed). */
 static void request_fill(struct flat_batch *fb, size_t r, const struct flat_seg *s,
 			 size_t blocks)
 {
@@ -192,7 +198,9 @@ static void request_fill(struct flat_batch *fb, size_t r, const struct flat_seg 
 	size_t p = mix64(++fb->rng) % (s->blocks / FLAT_PROMPT);
 
 	prompt_tokens(fb->tokens[r], p, blocks * BT);
-	kvshm_walk_keys(s->h, flat_root, none, fb->tokens[r], NULL, BT, blocks, fb->keys[r]);
+	if (!keys_timed)
+		kvshm_walk_keys(s->h, flat_root, none, fb->tokens[r], NULL, BT, blocks,
+				fb->keys[r]);
 }
 
 /* One timed batch on s; returns its ns. */
@@ -211,6 +219,9 @@ static uint64_t batch_run(struct flat_batch *fb, struct flat_seg *s, size_t bloc
 
 		request_fill(fb, r, s, blocks);
 		t0 = now_ns();
+		if (keys_timed)
+			kvshm_walk_keys(s->h, flat_root, (struct kvshm_key){ 0, 0 }, fb->tokens[r], NULL,
+					BT, blocks, fb->keys[r]);
 		got = old ? walk_old(s->h, s->l, &w) : kvshm_walk_pin(s->h, s->l, &w, &missed);
 		ns += now_ns() - t0;
 		if (got != blocks)
@@ -243,6 +254,7 @@ void mode_flat(void)
 	size_t nsizes = opt.quick ? NELEM(quick) : NELEM(full), i, b, k;
 	static size_t one[2] = { 4096, 0 };
 
+	keys_timed = getenv("KVBENCH_FLAT_KEYS") != NULL;
 	if (getenv("KVBENCH_FLAT_BLOCKS")) {
 		one[1] = strtoull(getenv("KVBENCH_FLAT_BLOCKS"), NULL, 0);
 		sizes = one;
