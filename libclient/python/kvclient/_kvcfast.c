@@ -200,22 +200,29 @@ static int narrow64(const uint64_t *s, Py_ssize_t len, const uint32_t **addr, si
 	return 1;
 }
 
-/* An attribute of obj, or the result of calling it (method), or NULL. */
-static PyObject *attr(PyObject *obj, const char *name, bool call)
-{
-	PyObject *a = PyObject_GetAttrString(obj, name), *r;
+/* The names torch_tokens asks a tensor for, interned once, and torch's
+ * int32 and int64 dtypes (singletons), held once torch is loaded. */
+static PyObject *s_torch, *s_is_cpu, *s_dtype, *s_dim, *s_is_contiguous, *s_numel, *s_data_ptr;
+static PyObject *torch_i32, *torch_i64;
 
-	if (!a || !call)
-		return a;
-	r = PyObject_CallNoArgs(a);
-	Py_DECREF(a);
-	return r;
+static bool names_ready(void)
+{
+	if (s_data_ptr)
+		return true;
+	s_torch = PyUnicode_InternFromString("torch");
+	s_is_cpu = PyUnicode_InternFromString("is_cpu");
+	s_dtype = PyUnicode_InternFromString("dtype");
+	s_dim = PyUnicode_InternFromString("dim");
+	s_is_contiguous = PyUnicode_InternFromString("is_contiguous");
+	s_numel = PyUnicode_InternFromString("numel");
+	s_data_ptr = PyUnicode_InternFromString("data_ptr");
+	return s_torch && s_is_cpu && s_dtype && s_dim && s_is_contiguous && s_numel && s_data_ptr;
 }
 
-/* An int attribute (or method result) of obj, or -1. */
-static long long attr_int(PyObject *obj, const char *name, bool call)
+/* method() of obj as an int, or -1. */
+static long long call_int(PyObject *obj, PyObject *method)
 {
-	PyObject *a = attr(obj, name, call);
+	PyObject *a = PyObject_CallMethodNoArgs(obj, method);
 	long long v = a && PyLong_Check(a) ? PyLong_AsLongLong(a) : -1;
 
 	Py_XDECREF(a);
@@ -235,38 +242,44 @@ static long long attr_int(PyObject *obj, const char *name, bool call)
 static int torch_tokens(PyObject *obj, const uint32_t **addr, size_t *n)
 {
 	const char *tp = Py_TYPE(obj)->tp_name;
-	PyObject *cpu, *dt, *torch, *i32 = NULL, *i64 = NULL, *cont;
+	PyObject *cpu, *dt, *cont;
 	long long len, p;
 	int kind = 0;
 
-	if (strcmp(tp, "Tensor") && strcmp(tp, "Parameter"))
+	if ((strcmp(tp, "Tensor") && strcmp(tp, "Parameter")) || !names_ready())
 		return 0;
-	torch = PyImport_GetModule(PyUnicode_InternFromString("torch"));
-	if (!torch) {
-		PyErr_Clear();
-		return 0;
+	if (!torch_i64) {
+		/* The dtypes, once: torch is loaded (it made this tensor). */
+		PyObject *torch = PyImport_GetModule(s_torch);
+
+		if (torch) {
+			torch_i32 = PyObject_GetAttrString(torch, "int32");
+			torch_i64 = PyObject_GetAttrString(torch, "int64");
+			Py_DECREF(torch);
+		}
+		if (!torch_i32 || !torch_i64) {
+			Py_CLEAR(torch_i32);
+			Py_CLEAR(torch_i64);
+			PyErr_Clear();
+			return 0;
+		}
 	}
-	cpu = attr(obj, "is_cpu", false);
-	dt = attr(obj, "dtype", false);
-	i32 = PyObject_GetAttrString(torch, "int32");
-	i64 = PyObject_GetAttrString(torch, "int64");
-	Py_DECREF(torch);
-	if (cpu == Py_True && dt && (dt == i32 || dt == i64))
-		kind = dt == i32 ? 4 : 8;
+	cpu = PyObject_GetAttr(obj, s_is_cpu);
+	dt = PyObject_GetAttr(obj, s_dtype);
+	if (cpu == Py_True && dt && (dt == torch_i32 || dt == torch_i64))
+		kind = dt == torch_i32 ? 4 : 8;
 	Py_XDECREF(cpu);
 	Py_XDECREF(dt);
-	Py_XDECREF(i32);
-	Py_XDECREF(i64);
-	if (kind && attr_int(obj, "dim", true) == 1) {
-		cont = attr(obj, "is_contiguous", true);
+	if (kind && call_int(obj, s_dim) == 1) {
+		cont = PyObject_CallMethodNoArgs(obj, s_is_contiguous);
 		if (cont != Py_True)
 			kind = 0;
 		Py_XDECREF(cont);
 	} else {
 		kind = 0;
 	}
-	len = kind ? attr_int(obj, "numel", true) : -1;
-	p = len >= 0 ? attr_int(obj, "data_ptr", true) : -1;
+	len = kind ? call_int(obj, s_numel) : -1;
+	p = len >= 0 ? call_int(obj, s_data_ptr) : -1;
 	PyErr_Clear();
 	if (len < 0 || len > (long long)TBUF_MAX || (len && p <= 0))
 		return 0;
