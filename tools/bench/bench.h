@@ -32,6 +32,7 @@ struct bench_opt {
 	bool json;
 	const char *daemon;	/* kvcached binary (NULL: next to kvbench) */
 	const char *socket;	/* a running daemon, or NULL */
+	const char *hugepages;	/* spawned daemons' --hugepages (default off) */
 };
 extern struct bench_opt opt;
 extern pid_t main_pid;
@@ -52,7 +53,8 @@ struct row {
 	size_t page_bytes;
 	const char *pct;	/* latency percentile, else NULL */
 	const char *unit;	/* blocks/s, ns, GB/s */
-	const char *peer_kind;	/* hashtable, memcpy, redis-get, ... */
+	const char *peer_kind;	/* hashtable, memcpy, redis-get, ...; NULL: none
+				 * (pin: no peer reads in place) */
 	double kv, peer;
 	const char *skipped;
 	const char *workload;	/* serve: "qa" or "chat"; else NULL */
