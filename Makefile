@@ -27,7 +27,7 @@ override LDFLAGS += -fsanitize=thread
 NOJEMALLOC := 1
 endif
 JEMALLOC := $(if $(NOJEMALLOC),,-ljemalloc)
-DAEMON_LIBS := -lmicrohttpd -luring -lmemcached -lsodium
+DAEMON_LIBS := -lmicrohttpd -luring -lmemcached -lsodium -lcrypto
 
 # CUDA (issue #6): built whenever nvcc is found, GPU or not; `make NVCC=`
 # or `make NO_CUDA=1` builds without. Nothing links libcudart or libcuda:
@@ -340,7 +340,7 @@ $(BUILD)/tests/integration/tinylm $(BUILD)/tests/integration/flight $(BUILD)/tes
 # (daemon/tier/remote_fmt.c, libmemcached) and runs tinylm across two hosts.
 $(BUILD)/tests/integration/remote: $(BUILD)/tests/integration/remote.o $(TESTLIB_OBJ) $(BUILD)/daemon/tier/remote_fmt.o $(TINYLM_LIB) $(LIBA)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm -lmemcached -lsodium
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm -lmemcached -lsodium -lcrypto
 
 $(BUILD)/tests/unit/tinylm $(BUILD)/tests/unit/group: $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(TINYLM_LIB) $(LIBA)
 	$(E) "  LD      $@"

@@ -303,6 +303,7 @@ out:
 	kvd_policy_close(&d.pol);
 	free(d.mark);
 	free(d.damaged);
+	free(d.spare);
 	free(d.census_stamp);
 	free(d.clients);
 	if (!rc)

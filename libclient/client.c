@@ -216,11 +216,11 @@ static int ahead_collect(kvc_t *c)
 			kvci_mark_dead(c);
 			return -EPROTO;
 		}
-		if (!kvc_slots_get(c, &s, 1))
+		if (!kvci_slots_take(c, NULL, &s, 1))
 			s = UINT32_MAX;
 		if (s != UINT32_MAX) {
 			kvshm_ledger_hold(c->ledger, s, pg.page, pg.gen);
-			atomic_fetch_add_explicit(&c->ledger->pins_held, 1, memory_order_relaxed);
+			KVCI_COUNT(c, NULL, pins_held, 1);
 		}
 		c->ahead[c->n_ahead] = pg;
 		c->ahead_slot[c->n_ahead++] = s;
@@ -254,11 +254,9 @@ void kvci_ahead_ask(kvc_t *c, uint32_t n)
 
 	if (!c->ahead_cap || kvc_usable(c))
 		return;
-	pthread_mutex_lock(&c->slot_lock);
 	/* Never more than half the pin slots left: the next lookup needs some. */
-	if (n > c->n_free_slots / 2)
-		n = c->n_free_slots / 2;
-	pthread_mutex_unlock(&c->slot_lock);
+	if (n > kvci_slots_free(c, NULL) / 2)
+		n = kvci_slots_free(c, NULL) / 2;
 	pthread_mutex_lock(&c->io_lock);
 	if (n > c->ahead_cap - c->n_ahead)
 		n = c->ahead_cap - c->n_ahead;
@@ -307,27 +305,6 @@ int kvc_rpc(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
 	rc = rpc_fds(c, type, payload, len, want, reply, reply_len, NULL, NULL, NULL, 0);
 	pthread_mutex_unlock(&c->io_lock);
 	return rc;
-}
-
-uint32_t kvc_slots_get(kvc_t *c, uint32_t *out, uint32_t n)
-{
-	uint32_t k;
-
-	pthread_mutex_lock(&c->slot_lock);
-	for (k = 0; k < n && c->n_free_slots; k++)
-		out[k] = c->free_slots[--c->n_free_slots];
-	pthread_mutex_unlock(&c->slot_lock);
-	return k;
-}
-
-void kvc_slots_put(kvc_t *c, const uint32_t *s, uint32_t n)
-{
-	uint32_t k;
-
-	pthread_mutex_lock(&c->slot_lock);
-	for (k = 0; k < n; k++)
-		c->free_slots[c->n_free_slots++] = s[k];
-	pthread_mutex_unlock(&c->slot_lock);
 }
 
 static bool zero_resv(const uint64_t *r, size_t n)
@@ -517,6 +494,7 @@ static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options 
 	for (i = 0; i < (int)c->nslots; i++)
 		c->free_slots[i] = c->nslots - 1 - (uint32_t)i;
 	c->n_free_slots = c->nslots;
+	kvci_slots_init(c);
 
 	/* The namespace id is ours to compute, the same way the daemon did. */
 	if (ns.page_bytes != hr.ns_page_bytes) {
@@ -658,6 +636,7 @@ void kvc_close(kvc_t *c)
 		kvc_hostmap_close(c);	/* unregisters the pool from CUDA */
 		munmap(c->pool, c->pool_bytes);
 	}
+	kvci_slots_close(c);
 	if (c->ledger)
 		munmap(c->ledger, c->ledger_bytes);
 	free(c->free_slots);
@@ -680,20 +659,20 @@ size_t kvc_block_tokens(const kvc_t *c)
 
 int kvc_stats(const kvc_t *c, struct kvc_stats *out)
 {
-	const struct kvshm_ledger *l;
+	struct kvshm_ledger_counts n;
 
 	if (!c || !out)
 		return -EINVAL;
-	l = c->ledger;
+	kvshm_ledger_sum(c->ledger, &n);
 	memset(out, 0, sizeof(*out));
-	out->lookups = atomic_load_explicit(&l->lookups, memory_order_relaxed);
-	out->hit_blocks = atomic_load_explicit(&l->hit_blocks, memory_order_relaxed);
-	out->miss_blocks = atomic_load_explicit(&l->miss_blocks, memory_order_relaxed);
-	out->lookup_tokens = atomic_load_explicit(&l->lookup_tokens, memory_order_relaxed);
-	out->hit_tokens = atomic_load_explicit(&l->hit_tokens, memory_order_relaxed);
-	out->pin_failures = atomic_load_explicit(&l->pin_failures, memory_order_relaxed);
-	out->pins_held = atomic_load_explicit(&l->pins_held, memory_order_relaxed);
-	out->published = atomic_load_explicit(&l->published, memory_order_relaxed);
+	out->lookups = n.lookups;
+	out->hit_blocks = n.hit_blocks;
+	out->miss_blocks = n.miss_blocks;
+	out->lookup_tokens = n.lookup_tokens;
+	out->hit_tokens = n.hit_tokens;
+	out->pin_failures = n.pin_failures;
+	out->pins_held = n.pins_held;
+	out->published = n.published;
 	out->pages_total = c->n_pages;
 	out->pages_free = atomic_load_explicit(&kvshm_stats(c->seg)->pages_free,
 					       memory_order_relaxed);

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <time.h>
 
 #include "kvclient.h"
@@ -41,10 +42,20 @@ struct kvc {
 	uint64_t page_bytes;		/* this namespace's page bytes */
 	struct kvshm_key root;		/* H(namespace, salt) */
 
-	pthread_mutex_t slot_lock;	/* guards the free-slot stack */
+	pthread_mutex_t slot_lock;	/* guards the free-slot stack, rows_used */
 	uint32_t *free_slots;
 	uint32_t n_free_slots;
 	uint32_t nslots;
+	/* Threads' shares (slots.c): the serial that names this handle in
+	 * threads' kvci_tls (never 0 once open, never reused), the threads'
+	 * records and the next live handle (kvci_thr_lock), the counter rows
+	 * held by threads (bit k: row k; slot_lock) and how many slots a
+	 * thread may cache. */
+	uint64_t serial;
+	struct kvci_thr *thr;
+	struct kvc *live_next;
+	uint32_t rows_used;
+	uint32_t tcache;
 
 	/* Page kernels (gpu.c): the model's layers and the bytes of one
 	 * block of one layer's K or V; the pool's kind and, for a cuda pool,
@@ -149,10 +160,99 @@ void kvci_mark_dead(kvc_t *c);
 int kvc_rpc(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
 	    uint16_t want, void **reply, uint32_t *reply_len);
 
-/* Ledger slot stack: take up to n slots into out[] (returns how many) or
- * give n back, one lock round each. */
-uint32_t kvc_slots_get(kvc_t *c, uint32_t *out, uint32_t n);
-void kvc_slots_put(kvc_t *c, const uint32_t *s, uint32_t n);
+/* ---------------------------------------------------------- slots.c */
+
+#define KVCI_TCACHE 64	/* free slots one thread keeps at most */
+#define KVCI_TLS 4	/* handles a thread keeps a record for at once */
+
+/* One thread's share of one handle (slots.c). Written by that thread
+ * alone, but for kvc_close, which frees it. */
+struct kvci_thr {
+	struct kvci_thr *next;	/* in the handle's list */
+	uint32_t row;		/* ledger counter row of this thread alone; 0: shared */
+	uint32_t n;		/* slots cached */
+	uint32_t slot[KVCI_TCACHE];
+};
+
+struct kvci_tls {
+	uint64_t serial;	/* the handle's; 0: empty */
+	struct kvci_thr *t;
+};
+extern __thread struct kvci_tls kvci_tls[KVCI_TLS];
+
+/* kvc_open: a serial, the thread cache's size, the live list. kvc_close:
+ * off the live list, every thread's record freed. */
+void kvci_slots_init(kvc_t *c);
+void kvci_slots_close(kvc_t *c);
+
+/* The calling thread's record for c, made on first use; NULL when none
+ * could be had (out of memory): callers then use the stack and row 0. */
+struct kvci_thr *kvci_thr_find(kvc_t *c);
+static inline struct kvci_thr *kvci_thr(kvc_t *c)
+{
+	if (__builtin_expect(kvci_tls[0].serial == c->serial, 1))
+		return kvci_tls[0].t;
+	return kvci_thr_find(c);
+}
+
+/* Take up to n free slots into out[] (returns how many): t's cache first
+ * (no lock), then the stack; give n back: into t's cache while it has
+ * room, the rest to the stack. t may be NULL. */
+uint32_t kvci_slots_take_slow(kvc_t *c, struct kvci_thr *t, uint32_t *out, uint32_t n);
+void kvci_slots_give_slow(kvc_t *c, struct kvci_thr *t, const uint32_t *s, uint32_t n);
+static inline uint32_t kvci_slots_take(kvc_t *c, struct kvci_thr *t, uint32_t *out, uint32_t n)
+{
+	uint32_t k;
+
+	if (!t || t->n < n)
+		return kvci_slots_take_slow(c, t, out, n);
+	for (k = 0; k < n; k++)
+		out[k] = t->slot[--t->n];
+	return n;
+}
+static inline void kvci_slots_give(kvc_t *c, struct kvci_thr *t, const uint32_t *s, uint32_t n)
+{
+	uint32_t k;
+
+	if (!t || c->tcache - t->n < n) {
+		kvci_slots_give_slow(c, t, s, n);
+		return;
+	}
+	for (k = 0; k < n; k++)
+		t->slot[t->n++] = s[k];
+}
+/* Free slots this thread could take now: the stack's and t's. */
+uint32_t kvci_slots_free(kvc_t *c, const struct kvci_thr *t);
+
+/* Where a thread's counts go: its own ledger row (plain relaxed load and
+ * store) or, without one, the shared row 0 (atomic adds). */
+struct kvci_row {
+	struct kvshm_ctr *p;
+	bool own;
+};
+
+static inline struct kvci_row kvci_row(kvc_t *c, const struct kvci_thr *t)
+{
+	struct kvci_row w = { &c->ledger->ctr[t ? t->row : 0], t && t->row };
+
+	return w;
+}
+
+static inline void kvci_row_add(struct kvci_row w, size_t off, uint64_t v)
+{
+	_Atomic uint64_t *p = (_Atomic uint64_t *)((char *)w.p + off);
+
+	if (w.own)
+		atomic_store_explicit(p, atomic_load_explicit(p, memory_order_relaxed) + v,
+				      memory_order_relaxed);
+	else
+		atomic_fetch_add_explicit(p, v, memory_order_relaxed);
+}
+#define KVCI_ROW_ADD(w, field, v) \
+	kvci_row_add((w), offsetof(struct kvshm_ctr, field), (uint64_t)(v))
+
+/* Add v to counter `field` of thread t's row (t may be NULL). */
+#define KVCI_COUNT(c, t, field, v) KVCI_ROW_ADD(kvci_row((c), (t)), field, v)
 
 /* Alloc-ahead: take up to `want` pages granted ahead into pg[] and their
  * ledger slots into slot[]; returns how many, or -errno (handle died). */

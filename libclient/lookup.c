@@ -4,8 +4,9 @@
  *
  * No system call and no lock shared with another process: the index and
  * page table are read from the read-only segment mapping, pins go to our
- * own ledger. The only lock is the in-process slot-stack mutex, taken once
- * per lookup (an uncontended futex is a couple of atomic instructions).
+ * own ledger. No lock either, nor a locked instruction: pin slots come
+ * from the thread's own cache and counts go to its own ledger row
+ * (slots.c); one fence per run of pins is the only barrier.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -111,17 +112,10 @@ int kvc_req_new(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
 	if (!r)
 		return -ENOMEM;
 	if (n) {
-		memcpy(r->tokens, tokens, n * c->bt * sizeof(uint32_t));
+		/* The chain, with the first lines the walk reads on their way
+		 * while it is hashed (prefix.h). */
 		r->extra = kvshm_key_extra(extra, extra_len);
-		/* Block 0's bucket on its way as soon as its key exists, so
-		 * that it arrives while the rest of the chain is hashed (the
-		 * walk reads it first; with millions of blocks cached it is a
-		 * cache and TLB miss), then the next few (issue #23). */
-		kvshm_key_chain(c->root, r->extra, r->tokens, c->bt, c->bt, r->keys);
-		kvshm_index_prefetch(c->seg, r->keys[0]);
-		kvshm_key_chain(r->keys[0], r->extra, r->tokens + c->bt, (n - 1) * c->bt, c->bt,
-				r->keys + 1);
-		kvshm_walk_prefetch(c->seg, r->keys + 1, n - 1);
+		kvshm_walk_keys(c->seg, c->root, r->extra, tokens, r->tokens, c->bt, n, r->keys);
 	}
 	*out = r;
 	return 0;
@@ -185,40 +179,49 @@ size_t kvc_req_blocks(const struct kvc_req *r)
  * first miss or when pin slots run out. Returns the block it stopped at;
  * *missed says whether it stopped on a miss (not on the pin quota or a pin
  * lost to the evictor). The walk itself (prefetch pipeline, one fence per
- * run of pins) is shm/prefix.h's.
+ * run of pins) is shm/prefix.h's; the slots come from the thread's cache
+ * (slots.c) and the counts go to its own ledger row.
  */
-size_t kvci_pin_run(struct kvc_req *r, size_t from, bool *missed)
+static inline __attribute__((always_inline)) size_t
+pin_run(struct kvc_req *r, struct kvci_thr *t, struct kvci_row row, size_t from, bool *missed)
 {
 	kvc_t *c = r->c;
-	struct kvshm_ledger *l = c->ledger;
 	size_t i, k, got;
 	struct kvshm_walk w;
 
 	*missed = false;
 	if (from >= r->n)
 		return from;
-	/* All the pin slots this walk can use, in one lock round. */
-	got = kvc_slots_get(c, r->slot + from, (uint32_t)(r->n - from));
+	/* All the pin slots this walk can use, at once. */
+	got = kvci_slots_take(c, t, r->slot + from, (uint32_t)(r->n - from));
 	w = (struct kvshm_walk){
 		.keys = r->keys + from, .tokens = r->tokens + from * c->bt,
 		.slot = r->slot + from, .page = r->page + from, .gen = r->gen + from,
 		.n = got, .ns_id = c->ns_id, .parent = kvci_parent(r, from), .flat = r->flat,
 	};
-	i = from + kvshm_walk_pin(c->seg, l, &w, missed);
-	if (!*missed && i < from + got)
-		atomic_fetch_add_explicit(&l->pin_failures, 1, memory_order_relaxed);
+	i = from + kvshm_walk_pin(c->seg, c->ledger, &w, missed);
+	if (__builtin_expect(i < from + got, 0)) {
+		if (!*missed)
+			KVCI_ROW_ADD(row, pin_failures, 1);
+		/* Slots past the hit prefix go back (when got < n, the pin
+		 * quota ended the prefix and the rest is a miss). */
+		kvci_slots_give(c, t, r->slot + i, (uint32_t)(from + got - i));
+		for (k = i; k < from + got; k++)
+			r->slot[k] = UINT32_MAX;
+	}
 	for (k = from; k < i; k++) {
 		r->state[k] = KVC_B_PINNED;
 		KVC_TSAN_ACQUIRE(c->pool + (uint64_t)r->page[k] * c->slot_bytes);
 	}
-	/* Slots past the hit prefix go back (when got < n, the pin quota
-	 * ended the prefix and the rest is a miss). */
-	if (from + got > i)
-		kvc_slots_put(c, r->slot + i, (uint32_t)(from + got - i));
-	for (k = i; k < from + got; k++)
-		r->slot[k] = UINT32_MAX;
-	atomic_fetch_add_explicit(&l->pins_held, i - from, memory_order_relaxed);
+	KVCI_ROW_ADD(row, pins_held, i - from);
 	return i;
+}
+
+size_t kvci_pin_run(struct kvc_req *r, size_t from, bool *missed)
+{
+	struct kvci_thr *t = kvci_thr(r->c);
+
+	return pin_run(r, t, kvci_row(r->c, t), from, missed);
 }
 
 /*
@@ -255,9 +258,8 @@ static bool remote_up(const kvc_t *c)
 				    memory_order_relaxed) != 0;
 }
 
-void kvci_count(struct kvc_req *r)
+static inline void count(struct kvc_req *r, struct kvci_row row)
 {
-	struct kvshm_ledger *l = r->c->ledger;
 	size_t deferred = r->hits + r->t1 + r->t2 + r->t3, miss = deferred < r->n ? r->n - deferred : 0;
 
 	/* Hits only grow (lookup, restore, wait); misses move both ways as
@@ -265,17 +267,18 @@ void kvci_count(struct kvc_req *r)
 	if (r->hits > r->counted_hits) {
 		uint64_t k = r->hits - r->counted_hits;
 
-		atomic_fetch_add_explicit(&l->hit_blocks, k, memory_order_relaxed);
-		atomic_fetch_add_explicit(&l->hit_tokens, k * r->c->bt, memory_order_relaxed);
+		KVCI_ROW_ADD(row, hit_blocks, k);
+		KVCI_ROW_ADD(row, hit_tokens, k * r->c->bt);
 		r->counted_hits = r->hits;
 	}
-	if (miss > r->counted_misses)
-		atomic_fetch_add_explicit(&l->miss_blocks, miss - r->counted_misses,
-					  memory_order_relaxed);
-	else if (miss < r->counted_misses)
-		atomic_fetch_sub_explicit(&l->miss_blocks, r->counted_misses - miss,
-					  memory_order_relaxed);
+	if (miss != r->counted_misses)
+		KVCI_ROW_ADD(row, miss_blocks, miss - r->counted_misses);	/* mod 2^64 */
 	r->counted_misses = miss;
+}
+
+void kvci_count(struct kvc_req *r)
+{
+	count(r, kvci_row(r->c, kvci_thr(r->c)));
 }
 
 void kvci_settle(struct kvc_req *r)
@@ -286,35 +289,48 @@ void kvci_settle(struct kvc_req *r)
 	kvci_count(r);
 }
 
+/* After a lookup's first miss at block i: the spilled run, then the run
+ * in flight or the blocks that may be remote, deferred (kvc_restore or
+ * kvc_wait settles them). */
+static __attribute__((noinline)) void lookup_missed(struct kvc_req *r, size_t i)
+{
+	/* Blocks on NVMe right after the hits, or being written by another
+	 * client: counted once the caller has restored (waited for) them or
+	 * gone on without them. */
+	r->t1 = spilled_run(r, i);
+	/* Then (after a spilled run, or from the first miss when nothing is
+	 * in flight there) every block may be in the remote tier: only the
+	 * daemon can ask, in the FETCH kvc_restore sends. */
+	r->t3 = !r->t1 ? kvci_inflight_run(r, i) : 0;
+	r->t2 = !r->t3 && remote_up(r->c) ? r->n - i - r->t1 : 0;
+}
+
 int kvc_lookup(struct kvc_req *r)
 {
-	struct kvshm_ledger *l;
+	struct kvci_thr *t;
+	struct kvci_row row;
+	kvc_t *c;
 	bool missed;
 	size_t i;
 	int rc;
 
 	if (!r || r->stage != 0)
 		return -EINVAL;
-	if ((rc = kvc_usable(r->c)))
+	c = r->c;
+	if ((rc = kvc_usable(c)))
 		return rc;	/* dead or forked: no hits from a stale view */
-	l = r->c->ledger;
+	t = kvci_thr(c);
+	row = kvci_row(c, t);
 	r->stage = 1;
-	i = kvci_pin_run(r, 0, &missed);
+	i = pin_run(r, t, row, 0, &missed);
 	r->hits = (uint32_t)i;
-	/* Blocks on NVMe right after the hits, or being written by another
-	 * client: counted once the caller has restored (waited for) them or
-	 * gone on without them. */
-	r->t1 = missed ? spilled_run(r, i) : 0;
-	/* Then (after a spilled run, or from the first miss when nothing is
-	 * in flight there) every block may be in the remote tier: only the
-	 * daemon can ask, in the FETCH kvc_restore sends. */
-	r->t3 = missed && !r->t1 ? kvci_inflight_run(r, i) : 0;
-	r->t2 = missed && !r->t3 && remote_up(r->c) ? r->n - i - r->t1 : 0;
+	if (missed)
+		lookup_missed(r, i);
 	if (i)
-		kvshm_ledger_hit(l, r->keys[0], (uint64_t)i * r->c->bt, r->label);
-	atomic_fetch_add_explicit(&l->lookup_tokens, r->n_tokens, memory_order_relaxed);
-	atomic_fetch_add_explicit(&l->lookups, 1, memory_order_relaxed);
-	kvci_count(r);
+		kvshm_ledger_hit(c->ledger, r->keys[0], (uint64_t)i * c->bt, r->label);
+	KVCI_ROW_ADD(row, lookup_tokens, r->n_tokens);
+	KVCI_ROW_ADD(row, lookups, 1);
+	count(r, row);
 	return (int)i;
 }
 
@@ -377,10 +393,8 @@ int kvc_restore(struct kvc_req *r)
 	if (fcap > KVPROTO_MAX_COUNT)
 		fcap = KVPROTO_MAX_COUNT;
 	n = (uint32_t)(r->t1 + r->t2 < fcap ? r->t1 + r->t2 : fcap);
-	pthread_mutex_lock(&r->c->slot_lock);
-	if (n > r->c->n_free_slots)
-		n = r->c->n_free_slots;
-	pthread_mutex_unlock(&r->c->slot_lock);
+	if (n > kvci_slots_free(r->c, kvci_thr(r->c)))
+		n = kvci_slots_free(r->c, kvci_thr(r->c));
 	if (!n) {
 		kvci_settle(r);
 		return (int)r->hits;

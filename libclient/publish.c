@@ -15,9 +15,11 @@ void kvc_block_release(struct kvc_req *r, size_t i)
 	kvc_t *c = r->c;
 
 	if (r->slot[i] != UINT32_MAX) {
+		struct kvci_thr *t = kvci_thr(c);
+
 		kvshm_ledger_unpin(c->ledger, r->slot[i]);
-		kvc_slots_put(c, &r->slot[i], 1);
-		atomic_fetch_sub_explicit(&c->ledger->pins_held, 1, memory_order_relaxed);
+		kvci_slots_give(c, t, &r->slot[i], 1);
+		KVCI_COUNT(c, t, pins_held, -1);
 		r->slot[i] = UINT32_MAX;
 	}
 	r->state[i] = KVC_B_NONE;
@@ -102,6 +104,7 @@ int kvc_alloc(struct kvc_req *r)
 	struct kvproto_count cnt;
 	struct kvproto_pg pg;
 	uint32_t rlen, got, k, k0 = 0, fcap;
+	struct kvci_thr *t;
 	void *reply;
 	kvc_t *c;
 	int rc;
@@ -155,12 +158,11 @@ int kvc_alloc(struct kvc_req *r)
 	}
 	a.n = (uint32_t)(r->n - r->hits - k0);
 	/* Every granted page needs a pin slot; ask for no more than we have. */
-	pthread_mutex_lock(&c->slot_lock);
-	if (a.n > c->n_free_slots) {
-		a.n = c->n_free_slots;
+	t = kvci_thr(c);
+	if (a.n > kvci_slots_free(c, t)) {
+		a.n = kvci_slots_free(c, t);
 		r->short_err = -ENOSPC;
 	}
-	pthread_mutex_unlock(&c->slot_lock);
 	/* ...and, with those taken ahead, no more than one frame carries. */
 	if (a.n > KVPROTO_MAX_COUNT || k0 + a.n > fcap) {
 		if (a.n > KVPROTO_MAX_COUNT)
@@ -199,7 +201,7 @@ int kvc_alloc(struct kvc_req *r)
 			free(reply);
 			return -EPROTO;
 		}
-		if (!kvc_slots_get(c, &s, 1))
+		if (!kvci_slots_take(c, t, &s, 1))
 			s = UINT32_MAX;
 		r->page[i] = pg.page;
 		r->gen[i] = pg.gen;
@@ -207,7 +209,7 @@ int kvc_alloc(struct kvc_req *r)
 		r->slot[i] = s;
 		if (s != UINT32_MAX) {
 			kvshm_ledger_hold(c->ledger, s, pg.page, pg.gen);
-			atomic_fetch_add_explicit(&c->ledger->pins_held, 1, memory_order_relaxed);
+			KVCI_COUNT(c, t, pins_held, 1);
 		}
 	}
 	free(reply);
@@ -273,7 +275,7 @@ int kvc_publish(struct kvc_req *r)
 		if (pr.status == 0 && r->slot[i] != UINT32_MAX) {
 			/* Our held slot now pins the READY page. */
 			r->state[i] = KVC_B_PINNED;
-			atomic_fetch_add_explicit(&c->ledger->published, 1, memory_order_relaxed);
+			KVCI_COUNT(c, kvci_thr(c), published, 1);
 		} else if (pr.status == 1 && pr.page < c->n_pages && r->slot[i] != UINT32_MAX &&
 			   kvshm_ledger_pin(c->ledger, r->slot[i], c->seg, pr.page, pr.gen)) {
 			/* Lost the race to an identical block: use the winner's. */
@@ -337,9 +339,10 @@ void kvc_req_free(struct kvc_req *r)
 			}
 		}
 		if (n_slots) {
-			kvc_slots_put(r->c, r->slot, (uint32_t)n_slots);
-			atomic_fetch_sub_explicit(&r->c->ledger->pins_held, n_slots,
-						  memory_order_relaxed);
+			struct kvci_thr *t = kvci_thr(r->c);
+
+			kvci_slots_give(r->c, t, r->slot, (uint32_t)n_slots);
+			KVCI_COUNT(r->c, t, pins_held, -(uint64_t)n_slots);
 		}
 	}
 	free(r);	/* the per-block arrays live in the same allocation */

@@ -84,24 +84,37 @@ static inline __attribute__((always_inline)) uint32_t kvshm_bucket_find(const st
  * Reader: where the index says key k lives, or UINT32_MAX: a page index
  * (tier 0), or KVSHM_LOC_SLOT | slot (tier 1, kvshm_loc_is_slot). The
  * result is a candidate only: the caller must verify the page or slot
- * entry.
+ * entry. kvshm_view_find takes the header's fields from a view (a walk's).
  */
-static inline __attribute__((always_inline)) uint32_t kvshm_index_find(const struct kvshm_header *h,
-					struct kvshm_key k)
+static inline __attribute__((always_inline)) uint32_t kvshm_view_find(const struct kvshm_view *v,
+								      struct kvshm_key k)
 {
-	uint32_t home = kvshm_index_home(h, k), spill, ref, i;
+	uint32_t home = (uint32_t)(k.hi >> 32) & v->bucket_mask, spill, ref, i;
 
-	ref = kvshm_bucket_find(kvshm_bucket_at(h, home), k, &spill);
+	ref = kvshm_bucket_find(&v->buckets[home], k, &spill);
 	for (i = 1; !ref && spill && i < KVSHM_PROBE_MAX; i++) {
 		uint32_t unused;
 
-		ref = kvshm_bucket_find(kvshm_bucket_at(h, home + i), k, &unused);
+		ref = kvshm_bucket_find(&v->buckets[(home + i) & v->bucket_mask], k, &unused);
 	}
 	return ref ? ref - 1 : UINT32_MAX;
 }
 
+static inline __attribute__((always_inline)) uint32_t kvshm_index_find(const struct kvshm_header *h,
+					struct kvshm_key k)
+{
+	struct kvshm_view v = kvshm_view(h);
+
+	return kvshm_view_find(&v, k);
+}
+
 /* Reader: prefetch the home bucket of k. */
-static inline void kvshm_index_prefetch(const struct kvshm_header *h,
+static inline __attribute__((always_inline)) void kvshm_view_prefetch(const struct kvshm_view *v, struct kvshm_key k)
+{
+	__builtin_prefetch(&v->buckets[(uint32_t)(k.hi >> 32) & v->bucket_mask], 0, 3);
+}
+
+static inline __attribute__((always_inline)) void kvshm_index_prefetch(const struct kvshm_header *h,
 					struct kvshm_key k)
 {
 	__builtin_prefetch(kvshm_bucket_at(h, kvshm_index_home(h, k)), 0, 3);

@@ -36,6 +36,25 @@ int kvshm_ledger_validate(const struct kvshm_ledger *l, uint64_t bytes)
 	return 0;
 }
 
+void kvshm_ledger_sum(const struct kvshm_ledger *l, struct kvshm_ledger_counts *out)
+{
+	const struct kvshm_ctr *r;
+	uint32_t i;
+
+	memset(out, 0, sizeof(*out));
+	for (i = 0; i < KVSHM_LEDGER_ROWS; i++) {
+		r = &l->ctr[i];
+		out->lookups += atomic_load_explicit(&r->lookups, memory_order_relaxed);
+		out->hit_blocks += atomic_load_explicit(&r->hit_blocks, memory_order_relaxed);
+		out->miss_blocks += atomic_load_explicit(&r->miss_blocks, memory_order_relaxed);
+		out->pin_failures += atomic_load_explicit(&r->pin_failures, memory_order_relaxed);
+		out->pins_held += atomic_load_explicit(&r->pins_held, memory_order_relaxed);
+		out->published += atomic_load_explicit(&r->published, memory_order_relaxed);
+		out->lookup_tokens += atomic_load_explicit(&r->lookup_tokens, memory_order_relaxed);
+		out->hit_tokens += atomic_load_explicit(&r->hit_tokens, memory_order_relaxed);
+	}
+}
+
 void kvshm_ledger_scan(const struct kvshm_ledger *l, uint32_t nslots,
 		       const struct kvshm_header *h,
 		       void (*back_off)(uint32_t page, void *arg), void *arg)

@@ -34,10 +34,40 @@
 #define KVSHM_RING 1024			/* access ring entries, power of 2 */
 #define KVSHM_HIT_RING 64		/* hit ring entries, power of 2 */
 
+#define KVSHM_LEDGER_ROWS 16		/* counter rows (kvshm_ledger_sum adds them) */
+
+/*
+ * One row of a client's counters, one cache line. Written by the client
+ * only, relaxed (monotonic but for pins_held and miss_blocks, read for
+ * statistics). Row 0 is shared by the client's threads, which add to it
+ * with atomic read-modify-writes; every other row is written by one
+ * thread at a time (the library hands rows out: libclient/slots.c), with
+ * a relaxed load and a relaxed store and no locked instruction. A value
+ * is the sum over the rows, modulo 2^64: a gauge such as pins_held may
+ * go up in one thread's row and down in another's.
+ */
+struct kvshm_ctr {
+	_Atomic uint64_t lookups;
+	_Atomic uint64_t hit_blocks;
+	_Atomic uint64_t miss_blocks;
+	_Atomic uint64_t pin_failures;
+	_Atomic uint64_t pins_held;	/* slots in use right now */
+	_Atomic uint64_t published;
+	_Atomic uint64_t lookup_tokens;	/* prompt tokens looked up */
+	_Atomic uint64_t hit_tokens;	/* of those, served from cache */
+};
+_Static_assert(sizeof(struct kvshm_ctr) == KVSHM_CACHELINE, "counter row: one line");
+
+/* The rows of a ledger added up (kvshm_ledger_sum). */
+struct kvshm_ledger_counts {
+	uint64_t lookups, hit_blocks, miss_blocks, pin_failures, pins_held, published,
+		lookup_tokens, hit_tokens;
+};
+
 /*
  * Header fields up to `client_id` are written by the daemon before the fd
- * is handed to the client and never change. Counters are written by the
- * client only (relaxed: single writer, monotonic, read for statistics).
+ * is handed to the client and never change. Everything after them is
+ * written by the client only.
  */
 struct kvshm_ledger {
 	uint64_t magic;
@@ -48,15 +78,9 @@ struct kvshm_ledger {
 	uint64_t bytes;
 	uint8_t pad0[KVSHM_CACHELINE - 32];
 
-	/* Client-written counters (relaxed). */
-	_Atomic uint64_t lookups;
-	_Atomic uint64_t hit_blocks;
-	_Atomic uint64_t miss_blocks;
-	_Atomic uint64_t pin_failures;
-	_Atomic uint64_t pins_held;	/* slots in use right now */
-	_Atomic uint64_t published;
-	_Atomic uint64_t lookup_tokens;	/* prompt tokens looked up */
-	_Atomic uint64_t hit_tokens;	/* of those, served from cache */
+	/* Client-written counters: row 0 shared, the others a thread's own
+	 * (struct kvshm_ctr). */
+	struct kvshm_ctr ctr[KVSHM_LEDGER_ROWS];
 
 	/*
 	 * Access ring: the client stores page indices at ring[head %
@@ -90,8 +114,9 @@ struct kvshm_ledger {
 	} hits[KVSHM_HIT_RING];
 
 	/*
-	 * Single-flight waits (kvc_wait), client-written and relaxed like the
-	 * counters above; the daemon folds them into the segment's stats.
+	 * Single-flight waits (kvc_wait), client-written with relaxed atomic
+	 * adds (a wait is no hot path: one row); the daemon folds them into
+	 * the segment's stats.
 	 * Each wait that slept ends as served, timed out or lost.
 	 */
 	_Atomic uint64_t waits;
@@ -108,8 +133,9 @@ struct kvshm_ledger {
 	_Atomic uint64_t slot[];
 };
 
-_Static_assert(offsetof(struct kvshm_ledger, lookups) == KVSHM_CACHELINE, "ledger");
-_Static_assert(offsetof(struct kvshm_ledger, ring_head) == 2 * KVSHM_CACHELINE, "ledger");
+_Static_assert(offsetof(struct kvshm_ledger, ctr) == KVSHM_CACHELINE, "ledger");
+_Static_assert(offsetof(struct kvshm_ledger, ring_head) == (1 + KVSHM_LEDGER_ROWS) * KVSHM_CACHELINE,
+	       "ledger");
 _Static_assert(sizeof(struct kvshm_hit) == 48, "hit record");
 _Static_assert(offsetof(struct kvshm_ledger, waits) % KVSHM_CACHELINE == 0, "ledger");
 _Static_assert(sizeof(struct kvshm_ledger) % KVSHM_CACHELINE == 0, "ledger");
@@ -124,6 +150,9 @@ static inline uint32_t kvshm_slot_page(uint64_t v)
 {
 	return v ? (uint32_t)(v >> 32) - 1 : UINT32_MAX;
 }
+
+/* The counters of ledger l: its rows added up (relaxed loads). */
+void kvshm_ledger_sum(const struct kvshm_ledger *l, struct kvshm_ledger_counts *out);
 
 /* Bytes of a ledger with nslots slots, rounded up to a 4 KiB page. */
 uint64_t kvshm_ledger_bytes(uint32_t nslots);

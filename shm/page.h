@@ -32,6 +32,10 @@
 
 #include "segment.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 /* Outcome of kvshm_page_publish. */
 enum kvshm_publish {
 	KVSHM_PUBLISHED = 0,	/* page is READY and indexed */
@@ -133,56 +137,75 @@ static inline void kvshm_store_key(struct kvshm_key *d, struct kvshm_key k)
 }
 
 /*
- * Stored tokens equal q? Called only between the two reads of a page's
- * gen in kvshm_page_verify, so this is the read side of a seqlock: the
- * tokens of a READY page do not change while its gen stays the same, and
- * a read that raced a rewrite (the page freed and handed out again, gen
- * bumped) is thrown away by the gen re-check after the acquire fence.
- * So they are read with plain 16-byte vector loads (the Linux seqlock
- * readers' plain reads), four tokens a load and no branch until the end;
- * read one relaxed atomic at a time, this loop was a third of a lookup.
+ * The identity of a page entry equal to (key, parent, q)? Called only
+ * between the two reads of a page's gen in kvshm_page_verify, so this is
+ * the read side of a seqlock: the key, parent and tokens of a READY page
+ * do not change while its gen stays the same, and a read that raced a
+ * rewrite (the page freed and handed out again, gen bumped) is thrown
+ * away by the gen re-check after the acquire fence. So they are read with
+ * plain 16-byte vector loads (the Linux seqlock readers' plain reads),
+ * a key or four tokens a load, all differences or'ed together and one
+ * branch at the end; read one relaxed atomic at a time, the tokens were
+ * a third of a lookup.
  */
 typedef uint32_t kvshm_u32x4 __attribute__((vector_size(16), aligned(4), may_alias));
 
-static inline bool kvshm_tokens_eq(const uint32_t *stored, const uint32_t *q,
-				   uint32_t bt)
+static inline bool kvshm_vec_zero(kvshm_u32x4 d)
 {
-	kvshm_u32x4 d = { 0, 0, 0, 0 };
+#if defined(__SSE2__)
+	/* One compare and mask, not four lane extractions. */
+	return _mm_movemask_epi8(_mm_cmpeq_epi8((__m128i)d, _mm_setzero_si128())) == 0xffff;
+#else
+	return !(d[0] | d[1] | d[2] | d[3]);
+#endif
+}
+
+static inline bool kvshm_ident_eq(const struct kvshm_page *p, const uint32_t *stored,
+				  const struct kvshm_key *key, const struct kvshm_key *parent,
+				  const uint32_t *q, uint32_t bt)
+{
+	kvshm_u32x4 d = (*(const kvshm_u32x4 *)&p->key ^ *(const kvshm_u32x4 *)key) |
+			(*(const kvshm_u32x4 *)&p->parent ^ *(const kvshm_u32x4 *)parent);
 	uint32_t i = 0, rest = 0;
 
+	if (__builtin_expect(bt == 16, 1)) {
+		/* The common block: four loads a side, unrolled. */
+		const kvshm_u32x4 *s4 = (const kvshm_u32x4 *)stored, *q4 = (const kvshm_u32x4 *)q;
+
+		d |= (s4[0] ^ q4[0]) | (s4[1] ^ q4[1]) | (s4[2] ^ q4[2]) | (s4[3] ^ q4[3]);
+		return kvshm_vec_zero(d);
+	}
 	for (; i + 4 <= bt; i += 4)
 		d |= *(const kvshm_u32x4 *)(stored + i) ^ *(const kvshm_u32x4 *)(q + i);
 	for (; i < bt; i++)
 		rest |= __atomic_load_n(&stored[i], __ATOMIC_RELAXED) ^ q[i];
-	return !(d[0] | d[1] | d[2] | d[3] | rest);
+	return !rest && kvshm_vec_zero(d);
 }
 
 /*
  * Reader (inline: the client's hot path): is `page` READY, listed, in
- * namespace ns_id with exactly this key, parent and tokens? On success *gen is the
- * generation under which it matched; the caller pins (page, *gen) and the
- * pin's re-check of state and gen guarantees the identity read here was
- * stable.
+ * namespace ns_id with exactly this key, parent and tokens? On success
+ * *gen is the generation under which it matched; the caller pins (page,
+ * *gen) and the pin's re-check of state and gen guarantees the identity
+ * read here was stable. kvshm_view_verify takes the header's fields from
+ * a view, and the keys by address (a walk's request holds them).
  */
-static inline bool kvshm_page_verify(const struct kvshm_header *h, uint32_t page,
-				     uint32_t ns_id, struct kvshm_key key,
-				     struct kvshm_key parent, const uint32_t *tokens,
-				     uint32_t *gen)
+static inline __attribute__((always_inline)) bool
+kvshm_view_verify(const struct kvshm_view *v, uint32_t page, uint32_t ns_id,
+		  const struct kvshm_key *key, const struct kvshm_key *parent,
+		  const uint32_t *tokens, uint32_t *gen)
 {
 	const struct kvshm_page *p;
 	uint32_t g;
 
-	if (page >= h->geo.n_pages)
+	if (page >= v->n_pages)
 		return false;
-	p = &kvshm_pages(h)[page];
+	p = &v->pages[page];
 	g = atomic_load_explicit(&p->gen, memory_order_acquire);
-	if (atomic_load_explicit(&p->state, memory_order_acquire) != KVSHM_PAGE_READY)
-		return false;
-	if (__atomic_load_n(&p->ns_id, __ATOMIC_RELAXED) != ns_id ||
-	    __atomic_load_n(&p->unlisted, __ATOMIC_RELAXED) ||
-	    !kvshm_key_eq(kvshm_load_key(&p->key), key) ||
-	    !kvshm_key_eq(kvshm_load_key(&p->parent), parent) ||
-	    !kvshm_tokens_eq(kvshm_tokens(h, page), tokens, h->geo.block_tokens))
+	if (atomic_load_explicit(&p->state, memory_order_acquire) != KVSHM_PAGE_READY ||
+	    (__atomic_load_n(&p->ns_id, __ATOMIC_RELAXED) ^ ns_id) |
+		    __atomic_load_n(&p->unlisted, __ATOMIC_RELAXED) ||
+	    !kvshm_ident_eq(p, v->tokens + (uint64_t)page * v->bt, key, parent, tokens, v->bt))
 		return false;
 	/* Identity read under gen g: the caller's pin re-checks gen. */
 	atomic_thread_fence(memory_order_acquire);
@@ -190,6 +213,16 @@ static inline bool kvshm_page_verify(const struct kvshm_header *h, uint32_t page
 		return false;
 	*gen = g;
 	return true;
+}
+
+static inline bool kvshm_page_verify(const struct kvshm_header *h, uint32_t page,
+				     uint32_t ns_id, struct kvshm_key key,
+				     struct kvshm_key parent, const uint32_t *tokens,
+				     uint32_t *gen)
+{
+	struct kvshm_view v = kvshm_view(h);
+
+	return kvshm_view_verify(&v, page, ns_id, &key, &parent, tokens, gen);
 }
 
 /*

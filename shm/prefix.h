@@ -38,8 +38,10 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "index.h"
+#include "key.h"
 #include "ledger.h"
 #include "page.h"
 
@@ -48,6 +50,7 @@
 #define KVSHM_PIN_RUN 32	/* verified blocks pinned under one fence */
 #define KVSHM_AHEAD_SEQ 32	/* pages ahead prefetched while guessing */
 #define KVSHM_AHEAD_FIRST 8	/* buckets kvshm_walk_prefetch prefetches */
+#define KVSHM_PEEK_AFTER 4	/* blocks hashed before block 0's bucket is read */
 
 _Static_assert(KVSHM_AHEAD_PAGE < KVSHM_AHEAD_BUCKET, "buckets are read after their prefetch");
 _Static_assert((KVSHM_AHEAD_BUCKET & (KVSHM_AHEAD_BUCKET - 1)) == 0, "candidate ring size");
@@ -67,30 +70,80 @@ struct kvshm_walk {
 
 /* Prefetch the page entry and tokens of candidate loc (no fault if out of
  * range, or a spill slot: nothing is prefetched then). */
-static inline void kvshm_walk_prefetch_page(const struct kvshm_header *h, uint32_t loc)
+static inline __attribute__((always_inline)) void
+kvshm_walk_prefetch_page(const struct kvshm_view *v, uint32_t loc)
 {
-	if (loc >= h->geo.n_pages)
+	if (loc >= v->n_pages)
 		return;
-	__builtin_prefetch(&kvshm_pages(h)[loc], 0, 3);
-	__builtin_prefetch(kvshm_tokens(h, loc), 0, 3);
+	__builtin_prefetch(&v->pages[loc], 0, 3);
+	__builtin_prefetch(v->tokens + (uint64_t)loc * v->bt, 0, 3);
 }
 
 /*
- * Prefetch the home buckets of the first keys of a walk, so they are on
- * their way while the engine goes on to kvc_lookup (kvc_req_new prefetches
- * block 0's bucket on its own, before hashing the rest, and this for the
- * keys after it). The walk reads block 0's bucket and, when block 1 is not
- * on the page after block 0's, block 1's and the pipeline's first ones:
- * KVSHM_AHEAD_FIRST of them, not a whole pipeline's worth, since most
- * requests then guess the rest and never read those buckets.
+ * Prefetch the page entries and tokens of a run of n blocks that would
+ * start on page `first` (from block 0's bucket, read before the walk),
+ * at most KVSHM_AHEAD_SEQ of them: where the walk will look first, since
+ * a request's blocks are one run as a rule (kvshm_walk_pin). kvc_req_new
+ * calls it while it still has blocks to hash.
  */
-static inline void kvshm_walk_prefetch(const struct kvshm_header *h, const struct kvshm_key *keys,
-				       size_t n)
+static inline __attribute__((always_inline)) void
+kvshm_walk_prefetch_run(const struct kvshm_view *v, uint32_t first, size_t n)
 {
 	size_t k;
 
+	for (k = 0; k < n && k < KVSHM_AHEAD_SEQ; k++)
+		kvshm_walk_prefetch_page(v, first + (uint32_t)k);
+}
+
+/*
+ * Prefetch the home buckets of the first keys of a walk (engine-keyed
+ * requests, whose blocks are not a chain the walk can guess along):
+ * KVSHM_AHEAD_FIRST of them, so they are on their way while the engine
+ * goes on to kvc_lookup.
+ */
+static inline __attribute__((always_inline)) void
+kvshm_walk_prefetch(const struct kvshm_header *h, const struct kvshm_key *keys, size_t n)
+{
+	struct kvshm_view v = kvshm_view(h);
+	size_t k;
+
 	for (k = 0; k < n && k < KVSHM_AHEAD_FIRST; k++)
-		kvshm_index_prefetch(h, keys[k]);
+		kvshm_view_prefetch(&v, keys[k]);
+}
+
+/*
+ * The key chain of a request of n blocks (tokens, bt a block) into keys,
+ * with the first lines its walk reads on their way meanwhile: block 0's
+ * key first, and its bucket prefetched (with millions of blocks cached it
+ * is a cache and TLB miss); then the tokens copied into `copy` (unless
+ * NULL) and KVSHM_PEEK_AFTER more blocks hashed, by which time the bucket
+ * has arrived and names block 0's page: its entry and tokens, and those of
+ * the pages after it, where the rest of the request is likely to sit, go
+ * on their way (kvshm_walk_prefetch_run) while the rest of the chain is
+ * hashed. A short request on a big cache then finds its first lines in
+ * cache. kvc_req_new runs this; so does kvbench's flat mode.
+ */
+static inline void kvshm_walk_keys(const struct kvshm_header *h, struct kvshm_key root,
+				   struct kvshm_key extra, const uint32_t *tokens, uint32_t *copy,
+				   uint32_t bt, size_t n, struct kvshm_key *keys)
+{
+	struct kvshm_view v = kvshm_view(h);
+	size_t m = n - 1 < KVSHM_PEEK_AFTER ? n - 1 : KVSHM_PEEK_AFTER;
+
+	if (!n)
+		return;
+	kvshm_key_chain(root, extra, tokens, bt, bt, keys);
+	kvshm_view_prefetch(&v, keys[0]);
+	if (copy) {
+		memcpy(copy, tokens, n * bt * sizeof(uint32_t));
+		tokens = copy;
+	}
+	kvshm_key_chain(keys[0], extra, tokens + bt, m * bt, bt, keys + 1);
+	if (m)
+		kvshm_walk_prefetch_run(&v, kvshm_view_find(&v, keys[0]), n);
+	if (n > m + 1)
+		kvshm_key_chain(keys[m], extra, tokens + (m + 1) * bt, (n - m - 1) * bt, bt,
+				keys + m + 1);
 }
 
 /*
@@ -98,11 +151,10 @@ static inline void kvshm_walk_prefetch(const struct kvshm_header *h, const struc
  * fence; returns how many leading ones are pinned (READY at their gen once
  * the slots are visible). The slots of the rest are cleared again.
  */
-static inline size_t kvshm_ledger_pin_run(struct kvshm_ledger *l, const uint32_t *slot,
-					  const struct kvshm_header *h, const uint32_t *page,
-					  const uint32_t *gen, size_t n)
+static inline size_t kvshm_pin_run_at(struct kvshm_ledger *l, const uint32_t *slot,
+				      const struct kvshm_page *pages, const uint32_t *page,
+				      const uint32_t *gen, size_t n)
 {
-	const struct kvshm_page *pages = kvshm_pages(h);
 	size_t i, k;
 
 	for (i = 0; i < n; i++)
@@ -117,6 +169,13 @@ static inline size_t kvshm_ledger_pin_run(struct kvshm_ledger *l, const uint32_t
 	for (k = i; k < n; k++)
 		atomic_store_explicit(&l->slot[slot[k]], 0, memory_order_release);
 	return i;
+}
+
+static inline size_t kvshm_ledger_pin_run(struct kvshm_ledger *l, const uint32_t *slot,
+					  const struct kvshm_header *h, const uint32_t *page,
+					  const uint32_t *gen, size_t n)
+{
+	return kvshm_pin_run_at(l, slot, kvshm_pages(h), page, gen, n);
 }
 
 /*
@@ -137,110 +196,164 @@ static inline size_t kvshm_ledger_pin_run(struct kvshm_ledger *l, const uint32_t
  * guessed page is exactly as good as an indexed one: kvshm_page_verify
  * checks the same identity, and a READY page that left the index is
  * `unlisted`, which verify refuses.
+ *
+ * The header's fields are read once, into a view; block 0 is found
+ * before the loop, so that a short request costs one probe, one check,
+ * one pin and little else.
  */
 #define KVSHM_SEQ_AFTER 2
+
+/* A walk's guessing state, as kvshm_walk_probe takes and leaves it. */
+struct kvshm_walk_state {
+	uint32_t cand[KVSHM_AHEAD_BUCKET];	/* the pipeline's candidates, by block */
+	uint32_t streak;	/* blocks in a row on neighbouring pages */
+	int32_t stride;		/* +1 or -1: the run's direction */
+	bool guess;		/* the next block is guessed */
+	bool ramp;		/* the first guess since the last probe */
+};
+
+/*
+ * Block j of walk w when it is not guessed, or its guess failed (guessed):
+ * its page from its bucket (read at once after a failed guess) or from
+ * the pipeline; stores it in w->page[j] and, when it verifies, w->gen[j],
+ * and returns whether it did. Decides whether the next block is guessed,
+ * and primes the pipeline when it is not. Out of line: the walk's fast
+ * loop, guesses that hold, stays small.
+ */
+static __attribute__((noinline)) bool kvshm_walk_probe(const struct kvshm_view *v,
+						       const struct kvshm_walk *w,
+						       struct kvshm_walk_state *s, size_t j,
+						       const struct kvshm_key *parent, bool guessed)
+{
+	const struct kvshm_key *keys = w->keys;
+	size_t n = w->n, k, top;
+	bool piped = !guessed, ok;
+	uint32_t pg;
+	int32_t d;
+
+	if (guessed) {
+		/* Not the next page: this block's bucket at once. */
+		pg = kvshm_view_find(v, keys[j]);
+	} else {
+		/* The pipeline, primed up to j + its distances. */
+		k = j + KVSHM_AHEAD_BUCKET - 1;
+		if (k < n)
+			kvshm_view_prefetch(v, keys[k]);
+		k = j + KVSHM_AHEAD_PAGE - 1;
+		if (k < n) {
+			s->cand[k % KVSHM_AHEAD_BUCKET] = kvshm_view_find(v, keys[k]);
+			kvshm_walk_prefetch_page(v, s->cand[k % KVSHM_AHEAD_BUCKET]);
+		}
+		pg = s->cand[j % KVSHM_AHEAD_BUCKET];
+	}
+	w->page[j] = pg;
+	ok = kvshm_view_verify(v, pg, w->ns_id, &keys[j], parent, w->tokens + j * v->bt,
+			       &w->gen[j]);
+	if (!ok)
+		return false;
+	/* The next block is guessed after a probe that found this one next
+	 * to its parent's, and in the pipeline after KVSHM_SEQ_AFTER such
+	 * blocks in a row. A run may go down as well as up (a free list
+	 * refilled by an eviction in publish order). */
+	d = (int32_t)(pg - w->page[j - 1]);
+	if (d == 1 || d == -1) {
+		s->streak = d == s->stride ? s->streak + 1 : 1;
+		s->stride = d;
+	} else {
+		s->streak = 0;
+	}
+	s->guess = s->ramp = s->streak >= (piped ? KVSHM_SEQ_AFTER : 1);
+	if (!s->guess && !piped) {
+		/* Into the pipeline from the next block: buckets and
+		 * candidates up to their distances. */
+		top = j + KVSHM_AHEAD_BUCKET < n ? j + KVSHM_AHEAD_BUCKET : n;
+		for (k = j + 1; k < top; k++)
+			kvshm_view_prefetch(v, keys[k]);
+		top = j + KVSHM_AHEAD_PAGE < n ? j + KVSHM_AHEAD_PAGE : n;
+		for (k = j + 1; k < top; k++) {
+			s->cand[k % KVSHM_AHEAD_BUCKET] = kvshm_view_find(v, keys[k]);
+			kvshm_walk_prefetch_page(v, s->cand[k % KVSHM_AHEAD_BUCKET]);
+		}
+	}
+	return true;
+}
 
 static inline size_t kvshm_walk_pin(const struct kvshm_header *h, struct kvshm_ledger *l,
 				    const struct kvshm_walk *w, bool *missed)
 {
-	uint32_t cand[KVSHM_AHEAD_BUCKET], bt = h->geo.block_tokens, pg, streak = 0;
-	int32_t stride = 1;	/* +1 or -1: the run's direction */
-	struct kvshm_key parent = w->parent;
-	size_t n = w->n, i, j, k, run, end, top;
-	bool guess = false, ramp = false, ok;
+	const struct kvshm_view v = kvshm_view(h);
+	const struct kvshm_key *keys = w->keys, *parent = &w->parent;
+	const uint32_t *tokens = w->tokens;
+	uint32_t *wpage = w->page, *wgen = w->gen, pg, k, ns_id = w->ns_id, bt = v.bt;
+	size_t n = w->n, i, j, run, end;
+	bool guess = true, ramp = true, flat = w->flat, stop = false;
+	int32_t stride = 1;
+	struct kvshm_walk_state s;
 
 	*missed = false;
-	for (i = 0; i < n; i = end) {
+	if (!n)
+		return 0;
+	/* The first block: its bucket, which kvc_req_new prefetched. Its
+	 * successor is guessed at once (a request's blocks are one run as a
+	 * rule). The guessing state lives in locals: only a probe, out of
+	 * line, sees it in s. */
+	pg = kvshm_view_find(&v, keys[0]);
+	wpage[0] = pg;
+	if (!kvshm_view_verify(&v, pg, ns_id, &keys[0], parent, tokens, &wgen[0])) {
+		*missed = true;
+		return 0;
+	}
+	s.streak = 1;
+	for (i = 0, j = 1; i < n; i = end) {
 		end = i + KVSHM_PIN_RUN < n ? i + KVSHM_PIN_RUN : n;
-		for (j = i; j < end; j++) {
-			bool guessed = guess, piped = false;
+		for (; j < end; j++) {
+			bool guessed = guess;
 
-			if (guess) {
-				pg = w->page[j - 1] + (uint32_t)stride;
-			} else if (!j) {
-				/* The first block: its bucket, which kvc_req_new
-				 * prefetched. */
-				pg = kvshm_index_find(h, w->keys[0]);
-			} else {
-				/* The pipeline, primed up to j + its distances. */
-				k = j + KVSHM_AHEAD_BUCKET - 1;
-				if (k < n)
-					kvshm_index_prefetch(h, w->keys[k]);
-				k = j + KVSHM_AHEAD_PAGE - 1;
-				if (k < n) {
-					cand[k % KVSHM_AHEAD_BUCKET] = kvshm_index_find(h, w->keys[k]);
-					kvshm_walk_prefetch_page(h, cand[k % KVSHM_AHEAD_BUCKET]);
-				}
-				pg = cand[j % KVSHM_AHEAD_BUCKET];
-				piped = true;
-			}
-			for (;;) {
-				ok = kvshm_page_verify(h, pg, w->ns_id, w->keys[j], parent,
-						       w->tokens + j * bt, &w->gen[j]);
-				if (ok || !guessed)
-					break;
-				/* Not the next page: this block's bucket at once. */
-				guessed = guess = false;
-				pg = kvshm_index_find(h, w->keys[j]);
-			}
-			if (ok && guess) {
-				/* Pages ahead on their way: after the first
-				 * guess that held, the whole distance at once. */
-				for (k = ramp ? 1 : KVSHM_AHEAD_SEQ; k <= KVSHM_AHEAD_SEQ; k++)
-					kvshm_walk_prefetch_page(h, pg + (uint32_t)((int32_t)k * stride));
-				ramp = false;
-			} else if (ok) {
-				/* The first block's successor is guessed at once
-				 * (a request's blocks are one run as a rule), a
-				 * block's after a probe that found it next to its
-				 * parent's, and in the pipeline after
-				 * KVSHM_SEQ_AFTER such blocks in a row. A run may
-				 * go down as well as up (a free list refilled
-				 * by an eviction in publish order). */
-				int32_t d = j ? (int32_t)(pg - w->page[j - 1]) : 1;
-
-				if (d == 1 || d == -1) {
-					streak = j && d == stride ? streak + 1 : 1;
-					stride = d;
-				} else {
-					streak = 0;
-				}
-				guess = ramp = streak >= (piped ? KVSHM_SEQ_AFTER : 1);
-				if (!guess && !piped) {
-					/* Into the pipeline from the next block:
-					 * buckets and candidates up to their
-					 * distances. */
-					top = j + KVSHM_AHEAD_BUCKET < n ? j + KVSHM_AHEAD_BUCKET : n;
-					for (k = j + 1; k < top; k++)
-						kvshm_index_prefetch(h, w->keys[k]);
-					top = j + KVSHM_AHEAD_PAGE < n ? j + KVSHM_AHEAD_PAGE : n;
-					for (k = j + 1; k < top; k++) {
-						cand[k % KVSHM_AHEAD_BUCKET] =
-							kvshm_index_find(h, w->keys[k]);
-						kvshm_walk_prefetch_page(h, cand[k % KVSHM_AHEAD_BUCKET]);
+			if (!flat)
+				parent = &keys[j - 1];
+			if (guessed) {
+				pg = wpage[j - 1] + (uint32_t)stride;
+				wpage[j] = pg;
+				if (kvshm_view_verify(&v, pg, ns_id, &keys[j], parent,
+						      tokens + j * bt, &wgen[j])) {
+					/* Pages ahead on their way, as far as the
+					 * request goes: after the first guess that
+					 * held, the whole distance at once. */
+					if (__builtin_expect(ramp, 0)) {
+						for (k = 1; k <= KVSHM_AHEAD_SEQ && j + k < n; k++)
+							kvshm_walk_prefetch_page(
+								&v, pg + (uint32_t)((int32_t)k * stride));
+						ramp = false;
+					} else if (j + KVSHM_AHEAD_SEQ < n) {
+						kvshm_walk_prefetch_page(
+							&v, pg + (uint32_t)(KVSHM_AHEAD_SEQ * stride));
 					}
+					continue;
 				}
 			}
-			w->page[j] = pg;
-			if (!ok) {
-				*missed = true;
+			s.stride = stride;
+			if (!kvshm_walk_probe(&v, w, &s, j, parent, guessed)) {
+				stop = true;
 				break;
 			}
-			if (!w->flat)
-				parent = w->keys[j];
+			stride = s.stride;
+			guess = s.guess;
+			ramp = s.ramp;
 		}
-		run = kvshm_ledger_pin_run(l, w->slot + i, h, w->page + i, w->gen + i, j - i);
+		run = kvshm_pin_run_at(l, w->slot + i, v.pages, wpage + i, wgen + i, j - i);
 		if (run < j - i) {
-			*missed = false;	/* lost to the evictor: a pin failure */
-			kvshm_ledger_touch_run(l, w->page, i + run);
+			/* Lost to the evictor: a pin failure (*missed stays
+			 * false). */
+			kvshm_ledger_touch_run(l, wpage, i + run);
 			return i + run;
 		}
-		if (*missed) {
-			kvshm_ledger_touch_run(l, w->page, j);
+		if (stop) {
+			*missed = true;
+			kvshm_ledger_touch_run(l, wpage, j);
 			return j;
 		}
 	}
-	kvshm_ledger_touch_run(l, w->page, n);
+	kvshm_ledger_touch_run(l, wpage, n);
 	return n;
 }
 

@@ -26,13 +26,14 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 14u	/* 8: remote tier counters; 9: single flight (page
+#define KVSHM_VERSION 15u	/* 8: remote tier counters; 9: single flight (page
 				 * flight, row flight, wait stats); 10: page
 				 * entries of one cache line; 11: tick timing;
 				 * 12: ledger access ring of 1024, a hit run
 				 * written deepest first; 13: page `unlisted`
 				 * (lookups find pages without the index);
-				 * 14: pool and segment backing stats */
+				 * 14: pool and segment backing stats; 15:
+				 * ledger counters in rows, one per thread */
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -607,6 +608,30 @@ static inline uint32_t *kvshm_tokens(const struct kvshm_header *h, uint32_t page
 	       (uint64_t)page * h->geo.block_tokens;
 }
 
+/*
+ * What a reader of the index and page table needs from the header, in
+ * locals: the header never changes once laid out, but a compiler must
+ * load it again after every acquire load of the walk. A lookup takes
+ * one view at its start (shm/prefix.h).
+ */
+struct kvshm_view {
+	const struct kvshm_bucket *buckets;
+	const struct kvshm_page *pages;
+	const uint32_t *tokens;		/* page p's at tokens + p * bt */
+	uint32_t bucket_mask;		/* n_buckets - 1 */
+	uint32_t n_pages;
+	uint32_t bt;			/* block tokens */
+};
+
+static inline struct kvshm_view kvshm_view(const struct kvshm_header *h)
+{
+	struct kvshm_view v = {
+		kvshm_buckets(h), kvshm_pages(h), kvshm_at(h, h->off_tokens),
+		h->geo.n_buckets - 1, h->geo.n_pages, h->geo.block_tokens,
+	};
+	return v;
+}
+
 static inline struct kvshm_top *kvshm_top(const struct kvshm_header *h)
 {
 	return kvshm_at(h, h->off_top);
@@ -651,7 +676,7 @@ static inline void kvshm_seq_write_end(_Atomic uint32_t *seq)
 
 static inline int kvshm_key_eq(struct kvshm_key a, struct kvshm_key b)
 {
-	return a.lo == b.lo && a.hi == b.hi;
+	return !((a.lo ^ b.lo) | (a.hi ^ b.hi));
 }
 
 /*

@@ -69,6 +69,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../tests/lib/procfs.h"
 #include "bench/bench.h"
 
 /* Modes whose files may not exist yet (other parts build them): weak, so
@@ -556,25 +557,6 @@ static void print_table(double wall)
 
 /* ------------------------------------------------------------- main */
 
-/* The "cpu" line of /proc/stat: *steal and *total jiffies of all CPUs. */
-static void cpu_jiffies(unsigned long long *steal, unsigned long long *total)
-{
-	unsigned long long v[8] = { 0 };
-	FILE *f = fopen("/proc/stat", "r");
-	int i;
-
-	*steal = *total = 0;
-	if (!f)
-		return;
-	if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
-		   &v[4], &v[5], &v[6], &v[7]) == 8) {
-		for (i = 0; i < 8; i++)
-			*total += v[i];
-		*steal = v[7];
-	}
-	fclose(f);
-}
-
 static double loadavg(void)
 {
 	double l = -1;
@@ -809,7 +791,7 @@ int main(int argc, char **argv)
 	machine(&ncpu, cpu, sizeof(cpu), kernel, sizeof(kernel));
 	tmr = timer_overhead();
 	load_start = loadavg();
-	cpu_jiffies(&steal0, &total0);
+	kvt_proc_cpu_jiffies(&steal0, &total0);
 	/* The table's head first: the modes' progress and notes follow it. */
 	if (!opt.json)
 		print_head(cpu, ncpu, kernel, tmr);
@@ -823,7 +805,7 @@ int main(int argc, char **argv)
 	{
 		unsigned long long steal1, total1;
 
-		cpu_jiffies(&steal1, &total1);
+		kvt_proc_cpu_jiffies(&steal1, &total1);
 		steal_pct = total1 > total0 ? 100.0 * (double)(steal1 - steal0) /
 						      (double)(total1 - total0) : 0;
 	}

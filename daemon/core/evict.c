@@ -21,6 +21,7 @@
 #include "kvd.h"
 #include "evict.h"
 #include "../util/log.h"
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "../../shm/index.h"
@@ -54,6 +55,40 @@ void kvd_evict_insert(struct kvd *d, uint32_t page)
 	    !kvshm_key_eq(kvshm_pages(d->h)[parent].key, pg->parent))
 		parent = KVD_POLICY_NONE;
 	kvd_policy_insert(&d->pol, page, parent, pg->key.lo ^ pg->key.hi ^ pg->ns_id);
+}
+
+/*
+ * A page a tier placed for a restore is READY and nobody pins it until
+ * its client has read the reply and pinned it: a window the eviction
+ * policy cannot see. The pool is often full exactly then (a restore
+ * evicts to make room for itself), and S3-FIFO, the default, takes new
+ * blocks never referenced first: the tick evicted the first blocks of a
+ * fetched run before the client pinned them, and the client hit nothing
+ * of what the daemon had just fetched for it (kvbench --mode remote's
+ * intermittent stop, docs/RELIABILITY.md). So such a page is passed by
+ * until a lookup's pin of it shows in an access ring (kvd_evict_drain),
+ * or for KVD_SPARE_MS, long enough for any client that is not stopped;
+ * one that never pins it only delays its eviction that long. (A client
+ * that names the page in its own ring ends the sparing early: the page is
+ * then as evictable as any other, which a trusted client can make
+ * happen anyway.) Best effort: without memory for the stamps, nothing is
+ * spared.
+ */
+void kvd_evict_spare(struct kvd *d, uint32_t page)
+{
+	uint32_t ticks = (KVD_SPARE_MS + d->cfg.tick_ms - 1) / d->cfg.tick_ms;
+
+	if (page >= d->h->geo.n_pages)
+		return;
+	if (!d->spare && !(d->spare = calloc(d->h->geo.n_pages, sizeof(*d->spare))))
+		return;
+	d->spare[page] = (uint32_t)d->ticks + ticks + 1;
+}
+
+static bool spared(const struct kvd *d, uint32_t page)
+{
+	/* Wrap-safe: spared while the stamp is ahead of the tick count. */
+	return d->spare && (int32_t)(d->spare[page] - (uint32_t)d->ticks) > 0;
 }
 
 static void scan_ledgers(struct kvd *d)
@@ -109,8 +144,9 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 				kvd_policy_remove(&d->pol, p);
 				continue;
 			}
-			/* A tier still copying it (a remote put) lets it be. */
-			if (kvd_tiers_busy(d, p) || !kvshm_page_evict_mark(d->h, p)) {
+			/* A tier still copying it (a remote put) lets it be,
+			 * and so does a restore its client has yet to pin. */
+			if (kvd_tiers_busy(d, p) || spared(d, p) || !kvshm_page_evict_mark(d->h, p)) {
 				kvd_policy_keep(&d->pol, p);
 				continue;
 			}
@@ -201,9 +237,16 @@ void kvd_evict_drain(struct kvd *d, struct kvd_client *c)
 	 * block is ignored by the policy. */
 	head = atomic_load_explicit(&c->l->ring_head, memory_order_acquire);
 	k = head - c->ring_seen > KVSHM_RING ? head - KVSHM_RING : c->ring_seen;
-	for (; k < head; k++)
-		kvd_policy_touch(&d->pol, atomic_load_explicit(&c->l->ring[k & (KVSHM_RING - 1)],
-							       memory_order_relaxed));
+	for (; k < head; k++) {
+		uint32_t page = atomic_load_explicit(&c->l->ring[k & (KVSHM_RING - 1)],
+						     memory_order_relaxed);
+
+		kvd_policy_touch(&d->pol, page);
+		/* Pinned by a lookup since: a restored page needs no sparing
+		 * any more (the pin, and then the policy, keep it). */
+		if (d->spare && page < d->h->geo.n_pages)
+			d->spare[page] = 0;
+	}
 	c->ring_seen = head;
 }
 

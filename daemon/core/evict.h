@@ -25,5 +25,10 @@ void kvd_evict_drain(struct kvd *d, struct kvd_client *c);
 /* Page just became READY (published, restored, fetched): it enters the
  * eviction order, under its parent's page when the pool holds that. */
 void kvd_evict_insert(struct kvd *d, uint32_t page);
+/* Page just restored or fetched by a tier for a client's RESTORE/FETCH:
+ * READY, and not pinned until that client has the reply and pins it, so
+ * eviction passes it by for KVD_SPARE_MS (evict.c says why). */
+#define KVD_SPARE_MS 2000u
+void kvd_evict_spare(struct kvd *d, uint32_t page);
 
 #endif

@@ -107,6 +107,9 @@ struct kvd {
 	struct kvd_client *clients;	/* cfg.max_clients rows */
 	uint32_t n_clients;
 	uint8_t *mark;			/* n_pages scratch for message checks */
+	uint32_t *spare;		/* n_pages: a restored page is not evicted
+					 * before tick spare[page] (evict.c), NULL
+					 * until the first restore */
 	uint8_t *damaged;		/* n_pages: punched out by a client (evict.c),
 					 * NULL until the first hole */
 	struct kvd_policy pol;		/* pool pages' eviction order (policy.h) */

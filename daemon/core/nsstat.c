@@ -49,12 +49,15 @@ static uint32_t ns_rows(const struct kvd *d)
 /* The ledger counters, in the order of ns_seen[] and of add_to_ns(). */
 static void ledger_counts(const struct kvshm_ledger *l, uint64_t v[KVD_NS_FOLD])
 {
-	v[0] = atomic_load_explicit(&l->lookups, RELAXED);
-	v[1] = atomic_load_explicit(&l->hit_blocks, RELAXED);
-	v[2] = atomic_load_explicit(&l->miss_blocks, RELAXED);
-	v[3] = atomic_load_explicit(&l->lookup_tokens, RELAXED);
-	v[4] = atomic_load_explicit(&l->hit_tokens, RELAXED);
-	v[5] = atomic_load_explicit(&l->published, RELAXED);
+	struct kvshm_ledger_counts n;
+
+	kvshm_ledger_sum(l, &n);
+	v[0] = n.lookups;
+	v[1] = n.hit_blocks;
+	v[2] = n.miss_blocks;
+	v[3] = n.lookup_tokens;
+	v[4] = n.hit_tokens;
+	v[5] = n.published;
 }
 
 static void fold(struct kvd *d, struct kvd_client *c)
@@ -142,15 +145,17 @@ void kvd_stats_reset(struct kvd *d)
 	 * make that sum zero now (unsigned arithmetic wraps). */
 	for (i = 0; i < d->cfg.max_clients; i++) {
 		const struct kvd_client *c = &d->clients[i];
+		struct kvshm_ledger_counts n;
 
 		if (!kvd_live(c))
 			continue;
-		lk += atomic_load_explicit(&c->l->lookups, RELAXED);
-		hit += atomic_load_explicit(&c->l->hit_blocks, RELAXED);
-		miss += atomic_load_explicit(&c->l->miss_blocks, RELAXED);
-		pf += atomic_load_explicit(&c->l->pin_failures, RELAXED);
-		lt += atomic_load_explicit(&c->l->lookup_tokens, RELAXED);
-		ht += atomic_load_explicit(&c->l->hit_tokens, RELAXED);
+		kvshm_ledger_sum(c->l, &n);
+		lk += n.lookups;
+		hit += n.hit_blocks;
+		miss += n.miss_blocks;
+		pf += n.pin_failures;
+		lt += n.lookup_tokens;
+		ht += n.hit_tokens;
 	}
 	d->gone_lookups = -lk;
 	d->gone_hits = -hit;

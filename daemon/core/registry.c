@@ -261,14 +261,15 @@ static void fold_stats(struct kvd *d);
 static void retire_counters(struct kvd *d, struct kvd_client *c)
 {
 	struct kvshm_client_row *row = &kvshm_clients(d->h)[c->id];
-	struct kvshm_ledger *l = c->l;
+	struct kvshm_ledger_counts n;
 
-	d->gone_lookups += atomic_load_explicit(&l->lookups, RELAXED);
-	d->gone_hits += atomic_load_explicit(&l->hit_blocks, RELAXED);
-	d->gone_misses += atomic_load_explicit(&l->miss_blocks, RELAXED);
-	d->gone_pinfail += atomic_load_explicit(&l->pin_failures, RELAXED);
-	d->gone_lookup_tokens += atomic_load_explicit(&l->lookup_tokens, RELAXED);
-	d->gone_hit_tokens += atomic_load_explicit(&l->hit_tokens, RELAXED);
+	kvshm_ledger_sum(c->l, &n);
+	d->gone_lookups += n.lookups;
+	d->gone_hits += n.hit_blocks;
+	d->gone_misses += n.miss_blocks;
+	d->gone_pinfail += n.pin_failures;
+	d->gone_lookup_tokens += n.lookup_tokens;
+	d->gone_hit_tokens += n.hit_tokens;
 	kvd_nsstat_retire(d, c);
 	kvd_flight_retire(d, c);
 	kvd_top_drain(d, c);
@@ -399,28 +400,23 @@ static void fold_stats(struct kvd *d)
 	for (i = 0; i < d->cfg.max_clients; i++) {
 		struct kvd_client *c = &d->clients[i];
 		struct kvshm_client_row *row = &kvshm_clients(d->h)[i];
-		struct kvshm_ledger *l = c->l;
-		uint64_t v;
+		struct kvshm_ledger_counts n;
 
 		if (!kvd_live(c))
 			continue;
-		v = atomic_load_explicit(&l->lookups, RELAXED);
-		lk += v;
-		atomic_store_explicit(&row->lookups, v, RELAXED);
-		v = atomic_load_explicit(&l->hit_blocks, RELAXED);
-		hit += v;
-		atomic_store_explicit(&row->hit_blocks, v, RELAXED);
-		v = atomic_load_explicit(&l->miss_blocks, RELAXED);
-		miss += v;
-		atomic_store_explicit(&row->miss_blocks, v, RELAXED);
-		pf += atomic_load_explicit(&l->pin_failures, RELAXED);
-		lt += atomic_load_explicit(&l->lookup_tokens, RELAXED);
-		ht += atomic_load_explicit(&l->hit_tokens, RELAXED);
+		kvshm_ledger_sum(c->l, &n);
+		lk += n.lookups;
+		atomic_store_explicit(&row->lookups, n.lookups, RELAXED);
+		hit += n.hit_blocks;
+		atomic_store_explicit(&row->hit_blocks, n.hit_blocks, RELAXED);
+		miss += n.miss_blocks;
+		atomic_store_explicit(&row->miss_blocks, n.miss_blocks, RELAXED);
+		pf += n.pin_failures;
+		lt += n.lookup_tokens;
+		ht += n.hit_tokens;
 		kvd_top_drain(d, c);
-		atomic_store_explicit(&row->pins_held, atomic_load_explicit(&l->pins_held, RELAXED),
-				      RELAXED);
-		atomic_store_explicit(&row->published, atomic_load_explicit(&l->published, RELAXED),
-				      RELAXED);
+		atomic_store_explicit(&row->pins_held, n.pins_held, RELAXED);
+		atomic_store_explicit(&row->published, n.published, RELAXED);
 		atomic_store_explicit(&row->writing, c->writing, RELAXED);
 	}
 	atomic_store_explicit(&st->lookups, lk, RELAXED);

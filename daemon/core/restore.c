@@ -133,8 +133,10 @@ int kvd_restore(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *h
 			if (atomic_load(&pg->state) == KVSHM_PAGE_READY && pg->ns_id == c->ns_id &&
 			    kvshm_key_eq(pg->key, f[i].key)) {
 				rq->status[i] = 0;
-				/* In the run: spare it from the eviction below. */
+				/* In the run: spare it from the eviction below,
+				 * and until the client has pinned it. */
 				kvd_policy_touch(&d->pol, loc);
+				kvd_evict_spare(d, loc);
 			}
 			continue;
 		}
@@ -181,8 +183,16 @@ int kvd_restore(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *h
 	return restore_reply(d, rq);
 }
 
+/* A tier placed page for a restore: in the eviction order, and spared
+ * until its client has pinned it. */
+static void restore_ready(struct kvd *d, uint32_t page)
+{
+	kvd_evict_insert(d, page);
+	kvd_evict_spare(d, page);
+}
+
 const struct kvd_tier_host kvd_core_tier_host = {
 	.ns = kvd_ns_get,
 	.fetch_done = restore_done,
-	.ready = kvd_evict_insert,
+	.ready = restore_ready,
 };

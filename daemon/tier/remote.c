@@ -65,6 +65,7 @@
 #include "../core/kvd.h"
 #include "../util/log.h"
 #include "remote.h"
+#include "remote_conn.h"
 #include "remote_fmt.h"
 #include "tier.h"
 
@@ -121,7 +122,7 @@ struct rjob {
 	struct rjob *next;
 	uint8_t kind;
 	uint8_t res;		/* put: RES_* */
-	int mrc;		/* put: libmemcached's answer, for the log */
+	int err;		/* put: the connection's -errno, for the log */
 	uint32_t srv;
 	/* put */
 	uint32_t page, gen;	/* held page, when the worker copies it */
@@ -142,12 +143,10 @@ struct rjob {
 struct rworker {
 	struct kvd_remote *r;
 	pthread_t th;
-	memcached_st *mc;
-	memcached_result_st res;
+	struct kvd_mconn conn[KVD_REMOTE_MAX_SERVERS];	/* one per server, our own */
 	struct kvd_rmac *mac;
 	unsigned seen[KVD_REMOTE_MAX_SERVERS];	/* epochs acted upon */
-	uint8_t *buf;		/* items of held puts are built here */
-	size_t buf_len;
+	uint8_t *head;		/* a held put's header and tokens */
 	bool started;
 };
 
@@ -200,32 +199,10 @@ static struct kvshm_stats *st_of(struct kvd *d)
 
 /* ------------------------------------------------------------ workers */
 
-static bool is_timeout(memcached_return_t rc)
-{
-	return rc == MEMCACHED_TIMEOUT;
-}
-
-/* A server-level failure: the server is marked down. The clone's own
- * back-off (temporarily disabled) is not news: a miss, nothing more. */
-static bool server_failed(memcached_return_t rc)
-{
-	return memcached_fatal(rc) && rc != MEMCACHED_SERVER_TEMPORARILY_DISABLED &&
-	       rc != MEMCACHED_SERVER_MARKED_DEAD && rc != MEMCACHED_NOTFOUND &&
-	       rc != MEMCACHED_MEMORY_ALLOCATION_FAILURE;
-}
-
-static uint8_t res_of(memcached_return_t rc)
-{
-	if (is_timeout(rc))
-		return RES_TIMEOUT;
-	return RES_DOWN;
-}
-
 /*
  * Before an operation on server s: if the probe found it back since this
- * worker last looked, drop the clone's connections (one to the old
- * process would fail the first write) and end its own back-off for the
- * server (libmemcached would refuse it for a retry period of its own).
+ * worker last looked, drop our connection to it (one to the old process
+ * would fail the first write).
  */
 static void server_fresh(struct rworker *w, uint32_t s)
 {
@@ -234,107 +211,146 @@ static void server_fresh(struct rworker *w, uint32_t s)
 	if (w->seen[s] == e)
 		return;
 	w->seen[s] = e;
-	memcached_quit(w->mc);
-	memcached_instance_next_retry(memcached_server_instance_by_position(w->mc, s), 0);
+	kvd_mconn_close(&w->conn[s]);
 }
 
+/* A connection's failure: RES_TIMEOUT or RES_DOWN, the server marked
+ * down (its keys are misses and its puts skipped until the probe finds
+ * it answering). */
+static uint8_t conn_failed(struct kvd_remote *r, uint32_t s, int rc)
+{
+	atomic_store(&r->srv[s].up, 0);
+	return rc == -ETIMEDOUT ? RES_TIMEOUT : RES_DOWN;
+}
+
+/*
+ * A put: the item goes out in pieces where they lie, sealed in place. A
+ * held page's payload is sent from the pool (the evictor passes it by
+ * until the put is done): header and tokens from the worker's buffer,
+ * the payload from its page, the tag; nothing copied. An evicted page's
+ * item was copied into the job at eviction (the page is gone by now).
+ */
 static void run_put(struct rworker *w, struct rjob *j)
 {
 	struct kvd_remote *r = w->r;
 	size_t off = kvd_rval_payload_off(r->bt);
-	memcached_return_t rc;
-
-	uint8_t *val = j->val;
+	struct kvd_rpiece p[3];
+	uint8_t *head = j->held ? w->head : j->val, tag[KVD_RVAL_MAC];
+	int rc;
 
 	if (!atomic_load(&r->srv[j->srv].up)) {
 		j->res = RES_SKIP;
 		return;
 	}
-	if (j->held) {
-		/* The worker's own buffer, kept: no fresh pages to fault in
-		 * for every item. */
-		if (w->buf_len < j->len) {
-			free(w->buf);
-			w->buf_len = 0;
-			w->buf = malloc(j->len);
-			if (w->buf)
-				w->buf_len = j->len;
-		}
-		val = w->buf;
-		if (val)
-			memcpy(val + off,
-			       (const uint8_t *)r->d->pool.mem.base + (uint64_t)j->page * r->slot_bytes,
-			       j->ns.page_bytes);
-	}
-	if (!val) {
-		j->res = RES_DOWN;	/* out of memory: as a failed put */
-		return;
-	}
-	kvd_rval_fill(val, &j->ns, j->key, j->parent, j->tokens, r->bt, j->ns.page_bytes);
-	if (kvd_rval_seal(w->mac, val, j->len)) {
+	p[0] = (struct kvd_rpiece){ head, off };
+	p[1] = (struct kvd_rpiece){ j->held ? (uint8_t *)r->d->pool.mem.base +
+						      (uint64_t)j->page * r->slot_bytes
+					    : j->val + off,
+				    j->ns.page_bytes };
+	p[2] = (struct kvd_rpiece){ tag, KVD_RVAL_MAC };
+	kvd_rval_fill(head, &j->ns, j->key, j->parent, j->tokens, r->bt, j->ns.page_bytes);
+	if (kvd_rval_seal_v(w->mac, p, 2, tag)) {
 		j->res = RES_DOWN;
 		return;
 	}
 	server_fresh(w, j->srv);
-	rc = memcached_set(w->mc, j->mkey, strlen(j->mkey), (const char *)val, j->len, 0, 0);
-	j->mrc = (int)rc;
-	if (memcached_success(rc)) {
+	rc = kvd_mconn_set(&w->conn[j->srv], &r->srv[j->srv].at, j->mkey, strlen(j->mkey), p, 3,
+			   (int)(r->timeout_ns / 1000000));
+	j->err = rc;
+	if (!rc)
 		j->res = RES_OK;
-	} else if (rc == MEMCACHED_E2BIG) {
+	else if (rc == -E2BIG)
 		j->res = RES_TOOBIG;
-	} else {
-		j->res = res_of(rc);
-		if (server_failed(rc))
-			atomic_store(&r->srv[j->srv].up, 0);
-	}
+	else if (rc == -ENOMEM)
+		j->res = RES_DOWN;	/* the server's memory: a failed put */
+	else
+		j->res = conn_failed(r, j->srv, rc);
 }
 
 #define MGET 64		/* keys per multi-get */
 
-/* The item of batch idx[0..k) whose item key (keys[]) is mkey, or NULL. */
-static struct ritem *item_of(struct rjob *j, const uint32_t *idx, uint32_t k,
-			     char keys[][KVD_RVAL_KEY_MAX], const size_t *lens, const char *mkey,
-			     size_t len)
+/* One multi-get's items, as kvd_mconn_mget's callbacks see them. */
+struct rget {
+	struct rworker *w;
+	struct rfetch *f;
+	const uint32_t *idx;	/* items of f, by key of the request */
+	uint8_t *head;		/* each item's header and tokens (payload_off each) */
+	uint8_t (*tag)[KVD_RVAL_MAC];
+	uint8_t *odd;		/* an item of another length, read whole */
+	size_t odd_len;
+};
+
+/*
+ * Where item i's bytes go: an item of its block's length lands in pieces,
+ * its payload straight into the block's page (WRITING, the tier's: no
+ * client sees it before it is checked and published), or its staging
+ * copy on a cuda pool; it is checked there (got_item). One of another
+ * length (another format version, damage) is read whole into a buffer
+ * of its own, at most twice a block's, and refused by the same check.
+ */
+static int where_item(void *arg, uint32_t i, uint64_t bytes, struct kvd_rpiece *p)
 {
-	uint32_t i;
+	struct rget *g = arg;
+	struct kvd_remote *r = g->w->r;
+	struct ritem *it = &g->f->it[g->idx[i]];
+	size_t off = kvd_rval_payload_off(r->bt), len = kvd_rval_bytes(r->bt, g->f->ns.page_bytes);
 
-	for (i = 0; i < k; i++) {
-		struct ritem *it = &j->f->it[idx[i]];
-
-		/* Done already: a repeat would be the server's bug. */
-		if (it->res == RES_MISS && lens[i] == len && !memcmp(keys[i], mkey, len))
-			return it;
-	}
-	return NULL;
-}
-
-/* Check one fetched item against what its block must be; copy its payload
- * into the block's page (or a staging copy on a cuda pool). */
-static void take_item(struct rworker *w, struct rfetch *f, struct ritem *it, const uint8_t *val,
-		      size_t len)
-{
-	struct kvd_remote *r = w->r;
-	struct kvd_rval_want want = { &f->ns, it->key, it->parent, it->tokens, r->bt };
-	const uint8_t *payload = val + kvd_rval_payload_off(r->bt);
-	enum kvd_rval_fail fail;
-	const char *why;
-
-	if (kvd_rval_check(w->mac, val, len, &want, &fail, &why)) {
-		it->res = RES_BAD;
-		it->fail = (uint8_t)fail;
-		return;
+	if (it->res != RES_MISS)
+		return 0;
+	if (bytes != len) {
+		free(g->odd);
+		g->odd = bytes <= 2 * len ? malloc(bytes ? bytes : 1) : NULL;
+		g->odd_len = bytes;
+		if (!g->odd)
+			return 0;
+		p[0] = (struct kvd_rpiece){ g->odd, bytes };
+		return 1;
 	}
 	if (r->cuda) {
 		/* A whole slot: kvd_pool_copy_in copies slots. */
 		it->stage = calloc(1, r->slot_bytes);
-		if (!it->stage) {
-			it->res = RES_DOWN;
-			return;
-		}
-		memcpy(it->stage, payload, f->ns.page_bytes);
+		if (!it->stage)
+			return 0;
+	}
+	p[0] = (struct kvd_rpiece){ g->head + (size_t)i * off, off };
+	p[1] = (struct kvd_rpiece){ r->cuda ? it->stage
+					    : (uint8_t *)r->d->pool.mem.base +
+						      (uint64_t)it->page * r->slot_bytes,
+				    g->f->ns.page_bytes };
+	p[2] = (struct kvd_rpiece){ g->tag[i], KVD_RVAL_MAC };
+	return 3;
+}
+
+/* Item i is in: checked where it lies (format, MAC, namespace, key,
+ * parent, tokens); a payload that fails is never served (its page goes
+ * back unpublished). */
+static void got_item(void *arg, uint32_t i)
+{
+	struct rget *g = arg;
+	struct kvd_remote *r = g->w->r;
+	struct rfetch *f = g->f;
+	struct ritem *it = &f->it[g->idx[i]];
+	struct kvd_rval_want want = { &f->ns, it->key, it->parent, it->tokens, r->bt };
+	size_t off = kvd_rval_payload_off(r->bt), len = kvd_rval_bytes(r->bt, f->ns.page_bytes);
+	enum kvd_rval_fail fail;
+	const char *why;
+	int rc;
+
+	if (g->odd) {
+		rc = kvd_rval_check(g->w->mac, g->odd, g->odd_len, &want, &fail, &why);
+		free(g->odd);
+		g->odd = NULL;
 	} else {
-		memcpy((uint8_t *)r->d->pool.mem.base + (uint64_t)it->page * r->slot_bytes, payload,
-		       f->ns.page_bytes);
+		rc = kvd_rval_check_v(g->w->mac, g->head + (size_t)i * off, off,
+				      r->cuda ? it->stage
+					      : (uint8_t *)r->d->pool.mem.base +
+							(uint64_t)it->page * r->slot_bytes,
+				      f->ns.page_bytes, g->tag[i], len, &want, &fail, &why);
+	}
+	if (rc) {
+		it->res = RES_BAD;
+		it->fail = (uint8_t)fail;
+		return;
 	}
 	it->res = RES_OK;
 }
@@ -344,10 +360,11 @@ static void run_get(struct rworker *w, struct rjob *j)
 	struct kvd_remote *r = w->r;
 	struct rfetch *f = j->f;
 	const char *keys[MGET];
-	size_t lens[MGET];
+	size_t lens[MGET], off = kvd_rval_payload_off(r->bt);
 	char kbuf[MGET][KVD_RVAL_KEY_MAX];
-	memcached_return_t rc = MEMCACHED_END;
+	struct rget g = { w, f, NULL, NULL, NULL, NULL, 0 };
 	uint32_t i, first;
+	int rc = 0;
 
 	for (i = 0; i < j->n; i++)
 		f->it[j->idx[i]].res = RES_MISS;
@@ -356,39 +373,36 @@ static void run_get(struct rworker *w, struct rjob *j)
 			f->it[j->idx[i]].res = RES_SKIP;
 		return;
 	}
+	g.head = malloc(MGET * off);
+	g.tag = malloc(MGET * sizeof(*g.tag));
+	if (!g.head || !g.tag) {
+		free(g.head);
+		free(g.tag);
+		return;	/* misses */
+	}
 	server_fresh(w, j->srv);
 	/* Multi-gets of up to MGET keys, all to this job's server. */
-	for (first = 0; first < j->n; first += MGET) {
+	for (first = 0; first < j->n && !rc; first += MGET) {
 		uint32_t k = j->n - first < MGET ? j->n - first : MGET;
-		memcached_result_st *res;
 
 		for (i = 0; i < k; i++) {
 			lens[i] = kvd_rval_key(kbuf[i], r->prefix, f->ns.id, f->it[j->idx[first + i]].key);
 			keys[i] = kbuf[i];
 		}
-		rc = memcached_mget_by_key(w->mc, keys[0], lens[0], keys, lens, k);
-		if (memcached_failed(rc))
-			break;
-		while ((res = memcached_fetch_result(w->mc, &w->res, &rc))) {
-			struct ritem *it = item_of(j, j->idx + first, k, kbuf,
-						   lens, memcached_result_key_value(res),
-						   memcached_result_key_length(res));
-
-			if (it)
-				take_item(w, f, it, (const uint8_t *)memcached_result_value(res),
-					  memcached_result_length(res));
-		}
-		/* END or NOTFOUND: everything there has come. */
-		if (rc != MEMCACHED_END && rc != MEMCACHED_NOTFOUND && memcached_failed(rc))
-			break;
+		g.idx = j->idx + first;
+		rc = kvd_mconn_mget(&w->conn[j->srv], &r->srv[j->srv].at, keys, lens, k, where_item,
+				    got_item, &g, (int)(r->timeout_ns / 1000000));
 	}
-	if (rc != MEMCACHED_END && rc != MEMCACHED_NOTFOUND && memcached_failed(rc)) {
+	free(g.odd);
+	free(g.head);
+	free(g.tag);
+	if (rc) {
 		/* What did not come is the server's fault, not a plain miss. */
+		uint8_t res = conn_failed(r, j->srv, rc);
+
 		for (i = 0; i < j->n; i++)
 			if (f->it[j->idx[i]].res == RES_MISS)
-				f->it[j->idx[i]].res = res_of(rc);
-		if (server_failed(rc))
-			atomic_store(&r->srv[j->srv].up, 0);
+				f->it[j->idx[i]].res = res;
 	}
 }
 
@@ -529,7 +543,7 @@ static void put_done(struct kvd *d, struct rjob *j)
 	default:
 		kvd_stat_add(&st->remote_put_errors, 1);
 		kvd_debug("remote: put to %s failed: %s", r->srv[j->srv].name,
-			  memcached_strerror(NULL, (memcached_return_t)j->mrc));
+			  j->err == -ENOMEM ? "the server is out of memory" : strerror(-j->err));
 		break;
 	}
 	free(j->tokens);
@@ -1002,7 +1016,7 @@ static void remote_close(struct kvd *d)
 {
 	struct kvd_remote *r = d->remote;
 	struct rjob *j, *next;
-	unsigned i;
+	unsigned i, k;
 
 	if (!r)
 		return;
@@ -1028,12 +1042,10 @@ static void remote_close(struct kvd *d)
 	}
 	free(r->probe);
 	for (i = 0; i < WORKERS; i++) {
-		if (r->w[i].mc) {
-			memcached_result_free(&r->w[i].res);
-			memcached_free(r->w[i].mc);
-		}
+		for (k = 0; k < KVD_REMOTE_MAX_SERVERS; k++)
+			kvd_mconn_close(&r->w[i].conn[k]);
 		kvd_rmac_free(r->w[i].mac);
-		free(r->w[i].buf);
+		free(r->w[i].head);
 	}
 	for (i = 0; i < r->nsrv; i++)
 		if (r->srv[i].probe)
@@ -1130,7 +1142,7 @@ int kvd_remote_open(struct kvd *d)
 	const char *why = NULL;
 	struct kvd_remote *r;
 	sigset_t all, old;
-	unsigned i, n;
+	unsigned i, k, n;
 	uint32_t pages = d->h->geo.n_pages;
 
 	if (!d->cfg.remote[0])
@@ -1153,6 +1165,9 @@ int kvd_remote_open(struct kvd *d)
 		goto nomem;
 	d->remote = r;
 	r->efd = -1;
+	for (i = 0; i < WORKERS; i++)
+		for (k = 0; k < KVD_REMOTE_MAX_SERVERS; k++)
+			kvd_mconn_init(&r->w[i].conn[k]);
 	r->drop_log.what = "remote: dropped blocks";
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_cond_init(&r->wake, NULL);
@@ -1201,15 +1216,9 @@ int kvd_remote_open(struct kvd *d)
 	}
 	for (i = 0; i < WORKERS; i++) {
 		r->w[i].r = r;
-		r->w[i].mc = memcached_clone(NULL, r->mc);
-		if (!r->w[i].mc || !memcached_result_create(r->w[i].mc, &r->w[i].res) ||
-		    kvd_rmac_dup(&r->w[i].mac, r->mac)) {
-			if (r->w[i].mc && !r->w[i].mac) {
-				memcached_free(r->w[i].mc);
-				r->w[i].mc = NULL;
-			}
+		r->w[i].head = malloc(kvd_rval_payload_off(r->bt));
+		if (!r->w[i].head || kvd_rmac_dup(&r->w[i].mac, r->mac))
 			goto nomem;
-		}
 	}
 	memset(secret, 0, sizeof(secret));
 	/* Signals are the main loop's (signalfd): workers take none. */
@@ -1229,11 +1238,10 @@ int kvd_remote_open(struct kvd *d)
 			      memory_order_relaxed);
 	r->up_logged = 0;
 	probe_start(r, now_ns());
-	kvd_info("remote: %u memcached servers (ketama), blocks written when %s, %u ms timeout, %s, item keys %s:*",
+	kvd_info("remote: %u memcached servers (ketama), blocks written when %s, %u ms timeout, %s (Poly1305 of %s), item keys %s:*",
 		 n, modes[r->mode], d->cfg.remote_timeout_ms,
-		 slen ? "sealed (Poly1305, item format 2) under the cluster secret"
-		      : "NOT authenticated",
-		 r->prefix);
+		 slen ? "sealed (item format 2) under the cluster secret" : "NOT authenticated",
+		 kvd_rmac_impl(r->mac), r->prefix);
 	return 0;
 nomem:
 	kvd_err("remote: out of memory");

@@ -81,9 +81,15 @@ enum kvd_rval_fail {
 /* A MAC key (the cluster secret); one per thread: not thread-safe. */
 struct kvd_rmac;
 
+/* Set before kvd_rmac_new: Poly1305 from libsodium even where OpenSSL
+ * has it (for the tests of that path; the tags are the same). */
+extern bool kvd_rmac_sodium_only;
+
 /* 0, or -ENOMEM / -EIO (the crypto library failed). secret may be empty. */
 int kvd_rmac_new(struct kvd_rmac **out, const void *secret, size_t len);
 void kvd_rmac_free(struct kvd_rmac *m);
+/* Whose Poly1305 m runs: "OpenSSL" or "libsodium" (for the log). */
+const char *kvd_rmac_impl(const struct kvd_rmac *m);
 /* Another MAC with the same key, for another thread. */
 int kvd_rmac_dup(struct kvd_rmac **out, const struct kvd_rmac *m);
 
@@ -96,11 +102,24 @@ void kvd_rval_fill(void *buf, const struct kvshm_ns *ns, struct kvshm_key key,
 		   struct kvshm_key parent, const uint32_t *tokens, uint32_t bt,
 		   uint64_t payload_bytes);
 
+/* A piece of an item, where it lies (the payload: in a pool page). */
+struct kvd_rpiece {
+	void *base;
+	size_t len;
+};
+
 /* Seal an item of len bytes (header, tokens and payload written): a fresh
  * random nonce goes into its header, and its last KVD_RVAL_MAC bytes
  * become the MAC of the rest. 0, -EINVAL (shorter than a header and a
  * MAC) or -EIO. */
 int kvd_rval_seal(struct kvd_rmac *m, void *buf, size_t len);
+
+/* The same for an item in pieces p[0..n) (p[0] starting with its header):
+ * the nonce goes into p[0]'s header and the tag into mac, the pieces
+ * being the item's bytes before its tag, in order. The tag is the one
+ * kvd_rval_seal gives the same bytes in one buffer. */
+int kvd_rval_seal_v(struct kvd_rmac *m, const struct kvd_rpiece *p, int n,
+		    uint8_t mac[KVD_RVAL_MAC]);
 
 /* The same under the nonce the header already holds (deterministic: for
  * tests and the fuzzer, which reseal an item to compare its bytes). */
@@ -114,6 +133,15 @@ int kvd_rval_mac(struct kvd_rmac *m, void *buf, size_t len);
  */
 int kvd_rval_check(struct kvd_rmac *m, const void *buf, size_t len,
 		   const struct kvd_rval_want *w, enum kvd_rval_fail *fail, const char **why);
+
+/* The same for an item of len bytes received in pieces: its header and
+ * tokens (head_len bytes), its payload (in the page it was read into)
+ * and its tag; NULL payload or tag when the item was not of its block's
+ * length (refused after its magic and version). Nothing is copied: the
+ * payload is checked where it lies. */
+int kvd_rval_check_v(struct kvd_rmac *m, const void *head, size_t head_len, const void *payload,
+		     size_t payload_len, const uint8_t *tag, size_t len,
+		     const struct kvd_rval_want *w, enum kvd_rval_fail *fail, const char **why);
 
 /* The item key of block key in namespace ns_id under prefix, into out
  * (KVD_RVAL_KEY_MAX bytes). Returns its length. */

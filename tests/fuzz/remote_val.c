@@ -13,7 +13,10 @@
  *     parent, tokens, payload bytes), which kvd_rval_fill and
  *     kvd_rval_seal make into an item; then pairs of (offset, xor) bytes
  *     damage it;
- *   mode 2: the rest is a --remote value (and a prefix).
+ *   mode 2: the rest is a --remote value (and a prefix);
+ *   mode 3: the rest is what a memcached server answers, cut into lines
+ *     at each LF (kvd_mc_parse, remote_conn.c, which reads every reply
+ *     line of a put or a fetch).
  *
  * Oracle: no crash, no leak. An item the checker accepts has exactly the
  * length of its block, names exactly the block asked for (namespace,
@@ -23,7 +26,10 @@
  * (MAC included) it is never accepted, and not under another secret
  * either; asked for other tokens, another key or parent, it is refused
  * for that reason. A server list that parses reads back the same when
- * written out again.
+ * written out again. A reply line parses as one kind; a VALUE's key lies
+ * inside the line, is 1..250 bytes of no space or control character, its
+ * length is at most KVD_MC_VALUE_MAX, and the line written out again as
+ * "VALUE <key> 0 <bytes>" reads back the same; any other kind has no key.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -33,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../daemon/tier/remote_conn.h"
 #include "../../daemon/tier/remote_fmt.h"
 #include "../../shm/proto.h"
 
@@ -262,6 +269,41 @@ static void mode_servers(const uint8_t *d, size_t n)
 	free(s);
 }
 
+static void mode_replies(const uint8_t *d, size_t n)
+{
+	size_t at = 0, e, kl, kl2, i;
+	const char *key, *key2;
+	uint64_t bytes, b2;
+	char again[KVD_MC_LINE_MAX + 64];
+	enum kvd_mc_line kind;
+	char *s = malloc(n + 1);
+
+	CHECK(s);
+	memcpy(s, d, n);
+	while (at <= n) {
+		for (e = at; e < n && s[e] != '\n'; e++)
+			;
+		/* The line without its CR, as remote_conn.c hands it over. */
+		kind = kvd_mc_parse(s + at, e > at && s[e - 1] == '\r' ? e - 1 - at : e - at, &key,
+				    &kl, &bytes);
+		CHECK(kind >= KVD_MC_BAD && kind <= KVD_MC_ERROR);
+		if (kind == KVD_MC_VALUE) {
+			CHECK(key >= s + at && key + kl <= s + e);
+			CHECK(kl >= 1 && kl <= 250 && bytes <= KVD_MC_VALUE_MAX);
+			for (i = 0; i < kl; i++)
+				CHECK((unsigned char)key[i] > ' ' && (unsigned char)key[i] != 0x7f);
+			i = (size_t)snprintf(again, sizeof(again), "VALUE %.*s 0 %llu", (int)kl, key,
+					     (unsigned long long)bytes);
+			CHECK(kvd_mc_parse(again, i, &key2, &kl2, &b2) == KVD_MC_VALUE);
+			CHECK(kl2 == kl && !memcmp(key2, key, kl) && b2 == bytes);
+		} else {
+			CHECK(!key && !kl && !bytes);
+		}
+		at = e + 1;
+	}
+	free(s);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -275,15 +317,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	bt = 1 + data[1] % 64;
 	sec = data[2] % 3;
-	switch (data[0] % 3) {
+	switch (data[0] % 4) {
 	case 0:
 		mode_raw(data + 3, size - 3, bt, sec);
 		break;
 	case 1:
 		mode_built(data + 3, size - 3, bt, sec);
 		break;
-	default:
+	case 2:
 		mode_servers(data + 3, size - 3);
+		break;
+	default:
+		mode_replies(data + 3, size - 3);
 		break;
 	}
 	return 0;

@@ -467,6 +467,12 @@ def remote_seeds():
     write("remote_val", "built-insecure", b"\x01\x0f\x00" + bytes(200))
     write("remote_val", "servers", b"\x02\x00\x00memcached:10.0.0.1:11211,[::1]:11212,/run/mc.sock,cache-3.example:1")
     write("remote_val", "servers-bad", b"\x02\x00\x00memcached:a:0,b")
+    write("remote_val", "replies", b"\x03\x00\x00VALUE kvc:0011:aabb 0 2097412\r\n"
+          b"VALUE k 0 5 77\r\nEND\r\nSTORED\r\nNOT_STORED\r\n"
+          b"SERVER_ERROR object too large for cache\r\n"
+          b"SERVER_ERROR out of memory storing object\r\nCLIENT_ERROR bad\r\nERROR\r\n")
+    write("remote_val", "replies-bad", b"\x03\x00\x00VALUE  0 1\r\nVALUE k -1 5\r\n"
+          b"VALUE k 0 99999999999999999999999\r\nVALUE k\x01 0 1\r\nEND \r\n")
     # config: every remote key, and the flag form of remote-insecure.
     write("config", "remote", b"remote = memcached:127.0.0.1:11211,127.0.0.1:11212\n"
           b"remote-write = evict\nremote-secret-file = /etc/kvcached/secret\n"

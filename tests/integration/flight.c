@@ -550,25 +550,6 @@ static void test_daemon_killed_ends_wait(void **state)
 
 /* ---- a writer that gives its blocks up and announces them again ---- */
 
-/* Read one reply frame of `type` (payload up to cap bytes into buf). */
-static int read_frame(int fd, uint16_t type, void *buf, size_t cap)
-{
-	struct kvproto_hdr h;
-	size_t got = 0;
-
-	if (recv(fd, &h, sizeof(h), MSG_WAITALL) != (ssize_t)sizeof(h) || h.type != type ||
-	    h.len > cap)
-		return -1;
-	while (got < h.len) {
-		ssize_t n = recv(fd, (char *)buf + got, h.len - got, 0);
-
-		if (n <= 0)
-			return -1;
-		got += (size_t)n;
-	}
-	return (int)h.len;
-}
-
 /*
  * A hostile writer on the raw protocol: it announces the 8 blocks of the
  * prompt (ALLOC_KEYS), then every 500 ms gives its pages back and
@@ -622,7 +603,7 @@ static pid_t refreshing_writer(const struct kvt_daemon *d, uint32_t seed, int re
 		if (write(fd, (char *)&m + offsetof(typeof(m), h2),
 			  sizeof(m) - offsetof(typeof(m), h2)) !=
 			    (ssize_t)(sizeof(m) - offsetof(typeof(m), h2)) ||
-		    read_frame(fd, KVPROTO_ALLOC_R, &ar, sizeof(ar)) != (int)sizeof(ar) ||
+		    kvt_read_frame(fd, KVPROTO_ALLOC_R, &ar, sizeof(ar)) != (int)sizeof(ar) ||
 		    ar.cnt.n != 8 || write(ready, "a", 1) != 1)
 			_exit(4);
 		for (;;) {
@@ -631,8 +612,8 @@ static pid_t refreshing_writer(const struct kvt_daemon *d, uint32_t seed, int re
 			sleep_ms(500);
 			memcpy(m.fpg, ar.pg, sizeof(m.fpg));
 			if (write(fd, &m, sizeof(m)) != (ssize_t)sizeof(m) ||
-			    read_frame(fd, KVPROTO_FREE_R, &fr, sizeof(fr)) != (int)sizeof(fr) ||
-			    read_frame(fd, KVPROTO_ALLOC_R, &ar, sizeof(ar)) != (int)sizeof(ar) ||
+			    kvt_read_frame(fd, KVPROTO_FREE_R, &fr, sizeof(fr)) != (int)sizeof(fr) ||
+			    kvt_read_frame(fd, KVPROTO_ALLOC_R, &ar, sizeof(ar)) != (int)sizeof(ar) ||
 			    ar.cnt.n != 8)
 				_exit(5);
 		}

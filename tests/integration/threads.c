@@ -4,7 +4,10 @@
  * worker threads uses it: concurrent lookups, allocations, publishes and
  * releases on overlapping prompts. Checks page bytes on every hit and that
  * every pin slot comes back. Run under `make test-tsan` this is where the
- * client library's in-process sharing is checked for races.
+ * client library's in-process sharing is checked for races. Threads that
+ * come and go (more than a handle has counter rows, more handles than a
+ * thread keeps records of) give their cached pin slots back, and their
+ * counts add up (libclient/slots.c).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -91,11 +94,78 @@ static void test_threads_share_alloc_ahead(void **state)
 	share_one_handle(KVC_OPEN_ALLOC_AHEAD);
 }
 
+#define CHURN 40		/* threads, more than KVSHM_LEDGER_ROWS */
+#define LONG 120		/* blocks: nearly all of the handle's 128 slots */
+
+struct churn {
+	kvc_t *c[6];
+	const uint32_t *t;
+	int bad;
+};
+
+/* A short-lived thread: 1-block lookups on every handle, round robin
+ * (more handles than a thread keeps records of), then it exits. */
+static void *churn_one(void *arg)
+{
+	struct churn *ch = arg;
+	int i;
+
+	for (i = 0; i < 12; i++)
+		if (kvt_get(ch->c[i % 6], ch->t, BT) != 1)
+			ch->bad++;
+	return NULL;
+}
+
+static void test_thread_churn_gives_slots_back(void **state)
+{
+	struct kvt_daemon d;
+	struct churn ch = { .bad = 0 };
+	struct kvc_model m = kvt_model();
+	/* Slots for the long prompt and a few more: a few kept by exited
+	 * threads would cut its lookup short. */
+	struct kvc_options o = { .size = sizeof(o), .socket_path = d.sock, .max_pins = LONG + 8 };
+	uint32_t *t = malloc(LONG * BT * sizeof(*t));
+	pthread_t th[CHURN];
+	struct kvc_stats s;
+	int i, k, cached;
+
+	(void)state;
+	assert_non_null(t);
+	assert_int_equal(kvt_daemon_start(&d, NULL), 0);
+	for (k = 0; k < 6; k++)
+		assert_int_equal(kvc_open(&m, &o, &ch.c[k]), 0);
+	kvt_tokens(t, LONG * BT, 0, 4242);
+	assert_int_equal(kvt_put(ch.c[0], t, LONG * BT, &cached), 0);
+	assert_int_equal(cached, LONG);
+	ch.t = t;
+	for (i = 0; i < CHURN; i += 8) {	/* eight at a time */
+		for (k = i; k < i + 8; k++)
+			assert_int_equal(pthread_create(&th[k], NULL, churn_one, &ch), 0);
+		for (k = i; k < i + 8; k++)
+			assert_int_equal(pthread_join(th[k], NULL), 0);
+	}
+	assert_int_equal(ch.bad, 0);
+	/* Every count of every thread, summed over the rows. */
+	assert_int_equal(kvc_stats(ch.c[1], &s), 0);
+	assert_int_equal(s.lookups, CHURN * 2);
+	assert_int_equal(s.hit_blocks, CHURN * 2);
+	assert_int_equal(s.pins_held, 0);
+	/* Every slot back: each handle pins the whole long prompt again
+	 * (slots kept by exited threads would cut it short). */
+	for (k = 0; k < 6; k++)
+		assert_int_equal(kvt_get(ch.c[k], t, LONG * BT), LONG);
+	for (k = 0; k < 6; k++)
+		kvc_close(ch.c[k]);
+	free(t);
+	assert_int_equal(kvt_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_threads_share_one_handle),
 		cmocka_unit_test(test_threads_share_alloc_ahead),
+		cmocka_unit_test(test_thread_churn_gives_slots_back),
 	};
 
 	return cmocka_run_group_tests_name("integration/threads", tests, NULL, NULL);

@@ -61,6 +61,24 @@ int kvt_send_frame(int fd, uint16_t type, const void *p, uint32_t len)
 	return !len || write(fd, p, len) == (ssize_t)len ? 0 : -1;
 }
 
+int kvt_read_frame(int fd, uint16_t type, void *buf, size_t cap)
+{
+	struct kvproto_hdr h;
+	size_t got = 0;
+
+	if (recv(fd, &h, sizeof(h), MSG_WAITALL) != (ssize_t)sizeof(h) || h.type != type ||
+	    h.len > cap)
+		return -1;
+	while (got < h.len) {
+		ssize_t n = recv(fd, (char *)buf + got, h.len - got, 0);
+
+		if (n <= 0)
+			return -1;
+		got += (size_t)n;
+	}
+	return (int)h.len;
+}
+
 int kvt_raw_hello(int fd, int fds[3], struct kvproto_hello_r *hr)
 {
 	struct kvproto_hello hi = { .version = KVPROTO_VERSION, .dtype_bytes = 2, .layers = 1,

@@ -58,6 +58,9 @@ int kvt_daemon_stop(struct kvt_daemon *d);
 int kvt_raw_connect(const char *path);
 /* One frame (header with seq 7, then len payload bytes); 0 or -1. */
 int kvt_send_frame(int fd, uint16_t type, const void *p, uint32_t len);
+/* One reply frame of `type`, its payload (at most cap bytes) into buf:
+ * its length, or -1. */
+int kvt_read_frame(int fd, uint16_t type, void *buf, size_t cap);
 /* HELLO by hand as the test model (kvt_model): 0 with the reply and its
  * descriptors [segment, pool, ledger] (which the caller closes), or -1. */
 struct kvproto_hello_r;

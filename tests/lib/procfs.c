@@ -26,6 +26,24 @@ uint64_t kvt_proc_kb(const char *path, const char *key)
 	return v;
 }
 
+void kvt_proc_cpu_jiffies(unsigned long long *steal, unsigned long long *total)
+{
+	unsigned long long v[8] = { 0 };
+	FILE *f = fopen("/proc/stat", "r");
+	int i;
+
+	*steal = *total = 0;
+	if (!f)
+		return;
+	if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+		   &v[4], &v[5], &v[6], &v[7]) == 8) {
+		for (i = 0; i < 8; i++)
+			*total += v[i];
+		*steal = v[7];
+	}
+	fclose(f);
+}
+
 int64_t kvt_smaps_kb(int pid, const char *vma, uintptr_t start, const char *key)
 {
 	char path[64], line[4096];

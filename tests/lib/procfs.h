@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * procfs.h - reading /proc for tests and kvbench: a "Key: N kB" line of
- * /proc/meminfo or /proc/PID/status.
+ * /proc/meminfo or /proc/PID/status, and the CPU time /proc/stat counts.
  */
 #ifndef KVT_PROCFS_H
 #define KVT_PROCFS_H
@@ -11,6 +11,11 @@
 /* The value after `key` (e.g. "MemAvailable:") on its line of `path`, in
  * the file's unit (kB for these files); 0 if the file or key is missing. */
 uint64_t kvt_proc_kb(const char *path, const char *key);
+
+/* The "cpu" line of /proc/stat: *steal and *total jiffies of all CPUs
+ * (both 0 when it cannot be read). Steal is time a vCPU was ready to run
+ * and the hypervisor ran something else. */
+void kvt_proc_cpu_jiffies(unsigned long long *steal, unsigned long long *total);
 
 /*
  * The sum of `key` ("ShmemPmdMapped:", in kB) over the VMAs of process

@@ -29,7 +29,11 @@ def forms(t):
             n.astype(np.uint64), strided[::2], memoryview(array.array("I", t)), iter(t),
             range(1000, 1000 + len(t)), torch.tensor(t, dtype=torch.int32),
             torch.tensor(t), torch.tensor(t)[None].expand(2, -1)[1],
-            torch.tensor(t, dtype=torch.float32).requires_grad_().detach().long()]
+            torch.tensor(t, dtype=torch.float32).requires_grad_().detach().long(),
+            torch.tensor([7] * 5 + list(t), dtype=torch.int32)[5:],
+            torch.tensor([7] * 5 + list(t))[5:],
+            torch.stack([torch.tensor(t)] * 2, 1)[:, 0],
+            torch.nn.Parameter(torch.tensor(t, dtype=torch.int32), requires_grad=False)]
 """
 exec(FORMS)
 

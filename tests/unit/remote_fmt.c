@@ -65,6 +65,10 @@ static void mac_is_construction(const char *secret, size_t payload)
 	for (i = 0; i < n - KVD_RVAL_MAC; i++)
 		buf[i] = (uint8_t)(i * 13 + 7);
 	assert_int_equal(kvd_rmac_new(&m, secret, strlen(secret)), 0);
+	if (kvd_rmac_sodium_only)
+		assert_string_equal(kvd_rmac_impl(m), "libsodium");
+	else	/* Debian's OpenSSL 3 has Poly1305 */
+		assert_string_equal(kvd_rmac_impl(m), "OpenSSL");
 	assert_int_equal(kvd_rval_seal(m, buf, n), 0);
 	memcpy(nonce, buf + offsetof(struct kvd_rval_hdr, nonce), sizeof(nonce));
 	mac_by_hand(secret, buf, n - KVD_RVAL_MAC, nonce, tag);
@@ -78,17 +82,56 @@ static void mac_is_construction(const char *secret, size_t payload)
 	assert_int_equal(kvd_rval_mac(m, buf, n), 0);
 	assert_memory_equal(buf + n - KVD_RVAL_MAC, tag, 16);
 	assert_int_equal(kvd_rval_seal(m, buf, sizeof(struct kvd_rval_hdr)), -EINVAL);
+	/* libsodium's one-shot AEAD over the same bytes gives the same tag
+	 * (the daemon computes it piece by piece, where the parts lie). */
+	{
+		static const unsigned char personal[16] = "kvcached-rmac-v2";
+		uint8_t key[32], one[16], none[1] = { 0 };
+		unsigned long long tl = 0;
+
+		assert_int_equal(crypto_generichash_blake2b_salt_personal(
+					 key, 32, (const void *)secret, strlen(secret), NULL, 0, NULL,
+					 personal), 0);
+		assert_int_equal(crypto_aead_xchacha20poly1305_ietf_encrypt_detached(
+					 none, one, &tl, none, 0, buf, n - KVD_RVAL_MAC, NULL,
+					 buf + offsetof(struct kvd_rval_hdr, nonce), key), 0);
+		assert_memory_equal(one, tag, 16);
+	}
+	/* Sealed in pieces (header, then the rest cut anywhere, as a put
+	 * sends header and tokens from a buffer and the payload from its
+	 * page): the tag of the same bytes in one buffer; and checked in
+	 * pieces by kvd_rval_check_v (tests below). */
+	if (n - KVD_RVAL_MAC > sizeof(struct kvd_rval_hdr) + 1) {
+		size_t h = sizeof(struct kvd_rval_hdr), cut = h + (n - KVD_RVAL_MAC - h) / 3;
+		struct kvd_rpiece p[3] = { { buf, h }, { buf + h, cut - h },
+					   { buf + cut, n - KVD_RVAL_MAC - cut } };
+		uint8_t piece_tag[16];
+
+		assert_int_equal(kvd_rval_seal_v(m, p, 3, piece_tag), 0);
+		memset(buf + n - KVD_RVAL_MAC, 0, 16);
+		assert_int_equal(kvd_rval_mac(m, buf, n), 0);
+		assert_memory_equal(buf + n - KVD_RVAL_MAC, piece_tag, 16);
+	}
 	kvd_rmac_free(m);
 	free(buf);
 }
 
 static void test_mac_construction(void **state)
 {
+	int k;
+
 	(void)state;
-	mac_is_construction("cluster secret, thirty-two bytes", 4096);
-	mac_is_construction("cluster secret, thirty-two bytes", 17);	/* padding */
-	/* The empty secret (--remote-insecure). */
-	mac_is_construction("", 0);
+	/* Poly1305 from OpenSSL (where it has it), then from libsodium:
+	 * the same tags either way. */
+	for (k = 0; k < 2; k++) {
+		kvd_rmac_sodium_only = k == 1;
+		mac_is_construction("cluster secret, thirty-two bytes", 4096);
+		mac_is_construction("cluster secret, thirty-two bytes", 17);	/* padding */
+		mac_is_construction("cluster secret, thirty-two bytes", 2u << 20);
+		/* The empty secret (--remote-insecure). */
+		mac_is_construction("", 0);
+	}
+	kvd_rmac_sodium_only = false;
 }
 
 struct blk {
@@ -155,6 +198,31 @@ static void test_item_checks(void **state)
 	make_blk(&b, m);
 	assert_int_equal(kvd_rval_check(m, b.item, b.len, &b.w, &fail, &why), 0);
 	assert_int_equal(fail, KVD_RVAL_OK);
+	/* In pieces, as a fetch reads it (header and tokens into a buffer,
+	 * the payload into its page, the tag): the payload checked where it
+	 * lies; one byte of it changed there, refused. */
+	{
+		size_t off = kvd_rval_payload_off(16), pl = b.ns.page_bytes;
+		uint8_t *head = malloc(off), *page = malloc(pl), tag[16];
+
+		assert_non_null(head);
+		assert_non_null(page);
+		memcpy(head, b.item, off);
+		memcpy(page, b.item + off, pl);
+		memcpy(tag, b.item + off + pl, 16);
+		assert_int_equal(kvd_rval_check_v(m, head, off, page, pl, tag, b.len, &b.w, &fail,
+						  &why), 0);
+		page[pl / 2] ^= 1;
+		assert_int_equal(kvd_rval_check_v(m, head, off, page, pl, tag, b.len, &b.w, &fail,
+						  &why), -EBADMSG);
+		assert_int_equal(fail, KVD_RVAL_BADMAC);
+		/* Not of its block's length: no payload read, refused. */
+		assert_int_equal(kvd_rval_check_v(m, head, off, NULL, 0, NULL, b.len + 1, &b.w,
+						  &fail, &why), -EBADMSG);
+		assert_int_equal(fail, KVD_RVAL_FORMAT);
+		free(head);
+		free(page);
+	}
 	/* Another secret, and none at all. */
 	refused(other, &b, &b.w, b.len, KVD_RVAL_BADMAC);
 	refused(none, &b, &b.w, b.len, KVD_RVAL_BADMAC);

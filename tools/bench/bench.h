@@ -64,8 +64,8 @@ void add_row(const struct row *r);
 const struct row *bench_rows(int *n);
 /* A mode's own members of the JSON "config" object (",\"name\":{...}"),
  * and lines printed after the table (its parameters); empty if none. */
-extern char mode_json[2048];
-extern char mode_text[4096];
+extern char mode_json[32768];
+extern char mode_text[16384];
 
 /* ---- helpers (common.c) */
 void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt, ...);

@@ -34,8 +34,8 @@ volatile uint64_t sink;
 size_t publish_page_bytes;
 
 
-char mode_json[2048];
-char mode_text[4096];
+char mode_json[32768];
+char mode_text[16384];
 
 /* The daemon kvbench started (pid 0: none) and the run's private folder. */
 static struct {

@@ -37,6 +37,10 @@
  * pages, made as the daemon makes its segment (mapped at a 2 MiB
  * boundary, one fault and MADV_COLLAPSE per 2 MiB), against the same N
  * blocks on 4 KiB pages, alternating slices (op "lookup_cached_2m").
+ * KVBENCH_FLAT_KEYS=1 times the key chain with
+ * the walk (kvshm_walk_keys, which prefetches block 0's bucket and run
+ * while it hashes, as kvc_req_new does): what a lookup costs a caller
+ * from its tokens, where those prefetches can hide the first misses.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -215,8 +219,11 @@ struct flat_batch {
 	uint64_t rng;
 };
 
-/* Prepare request r of the batch: a random prompt of s, its key chain
- * and its buckets' prefetch, as kvc_req_new does (untimed). */
+static bool keys_timed;	/* KVBENCH_FLAT_KEYS */
+
+/* Prepare request r of the batch: a random prompt of s and, unless the
+ * key chain is timed with the walk, its key chain with the prefetches
+ * kvc_req_new makes meanwhile (untimed). */
 static void request_fill(struct flat_batch *fb, size_t r, const struct flat_seg *s,
 			 size_t blocks)
 {
@@ -224,8 +231,9 @@ static void request_fill(struct flat_batch *fb, size_t r, const struct flat_seg 
 	size_t p = mix64(++fb->rng) % (s->blocks / FLAT_PROMPT);
 
 	prompt_tokens(fb->tokens[r], p, blocks * BT);
-	kvshm_key_chain(flat_root, none, fb->tokens[r], blocks * BT, BT, fb->keys[r]);
-	kvshm_walk_prefetch(s->h, fb->keys[r], blocks);
+	if (!keys_timed)
+		kvshm_walk_keys(s->h, flat_root, none, fb->tokens[r], NULL, BT, blocks,
+				fb->keys[r]);
 }
 
 /* One timed batch on s; returns its ns. */
@@ -244,6 +252,9 @@ static uint64_t batch_run(struct flat_batch *fb, struct flat_seg *s, size_t bloc
 
 		request_fill(fb, r, s, blocks);
 		t0 = now_ns();
+		if (keys_timed)
+			kvshm_walk_keys(s->h, flat_root, (struct kvshm_key){ 0, 0 }, fb->tokens[r], NULL,
+					BT, blocks, fb->keys[r]);
 		got = old ? walk_old(s->h, s->l, &w) : kvshm_walk_pin(s->h, s->l, &w, &missed);
 		ns += now_ns() - t0;
 		if (got != blocks)
@@ -318,6 +329,7 @@ void mode_flat(void)
 	size_t nsizes = opt.quick ? NELEM(quick) : NELEM(full), i, b, k;
 	static size_t one[2] = { 4096, 0 };
 
+	keys_timed = getenv("KVBENCH_FLAT_KEYS") != NULL;
 	if (getenv("KVBENCH_FLAT_BLOCKS")) {
 		one[1] = strtoull(getenv("KVBENCH_FLAT_BLOCKS"), NULL, 0);
 		sizes = one;

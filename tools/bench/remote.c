@@ -26,6 +26,8 @@
  *           4 threads with a memcached_st each (the tier runs 4 workers),
  *           same servers, same ketama distribution, no header and no MAC.
  *           The mean of one pass just before and one just after the tier's.
+ *   Three rounds of each; the rows are the medians of the rounds' figures,
+ *   and each round's ratio is printed after the table.
  *   ttft    tinylm (kvdemo's default model, 64 KiB pages) prefills a
  *           2,000-token document and a question on A; then on B the same
  *           document with another question: warm from tier 2 (lookup, one
@@ -38,14 +40,18 @@
  * Without memcached (or with --socket) the three rows say why, with no
  * figures.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -69,13 +75,14 @@
 /* A bandwidth run, not a fault drill: on a loaded two-core machine a
  * 2 MiB set can wait past the default 100 ms for a CPU, and a server
  * marked down would skip puts. */
-#define TIMEOUT "1000"
+#define TIMEOUT "5000"
 
 static struct {
 	struct kvt_mc mc[NSRV];
 	char spec[128];
 	pid_t b;		/* host B's daemon */
 	char bsock[128];
+	const char *asock;	/* host A's */
 } rm;
 
 /* The stats of the daemon at sock, from a mapping kept per socket (so
@@ -168,6 +175,67 @@ static void everything_kill_async(void)
 	for (i = 0; i < NSRV; i++)
 		if (rm.mc[i].pid > 0)
 			kill(rm.mc[i].pid, SIGKILL);
+}
+
+/* One memcached server's answer to cmd ("stats", "stats items", ...), up
+ * to its END line, on stderr; for a run that stopped. */
+static void mc_stats_dump(uint16_t port, const char *cmd)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
+	struct timeval tv = { 2, 0 };
+	char buf[65536];
+	size_t got = 0;
+	ssize_t k;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||
+	    connect(fd, (struct sockaddr *)&a, sizeof(a)) ||
+	    dprintf(fd, "%s\r\n", cmd) < 0) {
+		fprintf(stderr, "kvbench: remote: memcached :%u: %s: %s\n", port, cmd,
+			strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while (got < sizeof(buf) - 1 && (k = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0) {
+		got += (size_t)k;
+		buf[got] = 0;
+		if (got >= 5 && !strcmp(buf + got - 5, "END\r\n"))
+			break;
+	}
+	buf[got] = 0;
+	close(fd);
+	fprintf(stderr, "kvbench: remote: memcached :%u %s:\n%s", port, cmd, buf);
+}
+
+/* Why a run stopped: both hosts' remote counters and every server's
+ * memory and evictions (per slab class), on stderr. */
+static void remote_post_mortem(const char *asock)
+{
+	const char *name[2] = { "A", "B" }, *sock[2] = { asock, rm.bsock };
+	int h, i;
+
+	for (h = 0; h < 2; h++) {
+		struct kvshm_stats s = stats_of(sock[h]);
+
+		fprintf(stderr,
+			"kvbench: remote: host %s: puts %llu skipped %llu errors %llu, fetches %llu hits %llu misses %llu dropped %llu stale %llu timeouts %llu, servers up %llu, pages free %llu, evictions %llu\n",
+			name[h], (unsigned long long)ST(s, remote_puts),
+			(unsigned long long)ST(s, remote_put_skipped),
+			(unsigned long long)ST(s, remote_put_errors),
+			(unsigned long long)ST(s, remote_fetches), (unsigned long long)ST(s, remote_hits),
+			(unsigned long long)ST(s, remote_misses),
+			(unsigned long long)ST(s, remote_dropped), (unsigned long long)ST(s, remote_stale),
+			(unsigned long long)ST(s, remote_timeouts),
+			(unsigned long long)ST(s, remote_servers_up),
+			(unsigned long long)ST(s, pages_free), (unsigned long long)ST(s, evictions));
+	}
+	for (i = 0; i < NSRV; i++) {
+		mc_stats_dump(rm.mc[i].port, "stats");
+		mc_stats_dump(rm.mc[i].port, "stats items");
+		mc_stats_dump(rm.mc[i].port, "stats slabs");
+	}
 }
 
 static void wait_servers(const char *sock)
@@ -337,8 +405,10 @@ static uint64_t tier_fetch(kvc_t *c, uint32_t *tok, size_t n, uint64_t seed, con
 	t0 = now_ns();
 	hits = ck(kvc_restore(r), "kvc_restore");
 	t0 = now_ns() - t0;
-	if ((size_t)hits != n)
+	if ((size_t)hits != n) {
+		remote_post_mortem(rm.asock);
 		die("remote: host B got %d of %zu blocks from tier 2", hits, n);
+	}
 	for (i = 0; i < n; i++)
 		if (memcmp(kvc_block(r, i), src, PAGE))
 			die("remote: block %zu fetched on B differs from what A published", i);
@@ -430,9 +500,11 @@ static void ttft_rows(const char *asock)
 		cold[r] = prefill_ms(&s, &m, NULL, tok, n, &run);
 		memcpy(cold_logits, s.logits, vbytes);
 		warm[r] = prefill_ms(&s, &m, cb, tok, n, &run);
-		if (run.hit_tokens != dn / BT * BT)
-			die("remote: host B hit %zu tokens of the document, expected %zu",
-			    run.hit_tokens, dn / BT * BT);
+		if (run.hit_tokens != dn / BT * BT) {
+			remote_post_mortem(asock);
+			die("remote: host B hit %zu tokens of the document, expected %zu (round %d)",
+			    run.hit_tokens, dn / BT * BT, r);
+		}
 		if (memcmp(cold_logits, s.logits, vbytes))
 			die("remote: host B's logits through tier 2 differ from its cold prefill's");
 	}
@@ -577,7 +649,9 @@ void mode_remote(void)
 	size_t n = opt.quick ? 16 : 128, i;
 	int rounds = opt.quick ? 1 : 3, k;
 	char secret[300], name[64];
-	double kv_w = 0, kv_f = 0, raw_w = 0, raw_f = 0;
+	/* Each round's figures; the rows are their medians. */
+	double kv_w[3], kv_f[3], raw_w[3], raw_f[3], rw[3], rf[3];
+	size_t at;
 	const char *asock;
 	memcached_st *mc[THREADS];
 	char (*keys)[48];
@@ -612,6 +686,7 @@ void mode_remote(void)
 				       "--remote-timeout-ms", TIMEOUT, NULL };
 
 		asock = daemon_start_args("remote-a", "2M", "1G", args);
+		rm.asock = asock;
 	}
 	start_b(secret, "2M");
 	wait_servers(asock);
@@ -657,18 +732,32 @@ void mode_remote(void)
 		w_a = raw_pass(mc, keys, n, false, pages);
 		t = tier_write(asock, ca, tok, n, doc_seed(k), src, &bytes);
 		w_b = raw_pass(mc, keys, n, false, pages);
-		kv_w += (double)bytes / (double)t / rounds;
-		raw_w += (w_a + w_b) / 2 / rounds;
+		kv_w[k] = (double)bytes / (double)t;
+		raw_w[k] = (w_a + w_b) / 2;
+		rw[k] = kv_w[k] / raw_w[k];
 		f_a = raw_pass(mc, keys, n, true, pages);
 		t = tier_fetch(cb, tok, n, doc_seed(k), src);
 		f_b = raw_pass(mc, keys, n, true, pages);
-		kv_f += (double)bytes / (double)t / rounds;
-		raw_f += (f_a + f_b) / 2 / rounds;
+		kv_f[k] = (double)bytes / (double)t;
+		raw_f[k] = (f_a + f_b) / 2;
+		rf[k] = kv_f[k] / raw_f[k];
 	}
 	kvc_close(ca);
 	kvc_close(cb);
-	row("remote-write", n, "memcached-set", kv_w, raw_w, NULL);
-	row("remote-fetch", n, "memcached-get", kv_f, raw_f, NULL);
+	row("remote-write", n, "memcached-set", median(kv_w, (size_t)rounds),
+	    median(raw_w, (size_t)rounds), NULL);
+	row("remote-fetch", n, "memcached-get", median(kv_f, (size_t)rounds),
+	    median(raw_f, (size_t)rounds), NULL);
+	/* The spread: each round's ratio. */
+	at = strlen(mode_text);
+	at += (size_t)snprintf(mode_text + at, sizeof(mode_text) - at,
+			       "remote: by round, write / raw set");
+	for (k = 0; k < rounds; k++)
+		at += (size_t)snprintf(mode_text + at, sizeof(mode_text) - at, " %.3f", rw[k]);
+	at += (size_t)snprintf(mode_text + at, sizeof(mode_text) - at, ", fetch / raw get");
+	for (k = 0; k < rounds; k++)
+		at += (size_t)snprintf(mode_text + at, sizeof(mode_text) - at, " %.3f", rf[k]);
+	snprintf(mode_text + at, sizeof(mode_text) - at, "\n");
 	ttft_rows(asock);
 
 	for (k = 0; k < THREADS; k++) {

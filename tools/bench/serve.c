@@ -76,6 +76,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../tests/lib/procfs.h"
 #include "../tinylm/tinylm.h"
 #include "bench.h"
 
@@ -604,6 +605,8 @@ struct metrics {
 #define MAX_ROUNDS 8
 struct acc {
 	double p50[MAX_ROUNDS], p99[MAX_ROUNDS];	/* each round's TTFT, s */
+	double prefill[MAX_ROUNDS];	/* each round's prefill tokens */
+	double steal[MAX_ROUNDS];	/* each round's share of CPU stolen, % */
 	int rounds, n;
 	uint64_t tok, hit, blk, hblk, comp, wt;
 	uint64_t hot_tok, hot_hit;	/* scan: the hot documents' requests */
@@ -629,6 +632,8 @@ static double run_config(const struct trace *t, int cfg, int nprocs, uint32_t *f
 	double last = 0, *ttft = xmalloc(t->n * sizeof(double));
 	pid_t *pid = xmalloc(nprocs * sizeof(pid_t));
 	int i, st, bad = 0, left;
+	unsigned long long steal0, total0, steal1, total1;
+	uint64_t comp0 = a->comp;
 	void *mem;
 
 	mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -667,6 +672,7 @@ static double run_config(const struct trace *t, int cfg, int nprocs, uint32_t *f
 				die("serve: an engine process exited before the start");
 		sleep_ms(1);
 	}
+	kvt_proc_cpu_jiffies(&steal0, &total0);
 	atomic_store(&sh->start, mono() + 0.02);
 	/* Any order: an engine waiting for another's turn must learn that
 	 * one failed (kvbench's daemon is a child too: no waitpid(-1)). */
@@ -684,6 +690,7 @@ static double run_config(const struct trace *t, int cfg, int nprocs, uint32_t *f
 		if (left)
 			sleep_ms(2);
 	}
+	kvt_proc_cpu_jiffies(&steal1, &total1);
 	if (sock)
 		daemon_stop(false);
 	if (bad)
@@ -717,6 +724,9 @@ static double run_config(const struct trace *t, int cfg, int nprocs, uint32_t *f
 	}
 	a->secs += last;
 	qsort(ttft, t->n, sizeof(double), cmp_dbl);
+	a->prefill[a->rounds] = (double)(a->comp - comp0);
+	a->steal[a->rounds] = total1 > total0 ? 100.0 * (double)(steal1 - steal0) /
+							(double)(total1 - total0) : 0;
 	a->p50[a->rounds] = pct(ttft, t->n, 0.50);
 	a->p99[a->rounds++] = pct(ttft, t->n, 0.99);
 	free(ttft);
@@ -726,16 +736,17 @@ static double run_config(const struct trace *t, int cfg, int nprocs, uint32_t *f
 }
 
 /*
- * Prefill tokens and tokens by waiting: the mean per round; hit ratios
- * and requests/s: over all rounds; TTFT p50 and p99: the median over the
- * rounds of each round's figure, so that one round hit by a burst of the
- * machine's other load does not make a configuration's tail.
+ * Prefill tokens, TTFT p50 and p99: the median over the rounds of each
+ * round's figure, so that one round hit by a burst of the machine's other
+ * load does not make a configuration's tail (the spread is printed after
+ * the table, spread_text); tokens by waiting: the mean per round; hit
+ * ratios and requests/s: over all rounds.
  */
 static struct metrics summarize(struct acc *a, int rounds)
 {
 	struct metrics m = { 0 };
 
-	m.prefill = (double)a->comp / rounds;
+	m.prefill = median(a->prefill, a->rounds);
 	m.hit_tok = a->tok ? (double)a->hit / a->tok : 0;
 	m.hit_blk = a->blk ? (double)a->hblk / a->blk : 0;
 	m.p50 = median(a->p50, a->rounds) * 1e3;
@@ -789,6 +800,96 @@ static void rows_for(int w, int nprocs, const struct metrics *m)
 			r.peer = *(const double *)((const char *)&m[c] + ops[k].off);
 			add_row(&r);
 		}
+	}
+}
+
+/* Round r's ratio of configuration c to its peer p, for a figure. */
+static double round_ratio(const double *kv, const double *peer, int r)
+{
+	return peer[r] > 0 ? kv[r] / peer[r] : 0;
+}
+
+/* "lo-hi" of n values. */
+static void range_of(const double *v, int n, double *lo, double *hi)
+{
+	int i;
+
+	*lo = *hi = n ? v[0] : 0;
+	for (i = 1; i < n; i++) {
+		*lo = v[i] < *lo ? v[i] : *lo;
+		*hi = v[i] > *hi ? v[i] : *hi;
+	}
+}
+
+/*
+ * The spread behind a point's rows: kvcached against private and
+ * private-tail round by round (prefill tokens, TTFT p99), each round's
+ * steal, after the table and in the JSON ("serve_rounds"), so that a
+ * figure is read with how much it moved and what the hypervisor took.
+ */
+static void spread_text(int w, int nprocs, const struct acc *a)
+{
+	static const int peers[] = { C_PRIVATE, C_PRIV_TAIL };
+	double pre[MAX_ROUNDS], p99[MAX_ROUNDS], lo, hi, slo, shi;
+	size_t k, at, line;
+	int r, c, n = a[C_KVC].rounds;
+
+	for (k = 0; k < NELEM(peers); k++) {
+		const struct acc *pa = &a[peers[k]];
+
+		if (skip_config(w, peers[k]) || pa->rounds != n)
+			continue;
+		for (r = 0; r < n; r++) {
+			pre[r] = round_ratio(a[C_KVC].prefill, pa->prefill, r);
+			p99[r] = round_ratio(a[C_KVC].p99, pa->p99, r);
+		}
+		at = line = strlen(mode_text);
+		at += (size_t)snprintf(mode_text + at, sizeof(mode_text) - at,
+				       "serve %s N=%d kvcached / %s by round: prefill", wl_name[w],
+				       nprocs, cfg_name[peers[k]]);
+		for (r = 0; r < n && at < sizeof(mode_text); r++)
+			at += (size_t)snprintf(mode_text + at, sizeof(mode_text) - at, " %.3f",
+					       pre[r]);
+		at += (size_t)snprintf(mode_text + at, sizeof(mode_text) - at, ", TTFT p99");
+		for (r = 0; r < n && at < sizeof(mode_text); r++)
+			at += (size_t)snprintf(mode_text + at, sizeof(mode_text) - at, " %.3f",
+					       p99[r]);
+		range_of(a[C_KVC].steal, n, &slo, &shi);
+		range_of(pa->steal, n, &lo, &hi);
+		at += (size_t)snprintf(mode_text + at, sizeof(mode_text) - at,
+				       "; steal %.1f-%.1f%% (kvcached), %.1f-%.1f%% (%s)\n", slo, shi,
+				       lo, hi, cfg_name[peers[k]]);
+		fputs(mode_text + line, stderr);
+	}
+	/* Every configuration's rounds, in the JSON. */
+	for (c = C_NONE; c < C_N; c++) {
+		const struct acc *x = &a[c];
+
+		if (skip_config(w, c) || !x->rounds)
+			continue;
+		at = strlen(mode_json);
+		at += (size_t)snprintf(mode_json + at, sizeof(mode_json) - at,
+				       "%s{\"workload\":\"%s\",\"procs\":%d,\"config\":\"%s\"",
+				       strstr(mode_json, "\"serve_rounds\":[{") ? "," : ",\"serve_rounds\":[",
+				       wl_name[w], nprocs, cfg_name[c]);
+		at += (size_t)snprintf(mode_json + at, sizeof(mode_json) - at, ",\"prefill_tokens\":[");
+		for (r = 0; r < x->rounds && at < sizeof(mode_json); r++)
+			at += (size_t)snprintf(mode_json + at, sizeof(mode_json) - at, "%s%.0f",
+					       r ? "," : "", x->prefill[r]);
+		at += (size_t)snprintf(mode_json + at, sizeof(mode_json) - at, "],\"ttft_p99_ms\":[");
+		for (r = 0; r < x->rounds && at < sizeof(mode_json); r++)
+			at += (size_t)snprintf(mode_json + at, sizeof(mode_json) - at, "%s%.2f",
+					       r ? "," : "", x->p99[r] * 1e3);
+		at += (size_t)snprintf(mode_json + at, sizeof(mode_json) - at, "],\"ttft_p50_ms\":[");
+		for (r = 0; r < x->rounds && at < sizeof(mode_json); r++)
+			at += (size_t)snprintf(mode_json + at, sizeof(mode_json) - at, "%s%.2f",
+					       r ? "," : "", x->p50[r] * 1e3);
+		at += (size_t)snprintf(mode_json + at, sizeof(mode_json) - at, "],\"steal_pct\":[");
+		for (r = 0; r < x->rounds && at < sizeof(mode_json); r++)
+			at += (size_t)snprintf(mode_json + at, sizeof(mode_json) - at, "%s%.1f",
+					       r ? "," : "", x->steal[r]);
+		if (at < sizeof(mode_json))
+			snprintf(mode_json + at, sizeof(mode_json) - at, "]}");
 	}
 }
 
@@ -925,7 +1026,11 @@ void mode_serve(void)
 						m[c].wait_tokens);
 			}
 			rows_for(w, nprocs, m);
+			spread_text(w, nprocs, a);
 		}
 	}
+	/* Close the rounds' list, if any point ran. */
+	if (strstr(mode_json, "\"serve_rounds\":[{"))
+		snprintf(mode_json + strlen(mode_json), sizeof(mode_json) - strlen(mode_json), "]");
 	tlm_model_free(&model);
 }

@@ -407,17 +407,11 @@ class Client:
         if label is not None:
             label_b = _label_bytes(label)
         F = self._fast
-        # The C fast path takes lists, tuples and buffers (array.array,
-        # numpy) itself; None: not taken, go the ctypes way.
+        # The C fast path takes lists, tuples, buffers (array.array, numpy)
+        # and CPU torch tensors (their numpy() view) itself; None: not
+        # taken (CUDA, grad, strided, out of range), go the ctypes way,
+        # which says what is wrong.
         rc = F.req_new(self._hv, tokens, extra) if F else None
-        if rc is None and F and type(tokens).__module__.startswith("torch"):
-            # A CPU tensor's numpy() view (no copy) is a buffer the fast
-            # path takes; anything else (CUDA, grad, strided, out of
-            # range) goes the ctypes way below, which says what is wrong.
-            try:
-                rc = F.req_new(self._hv, tokens.numpy(), extra)
-            except Exception:
-                rc = None
         n = 0	# the fast path takes no more than KVC_MAX_TOKENS tokens
         if rc is None:
             if type(tokens) is _array and tokens.typecode in "Ii":
