@@ -142,17 +142,34 @@ struct kvc_model {
  */
 #define KVC_OPEN_ALLOC_AHEAD 0x1u
 
+/*
+ * kvc_options.flags: KVC_OPEN_NO_INSERT. The handle looks up, restores,
+ * waits and reads hit pages like any other, and never publishes: its
+ * kvc_alloc returns -EROFS (no round trip; kvc_req_message says why), so
+ * none of its process's KV is left in the shared cache. For a tenant that
+ * may read shared prefixes but must not leave its own KV on the host. (A
+ * tenant that must neither read nor write the shared cache opens with a
+ * salt of its own: its key space meets nobody's.) The daemon can also
+ * make every client of a tenant no-insert (kvcached.conf `tenant`); their
+ * kvc_alloc then returns -EROFS with the daemon's reason. Not with
+ * KVC_OPEN_ALLOC_AHEAD (-EINVAL).
+ */
+#define KVC_OPEN_NO_INSERT 0x2u
+
 /* Connection options; pass NULL for all defaults. */
 struct kvc_options {
 	uint32_t size;		/* sizeof(struct kvc_options) */
-	uint32_t flags;		/* KVC_OPEN_ALLOC_AHEAD or 0 */
+	uint32_t flags;		/* KVC_OPEN_ALLOC_AHEAD, KVC_OPEN_NO_INSERT or 0 */
 	/* Socket path; NULL: $KVCACHED_SOCKET, else the default path
 	 * (/run/kvcached/kvcached.sock for root, $XDG_RUNTIME_DIR/
 	 * kvcached.sock otherwise, falling back to the system service's
 	 * /run/kvcached/kvcached.sock when no per-user socket exists). */
 	const char *socket_path;
 	/* Tenant secret mixed into the root of every key chain: only
-	 * clients with the same salt hit each other's blocks. */
+	 * clients with the same salt hit each other's blocks, and a client
+	 * publishes blocks of its own salt's key space only. The daemon is
+	 * told it (never kvstat or the metrics): it names the client's
+	 * tenant, whose quota and counters kvcached.conf may set. */
 	const void *salt;
 	size_t salt_len;	/* 0..KVC_MAX_SALT */
 	uint32_t max_pins;	/* pin slots wanted; 0: daemon default */
@@ -164,7 +181,13 @@ struct kvc_options {
 	 * (the daemon logs the same; kvstat shows the waste). */
 	char *errbuf;
 	size_t errbuf_len;
-	uint64_t resv[4];
+	/* Percent of the pool (1..100) this process asks to be held to:
+	 * pages it pins or writes, over all its handles, as the daemon's
+	 * max-share, which it can lower and never raise; 0: the daemon's.
+	 * Took the place of the first reserved word. */
+	uint32_t max_share;
+	uint32_t pad2;		/* must be zero */
+	uint64_t resv[3];
 };
 
 /*
@@ -396,7 +419,11 @@ int kvc_wait(struct kvc_req *r, int timeout_ms);
  * handle's pin slots run out, or the blocks would not fit one PUBLISH
  * message (16 MiB of records). Errors: -EINVAL (NULL, state), -ENOTCONN
  * (daemon gone), -ECHILD, -ENOMEM, -EPROTO / -EBADMSG (a reply that does
- * not parse), or an error the daemon sent; -EINPROGRESS only after
+ * not parse), or an error the daemon sent: -EDQUOT (this process, its
+ * tenant or its namespace holds its share of the pool; nothing granted),
+ * -EROFS (a no-insert handle, KVC_OPEN_NO_INSERT, or a client of a
+ * tenant the daemon's config makes no-insert); kvc_req_message says
+ * which. -EINPROGRESS only after
  * kvc_wait (single flight, above): nothing granted, the request is back
  * at the looked-up stage with kvc_req_inflight() blocks in flight.
  *
@@ -411,14 +438,27 @@ int kvc_alloc(struct kvc_req *r);
 /*
  * Why the last kvc_alloc of r granted pages for fewer blocks than follow
  * the hits (those blocks are computed and not cached): 0 when it granted
- * every one, or before any kvc_alloc; -EDQUOT this process holds its share
- * of the pool (kvcached's max-share), -ENOSPC no free page (the pool is
+ * every one, or before any kvc_alloc; -EDQUOT this process, its tenant or
+ * its namespace holds its share of the pool (max-share, a tenant's or a
+ * namespace's share: kvc_req_message names it when nothing was granted),
+ * -ENOSPC no free page (the pool is
  * full of pinned or half-written pages) or no free pin slot of this
  * handle, -EMSGSIZE more blocks than one PUBLISH message carries, -EIO a
  * kvcached too old to say; or the error kvc_alloc returned. -EINVAL for a
  * NULL request. Pure memory work.
  */
 int kvc_req_short_reason(const struct kvc_req *r);
+
+/*
+ * The reason of the request's last refused round trip, as the daemon (or
+ * the library) worded it: why kvc_alloc returned -EROFS or -EDQUOT (the
+ * quota it names: the process's max-share, its tenant's share or its
+ * namespace's), why kvc_publish or kvc_pin was refused. "" when none (a
+ * grant cut short by a limit gives no message: kvc_req_short_reason says
+ * which). Valid until the next call on the request or kvc_req_free; never
+ * NULL (also "" for a NULL request).
+ */
+const char *kvc_req_message(const struct kvc_req *r);
 
 /*
  * Where block i's KV lives: a hit page, or a page granted by kvc_alloc

@@ -51,7 +51,7 @@ int kvc_keys(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
 	ex = kvshm_key_extra(extra, extra_len);
 	parent = c->root;
 	for (i = 0; i < n && i < max_keys; i++) {
-		parent = kvshm_key_block(parent, tokens + i * c->bt, c->bt, ex);
+		parent = kvshm_key_block(c->root, parent, tokens + i * c->bt, c->bt, ex);
 		keys[i].lo = parent.lo;
 		keys[i].hi = parent.hi;
 	}
@@ -117,9 +117,9 @@ int kvc_req_new(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
 		 * that it arrives while the rest of the chain is hashed (the
 		 * walk reads it first; with millions of blocks cached it is a
 		 * cache and TLB miss), then the next few (issue #23). */
-		kvshm_key_chain(c->root, r->extra, r->tokens, c->bt, c->bt, r->keys);
+		kvshm_key_chain(c->root, c->root, r->extra, r->tokens, c->bt, c->bt, r->keys);
 		kvshm_index_prefetch(c->seg, r->keys[0]);
-		kvshm_key_chain(r->keys[0], r->extra, r->tokens + c->bt, (n - 1) * c->bt, c->bt,
+		kvshm_key_chain(c->root, r->keys[0], r->extra, r->tokens + c->bt, (n - 1) * c->bt, c->bt,
 				r->keys + 1);
 		kvshm_walk_prefetch(c->seg, r->keys + 1, n - 1);
 	}

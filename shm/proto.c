@@ -304,7 +304,9 @@ int kvproto_hello_ns(const struct kvproto_hello *hi, struct kvshm_ns *ns)
 	size_t nl = strnlen(hi->model, KVSHM_MODEL_NAME);
 	int i;
 
-	if ((hi->flags & ~KVPROTO_HELLO_ENGINE_KEYS) || !nl || nl == KVSHM_MODEL_NAME || hi->pos_kind > KVSHM_POS_MAX ||
+	if ((hi->flags & ~(KVPROTO_HELLO_ENGINE_KEYS | KVPROTO_HELLO_NO_INSERT)) || !nl ||
+	    nl == KVSHM_MODEL_NAME || hi->pos_kind > KVSHM_POS_MAX || hi->max_share > 100 ||
+	    hi->salt_len > KVPROTO_MAX_SALT ||
 	    (hi->dtype_bytes != 1 && hi->dtype_bytes != 2 && hi->dtype_bytes != 4 &&
 	     hi->dtype_bytes != 8) ||
 	    !hi->layers || hi->layers > 4096 || !hi->kv_heads || hi->kv_heads > 4096 ||

@@ -81,8 +81,11 @@
 
 #define KVPROTO_MAGIC	0x4b564331u	/* "1CVK" */
 /* 2: HELLO carries the shard; 3: a PUBLISH record carries the request's
- * extra-keys digest (56 bytes), which the daemon needs to recompute keys. */
-#define KVPROTO_VERSION 3u
+ * extra-keys digest (56 bytes), which the daemon needs to recompute keys;
+ * 4: HELLO carries the salt (the daemon recomputes keys in the client's
+ * own key space, shm/key.h, and knows its tenant), the no-insert flag and
+ * a share of the pool the client asks to be held to. */
+#define KVPROTO_VERSION 4u
 #define KVPROTO_MAX_LEN (16u << 20)	/* largest payload either side sends */
 #define KVPROTO_MAX_COUNT 65536u	/* records per message */
 
@@ -197,6 +200,11 @@ struct kvproto_hdr {
 /* HELLO flags: the namespace's blocks are named by the engine's keys
  * (enum kvshm_ns_kind KVSHM_NS_ENGINE), not by token chains. */
 #define KVPROTO_HELLO_ENGINE_KEYS 0x1u
+/* The client looks up and reads, and never publishes (KVC_OPEN_NO_INSERT):
+ * the daemon refuses its ALLOCs. */
+#define KVPROTO_HELLO_NO_INSERT 0x2u
+/* Longest salt a HELLO carries (KVC_MAX_SALT). */
+#define KVPROTO_MAX_SALT 256u
 
 struct kvproto_hello {
 	uint32_t version;
@@ -212,6 +220,14 @@ struct kvproto_hello {
 	char model[KVSHM_MODEL_NAME];
 	char name[16];		/* process name for kvstat */
 	struct kvshm_shard shard;	/* all zero: not sharded */
+	/* Percent of the pool this process asks to be held to, below the
+	 * daemon's max-share (0: the daemon's). */
+	uint32_t max_share;
+	uint32_t salt_len;	/* 0..KVPROTO_MAX_SALT */
+	/* The client's salt: the daemon computes the client's root (its key
+	 * space, shm/key.h) from it and finds its tenant by it. Kept in the
+	 * daemon's memory, never written to the segment. */
+	uint8_t salt[KVPROTO_MAX_SALT];
 };
 
 struct kvproto_hello_r {
@@ -367,7 +383,7 @@ static inline uint64_t kvproto_pub_bytes(uint32_t n, uint32_t bt)
 }
 
 _Static_assert(sizeof(struct kvproto_hdr) == 16, "hdr");
-_Static_assert(sizeof(struct kvproto_hello) == 128, "hello");
+_Static_assert(sizeof(struct kvproto_hello) == 392, "hello");
 _Static_assert(sizeof(struct kvproto_pub) == 56, "pub");
 _Static_assert(sizeof(struct kvproto_claim) == 32, "claim");
 _Static_assert(sizeof(struct kvproto_pool_r) == 56, "pool_r");
@@ -378,7 +394,9 @@ _Static_assert(sizeof(struct kvproto_fetch) == 24, "fetch");
  * The namespace a HELLO declares, checked the same way on both ends: dtype
  * 1, 2, 4 or 8 bytes, layers and kv heads 1..4096, head dim 1..65536,
  * block tokens 1..KVSHM_MAX_BLOCK_TOKENS, a known position kind, no flag
- * but KVPROTO_HELLO_ENGINE_KEYS (which makes the namespace's kind ENGINE), a
+ * but KVPROTO_HELLO_ENGINE_KEYS (which makes the namespace's kind ENGINE)
+ * and KVPROTO_HELLO_NO_INSERT, max_share 0..100, salt_len at most
+ * KVPROTO_MAX_SALT, a
  * non-empty NUL-terminated model name; page bytes computed with overflow
  * checked. Fills the identity fields, page_bytes and id of *ns (`used` is
  * left 0). Returns 0 or -EINVAL.

@@ -173,6 +173,11 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 	uint32_t n = asked, room, k;
 	int rc;
 
+	if (c->no_insert) {
+		kvd_reply_error(d, c, seq, -EROFS, false,
+				"this client said no-insert (KVC_OPEN_NO_INSERT) at HELLO: it reads the cache and never publishes");
+		return c->used && !c->lingering ? 0 : -1;
+	}
 	/* Each WRITING page needs one of the client's pin slots. */
 	room = c->nslots > c->writing ? c->nslots - c->writing : 0;
 	if (n > room) {
@@ -306,7 +311,9 @@ static int check_keys(const struct kvd *d, const struct kvd_client *c, const uin
 	for (i = 0; i < n; i++) {
 		memcpy(&pub, rec + i * stride, sizeof(pub));
 		memcpy(tokens, rec + i * stride + sizeof(pub), (size_t)c->bt * 4);
-		k = kvshm_key_block(pub.parent, tokens, c->bt, pub.extra);
+		/* In the client's own key space: a chain that starts at another
+		 * namespace's or salt's root gives a key of ours, never theirs. */
+		k = kvshm_key_block(c->root, pub.parent, tokens, c->bt, pub.extra);
 		if (k.lo != pub.key.lo || k.hi != pub.key.hi) {
 			*bad = i;
 			return -1;

@@ -53,6 +53,12 @@ struct kvd_client {
 	uint32_t ns_id;
 	uint32_t bt;
 	uint32_t writing;	/* pages this client holds WRITING */
+	/* Its key space: the root of its chains, from its namespace and the
+	 * salt its HELLO carried (shm/key.h); every key it publishes is
+	 * recomputed under it (cache.c). */
+	struct kvshm_key root;
+	bool no_insert;		/* HELLO said KVPROTO_HELLO_NO_INSERT */
+	uint32_t own_share;	/* percent it asked to be held to; 0: max-share */
 	char comm[16];
 	struct kvd_memfd ledger;
 	struct kvshm_ledger *l;	/* client-writable: bound-check all of it */

@@ -21,6 +21,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "../../shm/key.h"
 #include "../util/closer.h"
 #include "kvd.h"
 #include "cache.h"
@@ -174,6 +175,9 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, const struct kvproto
 	c->nslots = nslots;
 	c->ns_id = (uint32_t)nsid;
 	c->bt = hi->block_tokens;
+	c->root = kvshm_key_root(ns.id, hi->salt, hi->salt_len);
+	c->no_insert = hi->flags & KVPROTO_HELLO_NO_INSERT;
+	c->own_share = hi->max_share;
 	memcpy(c->comm, hi->name, sizeof(c->comm));
 	c->comm[sizeof(c->comm) - 1] = 0;
 	if (!c->comm[0])

@@ -951,7 +951,7 @@ static void fix_identity(uint8_t *r, size_t gap)
  * or keep its tokens and parent and give it the key they make (a new
  * block, or a collision with whatever the index holds there).
  */
-static void fix_key(uint8_t *r)
+static void fix_key(uint8_t *r, struct kvshm_key root)
 {
 	const uint32_t bt = d.h->geo.block_tokens;
 	struct kvproto_pub pub;
@@ -977,14 +977,15 @@ static void fix_key(uint8_t *r)
 			fix_identity(r + offsetof(struct kvproto_pub, key), sizeof(struct kvshm_key));
 		memcpy(&pub, r, sizeof(pub));
 		memcpy(tokens, r + sizeof(pub), (size_t)bt * 4);
-		pub.key = kvshm_key_block(pub.parent, tokens, bt, pub.extra);
+		pub.key = kvshm_key_block(root, pub.parent, tokens, bt, pub.extra);
 		memcpy(r, &pub, sizeof(pub));
 		return;
 	}
 }
 
 /* Replace record (page, gen) pairs with ones the daemon granted. */
-static void fix_records(struct peer *pr, const struct kvproto_hdr *h, uint8_t *p)
+static void fix_records(struct peer *pr, struct kvshm_key root, const struct kvproto_hdr *h,
+			uint8_t *p)
 {
 	size_t stride, i, n;
 
@@ -1036,7 +1037,7 @@ static void fix_records(struct peer *pr, const struct kvproto_hdr *h, uint8_t *p
 		pg = pr->granted[pg.page % pr->n_granted];
 		memcpy(r, &pg, sizeof(pg));
 		if (h->type == KVPROTO_PUBLISH)
-			fix_key(r);
+			fix_key(r, root);
 	}
 }
 
@@ -1078,7 +1079,7 @@ static void op_frame(struct in *in, uint32_t row, bool fix, bool with_pidfd)
 	CHECK(buf);
 	take(in, buf + sizeof(h), h.len);
 	if (fix)
-		fix_records(&peers[id], &h, buf + sizeof(h));
+		fix_records(&peers[id], c->root, &h, buf + sizeof(h));
 	memcpy(buf, &h, sizeof(h));
 	if (!kvproto_decode(&h, h.len ? buf + sizeof(h) : NULL, c->bt, &why)) {
 		rq.type = h.type;

@@ -22,7 +22,7 @@ DROP, DROP_R, RESET, RESET_R = 50, 51, 52, 53
 FETCH, FETCH_R = 60, 61
 ALLOC_KEYS = 40
 ALLOC_SINGLE = 1
-VERSION = 3  # KVPROTO_VERSION
+VERSION = 4  # KVPROTO_VERSION
 
 
 def frame(typ, payload=b"", seq=1, magic=MAGIC, length=None):
@@ -31,11 +31,14 @@ def frame(typ, payload=b"", seq=1, magic=MAGIC, length=None):
 
 
 def hello(model=b"llama-3-8b", bt=16, layers=1, kv=1, hd=64, dtype=2,
-          pos=1, pins=0, name=b"fuzz", version=VERSION, flags=0, shard=(0, 0, 0, 0)):
-    """struct kvproto_hello of protocol 2: the shard follows the name."""
+          pos=1, pins=0, name=b"fuzz", version=VERSION, flags=0, shard=(0, 0, 0, 0),
+          share=0, salt=b""):
+    """struct kvproto_hello of protocol 4: the shard follows the name, then
+    the share asked for, the salt's length and 256 bytes of salt."""
     return struct.pack("<10I", version, flags, dtype, layers, kv, hd, bt,
                        pos, pins, 0) + model.ljust(64, b"\0")[:64] + \
-        name.ljust(16, b"\0")[:16] + struct.pack("<4H", *shard)
+        name.ljust(16, b"\0")[:16] + struct.pack("<4H", *shard) + \
+        struct.pack("<II", share, len(salt)) + salt.ljust(256, b"\0")[:256]
 
 
 def alloc(n, flags=0):

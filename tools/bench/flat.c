@@ -116,7 +116,7 @@ static void seg_build(struct flat_seg *s, size_t blocks)
 	s->blocks = blocks;
 	for (p = 0; p < blocks / FLAT_PROMPT; p++) {
 		prompt_tokens(tokens, p, FLAT_PROMPT * BT);
-		kvshm_key_chain(flat_root, none, tokens, FLAT_PROMPT * BT, BT, keys);
+		kvshm_key_chain(flat_root, flat_root, none, tokens, FLAT_PROMPT * BT, BT, keys);
 		for (b = 0; b < FLAT_PROMPT; b++) {
 			/* Scattered: a bijection (odd multiplier, blocks a
 			 * power of two) that puts no block next to its parent. */
@@ -192,7 +192,7 @@ static void request_fill(struct flat_batch *fb, size_t r, const struct flat_seg 
 	size_t p = mix64(++fb->rng) % (s->blocks / FLAT_PROMPT);
 
 	prompt_tokens(fb->tokens[r], p, blocks * BT);
-	kvshm_key_chain(flat_root, none, fb->tokens[r], blocks * BT, BT, fb->keys[r]);
+	kvshm_key_chain(flat_root, flat_root, none, fb->tokens[r], blocks * BT, BT, fb->keys[r]);
 	kvshm_walk_prefetch(s->h, fb->keys[r], blocks);
 }
 

@@ -77,8 +77,16 @@ class NoSpaceError(KvcError):
 
 
 class QuotaError(KvcError):
-    """This process holds its share of the pool already, pinned or being
-    written (the daemon's max-share): release requests first (EDQUOT)."""
+    """This process, its tenant or its namespace holds its share of the pool
+    already, pinned or being written (the daemon's max-share, a tenant's or
+    a namespace's share; the message names which): release requests first
+    (EDQUOT)."""
+
+
+class NoInsertError(KvcError, PermissionError):
+    """A no-insert Client (``no_insert=True``, or a tenant the daemon's
+    config makes no-insert) reads the cache and never publishes: alloc()
+    refuses, with the reason (EROFS)."""
 
 
 class InFlightError(KvcError):
@@ -161,6 +169,7 @@ _BY_ERRNO = {
     _e.EACCES: NotTrustedError,
     _e.EKEYREJECTED: UntrustedDaemonError,
     _e.EDQUOT: QuotaError,
+    _e.EROFS: NoInsertError,
     _e.EINPROGRESS: InFlightError,
     _e.EPROTO: ProtocolError,
     _e.EBADMSG: ProtocolError,
