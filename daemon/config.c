@@ -303,6 +303,96 @@ static int set_groups(struct kvd_config *cfg, const char *val, const char *where
 	return parse_ids(val, false, cfg, where);
 }
 
+/*
+ * tenant = NAME [salt=TEXT | salt-hex=HEX] [share=PCT] [no-insert]: the
+ * clients of that salt (none: the unsalted ones) are tenant NAME in kvstat
+ * and the metrics, held to PCT% of the pool (else tenant-share), and
+ * no-insert ones never publish. A line per tenant; a NAME given again
+ * replaces its line.
+ */
+static int set_tenant(struct kvd_config *cfg, const char *val, const char *where,
+		      const char **why)
+{
+	struct kvd_tenant_cfg t;
+	char buf[1024], *save = NULL, *tok;
+	uint32_t i;
+	size_t n;
+
+	(void)where;
+	memset(&t, 0, sizeof(t));
+	if (strlen(val) >= sizeof(buf)) {
+		*why = "longer than 1023 bytes";
+		return 1;
+	}
+	strcpy(buf, val);
+	tok = strtok_r(buf, " \t", &save);
+	n = tok ? strlen(tok) : 0;
+	if (!n || n >= sizeof(t.name) || strchr(tok, '=') ||
+	    strspn(tok, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != n) {
+		*why = "must start with a name of 1..31 letters, digits, '.', '_' or '-' (then salt=, salt-hex=, share=, no-insert)";
+		return 1;
+	}
+	memcpy(t.name, tok, n);
+	while ((tok = strtok_r(NULL, " \t", &save))) {
+		if (!strncmp(tok, "salt=", 5)) {
+			n = strlen(tok + 5);
+			if (!n || n > sizeof(t.salt)) {
+				*why = "salt= takes 1..256 bytes";
+				return 1;
+			}
+			memcpy(t.salt, tok + 5, n);
+			t.salt_len = (uint32_t)n;
+		} else if (!strncmp(tok, "salt-hex=", 9)) {
+			const char *h = tok + 9;
+
+			n = strlen(h);
+			if (!n || n % 2 || n / 2 > sizeof(t.salt) ||
+			    strspn(h, "0123456789abcdefABCDEF") != n) {
+				*why = "salt-hex= takes 1..256 bytes as pairs of hex digits";
+				return 1;
+			}
+			for (i = 0; i < n / 2; i++) {
+				char two[3] = { h[2 * i], h[2 * i + 1], 0 };
+
+				t.salt[i] = (uint8_t)strtoul(two, NULL, 16);
+			}
+			t.salt_len = (uint32_t)(n / 2);
+		} else if (!strncmp(tok, "share=", 6)) {
+			char num[16];
+
+			n = strlen(tok + 6);
+			if (n && tok[6 + n - 1] == '%')
+				n--;
+			if (!n || n >= sizeof(num)) {
+				*why = "share= must be a percentage 1..100 (50 or 50%)";
+				return 1;
+			}
+			memcpy(num, tok + 6, n);
+			num[n] = 0;
+			if (parse_u32(num, 1, 100, &t.share, 10)) {
+				*why = "share= must be a percentage 1..100 (50 or 50%)";
+				return 1;
+			}
+		} else if (!strcmp(tok, "no-insert")) {
+			t.no_insert = true;
+		} else {
+			*why = "unknown word (salt=, salt-hex=, share=, no-insert)";
+			return 1;
+		}
+	}
+	for (i = 0; i < cfg->n_tenants; i++)
+		if (!strcmp(cfg->tenants[i].name, t.name))
+			break;
+	if (i == KVD_MAX_TENANTS) {
+		*why = "more than 32 tenants";
+		return 1;
+	}
+	cfg->tenants[i] = t;
+	if (i == cfg->n_tenants)
+		cfg->n_tenants++;
+	return 0;
+}
+
 /* ------------------------------------------------------------ the table */
 
 enum kvd_opt_type {
@@ -391,6 +481,20 @@ static const struct kvd_option options[] = {
 	  .bad = "must be a percentage 1..100 (50 or 50%)", .def = "50",
 	  .help = "pool share one process may use: pages pinned or writing, over all its "
 		  "handles" },
+	{ "tenant-share", "PCT", OPT_U32, F(tenant_share), 1, 100,
+	  .bad = "must be a percentage 1..100 (50 or 50%)", .def = "100",
+	  .help = "pool share one tenant (the clients of one salt) may use: pages pinned or "
+		  "writing over all its processes, and its pinned prefixes; a tenant line's "
+		  "share= overrides it" },
+	{ "namespace-share", "PCT", OPT_U32, F(namespace_share), 1, 100,
+	  .bad = "must be a percentage 1..100 (50 or 50%)", .def = "100",
+	  .help = "pool share one namespace (model) may use: pages pinned or writing over "
+		  "all its clients" },
+	{ "tenant", "NAME [salt=S|salt-hex=H] [share=PCT] [no-insert]", OPT_CUSTOM, F(tenants),
+	  .set = set_tenant, .shown = "none",
+	  .help = "names the clients of one salt (no salt: the unsalted ones) in kvstat and "
+		  "the metrics (never the salt itself), with their own share of the pool and, "
+		  "with no-insert, lookups and reads only; one line per tenant, repeatable" },
 	{ "hello-timeout-ms", "N", OPT_U32, F(hello_timeout_ms), 1, 600000,
 	  .bad = "must be 1..600000", .def = "5000",
 	  .help = "time to send HELLO, then the connection is dropped" },
@@ -829,6 +933,19 @@ int kvd_config_check(struct kvd_config *cfg)
 		fprintf(stderr, "kvcached: high-watermark %u: below low-watermark %u\n",
 			cfg->high_watermark, cfg->low_watermark);
 		return -1;
+	}
+	{
+		uint32_t i, j;
+
+		for (i = 0; i < cfg->n_tenants; i++)
+			for (j = 0; j < i; j++)
+				if (cfg->tenants[i].salt_len == cfg->tenants[j].salt_len &&
+				    !memcmp(cfg->tenants[i].salt, cfg->tenants[j].salt,
+					    cfg->tenants[i].salt_len)) {
+					fprintf(stderr, "kvcached: tenant %s: the same salt as tenant %s (a salt is one tenant)\n",
+						cfg->tenants[i].name, cfg->tenants[j].name);
+					return -1;
+				}
 	}
 	if (cfg->kv_events_replay[0] && !cfg->kv_events[0]) {
 		fprintf(stderr, "kvcached: kv-events-replay %s: needs kv-events (the PUB endpoint)\n",

@@ -28,6 +28,18 @@ enum kvd_events_hash {
 };
 
 #define KVD_ENDPOINT 256		/* ZMQ endpoint bytes, NUL included */
+#define KVD_MAX_TENANTS 32		/* `tenant` lines a config may have */
+#define KVD_TENANT_NAME 32		/* name bytes, NUL included (KVSHM_TENANT_NAME) */
+#define KVD_TENANT_SALT 256		/* salt bytes (KVPROTO_MAX_SALT) */
+
+/* One `tenant` line: the clients of a salt, by the operator's name. */
+struct kvd_tenant_cfg {
+	char name[KVD_TENANT_NAME];	/* 1..31 of [A-Za-z0-9._-] */
+	uint8_t salt[KVD_TENANT_SALT];
+	uint32_t salt_len;		/* 0: the unsalted clients */
+	uint32_t share;			/* percent of the pool; 0: tenant-share */
+	bool no_insert;			/* its clients read and never publish */
+};
 #define KVD_TOPIC 128			/* topic template bytes, NUL included */
 
 struct kvd_config {
@@ -40,6 +52,10 @@ struct kvd_config {
 					 * in flight (single flight) */
 	uint32_t max_share;		/* percent of the pool one process may
 					 * pin or hold writing */
+	uint32_t tenant_share;		/* ... one tenant (salt), over its processes */
+	uint32_t namespace_share;	/* ... one namespace (model), over its clients */
+	struct kvd_tenant_cfg tenants[KVD_MAX_TENANTS];
+	uint32_t n_tenants;
 	uint32_t hello_timeout_ms;	/* a connection's time to say HELLO */
 	uint64_t page_size;
 	uint32_t block_tokens;

@@ -18,6 +18,7 @@
 
 #include "obs/events.h"
 #include "core/kvd.h"
+#include "core/quota.h"
 #include "core/restore.h"
 #include "server/server.h"
 #include "util/log.h"
@@ -77,6 +78,9 @@ static int segment_open(struct kvd *d)
 	}
 	d->low_pages = (uint32_t)((uint64_t)geo.n_pages * d->cfg.low_watermark / 100);
 	d->high_pages = (uint32_t)((uint64_t)geo.n_pages * d->cfg.high_watermark / 100);
+	/* The configured tenants have their rows (and names in kvstat) before
+	 * any client attaches. */
+	kvd_quota_configure(d);
 	return 0;
 }
 
@@ -217,6 +221,8 @@ out:
 	free(d.mark);
 	free(d.damaged);
 	free(d.census_stamp);
+	free(d.qstamp_t);
+	free(d.qstamp_n);
 	free(d.clients);
 	if (!rc)
 		kvd_info("stopped cleanly");

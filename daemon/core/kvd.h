@@ -59,6 +59,7 @@ struct kvd_client {
 	struct kvshm_key root;
 	bool no_insert;		/* HELLO said KVPROTO_HELLO_NO_INSERT */
 	uint32_t own_share;	/* percent it asked to be held to; 0: max-share */
+	uint32_t tenant;	/* row in the tenant table (quota.c) */
 	char comm[16];
 	struct kvd_memfd ledger;
 	struct kvshm_ledger *l;	/* client-writable: bound-check all of it */
@@ -96,6 +97,30 @@ struct kvd_client {
 	bool close_bye;
 	struct kvd_client *close_next;	/* d->closing list */
 	char close_why[400];
+};
+
+/*
+ * What a tenant or a namespace holds of the pool, as its share counts it
+ * (quota.c): writing + pins + fresh + pinned, each kept as it changes, so
+ * an ALLOC's check costs the same whatever the pool or the clients.
+ */
+struct kvd_group {
+	uint64_t writing;	/* WRITING pages of its clients */
+	uint64_t pins;		/* distinct pages of its own its clients pinned,
+				 * as the last census pass found them */
+	uint64_t count;		/* ... found by the pass under way so far */
+	uint64_t fresh;		/* pages its clients published since */
+	uint64_t fresh_at_pass;	/* fresh when the pass under way began */
+	uint64_t pinned;	/* pages its pinned prefixes hold (pin.c) */
+	uint32_t clients;	/* attached (live or lingering) */
+};
+
+/* A tenant row's daemon side: the salt (never in the segment). */
+struct kvd_tenant {
+	bool used;
+	int cfg;		/* its line in cfg.tenants, or -1 */
+	uint32_t salt_len;
+	uint8_t salt[KVPROTO_MAX_SALT];
 };
 
 #define KVD_FLIGHT_WAKE 32	/* writers woken one by one per message */
@@ -152,6 +177,14 @@ struct kvd {
 	uint64_t census_pass, census_pass_tick;
 	uint32_t census_row, census_slot;
 	uint64_t census_pins, census_pinned;
+
+	/* Tenants and shares (quota.c): the tenant rows' salts, what each
+	 * tenant and namespace holds, and per page the census pass that last
+	 * counted it for its own tenant (qstamp_t) and namespace (qstamp_n). */
+	struct kvd_tenant tenants[KVSHM_TENANTS];
+	struct kvd_group tgrp[KVSHM_TENANTS];
+	struct kvd_group ngrp[KVD_MAX_NS];
+	uint32_t *qstamp_t, *qstamp_n;
 
 	/* Clients marked closing, in the order they were (reply.c); the
 	 * event loop drops them (kvd_server_drop_closing). */

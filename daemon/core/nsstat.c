@@ -4,7 +4,9 @@
  * every counter.
  *
  * Per namespace, in the segment's struct kvshm_ns_stats array (row i for
- * namespace row i), written on the main thread only:
+ * namespace row i), and per tenant, in its struct kvshm_tenant row (the
+ * same ledger counters, from its clients), written on the main thread
+ * only:
  *   - what its clients count in their ledgers (lookups, hit and missed
  *     blocks, looked-up and hit tokens, published pages), folded in as
  *     deltas: each client remembers what was already added (ns_seen), so
@@ -57,28 +59,34 @@ static void ledger_counts(const struct kvshm_ledger *l, uint64_t v[KVD_NS_FOLD])
 	v[5] = atomic_load_explicit(&l->published, RELAXED);
 }
 
+/* The counters of a namespace entry or a tenant row, in ns_seen[] order. */
+#define FOLD_TO(st) { &(st)->lookups, &(st)->hit_blocks, &(st)->miss_blocks, \
+		      &(st)->lookup_tokens, &(st)->hit_tokens, &(st)->published }
+
+/* c's new ledger counts, to its namespace's entry and its tenant's row. */
 static void fold(struct kvd *d, struct kvd_client *c)
 {
-	struct kvshm_ns_stats *st;
-	_Atomic uint64_t *to[KVD_NS_FOLD];
+	struct kvshm_ns_stats *ns = c->ns_id < ns_rows(d) ? &kvshm_ns_stats(d->h)[c->ns_id] : NULL;
+	struct kvshm_tenant *tr = c->tenant < KVSHM_TENANTS ? &kvshm_tenants(d->h)[c->tenant] : NULL;
 	uint64_t v[KVD_NS_FOLD];
 	int k;
 
-	if (c->ns_id >= ns_rows(d))
-		return;
-	st = &kvshm_ns_stats(d->h)[c->ns_id];
-	to[0] = &st->lookups;
-	to[1] = &st->hit_blocks;
-	to[2] = &st->miss_blocks;
-	to[3] = &st->lookup_tokens;
-	to[4] = &st->hit_tokens;
-	to[5] = &st->published;
 	ledger_counts(c->l, v);
 	for (k = 0; k < KVD_NS_FOLD; k++) {
 		/* A counter that went back was rewound by its client: start
 		 * again from there, adding nothing. */
-		if (v[k] > c->ns_seen[k])
-			kvd_stat_add(to[k], (int64_t)(v[k] - c->ns_seen[k]));
+		if (v[k] > c->ns_seen[k]) {
+			if (ns) {
+				_Atomic uint64_t *to[KVD_NS_FOLD] = FOLD_TO(ns);
+
+				kvd_stat_add(to[k], (int64_t)(v[k] - c->ns_seen[k]));
+			}
+			if (tr) {
+				_Atomic uint64_t *to[KVD_NS_FOLD] = FOLD_TO(tr);
+
+				kvd_stat_add(to[k], (int64_t)(v[k] - c->ns_seen[k]));
+			}
+		}
 		c->ns_seen[k] = v[k];
 	}
 }
@@ -168,6 +176,15 @@ void kvd_stats_reset(struct kvd *d)
 		atomic_store_explicit(&st[i].hit_tokens, 0, RELAXED);
 		atomic_store_explicit(&st[i].published, 0, RELAXED);
 		atomic_store_explicit(&st[i].dropped, 0, RELAXED);
+		atomic_store_explicit(&st[i].refused, 0, RELAXED);
+	}
+	/* Per tenant: the counters (from lookups to dropped), not the gauges. */
+	for (i = 0; i < KVSHM_TENANTS; i++) {
+		struct kvshm_tenant *tr = &kvshm_tenants(d->h)[i];
+		_Atomic uint64_t *c0 = &tr->lookups;
+
+		for (k = 0; &c0[k] <= &tr->dropped; k++)
+			atomic_store_explicit(&c0[k], 0, RELAXED);
 	}
 	/* Hit records the clients wrote before now belong to the counts
 	 * being zeroed: take them in, then empty the sketch. */

@@ -28,6 +28,7 @@
 #include "flight.h"
 #include "ns.h"
 #include "nsstat.h"
+#include "quota.h"
 #include "registry.h"
 #include "reply.h"
 #include "census.h"
@@ -178,6 +179,12 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, const struct kvproto
 	c->root = kvshm_key_root(ns.id, hi->salt, hi->salt_len);
 	c->no_insert = hi->flags & KVPROTO_HELLO_NO_INSERT;
 	c->own_share = hi->max_share;
+	if (kvd_quota_attach(d, c, hi->salt, hi->salt_len)) {
+		kvd_memfd_close(&c->ledger);
+		c->l = NULL;
+		return refuse_hello(d, c, seq, -ETOOMANYREFS,
+				    "tenant table full: 64 tenants (salts) have clients attached or prefixes pinned");
+	}
 	memcpy(c->comm, hi->name, sizeof(c->comm));
 	c->comm[sizeof(c->comm) - 1] = 0;
 	if (!c->comm[0])
@@ -219,8 +226,10 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, const struct kvproto
 	atomic_store_explicit(&row->pid, c->pid, memory_order_release);
 	kvd_stat_add(&kvshm_stats(d->h)->clients_attached, 1);
 	kvd_stat_add(&kvshm_stats(d->h)->clients_total, 1);
-	kvd_info("client %u attached: pid %d (%s) uid %u, namespace %u, %u pin slots",
-		 c->id, (int)c->pid, c->comm, c->uid, c->ns_id, nslots);
+	kvd_info("client %u attached: pid %d (%s) uid %u, namespace %u, tenant %s, %u pin slots%s",
+		 c->id, (int)c->pid, c->comm, c->uid, c->ns_id,
+		 kvshm_tenants(d->h)[c->tenant].name, nslots,
+		 kvd_quota_no_insert(d, c) ? ", no-insert" : "");
 	hello_page_waste(d, c, &ns);
 	return 0;
 }
@@ -278,6 +287,9 @@ static void retire_counters(struct kvd *d, struct kvd_client *c)
 static void release(struct kvd *d, struct kvd_client *c, const char *why)
 {
 	uint32_t reclaimed = kvd_cache_reclaim(d, c);
+
+	if (c->hello)
+		kvd_quota_detach(d, c);
 
 	if (c->hello)
 		kvd_info("client %u detached: pid %d (%s), %s; %u writing pages reclaimed",

@@ -29,6 +29,7 @@
 
 #include "../util/closer.h"
 #include "../obs/events.h"
+#include "../core/quota.h"
 #include "../core/kvd.h"
 #include "../core/cache.h"
 #include "../core/drop.h"
@@ -599,6 +600,7 @@ static void tick(struct kvd *d)
 	kvd_tiers_tick(d);
 	kvd_registry_tick(d);
 	kvd_nsstat_tick(d);
+	kvd_quota_tick(d);
 	kvd_events_tick(d);
 	watchdog(d);
 	ns = mono_ns() - t0;

@@ -903,6 +903,8 @@ static int remote_fetch(struct kvd *d, struct kvd_client *c, struct kvd_fetch *f
 			kvd_stat_add(&st->remote_misses, 1);
 			continue;
 		}
+		/* The client's key space, so its tenant's. */
+		kvshm_page_set_tenant(d->h, it->page, c->tenant);
 		/* A page for the daemon, not handed to a client. */
 		kvd_stat_add(&st->allocs, -1);
 		*it->status = -ETIMEDOUT;	/* until it is settled */

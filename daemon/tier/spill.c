@@ -145,7 +145,7 @@ int64_t kvd_spill_slots(const struct kvd_config *cfg)
 
 static void shared_set(struct kvd *d, uint32_t slot, uint32_t state,
 		       const struct kvshm_key *key, const struct kvshm_key *parent,
-		       uint32_t ns_id)
+		       uint32_t ns_id, uint32_t tenant)
 {
 	struct kvshm_slot *e = &kvshm_slots(d->h)[slot];
 
@@ -156,6 +156,7 @@ static void shared_set(struct kvd *d, uint32_t slot, uint32_t state,
 				      memory_order_release);
 		atomic_thread_fence(memory_order_release);
 		__atomic_store_n(&e->ns_id, ns_id, __ATOMIC_RELAXED);
+		__atomic_store_n(&e->tenant, tenant, __ATOMIC_RELAXED);
 		kvshm_store_key(&e->key, *key);
 		kvshm_store_key(&e->parent, *parent);
 	}
@@ -391,7 +392,7 @@ static void write_done(struct kvd *d, uint32_t idx)
 		op_put(sp, idx);
 		return;
 	}
-	shared_set(d, o->slot, KVSHM_SLOT_SPILLED, &p->key, &p->parent, p->ns_id);
+	shared_set(d, o->slot, KVSHM_SLOT_SPILLED, &p->key, &p->parent, p->ns_id, p->tenant);
 	if (kvshm_page_evict_to_slot(d->h, o->page, o->slot)) {
 		/* Not indexed any more: nothing to keep. */
 		kvd_events_page_gone(d, o->page);
@@ -453,13 +454,13 @@ static void read_done(struct kvd *d, uint32_t idx)
 			kvd_warn("spill: slot %u: read failed: %s; served as a miss", o->slot,
 				 strerror(-rc));
 			kvd_stat_add(&st_of(d)->spill_errors, 1);
-			shared_set(d, o->slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0);
+			shared_set(d, o->slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0, 0);
 		}
 		*o->status = rc == -EBADMSG ? -EBADMSG : -EIO;
 	} else {
 		struct sslot *s = &sp->s[o->slot];
 
-		shared_set(d, o->slot, KVSHM_SLOT_BACKING, NULL, NULL, 0);
+		shared_set(d, o->slot, KVSHM_SLOT_BACKING, NULL, NULL, 0, 0);
 		s->page = o->page;
 		s->pgen = o->gen;
 		kvd_policy_touch(&sp->pol, o->slot);
@@ -518,7 +519,7 @@ bool kvd_spill_page(struct kvd *d, uint32_t page)
 		if (sp->s[slot].state == KVSHM_SLOT_BACKING && sp->s[slot].page == page &&
 		    backing_live(d, slot)) {
 			/* A clean copy is on disk: no write. */
-			shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0);
+			shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0, 0);
 			if (!kvshm_page_evict_to_slot(d->h, page, slot)) {
 				kvd_events_spilled(d, page, slot);
 				kvd_stat_add(&st_of(d)->pages_spilled, 1);
@@ -555,10 +556,10 @@ bool kvd_spill_page(struct kvd *d, uint32_t page)
 	sp->s[slot].seq = sp->seq;
 	sp->s[slot].page = page;
 	sp->s[slot].tok = tok_hash(sp, kvshm_tokens(d->h, page), d->h->geo.block_tokens);
-	shared_set(d, slot, KVSHM_SLOT_BUSY, NULL, NULL, 0);
+	shared_set(d, slot, KVSHM_SLOT_BUSY, NULL, NULL, 0, 0);
 	if (op_queue(d, idx, true)) {
 		/* Cannot happen: op_get saw room for both parts. */
-		shared_set(d, slot, KVSHM_SLOT_FREE, NULL, NULL, 0);
+		shared_set(d, slot, KVSHM_SLOT_FREE, NULL, NULL, 0, 0);
 		slot_free(d, slot);
 		op_put(sp, idx);
 		return false;
@@ -700,7 +701,7 @@ int kvd_spill_claim(struct kvd *d, uint32_t ns_id, uint32_t loc, bool full,
 		kvd_stat_add(&st_of(d)->restore_misses, 1);
 		return -ENOSPC;
 	}
-	shared_set(d, slot, KVSHM_SLOT_BUSY, NULL, NULL, 0);
+	shared_set(d, slot, KVSHM_SLOT_BUSY, NULL, NULL, 0, 0);
 	f->ref = slot;
 	return 1;
 }
@@ -721,7 +722,7 @@ int kvd_spill_fetch(struct kvd *d, struct kvd_client *c, struct kvd_fetch *f, ui
 
 		o = op_get(d, &idx);
 		if (!o) {
-			shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0);
+			shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0, 0);
 			*f[i].status = -EIO;
 			kvd_stat_add(&st_of(d)->restore_misses, 1);
 			continue;
@@ -729,12 +730,14 @@ int kvd_spill_fetch(struct kvd *d, struct kvd_client *c, struct kvd_fetch *f, ui
 		if (kvshm_page_alloc(d->h, OWNER_SPILL, kvshm_slots(d->h)[slot].ns_id,
 				     &o->page, &o->gen)) {
 			op_put(sp, idx);
-			shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0);
+			shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0, 0);
 			*f[i].status = -ENOSPC;
 			kvd_stat_add(&st_of(d)->restore_misses, 1);
 			continue;
 		}
-		/* A page for the daemon, not handed to a client. */
+		/* A page for the daemon, not handed to a client; its block
+		 * stays in its tenant's key space. */
+		kvshm_page_set_tenant(d->h, o->page, kvshm_slots(d->h)[slot].tenant);
 		kvd_stat_add(&st_of(d)->allocs, -1);
 		o->kind = OP_READ;
 		o->slot = slot;
@@ -744,7 +747,7 @@ int kvd_spill_fetch(struct kvd *d, struct kvd_client *c, struct kvd_fetch *f, ui
 			/* Cannot happen: op_get saw room for both parts. */
 			kvshm_page_free(d->h, o->page, o->gen, OWNER_SPILL);
 			op_put(sp, idx);
-			shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0);
+			shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0, 0);
 			*f[i].status = -EIO;
 			kvd_stat_add(&st_of(d)->restore_misses, 1);
 			continue;
@@ -902,7 +905,9 @@ static void warm_file(struct kvd *d, uint32_t f, uint32_t *good, uint32_t *bad,
 		}
 		kvd_stat_add(&st_of(d)->index_entries, 1);
 		kvd_stat_add(&st_of(d)->pages_spilled, 1);
-		shared_set(d, slot, KVSHM_SLOT_SPILLED, &h.key, &h.parent, (uint32_t)ns);
+		/* Whose salt it was is not on disk: no tenant until restored. */
+		shared_set(d, slot, KVSHM_SLOT_SPILLED, &h.key, &h.parent, (uint32_t)ns,
+			   KVSHM_TENANT_NONE);
 		kvd_events_slot_found(d, slot, (const uint32_t *)(sp->staging + sizeof(h)));
 		sp->s[slot].seq = h.seq;
 		sp->s[slot].tok = tok_hash(sp, (const uint32_t *)(sp->staging + sizeof(h)), bt);
