@@ -149,4 +149,15 @@ int kvd_parse_size(const char *s, uint64_t *out);
 
 void kvd_config_usage(FILE *f);
 
+/* Does a reload (SIGHUP) apply key to a running daemon? (The table's
+ * live column: watermarks, shares and tenants, eviction, log level,
+ * allow-users/groups, the remote tier's settings.) */
+bool kvd_config_live(const char *key);
+/* Every setting whose value differs between a and b, in the table's
+ * order: fn(arg, key, live). */
+void kvd_config_diff(const struct kvd_config *a, const struct kvd_config *b,
+		     void (*fn)(void *arg, const char *key, bool live), void *arg);
+/* A setting's value, as text for a message ("" for an unknown key). */
+void kvd_config_show(const struct kvd_config *cfg, const char *key, char *buf, size_t len);
+
 #endif

@@ -620,6 +620,29 @@ int kvc_group(const uint32_t *const *prompts, const size_t *lens, size_t n,
 int kvc_drop_namespace(kvc_t *c);
 
 /*
+ * Keep the request's prefix resident for ttl_seconds (1..30 days): the
+ * daemon holds the pages of its blocks that are cached now, from block 0
+ * on, and each further block as it is published, so that no eviction
+ * takes them until the time is up (then they are evictable like any
+ * other). For an engine's system prompt: pin the request that published
+ * it. The pages count against this handle's tenant's share of the pool,
+ * and a pin stops growing at that share. Pinning the same prefix again
+ * keeps its id and lasts until the later end. Call at any stage after
+ * kvc_req_new; the request may be freed afterwards. At most 64 prefixes
+ * are pinned at once, at most 16384 blocks each. Returns the pin's id (>
+ * 0; kvstat --pins lists it). Errors: -EINVAL (NULL, no full block, a TTL
+ * out of range), -EDQUOT (the tenant holds its share), -ENOSPC (64 pins
+ * already), -ENOTCONN, -ECHILD, -ENOMEM, -EPROTO; kvc_req_message says
+ * why.
+ */
+int kvc_pin(struct kvc_req *r, uint32_t ttl_seconds);
+
+/* End a pin of this handle's tenant and namespace before its time: 0, or
+ * -EINVAL, -ENOENT (no such pin: ended, expired, another tenant's),
+ * -ENOTCONN, -ECHILD. */
+int kvc_unpin(kvc_t *c, int id);
+
+/*
  * Is the daemon still there? One poll() of the handle's socket, no round
  * trip: 0 while the connection is up, -ENOTCONN once the daemon has closed
  * it (exited, killed) or the handle died, which it then is (later calls

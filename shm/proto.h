@@ -58,6 +58,20 @@
  *                 remote timeout); the daemon serves others meanwhile
  *   FETCH_R d->c  struct kvproto_count + n x int32 status, as RESTORE_R
  *                 (also -ETIMEDOUT: its server did not answer in time)
+ *   ADMIN   c->d  struct kvproto_admin (+ n_tokens uint32 tokens for a pin),
+ *                 instead of HELLO: an operator drops a namespace's or a
+ *                 tenant's pages, pins a prompt's prefix resident for a
+ *                 time, or unpins one (root and the daemon's own user
+ *                 only, like RESET)
+ *   ADMIN_R d->c  struct kvproto_admin_r, then the daemon closes the
+ *                 connection, as after STAT_R
+ *   PIN     c->d  struct kvproto_pin + n x struct kvshm_key, after HELLO:
+ *                 keep the client's prefix with these keys (its chain from
+ *                 block 0) resident for ttl_s seconds, counted against its
+ *                 tenant's share
+ *   PIN_R   d->c  struct kvproto_pin_r
+ *   UNPIN   c->d  struct kvproto_unpin: end a pin of the client's tenant
+ *   UNPIN_R d->c  struct kvproto_unpin
  *   ALLOC_KEYS    c->d  struct kvproto_alloc + n x struct kvproto_claim: an
  *                 ALLOC that says which block each page is for, so that the
  *                 daemon announces the pages in flight (single flight,
@@ -98,7 +112,8 @@
  *
  *   name     the frame is KVPROTO_<name>
  *   type     its number on the wire (ranges apart: 32 cuda pool, 40
- *            single flight, 50 drop and reset, 60 remote tier)
+ *            single flight, 50 drop, reset, operator and pins, 60 remote
+ *            tier)
  *   desc     its name in decode's messages ("<desc> has the wrong size")
  *   size     the size rule, on top of magic and KVPROTO_MAX_LEN:
  *              NONE        no payload
@@ -159,6 +174,18 @@
 	X(RESET,      52, "RESET",        EXACT,      sizeof(struct kvproto_reset),          \
 	  kvproto_check_reset,   BEFORE, kvd_nsstat_reset_req)                            \
 	X(RESET_R,    53, "RESET reply",  EXACT,      sizeof(struct kvproto_reset_r),        \
+	  NULL,                  AFTER,  NULL)                                            \
+	X(ADMIN,      54, "ADMIN",        MIN,        sizeof(struct kvproto_admin),          \
+	  kvproto_check_admin,   BEFORE, kvd_admin_req)                                   \
+	X(ADMIN_R,    55, "ADMIN reply",  EXACT,      sizeof(struct kvproto_admin_r),        \
+	  NULL,                  AFTER,  NULL)                                            \
+	X(PIN,        56, "PIN",          MIN,        sizeof(struct kvproto_pin),            \
+	  kvproto_check_pin,     AFTER,  kvd_pin_req)                                     \
+	X(PIN_R,      57, "PIN reply",    EXACT,      sizeof(struct kvproto_pin_r),          \
+	  NULL,                  AFTER,  NULL)                                            \
+	X(UNPIN,      58, "UNPIN",        EXACT,      sizeof(struct kvproto_unpin),          \
+	  kvproto_check_unpin,   AFTER,  kvd_unpin_req)                                   \
+	X(UNPIN_R,    59, "UNPIN reply",  EXACT,      sizeof(struct kvproto_unpin),          \
 	  NULL,                  AFTER,  NULL)                                            \
 	X(FETCH,      60, "FETCH",        MIN_BT,     sizeof(struct kvproto_fetch),          \
 	  kvproto_check_fetch,   AFTER,  kvd_restore)                                     \
@@ -348,6 +375,68 @@ struct kvproto_reset_r {
 	uint32_t pad;
 };
 
+/* ADMIN ops (kvstat --drop-namespace, --drop-tenant, --pin, --unpin). */
+enum kvproto_admin_op {
+	KVPROTO_ADMIN_DROP_NS = 1,	/* a namespace's pages, every tenant */
+	KVPROTO_ADMIN_DROP_TENANT = 2,	/* a tenant's pages, in one or every namespace */
+	KVPROTO_ADMIN_PIN = 3,		/* keep a prompt's prefix resident */
+	KVPROTO_ADMIN_UNPIN = 4,	/* end a pin */
+};
+#define KVPROTO_ADMIN_ANY 0xffffffffu	/* ns_row: by model name, or every one */
+#define KVPROTO_PIN_TTL_MAX (30u * 86400u)	/* seconds a pin may last at most */
+#define KVPROTO_PIN_BLOCKS 16384u	/* blocks one pin may hold at most */
+
+struct kvproto_admin {
+	uint32_t version;
+	uint32_t op;		/* enum kvproto_admin_op */
+	/* The namespace: a row, or KVPROTO_ADMIN_ANY to name it by model
+	 * (DROP_NS: every namespace of that model; PIN: the one, which must
+	 * be alone of its name; DROP_TENANT with model "": every one). */
+	uint32_t ns_row;
+	uint32_t ttl_s;		/* PIN: 1..KVPROTO_PIN_TTL_MAX */
+	uint32_t pin_id;	/* UNPIN */
+	uint32_t n_tokens;	/* PIN: the prompt's tokens, which follow */
+	char model[KVSHM_MODEL_NAME];	/* NUL-terminated */
+	char tenant[KVSHM_TENANT_NAME];	/* DROP_TENANT, PIN ("": unsalted) */
+	char label[24];		/* PIN: shown in kvstat --pins */
+};
+
+struct kvproto_admin_r {
+	uint32_t version;
+	uint32_t op;
+	uint32_t dropped;	/* pool pages dropped */
+	uint32_t left;		/* pages of it still pinned or being written */
+	uint32_t slots;		/* spill slots given up */
+	uint32_t pin_id;	/* PIN: its id (for --unpin) */
+	uint32_t blocks;	/* PIN: full blocks of the prompt */
+	uint32_t resident;	/* PIN: of them, held resident now */
+};
+
+/* PIN flags: the request's blocks are not chained (engine keys): every
+ * block's parent is the root. */
+#define KVPROTO_PIN_FLAT 0x1u
+
+struct kvproto_pin {
+	uint32_t n;		/* keys that follow, 1..KVPROTO_PIN_BLOCKS */
+	uint32_t ttl_s;		/* 1..KVPROTO_PIN_TTL_MAX */
+	uint32_t flags;		/* KVPROTO_PIN_FLAT or 0 */
+	uint32_t pad;
+	char label[24];		/* NUL-terminated, may be empty */
+};
+
+struct kvproto_pin_r {
+	uint32_t id;		/* names it to UNPIN and in kvstat --pins */
+	uint32_t resident;	/* blocks of it held now (more follow as they
+				 * are published) */
+	uint32_t blocks;
+	uint32_t pad;
+};
+
+struct kvproto_unpin {
+	uint32_t id;
+	uint32_t flags;		/* none defined: 0 */
+};
+
 struct kvproto_fetch {
 	uint32_t n;		/* blocks, 1..KVPROTO_MAX_COUNT */
 	uint32_t flags;		/* none defined: must be 0 */
@@ -388,6 +477,9 @@ _Static_assert(sizeof(struct kvproto_pub) == 56, "pub");
 _Static_assert(sizeof(struct kvproto_claim) == 32, "claim");
 _Static_assert(sizeof(struct kvproto_pool_r) == 56, "pool_r");
 _Static_assert(sizeof(struct kvproto_fetch) == 24, "fetch");
+_Static_assert(sizeof(struct kvproto_admin) == 144, "admin");
+_Static_assert(sizeof(struct kvproto_admin_r) == 32, "admin_r");
+_Static_assert(sizeof(struct kvproto_pin) == 40, "pin");
 
 
 /*

@@ -233,7 +233,7 @@ struct kvshm_stats {
 	_Atomic uint64_t cfg_max_share;		/* percent */
 	_Atomic uint64_t cfg_tenant_share;	/* percent */
 	_Atomic uint64_t cfg_namespace_share;	/* percent */
-	_Atomic uint64_t cfg_log_level;		/* 0 error .. 3 debug */
+	_Atomic uint64_t cfg_log_level;		/* syslog priority: 3 error .. 7 debug */
 	_Atomic uint64_t reloads;		/* reloads applied */
 	_Atomic uint64_t reload_errors;		/* reloads refused (bad config) */
 	_Atomic uint64_t reload_time_ns;	/* CLOCK_REALTIME of the last one */
@@ -349,8 +349,7 @@ struct kvshm_ns_stats {
 struct kvshm_tenant {
 	_Atomic uint32_t used;
 	uint32_t flags;			/* KVSHM_TENANT_* */
-	_Atomic uint32_t share;		/* percent of the pool it may hold */
-	uint32_t pad;
+	_Atomic uint64_t share;		/* percent of the pool it may hold */
 	char name[KVSHM_TENANT_NAME];	/* NUL-terminated */
 	/* Counters: from its clients' ledgers, as per namespace. */
 	_Atomic uint64_t lookups;

@@ -115,6 +115,20 @@ struct kvd_group {
 	uint32_t clients;	/* attached (live or lingering) */
 };
 
+/* A prefix kept resident with a time to live (pin.c); row i is the
+ * segment's struct kvshm_pinned i. */
+struct kvd_pin {
+	uint32_t id;		/* 0: free */
+	uint32_t ns_id, tenant;
+	uint32_t n;		/* blocks */
+	uint32_t resident;	/* blocks 0..resident-1 held, pages in page[] */
+	bool flat;		/* engine keys: every parent is the root */
+	struct kvshm_key root;	/* the key space's root: block 0's parent */
+	struct kvshm_key *keys;	/* n */
+	uint32_t *page;		/* n; the first `resident` hold pages */
+	uint64_t expires_ms;	/* kvd_now_ms() */
+};
+
 /* A tenant row's daemon side: the salt (never in the segment). */
 struct kvd_tenant {
 	bool used;
@@ -185,12 +199,22 @@ struct kvd {
 	struct kvd_group tgrp[KVSHM_TENANTS];
 	struct kvd_group ngrp[KVD_MAX_NS];
 	uint32_t *qstamp_t, *qstamp_n;
+	/* Pinned prefixes (pin.c) and, per page, how many of them hold it
+	 * (NULL until the first pin): the evictor passes a held page by. */
+	struct kvd_pin pins[KVSHM_PINNED];
+	uint8_t *pin_held;
+	uint32_t pin_next_id;
 
 	/* Clients marked closing, in the order they were (reply.c); the
 	 * event loop drops them (kvd_server_drop_closing). */
 	struct kvd_client *closing, *closing_tail;
 	/* What the tiers may call in the core (restore.c sets it). */
 	const struct kvd_tier_host *tier_host;
+	/* SIGHUP: main.c's reload (reload.c), and the command line it reads
+	 * the settings from again. */
+	void (*reload)(struct kvd *d);
+	int argc;
+	char **argv;
 };
 
 /* epoll tags: fixed sources, then one per client socket and pidfd. */

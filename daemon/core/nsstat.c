@@ -36,6 +36,7 @@
 
 #include "../../shm/stats.h"
 #include "kvd.h"
+#include "admin.h"
 #include "nsstat.h"
 #include "reply.h"
 #include "top.h"
@@ -206,8 +207,6 @@ int kvd_nsstat_reset_req(struct kvd *d, struct kvd_client *c, const struct kvpro
 	const uint32_t seq = hdr->seq;
 	struct kvproto_reset_r r = { KVPROTO_VERSION, 0 };
 	struct kvproto_reset q;
-	uid_t me = geteuid();
-
 	memcpy(&q, p, sizeof(q));
 	c->refused = true;	/* an observer: never counted as dropped */
 	if (q.version != KVPROTO_VERSION) {
@@ -216,13 +215,8 @@ int kvd_nsstat_reset_req(struct kvd *d, struct kvd_client *c, const struct kvpro
 		return -1;
 	}
 	/* The uid is the peer's SO_PEERCRED, taken at accept. */
-	if (c->uid != 0 && c->uid != me) {
-		kvd_stat_add(&kvshm_stats(d->h)->clients_refused, 1);
-		kvd_reply_error(d, c, seq, -EPERM, true,
-				"resetting the statistics is allowed to root and to kvcached's own user (uid %u); uid %u is neither",
-				(unsigned)me, (unsigned)c->uid);
+	if (!kvd_admin_allowed(d, c, seq, "resetting the statistics"))
 		return -1;
-	}
 	kvd_stats_reset(d);
 	kvd_info("statistics reset by pid %d (uid %u)", (int)c->pid, (unsigned)c->uid);
 	if (!kvd_reply(d, c, KVPROTO_RESET_R, seq, &r, sizeof(r), NULL, 0))

@@ -193,6 +193,11 @@ void kvd_quota_configure(struct kvd *d)
 			row_write(d, t);
 }
 
+int kvd_quota_tenant_salt(struct kvd *d, const uint8_t *salt, uint32_t len)
+{
+	return row_get(d, salt, len, -1);
+}
+
 int kvd_quota_tenant_find(const struct kvd *d, const char *name)
 {
 	uint32_t t;
@@ -216,7 +221,7 @@ struct kvshm_key kvd_quota_root(const struct kvd *d, uint32_t t, uint32_t ns)
 int kvd_quota_attach(struct kvd *d, struct kvd_client *c, const uint8_t *salt,
 		     uint32_t salt_len)
 {
-	int t = row_get(d, salt, salt_len, -1);
+	int t = kvd_quota_tenant_salt(d, salt, salt_len);
 	struct kvd_group *g;
 
 	c->tenant = KVSHM_TENANT_NONE;

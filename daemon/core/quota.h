@@ -54,6 +54,8 @@ int kvd_quota_check(struct kvd *d, struct kvd_client *c, uint32_t *n, bool *cut,
 /* Is c no-insert: its HELLO said so, or its tenant's line does? */
 bool kvd_quota_no_insert(const struct kvd *d, const struct kvd_client *c);
 
+/* The tenant row of this salt, added when new; -1 when the table is full. */
+int kvd_quota_tenant_salt(struct kvd *d, const uint8_t *salt, uint32_t len);
 /* The tenant row named `name`, or -1. */
 int kvd_quota_tenant_find(const struct kvd *d, const char *name);
 /* The root of tenant row t's key space in namespace row ns (its salt). */

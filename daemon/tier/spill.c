@@ -143,6 +143,30 @@ int64_t kvd_spill_slots(const struct kvd_config *cfg)
 
 /* ------------------------------------------------------------ slot table */
 
+/* The slot of `parent`'s block when the tier holds it, else
+ * KVD_POLICY_NONE. */
+static uint32_t parent_slot(const struct kvd *d, const struct kvshm_key *parent)
+{
+	uint32_t loc = kvshm_index_find(d->h, *parent), ps = loc & ~KVSHM_LOC_SLOT;
+
+	if (!kvshm_loc_is_slot(loc) || ps >= d->spill->n ||
+	    d->spill->s[ps].state == KVSHM_SLOT_FREE)
+		return KVD_POLICY_NONE;
+	return ps;
+}
+
+static uint32_t slot_parent(void *arg, uint32_t slot)
+{
+	const struct kvd *d = arg;
+
+	return parent_slot(d, &kvshm_slots(d->h)[slot].parent);
+}
+
+int kvd_spill_policy(struct kvd *d, int eviction)
+{
+	return d->spill ? kvd_policy_switch(&d->spill->pol, eviction, slot_parent, d) : 0;
+}
+
 static void shared_set(struct kvd *d, uint32_t slot, uint32_t state,
 		       const struct kvshm_key *key, const struct kvshm_key *parent,
 		       uint32_t ns_id, uint32_t tenant)
@@ -165,12 +189,8 @@ static void shared_set(struct kvd *d, uint32_t slot, uint32_t state,
 	if (key) {
 		/* A new block in the tier: under its parent's slot, if the
 		 * tier holds that. */
-		uint32_t loc = kvshm_index_find(d->h, *parent), ps = loc & ~KVSHM_LOC_SLOT;
-
-		if (!kvshm_loc_is_slot(loc) || ps >= d->spill->n ||
-		    d->spill->s[ps].state == KVSHM_SLOT_FREE)
-			ps = KVD_POLICY_NONE;
-		kvd_policy_insert(&d->spill->pol, slot, ps, key->lo ^ key->hi ^ ns_id);
+		kvd_policy_insert(&d->spill->pol, slot, parent_slot(d, parent),
+				  key->lo ^ key->hi ^ ns_id);
 	}
 }
 
@@ -659,7 +679,8 @@ void kvd_spill_unindex(struct kvd *d, struct kvshm_key key, struct kvshm_key par
 	}
 }
 
-void kvd_spill_forget_ns(struct kvd *d, uint32_t ns_id)
+/* Drop the slots of namespace ns_id and tenant (UINT32_MAX: any). */
+static void forget_where(struct kvd *d, uint32_t ns_id, uint32_t tenant)
 {
 	struct kvd_spill *sp = d->spill;
 	uint32_t i;
@@ -668,13 +689,24 @@ void kvd_spill_forget_ns(struct kvd *d, uint32_t ns_id)
 		return;
 	kvd_spill_drain(d);
 	for (i = 0; i < sp->n; i++) {
-		if (kvshm_slots(d->h)[i].ns_id != ns_id)
+		if ((ns_id != UINT32_MAX && kvshm_slots(d->h)[i].ns_id != ns_id) ||
+		    (tenant != UINT32_MAX && kvshm_slots(d->h)[i].tenant != tenant))
 			continue;
 		if (sp->s[i].state == KVSHM_SLOT_SPILLED)
 			slot_forget(d, i);
 		else if (sp->s[i].state == KVSHM_SLOT_BACKING)
 			backing_drop(d, i);
 	}
+}
+
+void kvd_spill_forget_ns(struct kvd *d, uint32_t ns_id)
+{
+	forget_where(d, ns_id, UINT32_MAX);
+}
+
+static void spill_forget_tenant(struct kvd *d, uint32_t ns_id, uint32_t tenant)
+{
+	forget_where(d, ns_id, tenant);
 }
 
 /* ------------------------------------------------------------ restore */
@@ -938,6 +970,7 @@ static const struct kvd_tier spill_tier = {
 	.fetch = kvd_spill_fetch,
 	.unindex = kvd_spill_unindex,
 	.forget_ns = kvd_spill_forget_ns,
+	.forget_tenant = spill_forget_tenant,
 	.close = kvd_spill_close,
 };
 
