@@ -1008,6 +1008,11 @@ static void remote_close(struct kvd *d)
 
 	if (!r)
 		return;
+	/* No lookup offers tier 2 from now on (a reload may close the tier
+	 * while the daemon goes on). */
+	atomic_store_explicit(&st_of(d)->remote_servers_up, 0, memory_order_relaxed);
+	atomic_store_explicit(&st_of(d)->remote_servers, 0, memory_order_relaxed);
+	atomic_store_explicit(&st_of(d)->remote_write_mode, KVSHM_REMOTE_OFF, memory_order_relaxed);
 	pthread_mutex_lock(&r->lock);
 	r->stop = true;
 	pthread_cond_broadcast(&r->wake);

@@ -551,6 +551,7 @@ static void test_unit_verifies(void **state)
 		 " --socket /run/kvcached/kvcached.sock\n", bindir);
 	assert_non_null(strstr(unit, want));
 	assert_non_null(strstr(unit, "\nType=notify\n"));
+	assert_non_null(strstr(unit, "\nExecReload=/bin/kill -HUP $MAINPID\n"));
 	assert_non_null(strstr(unit, "\nUser=kvcached\n"));
 	assert_non_null(strstr(unit, "\nGroup=kvcached\n"));
 	assert_non_null(strstr(unit, "\nRuntimeDirectory=kvcached\n"));
