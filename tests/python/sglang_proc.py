@@ -62,6 +62,8 @@ def main() -> int:
     ap.add_argument("mode", choices=("set", "get"))
     ap.add_argument("--socket", required=True)
     ap.add_argument("--pages", type=int, default=6)
+    ap.add_argument("--no-insert", action="store_true",
+                    help="the backend's no_insert option: read, never store")
     args = ap.parse_args()
 
     tokens = list(range(7, 7 + args.pages * PAGE))
@@ -72,7 +74,8 @@ def main() -> int:
                                extra_config={"backend_name": "kvcached",
                                              "module_path": "kvclient.sglang",
                                              "class_name": "KvcachedStorage",
-                                             "socket": args.socket})
+                                             "socket": args.socket,
+                                             "no_insert": "true" if args.no_insert else "no"})
     store = KvcachedStorage(cfg, {})
     if args.mode == "set":
         pool = host_pool(args.pages * PAGE * 2)
@@ -84,6 +87,8 @@ def main() -> int:
         ok = store.batch_set_v1(keys, slots)
         again = store.batch_set_v1(keys, slots)	# all held already
         print(f"set: stored {sum(ok)} of {len(keys)}, again {sum(again)}")
+        if args.no_insert:
+            return 0 if not any(ok) and not any(again) else 1
         return 0 if all(ok) and all(again) else 1
     pool = host_pool(args.pages * PAGE * 4)
     store.register_mem_pool_host(pool)

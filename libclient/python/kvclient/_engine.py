@@ -17,6 +17,27 @@ log = logging.getLogger("kvclient.engines")
 RECONNECT_S = 1.0
 
 
+def flag(extra: dict, key: str) -> bool:
+    """A yes/no key of an engine's extra config: true, "true", "yes", "1" or
+    1 for yes; absent, false, "false", "no", "0" or 0 for no; else
+    ValueError naming the key."""
+    v = extra.get(key, False)
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int) and v in (0, 1):
+        return bool(v)
+    if isinstance(v, str) and v.lower() in ("true", "yes", "1", "false", "no", "0"):
+        return v.lower() in ("true", "yes", "1")
+    raise ValueError(f"{key} {v!r}: must be true or false")
+
+
+def read_only(who: str, e: Exception) -> None:
+    """The daemon refused an allocation because this client's tenant is
+    no-insert (NoInsertError): said once, then the adapter stops saving."""
+    log.info("%s: kvcached makes this engine's tenant no-insert: it reads the cache and "
+             "saves nothing (%s)", who, e)
+
+
 class Reconnecting:
     """A Client of `model` at `socket`, or None while kvcached is away.
 
@@ -29,8 +50,10 @@ class Reconnecting:
     the configuration when they are built, and raise there."""
 
     def __init__(self, model: Model, socket: Optional[str], salt: bytes | str = b"",
-                 on_open: Optional[Callable[[Client], None]] = None, who: str = "kvcached"):
+                 on_open: Optional[Callable[[Client], None]] = None, who: str = "kvcached",
+                 no_insert: bool = False):
         self.model, self.socket, self.salt = model, socket, salt
+        self.no_insert = no_insert
         self.on_open, self.who = on_open, who
         self.c: Optional[Client] = None
         self.on_drop: Optional[Callable[[], None]] = None
@@ -47,7 +70,8 @@ class Reconnecting:
             return None
         self._next_try = now + RECONNECT_S
         try:
-            c = Client(self.model, socket=self.socket, salt=self.salt)
+            c = Client(self.model, socket=self.socket, salt=self.salt,
+                       no_insert=self.no_insert)
         except GeometryError as e:
             log.error("%s: kvcached refuses %r, going on without it: %s", self.who,
                       self.model.name, e)

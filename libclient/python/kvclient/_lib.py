@@ -115,6 +115,8 @@ _PROTOS = (
     ("kvc_restore_pays", c_int, [c_void_p, c_double], False),
     ("kvc_alloc", c_int, [c_void_p], True),
     ("kvc_req_message", c_char_p, [c_void_p], False),
+    ("kvc_pin", c_int, [c_void_p, c_uint32], True),
+    ("kvc_unpin", c_int, [c_void_p, c_int], True),
     ("kvc_block", c_void_p, [c_void_p, c_size_t], False),
     ("kvc_block_page", c_int64, [c_void_p, c_size_t], False),
     ("kvc_publish", c_int, [c_void_p], True),

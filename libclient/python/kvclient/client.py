@@ -455,6 +455,14 @@ class Client:
             _label(req, r, label, label_b)
         return req
 
+    def unpin(self, pin_id: int) -> None:
+        """End a pin of this Client's tenant and namespace before its time
+        (kvc_unpin). Raises NoPinError (no such pin: ended, expired, or
+        another tenant's)."""
+        rc = _L.lib().unpin(self._handle(), _u("pin_id", pin_id, 1, 2**31 - 1))
+        if rc < 0:
+            raise _error(rc, "kvc_unpin", what=f"unpin({pin_id!r})")
+
     def keys(self, tokens: Any, extra: bytes | str | None = None) -> list[int]:
         """The key chain of the full blocks of ``tokens`` (kvc_keys), each a
         128-bit int (hi << 64 | lo, as kvstat prints keys in hex). Not a hot
@@ -729,6 +737,23 @@ class Request:
             raise _error(rc, "kvc_restore_pays",
                          what=f"restore_pays({prefill_tokens_per_s!r}): the speed must be > 0")
         return bool(rc)
+
+    def pin(self, ttl_s: int) -> int:
+        """Keep this request's prefix resident for ``ttl_s`` seconds (1..30
+        days; kvc_pin): the daemon holds its blocks that are cached now and
+        each further one as it is published, so that no eviction takes
+        them until the time is up. For an engine's system prompt. Counted
+        against this Client's tenant's share. Returns the pin's id (for
+        Client.unpin and kvstat --pins); pinning the same prefix again
+        keeps it and lasts until the later end. Raises QuotaError (the
+        tenant holds its share), NoSpaceError (64 pins already),
+        InvalidArgumentError."""
+        r = self._req("pin")
+        ttl = _u("ttl_s", ttl_s, 1, 30 * 86400)
+        rc = _L.lib().pin(r, ttl)
+        if rc < 0:
+            raise _error(rc, "kvc_pin", self._message(), f"pin({ttl_s!r})")
+        return rc
 
     def _message(self) -> str | None:
         """The daemon's (or the library's) reason for the last refusal

@@ -126,6 +126,11 @@ class NoPageError(KvcError, LookupError):
     """A block of the run has no page: not a hit and not granted (ENOENT)."""
 
 
+class NoPinError(KvcError, LookupError):
+    """unpin() of a pin that is not there: ended, expired, or another
+    tenant's or namespace's (ENOENT)."""
+
+
 class ReadOnlyBlockError(KvcError, PermissionError):
     """Scatter into a block that is a hit or already published: its page is
     shared and read-only (EPERM)."""
@@ -200,6 +205,8 @@ def error_class(err: int, call: str = "") -> type:
     """The class for positive errno ``err`` returned by C function ``call``."""
     if err == _e.ENOENT and call in _BLOCK_CALLS:
         return NoPageError
+    if err == _e.ENOENT and call == "kvc_unpin":
+        return NoPinError
     if err == _e.EOPNOTSUPP:
         return NotSupportedError
     return _BY_ERRNO.get(err, KvcError)

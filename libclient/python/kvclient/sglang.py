@@ -25,6 +25,11 @@ with a block stride); ``page_first`` keeps a page's tokens apart per layer
 and is refused, as are MLA pools (one latent vector per token, no K and V).
 Written against SGLang's documented ``HiCacheStorage`` (see
 docs/ENGINES.md for the version followed); nothing here is SGLang code.
+
+``"no_insert": true`` in the extra config makes the engine a reader: pages
+kvcached holds are found and read, and no write stores anything (its
+Client is no-insert, KVC_OPEN_NO_INSERT), so none of its KV stays on the
+host. A tenant the daemon's config makes no-insert is treated the same.
 """
 from __future__ import annotations
 
@@ -35,8 +40,8 @@ from typing import Any, List, Optional
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
 
 from . import client as _client
-from ._engine import Reconnecting
-from .errors import KvcError
+from ._engine import Reconnecting, flag, read_only
+from .errors import KvcError, NoInsertError
 
 log = logging.getLogger("kvclient.sglang")
 
@@ -61,6 +66,7 @@ class KvcachedStorage(HiCacheStorage):
         extra = dict(storage_config.extra_config or {})
         self.socket = extra.get("socket")
         self.salt = extra.get("salt", b"")
+        self.no_insert = flag(extra, "no_insert")
         self.name = extra.get("model_name") or storage_config.model_name or "sglang-model"
         cfg = storage_config
         # An MLA model's ranks all hold the same latent KV: one namespace.
@@ -115,7 +121,8 @@ class KvcachedStorage(HiCacheStorage):
 
         def opened(c):
             self._kv = _client.PagedKV(c, ks, vs)
-        self._rc = Reconnecting(model, self.socket, self.salt, opened, "KvcachedStorage")
+        self._rc = Reconnecting(model, self.socket, self.salt, opened, "KvcachedStorage",
+                                self.no_insert)
         self._rc.get()
 
     def _client(self):
@@ -171,9 +178,14 @@ class KvcachedStorage(HiCacheStorage):
         n = len(keys)
 
         def put(r, hits):
-            if hits >= n:
+            if hits >= n or self.no_insert:
                 return hits
-            got = r.alloc()
+            try:
+                got = r.alloc()
+            except NoInsertError as e:
+                read_only("KvcachedStorage", e)
+                self.no_insert = True
+                return hits
             if got:
                 r.scatter(self._kv, self._pages(host_indices, n)[hits:hits + got])
                 r.publish()
@@ -219,12 +231,16 @@ class KvcachedStorage(HiCacheStorage):
             with c.request_keys([key]) as r:
                 if r.lookup():
                     return True
-                if not r.alloc():
+                if self.no_insert or not r.alloc():
                     return False
                 page = r.page_tensor(0)
                 page.transpose(0, 1).copy_(value.view(page.transpose(0, 1).shape))
                 r.publish()
                 return True
+        except NoInsertError as e:
+            read_only("KvcachedStorage", e)
+            self.no_insert = True
+            return False
         except KvcError as e:
             log.warning("KvcachedStorage: set: %s", e)
             return False
