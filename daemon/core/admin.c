@@ -96,10 +96,9 @@ static int op_drop(struct kvd *d, struct kvd_client *c, const struct kvproto_adm
 		for (i = 0; i < n; i++)
 			kvd_drop_where(d, rows[i], t, r);
 	}
-	kvd_info("operator (pid %d, uid %u) dropped %s%s%s: %u pages, %u spill slots; %u pinned or being written stay",
+	kvd_info("operator (pid %d, uid %u) dropped %s%s%s%s: %u pages, %u spill slots; %u pinned or being written stay",
 		 (int)c->pid, (unsigned)c->uid, tenant ? "tenant " : "", tenant ? q->tenant : "",
-		 tenant ? " in " : "", r->dropped, r->slots, r->left);
-	(void)what;
+		 tenant ? " in " : "", what, r->dropped, r->slots, r->left);
 	return 0;
 }
 

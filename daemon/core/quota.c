@@ -115,7 +115,7 @@ static int salt_row(const struct kvd *d, const uint8_t *salt, uint32_t len)
 
 	for (t = 0; t < KVSHM_TENANTS; t++)
 		if (d->tenants[t].used && d->tenants[t].salt_len == len &&
-		    !memcmp(d->tenants[t].salt, salt, len))
+		    (!len || !memcmp(d->tenants[t].salt, salt, len)))
 			return (int)t;
 	return -1;
 }
@@ -166,7 +166,8 @@ static int row_get(struct kvd *d, const uint8_t *salt, uint32_t len, int cfg)
 	d->tenants[i].used = true;
 	d->tenants[i].cfg = cfg;
 	d->tenants[i].salt_len = len;
-	memcpy(d->tenants[i].salt, salt, len);
+	if (len)
+		memcpy(d->tenants[i].salt, salt, len);
 	row_write(d, i);
 	return (int)i;
 }
