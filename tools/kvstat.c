@@ -1215,23 +1215,32 @@ static int admin(void)
 	return 0;
 }
 
+/* Attach and take one snapshot; 0, or 1 after saying why. */
+static int snapshot(struct kvobs *o, struct kvshm_snap *s)
+{
+	char err[512];
+	int rc;
+
+	if (attach(o, err, sizeof(err))) {
+		fprintf(stderr, "kvstat: %s\n", err);
+		return 1;
+	}
+	if ((rc = kvshm_snap_take(o->h, s))) {
+		fprintf(stderr, "kvstat: snapshot: %s\n", strerror(-rc));
+		kvobs_detach(o);
+		return 1;
+	}
+	return 0;
+}
+
 /* --pins: the pinned prefixes (shared memory, no permission needed). */
 static int list_pins(void)
 {
 	struct kvshm_snap s;
 	struct kvobs o;
-	char err[512];
-	int rc;
 
-	if (attach(&o, err, sizeof(err))) {
-		fprintf(stderr, "kvstat: %s\n", err);
+	if (snapshot(&o, &s))
 		return 1;
-	}
-	if ((rc = kvshm_snap_take(o.h, &s))) {
-		fprintf(stderr, "kvstat: snapshot: %s\n", strerror(-rc));
-		kvobs_detach(&o);
-		return 1;
-	}
 	if (opt.json) {
 		json_pinned(stdout, &s);
 		fputc('\n', stdout);
@@ -1247,18 +1256,10 @@ static int one_shot(void)
 {
 	struct kvshm_snap s;
 	struct kvobs o;
-	char err[512];
-	int rc;
+	int rc = 0;
 
-	if (attach(&o, err, sizeof(err))) {
-		fprintf(stderr, "kvstat: %s\n", err);
+	if (snapshot(&o, &s))
 		return 1;
-	}
-	if ((rc = kvshm_snap_take(o.h, &s))) {
-		fprintf(stderr, "kvstat: snapshot: %s\n", strerror(-rc));
-		kvobs_detach(&o);
-		return 1;
-	}
 	if (opt.prom) {
 		size_t need = kvshm_prometheus(&s, NULL, 0);
 		char *buf = malloc(need + 1);

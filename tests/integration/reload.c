@@ -107,6 +107,27 @@ static bool log_has(const struct fix *f, const char *s)
 	return kvt_log_has(&f->d, s);
 }
 
+/* As uid 65534, gid 65533 (root only): does kvc_open attach? 0 it does,
+ * 1 it is refused with -EACCES, else something else went wrong. */
+static int attach_as_nobody(const struct fix *f)
+{
+	pid_t p = fork();
+
+	if (!p) {
+		struct kvc_model m = kvt_model();
+		struct kvc_options op = { .size = sizeof(op), .socket_path = f->d.sock };
+		kvc_t *c = NULL;
+		int rc;
+
+		if (setgid(65533) || setuid(65534))
+			_exit(9);
+		rc = kvc_open(&m, &op, &c);
+		kvc_close(rc ? NULL : c);
+		_exit(!rc ? 0 : rc == -EACCES ? 1 : 2);
+	}
+	return kvt_wait(p);
+}
+
 /* Each setting a reload applies, one at a time, as the log says and kvstat
  * shows; one a reload cannot apply; a file with an error. */
 static void test_each_live_key(void **state)
@@ -191,41 +212,15 @@ static void test_each_live_key(void **state)
 	snprintf(me, sizeof(me), "%u", (unsigned)geteuid());
 	strcat(f.base, "log-level = debug\n");
 	snprintf(line, sizeof(line), "allow-users = 0,%s,65534\nallow-groups = 65534\n", me);
-	if (geteuid() == 0) {
-		pid_t p = fork();
-
-		if (!p) {
-			struct kvc_model m = kvt_model();
-			struct kvc_options op = { .size = sizeof(op), .socket_path = f.d.sock };
-			kvc_t *c = NULL;
-
-			if (setgid(65533) || setuid(65534))
-				_exit(9);
-			_exit(kvc_open(&m, &op, &c) == -EACCES ? 0 : 1);
-		}
-		assert_int_equal(kvt_wait(p), 0);
-	}
+	if (geteuid() == 0)
+		assert_int_equal(attach_as_nobody(&f), 1);
 	write_conf(&f, line);
 	hup(&f);
 	assert_true(log_has(&f, "reload: allow-users 2 entries -> 3 entries") ||
 		    log_has(&f, "reload: allow-users 1 entries -> 3 entries"));
 	assert_true(log_has(&f, "reload: allow-groups 0 entries -> 1 entries"));
 	if (geteuid() == 0) {
-		pid_t p = fork();
-
-		if (!p) {
-			struct kvc_model m = kvt_model();
-			struct kvc_options op = { .size = sizeof(op), .socket_path = f.d.sock };
-			kvc_t *c = NULL;
-
-			if (setgid(65533) || setuid(65534))
-				_exit(9);
-			if (kvc_open(&m, &op, &c))
-				_exit(1);
-			kvc_close(c);
-			_exit(0);
-		}
-		assert_int_equal(kvt_wait(p), 0);
+		assert_int_equal(attach_as_nobody(&f), 0);
 	} else {
 		print_message("skip part: not root, cannot attach as another user\n");
 	}

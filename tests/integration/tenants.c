@@ -226,6 +226,29 @@ static void test_two_tenants_half_each(void **state)
 	assert_int_equal(kvt_daemon_stop(&d), 0);
 }
 
+/* Publish fresh 8-block prompts of c (seeds seed, seed+1, ...) keeping
+ * each request, until kvc_alloc fails (at most 8): r[0..*n] are the
+ * requests (r[*n] the refused one), the pages granted in *got; returns
+ * what the last kvc_alloc returned. */
+static int fill_until_refused(kvc_t *c, uint32_t seed, struct kvc_req **r, int *n, int *got)
+{
+	uint32_t t[8 * BT];
+	int rc = 0;
+
+	for (*n = 0, *got = 0; *n < 8; (*n)++) {
+		kvt_tokens(t, 8 * BT, 0, seed + (uint32_t)*n);
+		assert_int_equal(kvc_req_new(c, t, 8 * BT, NULL, 0, &r[*n]), 0);
+		kvc_lookup(r[*n]);
+		rc = kvc_alloc(r[*n]);
+		if (rc < 0)
+			return rc;
+		*got += rc;
+		assert_int_equal(kvc_publish(r[*n]), rc);
+	}
+	(*n)--;
+	return rc;
+}
+
 /* A namespace's share, and a client that asks for less than max-share:
  * both refuse with a message that names them. */
 static void test_namespace_and_own_share(void **state)
@@ -233,7 +256,6 @@ static void test_namespace_and_own_share(void **state)
 	const char *args[] = { "--namespace-share", "10", NULL };
 	struct kvt_daemon d;
 	struct kvc_req *r[8];
-	uint32_t t[8 * BT];
 	int n, got = 0, rc = 0;
 	kvc_t *c;
 
@@ -241,16 +263,7 @@ static void test_namespace_and_own_share(void **state)
 	assert_int_equal(kvt_daemon_start(&d, args), 0);
 	c = open_as(&d, NULL, 0, 0, NULL);
 	assert_non_null(c);
-	for (n = 0; n < 8; n++) {
-		kvt_tokens(t, 8 * BT, 0, 700 + (uint32_t)n);
-		assert_int_equal(kvc_req_new(c, t, 8 * BT, NULL, 0, &r[n]), 0);
-		kvc_lookup(r[n]);
-		rc = kvc_alloc(r[n]);
-		if (rc < 0)
-			break;
-		got += rc;
-		assert_int_equal(kvc_publish(r[n]), rc);
-	}
+	rc = fill_until_refused(c, 700, r, &n, &got);
 	/* 10% of 256 pages: 25 */
 	assert_int_equal(rc, -EDQUOT);
 	assert_true(got <= 25 && got >= 17);
@@ -263,16 +276,7 @@ static void test_namespace_and_own_share(void **state)
 	/* max_share in kvc_options: at most that, never more than max-share. */
 	c = open_as(&d, "own", 0, 5, "kvt-own");
 	assert_non_null(c);
-	for (n = 0, got = 0; n < 8; n++) {
-		kvt_tokens(t, 8 * BT, 0, 800 + (uint32_t)n);
-		assert_int_equal(kvc_req_new(c, t, 8 * BT, NULL, 0, &r[n]), 0);
-		kvc_lookup(r[n]);
-		rc = kvc_alloc(r[n]);
-		if (rc < 0)
-			break;
-		got += rc;
-		assert_int_equal(kvc_publish(r[n]), rc);
-	}
+	rc = fill_until_refused(c, 800, r, &n, &got);
 	assert_int_equal(rc, -EDQUOT);
 	assert_true(got <= 12);		/* 5% of 256 */
 	assert_non_null(strstr(kvc_req_message(r[n]), "max-share of 5% (as its client asked)"));
