@@ -219,20 +219,14 @@ struct kvshm_key kvd_quota_root(const struct kvd *d, uint32_t t, uint32_t ns)
 
 /* ------------------------------------------------------- the accounts */
 
-int kvd_quota_attach(struct kvd *d, struct kvd_client *c, const uint8_t *salt,
-		     uint32_t salt_len)
+void kvd_quota_attach(struct kvd *d, struct kvd_client *c)
 {
-	int t = kvd_quota_tenant_salt(d, salt, salt_len);
-	struct kvd_group *g;
+	struct kvd_group *g[2] = { tgroup(d, c->tenant), ngroup(d, c->ns_id) };
+	int k;
 
-	c->tenant = KVSHM_TENANT_NONE;
-	if (t < 0)
-		return -ETOOMANYREFS;
-	c->tenant = (uint32_t)t;
-	d->tgrp[t].clients++;
-	if ((g = ngroup(d, c->ns_id)))
-		g->clients++;
-	return 0;
+	for (k = 0; k < 2; k++)
+		if (g[k])
+			g[k]->clients++;
 }
 
 void kvd_quota_detach(struct kvd *d, struct kvd_client *c)

@@ -8,15 +8,9 @@
 
 #include "kvd.h"
 
-/*
- * At HELLO: c's tenant is the row of its salt (the configured tenant of
- * that salt, "unsalted" for none, else a row of its own, "unnamed-ROW"),
- * added when new; c joins its tenant's and its namespace's accounts.
- * Returns 0, or -ETOOMANYREFS when every tenant row is taken by tenants
- * with clients or pinned prefixes.
- */
-int kvd_quota_attach(struct kvd *d, struct kvd_client *c, const uint8_t *salt,
-		     uint32_t salt_len);
+/* HELLO accepted: c (its tenant row and namespace set) joins its tenant's
+ * and its namespace's accounts. */
+void kvd_quota_attach(struct kvd *d, struct kvd_client *c);
 /* c leaves (released): out of its tenant's and namespace's accounts. */
 void kvd_quota_detach(struct kvd *d, struct kvd_client *c);
 
@@ -54,7 +48,10 @@ int kvd_quota_check(struct kvd *d, struct kvd_client *c, uint32_t *n, bool *cut,
 /* Is c no-insert: its HELLO said so, or its tenant's line does? */
 bool kvd_quota_no_insert(const struct kvd *d, const struct kvd_client *c);
 
-/* The tenant row of this salt, added when new; -1 when the table is full. */
+/* The tenant row of this salt (the configured tenant of that salt,
+ * "unsalted" for none, else a row of its own, "unnamed-ROW"), added when
+ * new; -1 when every row is taken by tenants with clients, pins or
+ * writing pages. */
 int kvd_quota_tenant_salt(struct kvd *d, const uint8_t *salt, uint32_t len);
 /* The tenant row named `name`, or -1. */
 int kvd_quota_tenant_find(const struct kvd *d, const char *name);

@@ -179,11 +179,16 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, const struct kvproto
 	c->root = kvshm_key_root(ns.id, hi->salt, hi->salt_len);
 	c->no_insert = hi->flags & KVPROTO_HELLO_NO_INSERT;
 	c->own_share = hi->max_share;
-	if (kvd_quota_attach(d, c, hi->salt, hi->salt_len)) {
-		kvd_memfd_close(&c->ledger);
-		c->l = NULL;
-		return refuse_hello(d, c, seq, -ETOOMANYREFS,
-				    "tenant table full: 64 tenants (salts) have clients attached or prefixes pinned");
+	{
+		int t = kvd_quota_tenant_salt(d, hi->salt, hi->salt_len);
+
+		if (t < 0) {
+			kvd_memfd_close(&c->ledger);
+			c->l = NULL;
+			return refuse_hello(d, c, seq, -ETOOMANYREFS,
+					    "tenant table full: 64 tenants (salts) have clients attached or prefixes pinned");
+		}
+		c->tenant = (uint32_t)t;
 	}
 	memcpy(c->comm, hi->name, sizeof(c->comm));
 	c->comm[sizeof(c->comm) - 1] = 0;
@@ -218,6 +223,7 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, const struct kvproto
 	close(c->ledger.fd);
 	c->ledger.fd = -1;
 	c->hello = true;
+	kvd_quota_attach(d, c);	/* into its tenant's and namespace's accounts */
 
 	row = &kvshm_clients(d->h)[c->id];
 	row->uid = c->uid;
