@@ -684,7 +684,7 @@ static int check_example_defaults(const char *help, const char *conf)
 	/* Shown values that are examples or depend on the user, not defaults. */
 	static const char *const not_default[] = {
 		"socket", "allow-users", "allow-groups", "metrics-listen", "foreground", "spill-dir",
-		"kv-events", "kv-events-replay", "remote", "remote-secret-file", NULL,
+		"kv-events", "kv-events-replay", "remote", "remote-secret-file", "tenant", NULL,
 	};
 	const char *p;
 	int nset = 0;
