@@ -103,24 +103,30 @@ static int engine(void *arg)
 	kvc_t *c = open_as(e->d, e->salt, 0, 0, NULL);
 	uint32_t t[8 * BT];
 	int n = 0, i, got;
+	int in_a_row = 0;
 	char b;
 
 	if (!c)
 		return 2;
-	alarm(60);
+	alarm(120);
 	while (n < 64) {
 		kvt_tokens(t, 8 * BT, 0, e->seed + (uint32_t)n);
 		if (kvc_req_new(c, t, 8 * BT, NULL, 0, &r[n]) || kvc_lookup(r[n]) != 0)
 			return 3;
 		got = kvc_alloc(r[n]);
 		if (got == -EDQUOT) {
+			/* What the tenant holds errs high until the pin census
+			 * has read the ledgers since the last publishes: wait
+			 * a few passes before taking no for an answer. */
 			rep.refused++;
 			snprintf(rep.msg, sizeof(rep.msg), "%s", kvc_req_message(r[n]));
 			kvc_req_free(r[n]);
-			if (rep.refused == 3)
+			if (++in_a_row == 3)
 				break;
+			usleep(200 * 1000);
 			continue;
 		}
+		in_a_row = 0;
 		if (got < 0)
 			return 4;
 		if (got < 8)
@@ -185,7 +191,7 @@ static void test_two_tenants_half_each(void **state)
 	for (i = 0; i < 4; i++) {
 		held[i / 2] += rep[i].held;
 		refused[i / 2] += rep[i].refused;
-		assert_int_equal(rep[i].refused, 3);
+		assert_true(rep[i].refused >= 3);
 		assert_non_null(strstr(rep[i].msg, i < 2 ? "tenant a holds" : "tenant b holds"));
 		assert_non_null(strstr(rep[i].msg, "its share of 50%"));
 	}
