@@ -692,9 +692,10 @@ static void forget_where(struct kvd *d, uint32_t ns_id, uint32_t tenant)
 		if ((ns_id != UINT32_MAX && kvshm_slots(d->h)[i].ns_id != ns_id) ||
 		    (tenant != UINT32_MAX && kvshm_slots(d->h)[i].tenant != tenant))
 			continue;
-		if (sp->s[i].state == KVSHM_SLOT_SPILLED)
+		if (sp->s[i].state == KVSHM_SLOT_SPILLED) {
+			kvd_events_slot_gone(d, i);
 			slot_forget(d, i);
-		else if (sp->s[i].state == KVSHM_SLOT_BACKING)
+		} else if (sp->s[i].state == KVSHM_SLOT_BACKING)
 			backing_drop(d, i);
 	}
 }

@@ -37,14 +37,13 @@ host. A tenant the daemon's config makes no-insert is treated the same.
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import Any, List, Optional
 
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
 
 from . import client as _client
-from ._engine import Reconnecting, flag, read_only
+from ._engine import Reconnecting, flag, namespace_name, read_only
 from .errors import KvcError, NoInsertError
 
 log = logging.getLogger("kvclient.sglang")
@@ -109,12 +108,8 @@ class KvcachedStorage(HiCacheStorage):
         heads, hd = int(pool.head_num), int(pool.head_dim)
         self.page_size = ps
         dtype = _dtype_name(pool.dtype)
-        name = f"{self.name}/{dtype}"
-        if self.cp:
-            name += f" cp{self.cp[0]}/{self.cp[1]}"
-        if len(name.encode()) > 63:
-            b = name.encode()
-            name = b[:50].decode("utf-8", "ignore") + "~" + hashlib.sha256(b).hexdigest()[:12]
+        name = namespace_name(self.name, dtype, f" cp{self.cp[0]}/{self.cp[1]}"
+                              if self.cp else "")
         if layout == "layer_first":	# [2, layers, slots, heads, head_dim]
             pages = buf.shape[2] // ps
             ks = [buf[0, i].view(pages, ps, heads, hd) for i in range(layers)]
@@ -130,7 +125,7 @@ class KvcachedStorage(HiCacheStorage):
         def opened(c):
             self._kv = _client.PagedKV(c, ks, vs)
         self._rc = Reconnecting(model, self.socket, self.salt, opened, "KvcachedStorage",
-                                self.no_insert)
+                                logger=log, no_insert=self.no_insert)
         self._rc.get()
 
     def _client(self):
@@ -206,7 +201,7 @@ class KvcachedStorage(HiCacheStorage):
         try:
             return r.alloc()
         except NoInsertError as e:
-            read_only("KvcachedStorage", e)
+            read_only("KvcachedStorage", e, log)
             self.no_insert = True
             return 0
 
