@@ -26,12 +26,13 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 14u	/* 8: remote tier counters; 9: single flight (page
+#define KVSHM_VERSION 15u	/* 8: remote tier counters; 9: single flight (page
 				 * flight, row flight, wait stats); 10: page
 				 * entries of one cache line; 11: tick timing;
 				 * 12: ledger access ring of 1024, a hit run
 				 * written deepest first; 13: page `unlisted`
-				 * (lookups find pages without the index); 14:
+				 * (lookups find pages without the index);
+				 * 14: pool and segment backing stats; 15:
 				 * keys carry their root, tenants, pinned
 				 * prefixes, the settings a reload changes */
 
@@ -100,7 +101,7 @@ struct kvshm_header {
 	uint32_t ns_stats_bytes;	/* sizeof(struct kvshm_ns_stats) */
 	uint32_t pad1;
 	uint64_t off_ns_stats;		/* max_ns entries */
-	/* Since layout 14: tenants and pinned prefixes (KVSHM_TENANTS and
+	/* Since layout 15: tenants and pinned prefixes (KVSHM_TENANTS and
 	 * KVSHM_PINNED rows). */
 	uint32_t tenant_bytes;		/* sizeof(struct kvshm_tenant) */
 	uint32_t pinned_bytes;		/* sizeof(struct kvshm_pinned) */
@@ -225,8 +226,18 @@ struct kvshm_stats {
 	_Atomic uint64_t ticks;
 	_Atomic uint64_t ticks_slow;
 	_Atomic uint64_t tick_hist[KVSHM_TICK_BUCKETS];
-	/* Layout 14. The settings a reload (SIGHUP) may change, as in force
-	 * now (daemon/server/reload.c), and how often that happened. */
+	/* The memory under the pool and the segment (daemon/pool/pool_host.c,
+	 * daemon/main.c) as the kernel reported it to the daemon once both
+	 * were faulted in: written once by its main thread, relaxed stores,
+	 * before the socket listens (a client's punch may split a 2 MiB page
+	 * later; these do not follow). Layout 14. */
+	_Atomic uint64_t pool_backing;		/* enum kvshm_pool_backing */
+	_Atomic uint64_t pool_memory_page_bytes;/* 2 MiB (hugetlb, THP), 4 KiB; 0: cuda */
+	_Atomic uint64_t pool_huge_bytes;	/* of the pool, in 2 MiB pages */
+	_Atomic uint64_t pool_prefault_ns;	/* faulting the pool in took */
+	_Atomic uint64_t segment_huge_bytes;	/* of the segment, in 2 MiB pages */
+	/* Layout 15. The settings a reload (SIGHUP) may change, as in force
+	 * now (daemon/reload.c), and how often that happened. */
 	_Atomic uint64_t cfg_low_watermark;	/* percent */
 	_Atomic uint64_t cfg_high_watermark;	/* percent */
 	_Atomic uint64_t cfg_eviction;		/* enum kvd_eviction: 0 lru, 1 s3fifo, 2 clock */
@@ -245,6 +256,15 @@ struct kvshm_stats {
 	_Atomic uint64_t pinned_pages;		/* pages they hold resident */
 	_Atomic uint64_t pins_expired;		/* TTL pins that ran out */
 	_Atomic uint64_t operator_drops;	/* drops of a namespace or tenant */
+};
+
+/* What the pool's memory is made of (kvshm_stats.pool_backing). */
+enum kvshm_pool_backing {
+	KVSHM_BACKING_NONE = 0,		/* a cuda pool: GPU memory */
+	KVSHM_BACKING_SMALL = 1,	/* normal 4 KiB pages */
+	KVSHM_BACKING_THP = 2,		/* shmem transparent huge pages: 2 MiB,
+					 * pool_huge_bytes of it */
+	KVSHM_BACKING_HUGETLB = 3,	/* hugetlb pages, 2 MiB */
 };
 
 /*
@@ -318,7 +338,7 @@ struct kvshm_ns_stats {
 	 * (shm/page.c). clients: attached with it now. */
 	_Atomic uint64_t pages;
 	_Atomic uint64_t clients;
-	/* Layout 14. held: pages its clients pin or write, as its
+	/* Layout 15. held: pages its clients pin or write, as its
 	 * namespace-share counts them (daemon/core/quota.c), refreshed each
 	 * tick; refused: ALLOCs refused for that share (a counter). */
 	_Atomic uint64_t held;
@@ -618,7 +638,7 @@ struct kvshm_page {
 	uint32_t unlisted;
 	/* The tenant row (struct kvshm_tenant) whose key space the block is
 	 * in, KVSHM_TENANT_NONE when not known (a spilled block found at a
-	 * start). Written like ns_id, while the page is WRITING; layout 14
+	 * start). Written like ns_id, while the page is WRITING; layout 15
 	 * (was padding: one cache line per entry since layout 10). */
 	uint32_t tenant;
 };
@@ -649,7 +669,7 @@ struct kvshm_slot {
 	_Atomic uint32_t state;
 	_Atomic uint32_t gen;
 	uint32_t ns_id;
-	uint32_t tenant;	/* as the page's (layout 14; KVSHM_TENANT_NONE after a start) */
+	uint32_t tenant;	/* as the page's (layout 15; KVSHM_TENANT_NONE after a start) */
 	struct kvshm_key key;
 	struct kvshm_key parent;
 };
