@@ -316,6 +316,96 @@ static int set_groups(struct kvd_config *cfg, const char *val, const char *where
 	return parse_ids(val, false, cfg, why);
 }
 
+/*
+ * tenant = NAME [salt=TEXT | salt-hex=HEX] [share=PCT] [no-insert]: the
+ * clients of that salt (none: the unsalted ones) are tenant NAME in kvstat
+ * and the metrics, held to PCT% of the pool (else tenant-share), and
+ * no-insert ones never publish. A line per tenant; a NAME given again
+ * replaces its line.
+ */
+static int set_tenant(struct kvd_config *cfg, const char *val, const char *where,
+		      const char **why)
+{
+	struct kvd_tenant_cfg t;
+	char buf[1024], *save = NULL, *tok;
+	uint32_t i;
+	size_t n;
+
+	memset(&t, 0, sizeof(t));
+	if (strlen(val) >= sizeof(buf)) {
+		*why = "longer than 1023 bytes";
+		return 1;
+	}
+	strcpy(buf, val);
+	tok = strtok_r(buf, " \t", &save);
+	n = tok ? strlen(tok) : 0;
+	if (!n || n >= sizeof(t.name) || strchr(tok, '=') ||
+	    strspn(tok, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != n) {
+		*why = "must start with a name of 1..31 letters, digits, '.', '_' or '-' (then salt=, salt-hex=, share=, no-insert)";
+		return 1;
+	}
+	memcpy(t.name, tok, n);
+	while ((tok = strtok_r(NULL, " \t", &save))) {
+		if (!strncmp(tok, "salt=", 5)) {
+			n = strlen(tok + 5);
+			if (!n || n > sizeof(t.salt)) {
+				*why = "salt= takes 1..256 bytes";
+				return 1;
+			}
+			memcpy(t.salt, tok + 5, n);
+			t.salt_len = (uint32_t)n;
+		} else if (!strncmp(tok, "salt-hex=", 9)) {
+			const char *h = tok + 9;
+
+			n = strlen(h);
+			if (!n || n % 2 || n / 2 > sizeof(t.salt) ||
+			    strspn(h, "0123456789abcdefABCDEF") != n) {
+				*why = "salt-hex= takes 1..256 bytes as pairs of hex digits";
+				return 1;
+			}
+			for (i = 0; i < n / 2; i++) {
+				char two[3] = { h[2 * i], h[2 * i + 1], 0 };
+
+				t.salt[i] = (uint8_t)strtoul(two, NULL, 16);
+			}
+			t.salt_len = (uint32_t)(n / 2);
+		} else if (!strncmp(tok, "share=", 6)) {
+			char num[16];
+
+			n = strlen(tok + 6);
+			if (n && tok[6 + n - 1] == '%')
+				n--;
+			if (!n || n >= sizeof(num)) {
+				*why = "share= must be a percentage 1..100 (50 or 50%)";
+				return 1;
+			}
+			memcpy(num, tok + 6, n);
+			num[n] = 0;
+			if (parse_u32(num, 1, 100, &t.share, 10)) {
+				*why = "share= must be a percentage 1..100 (50 or 50%)";
+				return 1;
+			}
+		} else if (!strcmp(tok, "no-insert")) {
+			t.no_insert = true;
+		} else {
+			*why = "unknown word (salt=, salt-hex=, share=, no-insert)";
+			return 1;
+		}
+	}
+	for (i = 0; i < cfg->n_tenants; i++)
+		if (!strcmp(cfg->tenants[i].name, t.name))
+			break;
+	if (i == KVD_MAX_TENANTS) {
+		*why = "more than 32 tenants";
+		return 1;
+	}
+	snprintf(t.where, sizeof(t.where), "%s", *where ? where : "--");
+	cfg->tenants[i] = t;
+	if (i == cfg->n_tenants)
+		cfg->n_tenants++;
+	return 0;
+}
+
 /* ------------------------------------------------------------ the table */
 
 enum kvd_opt_type {
@@ -371,6 +461,7 @@ struct kvd_option {
 	const char *def;		/* default value, or NULL */
 	const char *shown;		/* --help's default where def is NULL */
 	const char *help;
+	bool live;			/* a reload (SIGHUP) applies it to a running daemon */
 };
 
 #define F(field) offsetof(struct kvd_config, field), sizeof(((struct kvd_config *)0)->field)
@@ -406,27 +497,42 @@ static const struct kvd_option options[] = {
 	{ "max-share", "PCT", OPT_U32, F(max_share), 1, 100,
 	  .bad = "must be a percentage 1..100 (50 or 50%)", .def = "50",
 	  .help = "pool share one process may use: pages pinned or writing, over all its "
-		  "handles" },
+		  "handles", .live = true },
+	{ "tenant-share", "PCT", OPT_U32, F(tenant_share), 1, 100,
+	  .bad = "must be a percentage 1..100 (50 or 50%)", .def = "100",
+	  .help = "pool share one tenant (the clients of one salt) may use: pages pinned or "
+		  "writing over all its processes, and its pinned prefixes; a tenant line's "
+		  "share= overrides it", .live = true },
+	{ "namespace-share", "PCT", OPT_U32, F(namespace_share), 1, 100,
+	  .bad = "must be a percentage 1..100 (50 or 50%)", .def = "100",
+	  .help = "pool share one namespace (model) may use: pages pinned or writing over "
+		  "all its clients", .live = true },
+	{ "tenant", "NAME [salt=S|salt-hex=H] [share=PCT] [no-insert]", OPT_CUSTOM, F(tenants),
+	  .set = set_tenant, .shown = "none",
+	  .help = "names the clients of one salt (no salt: the unsalted ones) in kvstat and "
+		  "the metrics (never the salt itself), with their own share of the pool and, "
+		  "with no-insert, lookups and reads only; one line per tenant, repeatable", .live = true },
 	{ "hello-timeout-ms", "N", OPT_U32, F(hello_timeout_ms), 1, 600000,
 	  .bad = "must be 1..600000", .def = "5000",
 	  .help = "time to send HELLO, then the connection is dropped" },
 	{ "low-watermark", "PCT", OPT_U32, F(low_watermark), 0, 90,
 	  .bad = "must be a percentage 0..90 (5 or 5%)", .def = "5",
-	  .help = "evict when free pages fall below PCT%" },
+	  .help = "evict when free pages fall below PCT%", .live = true },
 	{ "high-watermark", "PCT", OPT_U32, F(high_watermark), 0, 95,
-	  .bad = "must be a percentage 0..95 (10 or 10%)", .def = "10", .help = "...until PCT% are free" },
+	  .bad = "must be a percentage 0..95 (10 or 10%)", .def = "10",
+	  .help = "...until PCT% are free", .live = true },
 	{ "eviction", "lru|s3fifo|clock", OPT_WORD, F(eviction), .words = w_eviction,
 	  .vals = v_eviction, .bad = "must be lru, s3fifo or clock", .def = "s3fifo",
 	  .help = "which blocks go first, in the pool and the spill tier: s3fifo, "
 		  "S3-FIFO (blocks used once go first: scan-resistant), leaves first (a "
 		  "block whose children are cached waits for them; children whose parent "
 		  "left go first); lru, least recently used leaves first; clock, CLOCK, "
-		  "prefix-unaware" },
+		  "prefix-unaware", .live = true },
 	{ "allow-users", "LIST", OPT_CUSTOM, F(allow_uid), .set = set_users,
 	  .help = "user names or uids that may attach (default: own user and root; a list "
-		  "replaces both)" },
+		  "replaces both)", .live = true },
 	{ "allow-groups", "LIST", OPT_CUSTOM, F(allow_gid), .set = set_groups, .shown = "none",
-	  .help = "group names or gids that may attach" },
+	  .help = "group names or gids that may attach", .live = true },
 	{ "socket-mode", "OCTAL", OPT_OCTAL, F(socket_mode), 0, 0777,
 	  .bad = "must be an octal mode such as 0660", .def = "0660",
 	  .help = "socket file mode" },
@@ -436,7 +542,7 @@ static const struct kvd_option options[] = {
 		  "else shmem THP, else 4 KiB), on (hugetlb or fail), off (4 KiB)" },
 	{ "log-level", "error|warning|info|debug", OPT_WORD, F(log_level), .words = w_log,
 	  .vals = v_log, .bad = "must be error, warning, info or debug", .def = "info",
-	  .help = "what the log shows" },
+	  .help = "what the log shows", .live = true },
 	{ "tick-ms", "N", OPT_U32, F(tick_ms), 1, 10000, .bad = "must be 1..10000", .def = "20",
 	  .help = "housekeeping period in ms" },
 	{ "spill-dir", "DIR", OPT_PATH, F(spill_dir), .bad = "longer than 255 bytes",
@@ -492,20 +598,21 @@ static const struct kvd_option options[] = {
 	{ "remote", "memcached:HOST:PORT[,HOST:PORT...]", OPT_CUSTOM, F(remote),
 	  .set = set_remote, .shown = "none",
 	  .help = "a remote tier shared by hosts on these memcached servers (ketama; start "
-		  "them with -I above page-size)" },
+		  "them with -I above page-size)", .live = true },
 	{ "remote-write", "publish|evict", OPT_WORD, F(remote_write), .words = w_remote_write,
 	  .vals = v_remote_write, .bad = "must be publish or evict", .def = "publish",
-	  .help = "when blocks go there: as published, or as evicted" },
+	  .help = "when blocks go there: as published, or as evicted", .live = true },
 	{ "remote-secret-file", "FILE", OPT_PATH, F(remote_secret_file),
 	  .bad = "longer than 255 bytes", .shown = "none",
 	  .help = "cluster secret the blocks are sealed with (Poly1305, a per-item key "
-		  "derived by XChaCha20); must not be readable by others" },
+		  "derived by XChaCha20); must not be readable by others", .live = true },
 	{ "remote-insecure", NULL, OPT_BOOL, F(remote_insecure), .bad = "must be true or false",
-	  .def = "false", .help = "no secret, with a warning" },
+	  .def = "false", .help = "no secret, with a warning", .live = true },
 	{ "remote-timeout-ms", "N", OPT_U32, F(remote_timeout_ms), 1, 60000,
-	  .bad = "must be 1..60000", .def = "100", .help = "limit of every remote operation" },
+	  .bad = "must be 1..60000", .def = "100", .help = "limit of every remote operation",
+	  .live = true },
 	{ "remote-prefix", "WORD", OPT_CUSTOM, F(remote_prefix), .set = set_remote_prefix,
-	  .def = "kvc", .help = "item keys start with WORD" },
+	  .def = "kvc", .help = "item keys start with WORD", .live = true },
 	{ "foreground", NULL, OPT_BOOL, F(foreground), .bad = "must be true or false",
 	  .help = "run in the foreground (kvcached never forks; accepted for scripts that "
 		  "pass it)" },
@@ -533,6 +640,118 @@ size_t kvd_config_keys(const char **keys, size_t max)
 	for (i = 0; i < n && i < max; i++)
 		keys[i] = options[i].key;
 	return n;
+}
+
+/* ------------------------------------------------------------ reloads */
+
+bool kvd_config_live(const char *key)
+{
+	const struct kvd_option *o = option(key);
+
+	return o && o->live;
+}
+
+/* Do a and b give row o the same value? */
+static bool same(const struct kvd_option *o, const struct kvd_config *a,
+		 const struct kvd_config *b)
+{
+	const char *fa = (const char *)a + o->off, *fb = (const char *)b + o->off;
+	uint32_t i;
+
+	if (!strcmp(o->key, "pool-size"))	/* a share resolves anew each time */
+		return a->pool_share == b->pool_share &&
+		       (a->pool_share || a->pool_size == b->pool_size);
+	if (!strcmp(o->key, "allow-users"))
+		return a->n_allow_uid == b->n_allow_uid &&
+		       !memcmp(a->allow_uid, b->allow_uid, (size_t)a->n_allow_uid * sizeof(uid_t));
+	if (!strcmp(o->key, "allow-groups"))
+		return a->n_allow_gid == b->n_allow_gid &&
+		       !memcmp(a->allow_gid, b->allow_gid, (size_t)a->n_allow_gid * sizeof(gid_t));
+	if (!strcmp(o->key, "tenant")) {
+		if (a->n_tenants != b->n_tenants)
+			return false;
+		for (i = 0; i < a->n_tenants; i++) {	/* where it was written aside */
+			const struct kvd_tenant_cfg *x = &a->tenants[i], *y = &b->tenants[i];
+
+			if (strcmp(x->name, y->name) || x->salt_len != y->salt_len ||
+			    memcmp(x->salt, y->salt, x->salt_len) || x->share != y->share ||
+			    x->no_insert != y->no_insert)
+				return false;
+		}
+		return true;
+	}
+	if (o->type == OPT_PATH || o->type == OPT_ENDPOINT || o->type == OPT_CUSTOM)
+		return !strncmp(fa, fb, o->size);	/* the rest are strings */
+	if (o->type == OPT_WORD && o->size == sizeof(bool))
+		return *(const bool *)(const void *)fa == *(const bool *)(const void *)fb;
+	return !memcmp(fa, fb, o->size);
+}
+
+void kvd_config_diff(const struct kvd_config *a, const struct kvd_config *b,
+		     void (*fn)(void *arg, const char *key, bool live), void *arg)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(options) / sizeof(options[0]); i++)
+		if (!same(&options[i], a, b))
+			fn(arg, options[i].key, options[i].live);
+}
+
+void kvd_config_show(const struct kvd_config *cfg, const char *key, char *buf, size_t len)
+{
+	const struct kvd_option *o = option(key);
+	const char *f;
+	uint64_t sz;
+	uint32_t u;
+	int i, v;
+
+	if (!len)
+		return;
+	buf[0] = 0;
+	if (!o)
+		return;
+	f = (const char *)cfg + o->off;
+	switch (o->type) {
+	case OPT_U32:
+	case OPT_OCTAL:
+		memcpy(&u, f, sizeof(u));
+		snprintf(buf, len, o->type == OPT_OCTAL ? "0%o" : "%u", u);
+		break;
+	case OPT_SIZE:
+		memcpy(&sz, f, sizeof(sz));
+		snprintf(buf, len, "%llu", (unsigned long long)sz);
+		break;
+	case OPT_BOOL:
+		snprintf(buf, len, "%s", *(const bool *)(const void *)f ? "true" : "false");
+		break;
+	case OPT_WORD:
+		if (o->size == sizeof(bool))
+			v = *(const bool *)(const void *)f;
+		else
+			memcpy(&v, f, sizeof(v));
+		for (i = 0; o->words[i]; i++)
+			if (o->vals[i] == v)
+				snprintf(buf, len, "%s", o->words[i]);
+		break;
+	case OPT_PATH:
+	case OPT_ENDPOINT:
+		snprintf(buf, len, "%s", *f ? f : "(none)");
+		break;
+	default:
+		if (!strcmp(key, "pool-size") && cfg->pool_share)
+			snprintf(buf, len, "%u%%", cfg->pool_share);
+		else if (!strcmp(key, "pool-size"))
+			snprintf(buf, len, "%llu", (unsigned long long)cfg->pool_size);
+		else if (!strcmp(key, "allow-users") || !strcmp(key, "allow-groups"))
+			snprintf(buf, len, "%d entries",
+				 key[6] == 'u' ? cfg->n_allow_uid : cfg->n_allow_gid);
+		else if (!strcmp(key, "tenant"))
+			snprintf(buf, len, "%u tenants", cfg->n_tenants);
+		else if (!*f)
+			snprintf(buf, len, "(none)");
+		else
+			snprintf(buf, len, "%.*s", (int)strnlen(f, o->size), f);
+	}
 }
 
 static int parse_bool(const char *val, bool *out)
@@ -893,6 +1112,20 @@ int kvd_config_check(struct kvd_config *cfg)
 		fprintf(stderr, "kvcached: %s: below %s\n", WHERE("high-watermark"),
 			WHERE2("low-watermark"));
 		return -1;
+	}
+	{
+		uint32_t i, j;
+
+		for (i = 0; i < cfg->n_tenants; i++)
+			for (j = 0; j < i; j++)
+				if (cfg->tenants[i].salt_len == cfg->tenants[j].salt_len &&
+				    !memcmp(cfg->tenants[i].salt, cfg->tenants[j].salt,
+					    cfg->tenants[i].salt_len)) {
+					fprintf(stderr, "kvcached: %s: tenant %s: the same salt as tenant %s (%s; a salt is one tenant)\n",
+						cfg->tenants[i].where, cfg->tenants[i].name,
+						cfg->tenants[j].name, cfg->tenants[j].where);
+					return -1;
+				}
 	}
 	if (cfg->kv_events_replay[0] && !cfg->kv_events[0]) {
 		fprintf(stderr, "kvcached: %s: needs kv-events (the PUB endpoint)\n",

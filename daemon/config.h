@@ -34,6 +34,20 @@ enum kvd_events_format {
 };
 
 #define KVD_ENDPOINT 256		/* ZMQ endpoint bytes, NUL included */
+#define KVD_MAX_TENANTS 32		/* `tenant` lines a config may have */
+#define KVD_TENANT_NAME 32		/* name bytes, NUL included (KVSHM_TENANT_NAME) */
+#define KVD_TENANT_SALT 256		/* salt bytes (KVPROTO_MAX_SALT) */
+
+/* One `tenant` line: the clients of a salt, by the operator's name. */
+struct kvd_tenant_cfg {
+	char name[KVD_TENANT_NAME];	/* 1..31 of [A-Za-z0-9._-] */
+	uint8_t salt[KVD_TENANT_SALT];
+	uint32_t salt_len;		/* 0: the unsalted clients */
+	uint32_t share;			/* percent of the pool; 0: tenant-share */
+	bool no_insert;			/* its clients read and never publish */
+	char where[96];			/* its line ("FILE:LINE"), "--" for a flag */
+};
+
 #define KVD_CONFIG_MAX_KEYS 64		/* rows of config.c's options[], at most */
 
 /*
@@ -60,6 +74,10 @@ struct kvd_config {
 					 * in flight (single flight) */
 	uint32_t max_share;		/* percent of the pool one process may
 					 * pin or hold writing */
+	uint32_t tenant_share;		/* ... one tenant (salt), over its processes */
+	uint32_t namespace_share;	/* ... one namespace (model), over its clients */
+	struct kvd_tenant_cfg tenants[KVD_MAX_TENANTS];
+	uint32_t n_tenants;
 	uint32_t hello_timeout_ms;	/* a connection's time to say HELLO */
 	uint64_t page_size;
 	uint32_t block_tokens;
@@ -164,5 +182,16 @@ int kvd_endpoint_check(const char *s);
 int kvd_parse_size(const char *s, uint64_t *out);
 
 void kvd_config_usage(FILE *f);
+
+/* Does a reload (SIGHUP) apply key to a running daemon? (The table's
+ * live column: watermarks, shares and tenants, eviction, log level,
+ * allow-users/groups, the remote tier's settings.) */
+bool kvd_config_live(const char *key);
+/* Every setting whose value differs between a and b, in the table's
+ * order: fn(arg, key, live). */
+void kvd_config_diff(const struct kvd_config *a, const struct kvd_config *b,
+		     void (*fn)(void *arg, const char *key, bool live), void *arg);
+/* A setting's value, as text for a message ("" for an unknown key). */
+void kvd_config_show(const struct kvd_config *cfg, const char *key, char *buf, size_t len);
 
 #endif

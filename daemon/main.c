@@ -21,7 +21,10 @@
 
 #include "obs/events.h"
 #include "core/kvd.h"
+#include "core/pin.h"
+#include "core/quota.h"
 #include "core/restore.h"
+#include "reload.h"
 #include "server/server.h"
 #include "util/log.h"
 #include "pool/memcheck.h"
@@ -104,6 +107,10 @@ static int segment_open(struct kvd *d)
 	}
 	d->low_pages = (uint32_t)((uint64_t)geo.n_pages * d->cfg.low_watermark / 100);
 	d->high_pages = (uint32_t)((uint64_t)geo.n_pages * d->cfg.high_watermark / 100);
+	/* The configured tenants have their rows (and names in kvstat) before
+	 * any client attaches; kvstat shows the settings in force. */
+	kvd_quota_configure(d);
+	kvd_reload_publish(d);
 	return 0;
 }
 
@@ -204,6 +211,9 @@ int main(int argc, char **argv)
 	d.seg.fd = d.pool.mem.fd = -1;
 	d.tier_host = &kvd_core_tier_host;	/* what the tiers may ask of the core */
 	signals_block_all();
+	d.reload = kvd_reload;			/* SIGHUP, from the event loop */
+	d.argc = argc;
+	d.argv = argv;
 	kvd_config_defaults(&d.cfg);
 	rc = kvd_config_args(&d.cfg, argc, argv);
 	if (rc)
@@ -295,6 +305,8 @@ int main(int argc, char **argv)
 	kvd_notify("STOPPING=1");
 out:
 	kvd_metrics_stop(d.metrics);
+	if (d.h)
+		kvd_pin_forget(&d, UINT32_MAX, UINT32_MAX);
 	kvd_server_close(&d);
 	kvd_events_close(&d);
 	kvd_tiers_close(&d);
@@ -305,6 +317,9 @@ out:
 	free(d.damaged);
 	free(d.spare);
 	free(d.census_stamp);
+	free(d.qstamp_t);
+	free(d.qstamp_n);
+	free(d.pin_held);
 	free(d.clients);
 	if (!rc)
 		kvd_info("stopped cleanly");

@@ -292,19 +292,27 @@ static int rpc_fds(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
 	return recv_reply(c, h.seq, rc, want, reply, reply_len, fds, nfds, errbuf, errlen);
 }
 
-int kvc_rpc(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
-	    uint16_t want, void **reply, uint32_t *reply_len)
+int kvc_rpc_why(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
+		uint16_t want, void **reply, uint32_t *reply_len, char *why, size_t why_len)
 {
 	int rc;
 
 	*reply = NULL;
 	*reply_len = 0;
+	if (why && why_len)
+		why[0] = 0;
 	if ((rc = kvc_usable(c)))
 		return rc;
 	pthread_mutex_lock(&c->io_lock);
-	rc = rpc_fds(c, type, payload, len, want, reply, reply_len, NULL, NULL, NULL, 0);
+	rc = rpc_fds(c, type, payload, len, want, reply, reply_len, NULL, NULL, why, why_len);
 	pthread_mutex_unlock(&c->io_lock);
 	return rc;
+}
+
+int kvc_rpc(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
+	    uint16_t want, void **reply, uint32_t *reply_len)
+{
+	return kvc_rpc_why(c, type, payload, len, want, reply, reply_len, NULL, 0);
 }
 
 static bool zero_resv(const uint64_t *r, size_t n)
@@ -345,19 +353,26 @@ static int check_model(const struct kvc_model *m)
 	return 0;
 }
 
-static void hello_of(const struct kvc_model *m, uint32_t max_pins,
+static void hello_of(const struct kvc_model *m, const struct kvc_options *o,
 		     struct kvproto_hello *hi)
 {
 	memset(hi, 0, sizeof(*hi));
 	hi->version = KVPROTO_VERSION;
 	hi->flags = m->flags & KVC_MODEL_ENGINE_KEYS ? KVPROTO_HELLO_ENGINE_KEYS : 0;
+	if (o && (o->flags & KVC_OPEN_NO_INSERT))
+		hi->flags |= KVPROTO_HELLO_NO_INSERT;
+	if (o && o->salt_len) {
+		hi->salt_len = (uint32_t)o->salt_len;
+		memcpy(hi->salt, o->salt, o->salt_len);
+	}
+	hi->max_share = o ? o->max_share : 0;
 	hi->dtype_bytes = m->dtype_bytes;
 	hi->layers = m->layers;
 	hi->kv_heads = m->kv_heads;
 	hi->head_dim = m->head_dim;
 	hi->block_tokens = m->block_tokens;
 	hi->pos_kind = m->pos_kind;
-	hi->max_pins = max_pins;
+	hi->max_pins = o ? o->max_pins : 0;
 	hi->shard.tp_rank = m->shard.tp_rank;
 	hi->shard.tp_size = m->shard.tp_size;
 	hi->shard.pp_rank = m->shard.pp_rank;
@@ -426,7 +441,7 @@ static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options 
 	for (i = 0; i < KVC_MAX_FDS; i++)
 		fds[i] = -1;
 	/* Geometry first: a bad model is -EINVAL whether a daemon runs or not. */
-	hello_of(m, o ? o->max_pins : 0, &hi);
+	hello_of(m, o, &hi);
 	if (kvproto_hello_ns(&hi, &ns))
 		return -EINVAL;
 	/* Whom we reach is checked before any token leaves this process. */
@@ -503,6 +518,7 @@ static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options 
 	}
 	c->root = kvshm_key_root(ns.id, o ? o->salt : NULL, o ? o->salt_len : 0);
 	c->engine_keys = ns.kind == KVSHM_NS_ENGINE;
+	c->no_insert = o && (o->flags & KVC_OPEN_NO_INSERT);
 	rc = 0;
 	if (c->pool_kind == KVSHM_POOL_CUDA)
 		rc = attach_cuda(c, &hr, o);
@@ -542,8 +558,11 @@ int kvc_open(const struct kvc_model *model, const struct kvc_options *opts,
 	*out = NULL;
 	if ((rc = check_model(model)))
 		return rc;
-	if (opts && (opts->size != sizeof(*opts) || (opts->flags & ~KVC_OPEN_ALLOC_AHEAD) ||
-		     !zero_resv(opts->resv, 4) || (opts->salt_len && !opts->salt) ||
+	if (opts && (opts->size != sizeof(*opts) ||
+		     (opts->flags & ~(KVC_OPEN_ALLOC_AHEAD | KVC_OPEN_NO_INSERT)) ||
+		     (opts->flags & KVC_OPEN_ALLOC_AHEAD && opts->flags & KVC_OPEN_NO_INSERT) ||
+		     !zero_resv(opts->resv, 3) || opts->pad2 || opts->max_share > 100 ||
+		     (opts->salt_len && !opts->salt) ||
 		     opts->salt_len > KVC_MAX_SALT || (opts->errbuf_len && !opts->errbuf)))
 		return -EINVAL;
 	if (opts && opts->errbuf && opts->errbuf_len)
@@ -695,7 +714,8 @@ const char *kvc_strerror(int err)
 	case -ECONNREFUSED: return "kvcached is not accepting connections";
 	case -EACCES: return "permission denied: the socket's mode, or kvcached's allow-users / allow-groups, keep this user out (errbuf says which)";
 	case -EKEYREJECTED: return "refused to trust the socket: its folder, or the user the daemon runs as, is not this user's, root's or the kvcached service user's (errbuf says which)";
-	case -EDQUOT: return "this process holds its share of the pool (kvcached max-share)";
+	case -EDQUOT: return "this process, its tenant or its namespace holds its share of the pool (kvcached max-share, tenant or namespace share)";
+	case -EROFS: return "no-insert client: it reads the cache and never publishes (KVC_OPEN_NO_INSERT, or its tenant is no-insert in kvcached's config)";
 	case -EPROTO: return "protocol or shared-memory version mismatch with kvcached";
 	case -EMEDIUMTYPE: return "model geometry does not fit the kvcached pool";
 	case -EUSERS: return "kvcached has too many clients (max-clients)";

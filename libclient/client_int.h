@@ -38,6 +38,7 @@ struct kvc {
 	uint32_t n_pages;
 	uint32_t bt;			/* block tokens */
 	bool engine_keys;		/* KVC_MODEL_ENGINE_KEYS: kvc_req_new_keys only */
+	bool no_insert;			/* KVC_OPEN_NO_INSERT: kvc_alloc says -EROFS */
 	uint64_t slot_bytes;		/* pool page (slot) bytes */
 	uint64_t page_bytes;		/* this namespace's page bytes */
 	struct kvshm_key root;		/* H(namespace, salt) */
@@ -103,6 +104,7 @@ struct kvc_req {
 	struct timespec wait_until;
 	bool flat;		/* engine keys: every block's parent is the root */
 	int short_err;		/* why kvc_alloc granted fewer than asked, or 0 */
+	char *why;		/* the last refusal's text (kvc_req_message), or NULL */
 	/* What the ledger counters hold for this request so far: hit
 	 * blocks and missed blocks (kvci_count brings them up to date). */
 	uint32_t counted_hits;
@@ -159,6 +161,14 @@ void kvci_mark_dead(kvc_t *c);
  * buffer. Returns 0, or -errno; an ERROR reply returns its err. */
 int kvc_rpc(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
 	    uint16_t want, void **reply, uint32_t *reply_len);
+/* The same, with the text of an ERROR reply copied to why (NUL-terminated,
+ * cut to why_len; empty when there was none). */
+int kvc_rpc_why(kvc_t *c, uint16_t type, const void *payload, uint32_t len,
+		uint16_t want, void **reply, uint32_t *reply_len, char *why, size_t why_len);
+/* Keep `msg` as the request's message (kvc_req_message); rc is returned. */
+int kvci_req_why(struct kvc_req *r, int rc, const char *msg);
+/* Longest message a request keeps, NUL included. */
+#define KVCI_WHY 400
 
 /* ---------------------------------------------------------- slots.c */
 

@@ -144,17 +144,34 @@ struct kvc_model {
  */
 #define KVC_OPEN_ALLOC_AHEAD 0x1u
 
+/*
+ * kvc_options.flags: KVC_OPEN_NO_INSERT. The handle looks up, restores,
+ * waits and reads hit pages like any other, and never publishes: its
+ * kvc_alloc returns -EROFS (no round trip; kvc_req_message says why), so
+ * none of its process's KV is left in the shared cache. For a tenant that
+ * may read shared prefixes but must not leave its own KV on the host. (A
+ * tenant that must neither read nor write the shared cache opens with a
+ * salt of its own: its key space meets nobody's.) The daemon can also
+ * make every client of a tenant no-insert (kvcached.conf `tenant`); their
+ * kvc_alloc then returns -EROFS with the daemon's reason. Not with
+ * KVC_OPEN_ALLOC_AHEAD (-EINVAL).
+ */
+#define KVC_OPEN_NO_INSERT 0x2u
+
 /* Connection options; pass NULL for all defaults. */
 struct kvc_options {
 	uint32_t size;		/* sizeof(struct kvc_options) */
-	uint32_t flags;		/* KVC_OPEN_ALLOC_AHEAD or 0 */
+	uint32_t flags;		/* KVC_OPEN_ALLOC_AHEAD, KVC_OPEN_NO_INSERT or 0 */
 	/* Socket path; NULL: $KVCACHED_SOCKET, else the default path
 	 * (/run/kvcached/kvcached.sock for root, $XDG_RUNTIME_DIR/
 	 * kvcached.sock otherwise, falling back to the system service's
 	 * /run/kvcached/kvcached.sock when no per-user socket exists). */
 	const char *socket_path;
 	/* Tenant secret mixed into the root of every key chain: only
-	 * clients with the same salt hit each other's blocks. */
+	 * clients with the same salt hit each other's blocks, and a client
+	 * publishes blocks of its own salt's key space only. The daemon is
+	 * told it (never kvstat or the metrics): it names the client's
+	 * tenant, whose quota and counters kvcached.conf may set. */
 	const void *salt;
 	size_t salt_len;	/* 0..KVC_MAX_SALT */
 	uint32_t max_pins;	/* pin slots wanted; 0: daemon default */
@@ -166,7 +183,13 @@ struct kvc_options {
 	 * (the daemon logs the same; kvstat shows the waste). */
 	char *errbuf;
 	size_t errbuf_len;
-	uint64_t resv[4];
+	/* Percent of the pool (1..100) this process asks to be held to:
+	 * pages it pins or writes, over all its handles, as the daemon's
+	 * max-share, which it can lower and never raise; 0: the daemon's.
+	 * Took the place of the first reserved word. */
+	uint32_t max_share;
+	uint32_t pad2;		/* must be zero */
+	uint64_t resv[3];
 };
 
 /*
@@ -398,7 +421,11 @@ int kvc_wait(struct kvc_req *r, int timeout_ms);
  * handle's pin slots run out, or the blocks would not fit one PUBLISH
  * message (16 MiB of records). Errors: -EINVAL (NULL, state), -ENOTCONN
  * (daemon gone), -ECHILD, -ENOMEM, -EPROTO / -EBADMSG (a reply that does
- * not parse), or an error the daemon sent; -EINPROGRESS only after
+ * not parse), or an error the daemon sent: -EDQUOT (this process, its
+ * tenant or its namespace holds its share of the pool; nothing granted),
+ * -EROFS (a no-insert handle, KVC_OPEN_NO_INSERT, or a client of a
+ * tenant the daemon's config makes no-insert); kvc_req_message says
+ * which. -EINPROGRESS only after
  * kvc_wait (single flight, above): nothing granted, the request is back
  * at the looked-up stage with kvc_req_inflight() blocks in flight.
  *
@@ -413,14 +440,27 @@ int kvc_alloc(struct kvc_req *r);
 /*
  * Why the last kvc_alloc of r granted pages for fewer blocks than follow
  * the hits (those blocks are computed and not cached): 0 when it granted
- * every one, or before any kvc_alloc; -EDQUOT this process holds its share
- * of the pool (kvcached's max-share), -ENOSPC no free page (the pool is
+ * every one, or before any kvc_alloc; -EDQUOT this process, its tenant or
+ * its namespace holds its share of the pool (max-share, a tenant's or a
+ * namespace's share: kvc_req_message names it when nothing was granted),
+ * -ENOSPC no free page (the pool is
  * full of pinned or half-written pages) or no free pin slot of this
  * handle, -EMSGSIZE more blocks than one PUBLISH message carries, -EIO a
  * kvcached too old to say; or the error kvc_alloc returned. -EINVAL for a
  * NULL request. Pure memory work.
  */
 int kvc_req_short_reason(const struct kvc_req *r);
+
+/*
+ * The reason of the request's last refused round trip, as the daemon (or
+ * the library) worded it: why kvc_alloc returned -EROFS or -EDQUOT (the
+ * quota it names: the process's max-share, its tenant's share or its
+ * namespace's), why kvc_publish or kvc_pin was refused. "" when none (a
+ * grant cut short by a limit gives no message: kvc_req_short_reason says
+ * which). Valid until the next call on the request or kvc_req_free; never
+ * NULL (also "" for a NULL request).
+ */
+const char *kvc_req_message(const struct kvc_req *r);
 
 /*
  * Where block i's KV lives: a hit page, or a page granted by kvc_alloc
@@ -718,6 +758,29 @@ int kvc_group(const uint32_t *const *prompts, const size_t *lens, size_t n,
  * -EBADMSG, -ENOMEM, or an error the daemon sent.
  */
 int kvc_drop_namespace(kvc_t *c);
+
+/*
+ * Keep the request's prefix resident for ttl_seconds (1..30 days): the
+ * daemon holds the pages of its blocks that are cached now, from block 0
+ * on, and each further block as it is published, so that no eviction
+ * takes them until the time is up (then they are evictable like any
+ * other). For an engine's system prompt: pin the request that published
+ * it. The pages count against this handle's tenant's share of the pool,
+ * and a pin stops growing at that share. Pinning the same prefix again
+ * keeps its id and lasts until the later end. Call at any stage after
+ * kvc_req_new; the request may be freed afterwards. At most 64 prefixes
+ * are pinned at once, at most 16384 blocks each. Returns the pin's id (>
+ * 0; kvstat --pins lists it). Errors: -EINVAL (NULL, no full block, a TTL
+ * out of range), -EDQUOT (the tenant holds its share), -ENOSPC (64 pins
+ * already), -ENOTCONN, -ECHILD, -ENOMEM, -EPROTO; kvc_req_message says
+ * why.
+ */
+int kvc_pin(struct kvc_req *r, uint32_t ttl_seconds);
+
+/* End a pin of this handle's tenant and namespace before its time: 0, or
+ * -EINVAL, -ENOENT (no such pin: ended, expired, another tenant's),
+ * -ENOTCONN, -ECHILD. */
+int kvc_unpin(kvc_t *c, int id);
 
 /*
  * Is the daemon still there? One poll() of the handle's socket, no round

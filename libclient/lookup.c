@@ -52,7 +52,7 @@ int kvc_keys(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
 	ex = kvshm_key_extra(extra, extra_len);
 	parent = c->root;
 	for (i = 0; i < n && i < max_keys; i++) {
-		parent = kvshm_key_block(parent, tokens + i * c->bt, c->bt, ex);
+		parent = kvshm_key_block(c->root, parent, tokens + i * c->bt, c->bt, ex);
 		keys[i].lo = parent.lo;
 		keys[i].hi = parent.hi;
 	}

@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -47,7 +48,7 @@ static int obs_request(const char *path, uint16_t type, const void *q, uint32_t 
 		       char *err, size_t errlen)
 {
 	struct kvproto_hdr h = { KVPROTO_MAGIC, type, 0, qlen, 1 }, rh;
-	char cbuf[CMSG_SPACE(sizeof(int))], out[sizeof(h) + 64];
+	char cbuf[CMSG_SPACE(sizeof(int))], *out;
 	struct iovec iov = { buf, cap };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
 			     .msg_controllen = sizeof(cbuf) };
@@ -57,10 +58,16 @@ static int obs_request(const char *path, uint16_t type, const void *q, uint32_t 
 	*sfd = -1;
 	if (fd < 0)
 		return fd;
+	out = malloc(sizeof(h) + qlen);
+	if (!out) {
+		close(fd);
+		return fail(err, errlen, -ENOMEM, "out of memory%s", "");
+	}
 	memcpy(out, &h, sizeof(h));
 	memcpy(out + sizeof(h), q, qlen);
 	/* If the send fails the reply below does not come either. */
 	(void)!send(fd, out, sizeof(h) + qlen, MSG_NOSIGNAL);
+	free(out);
 	*n = recvmsg(fd, &mh, MSG_WAITALL | MSG_CMSG_CLOEXEC);
 	for (cm = *n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm; cm = CMSG_NXTHDR(&mh, cm))
 		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
@@ -170,5 +177,40 @@ int kvobs_reset(const char *path, char *err, size_t errlen)
 	    (size_t)n != sizeof(rh) + sizeof(struct kvproto_reset_r))
 		return fail(err, errlen, -EPROTO,
 			    "kvcached at %s does not know RESET (an older release?)", sa.sun_path);
+	return 0;
+}
+
+int kvobs_admin(const char *path, const struct kvproto_admin *q, const uint32_t *tokens,
+		struct kvproto_admin_r *r, char *err, size_t errlen)
+{
+	size_t len = sizeof(*q) + (size_t)q->n_tokens * 4;
+	char buf[sizeof(struct kvproto_hdr) + 512];
+	struct sockaddr_un sa;
+	struct kvproto_hdr rh;
+	uint8_t *msg;
+	ssize_t n;
+	int sfd, rc;
+
+	if (len > KVPROTO_MAX_LEN)
+		return fail(err, errlen, -E2BIG, "the prompt is longer than one message carries%s", "");
+	msg = malloc(len);
+	if (!msg)
+		return fail(err, errlen, -ENOMEM, "out of memory%s", "");
+	memcpy(msg, q, sizeof(*q));
+	if (q->n_tokens)
+		memcpy(msg + sizeof(*q), tokens, (size_t)q->n_tokens * 4);
+	rc = obs_request(path, KVPROTO_ADMIN, msg, (uint32_t)len, buf, sizeof(buf), &n, &sfd, &sa,
+			 err, errlen);
+	free(msg);
+	if (sfd >= 0)
+		close(sfd);
+	if (rc)
+		return rc;
+	memcpy(&rh, buf, sizeof(rh));
+	if (rh.magic != KVPROTO_MAGIC || rh.type != KVPROTO_ADMIN_R ||
+	    (size_t)n != sizeof(rh) + sizeof(*r))
+		return fail(err, errlen, -EPROTO,
+			    "kvcached at %s does not know ADMIN (an older release?)", sa.sun_path);
+	memcpy(r, buf + sizeof(rh), sizeof(*r));
 	return 0;
 }

@@ -34,4 +34,16 @@ void kvobs_detach(struct kvobs *o);
  */
 int kvobs_reset(const char *path, char *err, size_t errlen);
 
+/*
+ * An operator's request (ADMIN: drop a namespace's or a tenant's pages,
+ * pin a prompt's prefix with tokens[0..q->n_tokens), unpin): allowed to
+ * root and the daemon's own user. Returns 0 with the reply in *r, or a
+ * negative errno with a sentence in err (the daemon's reason when it
+ * refused).
+ */
+struct kvproto_admin;
+struct kvproto_admin_r;
+int kvobs_admin(const char *path, const struct kvproto_admin *q, const uint32_t *tokens,
+		struct kvproto_admin_r *r, char *err, size_t errlen);
+
 #endif

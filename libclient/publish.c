@@ -5,6 +5,7 @@
  * moment the daemon makes them READY they are already pinned for us.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,11 +33,28 @@ void kvc_block_release(struct kvc_req *r, size_t i)
  * missed block is the first asked for): -EINPROGRESS when another client
  * is writing that block now.
  */
+int kvci_req_why(struct kvc_req *r, int rc, const char *msg)
+{
+	if (!msg || !*msg)
+		return rc;
+	if (!r->why)
+		r->why = malloc(KVCI_WHY);
+	if (r->why)
+		snprintf(r->why, KVCI_WHY, "%s", msg);
+	return rc;
+}
+
+const char *kvc_req_message(const struct kvc_req *r)
+{
+	return r && r->why ? r->why : "";
+}
+
 static int alloc_keys(struct kvc_req *r, uint32_t k0, struct kvproto_alloc *a,
 		      void **reply, uint32_t *rlen)
 {
 	size_t len = sizeof(*a) + (size_t)a->n * sizeof(struct kvproto_claim);
 	uint8_t *msg = malloc(len);
+	char why[KVCI_WHY];
 	kvc_t *c = r->c;
 	uint32_t k;
 	int rc;
@@ -51,9 +69,10 @@ static int alloc_keys(struct kvc_req *r, uint32_t k0, struct kvproto_alloc *a,
 
 		memcpy(msg + sizeof(*a) + (size_t)k * sizeof(cl), &cl, sizeof(cl));
 	}
-	rc = kvc_rpc(c, KVPROTO_ALLOC_KEYS, msg, (uint32_t)len, KVPROTO_ALLOC_R, reply, rlen);
+	rc = kvc_rpc_why(c, KVPROTO_ALLOC_KEYS, msg, (uint32_t)len, KVPROTO_ALLOC_R, reply, rlen,
+			 why, sizeof(why));
 	free(msg);
-	return rc;
+	return kvci_req_why(r, rc, why);
 }
 
 /*
@@ -117,6 +136,11 @@ int kvc_alloc(struct kvc_req *r)
 	r->short_err = 0;
 	if (r->hits >= r->n)
 		return 0;
+	if (c->no_insert) {
+		r->short_err = -EROFS;
+		return kvci_req_why(r, -EROFS,
+				    "this handle was opened with KVC_OPEN_NO_INSERT: it reads the cache and never publishes");
+	}
 	/* No more than one PUBLISH frame can carry. */
 	fcap = (uint32_t)((KVPROTO_MAX_LEN - sizeof(struct kvproto_count)) /
 			  (sizeof(struct kvproto_pub) + (uint64_t)c->bt * 4));
@@ -255,8 +279,13 @@ int kvc_publish(struct kvc_req *r)
 		memcpy(msg + sizeof(cnt) + k * rec + sizeof(p), r->tokens + i * bt, bt * 4);
 		k++;
 	}
-	rc = kvc_rpc(c, KVPROTO_PUBLISH, msg, (uint32_t)(sizeof(cnt) + n * rec),
-		     KVPROTO_PUBLISH_R, &reply, &rlen);
+	{
+		char why[KVCI_WHY];
+
+		rc = kvc_rpc_why(c, KVPROTO_PUBLISH, msg, (uint32_t)(sizeof(cnt) + n * rec),
+				 KVPROTO_PUBLISH_R, &reply, &rlen, why, sizeof(why));
+		kvci_req_why(r, rc, why);
+	}
 	free(msg);
 	if (rc)
 		return rc;
@@ -345,5 +374,6 @@ void kvc_req_free(struct kvc_req *r)
 			KVCI_COUNT(r->c, t, pins_held, -(uint64_t)n_slots);
 		}
 	}
+	free(r->why);
 	free(r);	/* the per-block arrays live in the same allocation */
 }

@@ -70,7 +70,7 @@ struct kvshm_key kvshm_key_extra(const void *extra, size_t extra_len)
 	return from_xxh(XXH3_128bits(extra, extra_len));
 }
 
-struct kvshm_key kvshm_key_block(struct kvshm_key parent,
+struct kvshm_key kvshm_key_block(struct kvshm_key root, struct kvshm_key parent,
 				 const uint32_t *tokens, uint32_t bt,
 				 struct kvshm_key extra)
 {
@@ -83,6 +83,10 @@ struct kvshm_key kvshm_key_block(struct kvshm_key parent,
 	memcpy(buf + 16, tokens, tb);
 	memcpy(buf + 16 + tb, &extra, 16);
 	k = from_xxh(XXH3_128bits(buf, 32 + tb));
+	/* Into the root's key space: after the hash, where no input the
+	 * publisher chooses can cancel it (shm/key.h). */
+	k.lo ^= root.lo;
+	k.hi ^= root.hi;
 	if (kvshm_key_test_mask) {
 		k.lo &= kvshm_key_test_mask;
 		k.hi &= kvshm_key_test_mask;
@@ -102,18 +106,17 @@ struct kvshm_key kvshm_key_engine(struct kvshm_key root, const void *ekey, size_
 		for (q = 0; q < 4 && j + q < bt; q++)
 			tokens[j + q] = (uint32_t)((q < 2 ? w.low64 : w.high64) >> (32 * (q & 1)));
 	}
-	return kvshm_key_block(root, tokens, bt, zero);
+	return kvshm_key_block(root, root, tokens, bt, zero);
 }
 
-size_t kvshm_key_chain(struct kvshm_key root, struct kvshm_key extra,
+size_t kvshm_key_chain(struct kvshm_key root, struct kvshm_key parent, struct kvshm_key extra,
 		       const uint32_t *tokens, size_t n_tokens, uint32_t bt,
 		       struct kvshm_key *keys)
 {
 	size_t n = n_tokens / bt, i;
-	struct kvshm_key parent = root;
 
 	for (i = 0; i < n; i++) {
-		keys[i] = kvshm_key_block(parent, tokens + i * bt, bt, extra);
+		keys[i] = kvshm_key_block(root, parent, tokens + i * bt, bt, extra);
 		parent = keys[i];
 	}
 	return n;

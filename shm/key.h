@@ -3,12 +3,19 @@
  * key.h - block keys: the 128-bit XXH3 chain over token blocks.
  *
  *   root      = XXH3_128(namespace id || salt)
- *   key[i]    = XXH3_128(key[i-1] || tokens of block i || extra digest)
+ *   key[i]    = XXH3_128(key[i-1] || tokens of block i || extra digest) ^ root
  *   extra     = XXH3_128(extra bytes), or all zero when there are none
  *
  * The namespace id is itself XXH3_128 of the namespace's canonical bytes
- * (kvshm_ns_id). Engine-keyed namespaces (KVSHM_NS_ENGINE) key each block
- * on its own from the engine's key (kvshm_key_engine). Pure functions; used by clients, the daemon and tests.
+ * (kvshm_ns_id). Every key carries its chain's root (the key space of one
+ * namespace and salt): the same parent, tokens and extra keys give another
+ * key under another root, so a client that publishes a block with another
+ * space's root as its parent makes a key of its own space, never one that
+ * space looks up. The daemon recomputes every published key under the
+ * publisher's own root (daemon/core/cache.c). Engine-keyed namespaces
+ * (KVSHM_NS_ENGINE) key each block on its own from the engine's key
+ * (kvshm_key_engine). Pure functions; used by clients, the daemon and
+ * tests.
  */
 #ifndef KVSHM_KEY_H
 #define KVSHM_KEY_H
@@ -33,8 +40,9 @@ struct kvshm_key kvshm_key_root(struct kvshm_key ns_id, const void *salt,
 /* Digest of the request's extra keys (LoRA id, multimodal hashes). */
 struct kvshm_key kvshm_key_extra(const void *extra, size_t extra_len);
 
-/* Key of one block of `bt` tokens under `parent`. */
-struct kvshm_key kvshm_key_block(struct kvshm_key parent,
+/* Key of one block of `bt` tokens under `parent`, in the key space of
+ * `root` (the chain's root: kvshm_key_root). */
+struct kvshm_key kvshm_key_block(struct kvshm_key root, struct kvshm_key parent,
 				 const uint32_t *tokens, uint32_t bt,
 				 struct kvshm_key extra);
 
@@ -42,7 +50,7 @@ struct kvshm_key kvshm_key_block(struct kvshm_key parent,
  * A block of an engine-keyed namespace (KVSHM_NS_ENGINE): the engine's own
  * key for it (len bytes) becomes bt "tokens" (words of XXH3_128 digests of
  * the engine key, seeded apart from every other use) written to tokens[],
- * and the block's key is kvshm_key_block(root, tokens, bt, no extra): no
+ * and the block's key is kvshm_key_block(root, root, tokens, bt, no extra): no
  * chain, every block's parent is the root. Stored and verified like any
  * block's tokens, so a hit is as exact as the engine key.
  */
@@ -50,8 +58,9 @@ struct kvshm_key kvshm_key_block(struct kvshm_key parent,
 struct kvshm_key kvshm_key_engine(struct kvshm_key root, const void *ekey, size_t len,
 				  uint32_t *tokens, uint32_t bt);
 
-/* Keys of the n full blocks of `tokens`; returns n = n_tokens / bt. */
-size_t kvshm_key_chain(struct kvshm_key root, struct kvshm_key extra,
+/* Keys of the n full blocks of `tokens`, the first a child of `parent`,
+ * in the key space of `root`; returns n = n_tokens / bt. */
+size_t kvshm_key_chain(struct kvshm_key root, struct kvshm_key parent, struct kvshm_key extra,
 		       const uint32_t *tokens, size_t n_tokens, uint32_t bt,
 		       struct kvshm_key *keys);
 

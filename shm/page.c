@@ -19,11 +19,14 @@ static void stat_add(struct kvshm_header *h, _Atomic uint64_t *c, int64_t d)
 }
 
 /* A page starts or stops holding a block of its namespace (READY or
- * EVICTING): that namespace's page gauge follows, with no sweep. */
+ * EVICTING): that namespace's and that tenant's page gauges follow, with
+ * no sweep. */
 static void ns_pages_add(struct kvshm_header *h, const struct kvshm_page *p, int64_t d)
 {
 	if (p->ns_id < h->geo.max_ns)
 		stat_add(h, &kvshm_ns_stats(h)[p->ns_id].pages, d);
+	if (p->tenant < KVSHM_TENANTS)
+		stat_add(h, &kvshm_tenants(h)[p->tenant].pages, d);
 }
 
 static void set_state(struct kvshm_page *p, uint32_t s)
@@ -116,6 +119,8 @@ int kvshm_page_alloc(struct kvshm_header *h, uint32_t owner, uint32_t ns_id,
 	bump_gen(p);
 	__atomic_store_n(&p->owner, owner, RELAXED);
 	__atomic_store_n(&p->ns_id, ns_id, __ATOMIC_RELAXED);
+	/* Whose key space it is in, the caller says (kvshm_page_set_tenant). */
+	__atomic_store_n(&p->tenant, KVSHM_TENANT_NONE, __ATOMIC_RELAXED);
 	p->ref = 0;
 	set_state(p, KVSHM_PAGE_WRITING);
 	stat_add(h, &st->pages_free, -1);
@@ -124,6 +129,14 @@ int kvshm_page_alloc(struct kvshm_header *h, uint32_t owner, uint32_t ns_id,
 	*page = i;
 	*gen = atomic_load_explicit(&p->gen, memory_order_relaxed);
 	return 0;
+}
+
+void kvshm_page_set_tenant(struct kvshm_header *h, uint32_t page, uint32_t tenant)
+{
+	struct kvshm_page *p = &kvshm_pages(h)[page];
+
+	if (page < h->geo.n_pages && state_of(p) == KVSHM_PAGE_WRITING)
+		__atomic_store_n(&p->tenant, tenant, __ATOMIC_RELAXED);
 }
 
 static bool is_writing_by(const struct kvshm_header *h, uint32_t page,

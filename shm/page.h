@@ -46,6 +46,11 @@ enum kvshm_publish {
 int kvshm_page_alloc(struct kvshm_header *h, uint32_t owner, uint32_t ns_id,
 		     uint32_t *page, uint32_t *gen);
 
+/* Writer: the tenant row (struct kvshm_tenant) whose key space the block of
+ * WRITING page `page` is in; kvshm_page_alloc leaves KVSHM_TENANT_NONE. Its
+ * READY life counts in that tenant's page gauge. */
+void kvshm_page_set_tenant(struct kvshm_header *h, uint32_t page, uint32_t tenant);
+
 /* Writer: an announced page leaves flight (and the index) but stays
  * WRITING with its owner: nobody may wait for it any more. */
 void kvshm_page_unannounce(struct kvshm_header *h, uint32_t page);

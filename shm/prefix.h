@@ -132,17 +132,17 @@ static inline void kvshm_walk_keys(const struct kvshm_header *h, struct kvshm_ke
 
 	if (!n)
 		return;
-	kvshm_key_chain(root, extra, tokens, bt, bt, keys);
+	kvshm_key_chain(root, root, extra, tokens, bt, bt, keys);
 	kvshm_view_prefetch(&v, keys[0]);
 	if (copy) {
 		memcpy(copy, tokens, n * bt * sizeof(uint32_t));
 		tokens = copy;
 	}
-	kvshm_key_chain(keys[0], extra, tokens + bt, m * bt, bt, keys + 1);
+	kvshm_key_chain(root, keys[0], extra, tokens + bt, m * bt, bt, keys + 1);
 	if (m)
 		kvshm_walk_prefetch_run(&v, kvshm_view_find(&v, keys[0]), n);
 	if (n > m + 1)
-		kvshm_key_chain(keys[m], extra, tokens + (m + 1) * bt, (n - m - 1) * bt, bt,
+		kvshm_key_chain(root, keys[m], extra, tokens + (m + 1) * bt, (n - m - 1) * bt, bt,
 				keys + m + 1);
 }
 

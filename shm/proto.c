@@ -172,6 +172,64 @@ static int kvproto_check_reset(const struct kvproto_hdr *h, const void *p, uint3
 	return 0;
 }
 
+static bool nul_in(const char *s, size_t n)
+{
+	return memchr(s, 0, n) != NULL;
+}
+
+static int kvproto_check_admin(const struct kvproto_hdr *h, const void *p, uint32_t bt,
+			       const char **why)
+{
+	struct kvproto_admin q;
+
+	(void)bt;
+	memcpy(&q, p, sizeof(q));
+	if (q.op < KVPROTO_ADMIN_DROP_NS || q.op > KVPROTO_ADMIN_UNPIN)
+		return bad(why, "ADMIN names no known operation");
+	if (!nul_in(q.model, sizeof(q.model)) || !nul_in(q.tenant, sizeof(q.tenant)) ||
+	    !nul_in(q.label, sizeof(q.label)))
+		return bad(why, "ADMIN has a name that is not NUL-terminated");
+	if ((uint64_t)h->len != sizeof(q) + (uint64_t)q.n_tokens * 4)
+		return bad(why, "ADMIN's length is not its header and n_tokens tokens");
+	if (q.op != KVPROTO_ADMIN_PIN && q.n_tokens)
+		return bad(why, "ADMIN carries tokens only to pin");
+	if (q.op == KVPROTO_ADMIN_PIN && (!q.n_tokens || !q.ttl_s ||
+					  q.ttl_s > KVPROTO_PIN_TTL_MAX))
+		return bad(why, "ADMIN pin: no tokens, or a time to live out of 1..30 days");
+	return 0;
+}
+
+static int kvproto_check_pin(const struct kvproto_hdr *h, const void *p, uint32_t bt,
+			     const char **why)
+{
+	struct kvproto_pin q;
+
+	(void)bt;
+	memcpy(&q, p, sizeof(q));
+	if (!q.n || q.n > KVPROTO_PIN_BLOCKS)
+		return bad(why, "PIN names no blocks, or more than one pin holds");
+	if ((uint64_t)h->len != sizeof(q) + (uint64_t)q.n * sizeof(struct kvshm_key))
+		return bad(why, "PIN's length is not its header and n keys");
+	if (!q.ttl_s || q.ttl_s > KVPROTO_PIN_TTL_MAX)
+		return bad(why, "PIN's time to live is out of 1..30 days");
+	if ((q.flags & ~KVPROTO_PIN_FLAT) || q.pad || !nul_in(q.label, sizeof(q.label)))
+		return bad(why, "PIN has unknown flags or an unterminated label");
+	return 0;
+}
+
+static int kvproto_check_unpin(const struct kvproto_hdr *h, const void *p, uint32_t bt,
+			       const char **why)
+{
+	struct kvproto_unpin q;
+
+	(void)h;
+	(void)bt;
+	memcpy(&q, p, sizeof(q));
+	if (q.flags)
+		return bad(why, "UNPIN has unknown flags");
+	return 0;
+}
+
 /* ------------------------------------------------------------ rules */
 
 /* What a broken size rule says, after the frame's desc. */
@@ -304,7 +362,9 @@ int kvproto_hello_ns(const struct kvproto_hello *hi, struct kvshm_ns *ns)
 	size_t nl = strnlen(hi->model, KVSHM_MODEL_NAME);
 	int i;
 
-	if ((hi->flags & ~KVPROTO_HELLO_ENGINE_KEYS) || !nl || nl == KVSHM_MODEL_NAME || hi->pos_kind > KVSHM_POS_MAX ||
+	if ((hi->flags & ~(KVPROTO_HELLO_ENGINE_KEYS | KVPROTO_HELLO_NO_INSERT)) || !nl ||
+	    nl == KVSHM_MODEL_NAME || hi->pos_kind > KVSHM_POS_MAX || hi->max_share > 100 ||
+	    hi->salt_len > KVPROTO_MAX_SALT ||
 	    (hi->dtype_bytes != 1 && hi->dtype_bytes != 2 && hi->dtype_bytes != 4 &&
 	     hi->dtype_bytes != 8) ||
 	    !hi->layers || hi->layers > 4096 || !hi->kv_heads || hi->kv_heads > 4096 ||

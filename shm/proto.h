@@ -58,6 +58,20 @@
  *                 remote timeout); the daemon serves others meanwhile
  *   FETCH_R d->c  struct kvproto_count + n x int32 status, as RESTORE_R
  *                 (also -ETIMEDOUT: its server did not answer in time)
+ *   ADMIN   c->d  struct kvproto_admin (+ n_tokens uint32 tokens for a pin),
+ *                 instead of HELLO: an operator drops a namespace's or a
+ *                 tenant's pages, pins a prompt's prefix resident for a
+ *                 time, or unpins one (root and the daemon's own user
+ *                 only, like RESET)
+ *   ADMIN_R d->c  struct kvproto_admin_r, then the daemon closes the
+ *                 connection, as after STAT_R
+ *   PIN     c->d  struct kvproto_pin + n x struct kvshm_key, after HELLO:
+ *                 keep the client's prefix with these keys (its chain from
+ *                 block 0) resident for ttl_s seconds, counted against its
+ *                 tenant's share
+ *   PIN_R   d->c  struct kvproto_pin_r
+ *   UNPIN   c->d  struct kvproto_unpin: end a pin of the client's tenant
+ *   UNPIN_R d->c  struct kvproto_unpin
  *   ALLOC_KEYS    c->d  struct kvproto_alloc + n x struct kvproto_claim: an
  *                 ALLOC that says which block each page is for, so that the
  *                 daemon announces the pages in flight (single flight,
@@ -81,8 +95,11 @@
 
 #define KVPROTO_MAGIC	0x4b564331u	/* "1CVK" */
 /* 2: HELLO carries the shard; 3: a PUBLISH record carries the request's
- * extra-keys digest (56 bytes), which the daemon needs to recompute keys. */
-#define KVPROTO_VERSION 3u
+ * extra-keys digest (56 bytes), which the daemon needs to recompute keys;
+ * 4: HELLO carries the salt (the daemon recomputes keys in the client's
+ * own key space, shm/key.h, and knows its tenant), the no-insert flag and
+ * a share of the pool the client asks to be held to. */
+#define KVPROTO_VERSION 4u
 #define KVPROTO_MAX_LEN (16u << 20)	/* largest payload either side sends */
 #define KVPROTO_MAX_COUNT 65536u	/* records per message */
 
@@ -95,7 +112,8 @@
  *
  *   name     the frame is KVPROTO_<name>
  *   type     its number on the wire (ranges apart: 32 cuda pool, 40
- *            single flight, 50 drop and reset, 60 remote tier)
+ *            single flight, 50 drop, reset, operator and pins, 60 remote
+ *            tier)
  *   desc     its name in decode's messages ("<desc> has the wrong size")
  *   size     the size rule, on top of magic and KVPROTO_MAX_LEN:
  *              NONE        no payload
@@ -157,6 +175,18 @@
 	  kvproto_check_reset,   BEFORE, kvd_nsstat_reset_req)                            \
 	X(RESET_R,    53, "RESET reply",  EXACT,      sizeof(struct kvproto_reset_r),        \
 	  NULL,                  AFTER,  NULL)                                            \
+	X(ADMIN,      54, "ADMIN",        MIN,        sizeof(struct kvproto_admin),          \
+	  kvproto_check_admin,   BEFORE, kvd_admin_req)                                   \
+	X(ADMIN_R,    55, "ADMIN reply",  EXACT,      sizeof(struct kvproto_admin_r),        \
+	  NULL,                  AFTER,  NULL)                                            \
+	X(PIN,        56, "PIN",          MIN,        sizeof(struct kvproto_pin),            \
+	  kvproto_check_pin,     AFTER,  kvd_pin_req)                                     \
+	X(PIN_R,      57, "PIN reply",    EXACT,      sizeof(struct kvproto_pin_r),          \
+	  NULL,                  AFTER,  NULL)                                            \
+	X(UNPIN,      58, "UNPIN",        EXACT,      sizeof(struct kvproto_unpin),          \
+	  kvproto_check_unpin,   AFTER,  kvd_unpin_req)                                   \
+	X(UNPIN_R,    59, "UNPIN reply",  EXACT,      sizeof(struct kvproto_unpin),          \
+	  NULL,                  AFTER,  NULL)                                            \
 	X(FETCH,      60, "FETCH",        MIN_BT,     sizeof(struct kvproto_fetch),          \
 	  kvproto_check_fetch,   AFTER,  kvd_restore)                                     \
 	X(FETCH_R,    61, "FETCH reply",  COUNTED,    sizeof(int32_t),                       \
@@ -197,6 +227,11 @@ struct kvproto_hdr {
 /* HELLO flags: the namespace's blocks are named by the engine's keys
  * (enum kvshm_ns_kind KVSHM_NS_ENGINE), not by token chains. */
 #define KVPROTO_HELLO_ENGINE_KEYS 0x1u
+/* The client looks up and reads, and never publishes (KVC_OPEN_NO_INSERT):
+ * the daemon refuses its ALLOCs. */
+#define KVPROTO_HELLO_NO_INSERT 0x2u
+/* Longest salt a HELLO carries (KVC_MAX_SALT). */
+#define KVPROTO_MAX_SALT 256u
 
 struct kvproto_hello {
 	uint32_t version;
@@ -212,6 +247,14 @@ struct kvproto_hello {
 	char model[KVSHM_MODEL_NAME];
 	char name[16];		/* process name for kvstat */
 	struct kvshm_shard shard;	/* all zero: not sharded */
+	/* Percent of the pool this process asks to be held to, below the
+	 * daemon's max-share (0: the daemon's). */
+	uint32_t max_share;
+	uint32_t salt_len;	/* 0..KVPROTO_MAX_SALT */
+	/* The client's salt: the daemon computes the client's root (its key
+	 * space, shm/key.h) from it and finds its tenant by it. Kept in the
+	 * daemon's memory, never written to the segment. */
+	uint8_t salt[KVPROTO_MAX_SALT];
 };
 
 struct kvproto_hello_r {
@@ -332,6 +375,68 @@ struct kvproto_reset_r {
 	uint32_t pad;
 };
 
+/* ADMIN ops (kvstat --drop-namespace, --drop-tenant, --pin, --unpin). */
+enum kvproto_admin_op {
+	KVPROTO_ADMIN_DROP_NS = 1,	/* a namespace's pages, every tenant */
+	KVPROTO_ADMIN_DROP_TENANT = 2,	/* a tenant's pages, in one or every namespace */
+	KVPROTO_ADMIN_PIN = 3,		/* keep a prompt's prefix resident */
+	KVPROTO_ADMIN_UNPIN = 4,	/* end a pin */
+};
+#define KVPROTO_ADMIN_ANY 0xffffffffu	/* ns_row: by model name, or every one */
+#define KVPROTO_PIN_TTL_MAX (30u * 86400u)	/* seconds a pin may last at most */
+#define KVPROTO_PIN_BLOCKS 16384u	/* blocks one pin may hold at most */
+
+struct kvproto_admin {
+	uint32_t version;
+	uint32_t op;		/* enum kvproto_admin_op */
+	/* The namespace: a row, or KVPROTO_ADMIN_ANY to name it by model
+	 * (DROP_NS: every namespace of that model; PIN: the one, which must
+	 * be alone of its name; DROP_TENANT with model "": every one). */
+	uint32_t ns_row;
+	uint32_t ttl_s;		/* PIN: 1..KVPROTO_PIN_TTL_MAX */
+	uint32_t pin_id;	/* UNPIN */
+	uint32_t n_tokens;	/* PIN: the prompt's tokens, which follow */
+	char model[KVSHM_MODEL_NAME];	/* NUL-terminated */
+	char tenant[KVSHM_TENANT_NAME];	/* DROP_TENANT, PIN ("": unsalted) */
+	char label[24];		/* PIN: shown in kvstat --pins */
+};
+
+struct kvproto_admin_r {
+	uint32_t version;
+	uint32_t op;
+	uint32_t dropped;	/* pool pages dropped */
+	uint32_t left;		/* pages of it still pinned or being written */
+	uint32_t slots;		/* spill slots given up */
+	uint32_t pin_id;	/* PIN: its id (for --unpin) */
+	uint32_t blocks;	/* PIN: full blocks of the prompt */
+	uint32_t resident;	/* PIN: of them, held resident now */
+};
+
+/* PIN flags: the request's blocks are not chained (engine keys): every
+ * block's parent is the root. */
+#define KVPROTO_PIN_FLAT 0x1u
+
+struct kvproto_pin {
+	uint32_t n;		/* keys that follow, 1..KVPROTO_PIN_BLOCKS */
+	uint32_t ttl_s;		/* 1..KVPROTO_PIN_TTL_MAX */
+	uint32_t flags;		/* KVPROTO_PIN_FLAT or 0 */
+	uint32_t pad;
+	char label[24];		/* NUL-terminated, may be empty */
+};
+
+struct kvproto_pin_r {
+	uint32_t id;		/* names it to UNPIN and in kvstat --pins */
+	uint32_t resident;	/* blocks of it held now (more follow as they
+				 * are published) */
+	uint32_t blocks;
+	uint32_t pad;
+};
+
+struct kvproto_unpin {
+	uint32_t id;
+	uint32_t flags;		/* none defined: 0 */
+};
+
 struct kvproto_fetch {
 	uint32_t n;		/* blocks, 1..KVPROTO_MAX_COUNT */
 	uint32_t flags;		/* none defined: must be 0 */
@@ -367,18 +472,23 @@ static inline uint64_t kvproto_pub_bytes(uint32_t n, uint32_t bt)
 }
 
 _Static_assert(sizeof(struct kvproto_hdr) == 16, "hdr");
-_Static_assert(sizeof(struct kvproto_hello) == 128, "hello");
+_Static_assert(sizeof(struct kvproto_hello) == 392, "hello");
 _Static_assert(sizeof(struct kvproto_pub) == 56, "pub");
 _Static_assert(sizeof(struct kvproto_claim) == 32, "claim");
 _Static_assert(sizeof(struct kvproto_pool_r) == 56, "pool_r");
 _Static_assert(sizeof(struct kvproto_fetch) == 24, "fetch");
+_Static_assert(sizeof(struct kvproto_admin) == 144, "admin");
+_Static_assert(sizeof(struct kvproto_admin_r) == 32, "admin_r");
+_Static_assert(sizeof(struct kvproto_pin) == 40, "pin");
 
 
 /*
  * The namespace a HELLO declares, checked the same way on both ends: dtype
  * 1, 2, 4 or 8 bytes, layers and kv heads 1..4096, head dim 1..65536,
  * block tokens 1..KVSHM_MAX_BLOCK_TOKENS, a known position kind, no flag
- * but KVPROTO_HELLO_ENGINE_KEYS (which makes the namespace's kind ENGINE), a
+ * but KVPROTO_HELLO_ENGINE_KEYS (which makes the namespace's kind ENGINE)
+ * and KVPROTO_HELLO_NO_INSERT, max_share 0..100, salt_len at most
+ * KVPROTO_MAX_SALT, a
  * non-empty NUL-terminated model name; page bytes computed with overflow
  * checked. Fills the identity fields, page_bytes and id of *ns (`used` is
  * left 0). Returns 0 or -EINVAL.

@@ -67,6 +67,8 @@ int kvshm_layout(struct kvshm_header *h, const struct kvshm_geometry *geo)
 	h->top_bytes = sizeof(struct kvshm_top);
 	h->slot_entry_bytes = sizeof(struct kvshm_slot);
 	h->ns_stats_bytes = sizeof(struct kvshm_ns_stats);
+	h->tenant_bytes = sizeof(struct kvshm_tenant);
+	h->pinned_bytes = sizeof(struct kvshm_pinned);
 	h->geo = *geo;
 	h->geo.pool_bytes = geo->page_bytes * geo->n_pages;
 
@@ -86,6 +88,8 @@ int kvshm_layout(struct kvshm_header *h, const struct kvshm_geometry *geo)
 	rc |= add_region(&off, (uint64_t)geo->n_slots * sizeof(struct kvshm_slot), &h->off_slots);
 	rc |= add_region(&off, (uint64_t)geo->max_ns * sizeof(struct kvshm_ns_stats),
 			 &h->off_ns_stats);
+	rc |= add_region(&off, KVSHM_TENANTS * sizeof(struct kvshm_tenant), &h->off_tenants);
+	rc |= add_region(&off, KVSHM_PINNED * sizeof(struct kvshm_pinned), &h->off_pinned);
 	if (rc)
 		return -EINVAL;
 	tmp = (off + 4095) & ~4095ull;
@@ -143,7 +147,9 @@ int kvshm_validate(const void *base, uint64_t bytes, const char **why)
 		   want.ledger_header_bytes != h->ledger_header_bytes ||
 		   want.top_bytes != h->top_bytes ||
 		   want.slot_entry_bytes != h->slot_entry_bytes ||
-		   want.ns_stats_bytes != h->ns_stats_bytes) {
+		   want.ns_stats_bytes != h->ns_stats_bytes ||
+		   want.tenant_bytes != h->tenant_bytes ||
+		   want.pinned_bytes != h->pinned_bytes) {
 		w = "segment struct sizes differ from this build";
 		rc = -EPROTO;
 	} else if (want.off_stats != h->off_stats || want.off_ns != h->off_ns ||
@@ -154,6 +160,8 @@ int kvshm_validate(const void *base, uint64_t bytes, const char **why)
 		   want.off_free != h->off_free || want.off_top != h->off_top ||
 		   want.off_slots != h->off_slots ||
 		   want.off_ns_stats != h->off_ns_stats ||
+		   want.off_tenants != h->off_tenants ||
+		   want.off_pinned != h->off_pinned ||
 		   want.segment_bytes != h->segment_bytes ||
 		   h->segment_bytes > bytes) {
 		w = "segment offsets do not match its geometry";

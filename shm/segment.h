@@ -26,14 +26,16 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 15u	/* 8: remote tier counters; 9: single flight (page
+#define KVSHM_VERSION 16u	/* 8: remote tier counters; 9: single flight (page
 				 * flight, row flight, wait stats); 10: page
 				 * entries of one cache line; 11: tick timing;
 				 * 12: ledger access ring of 1024, a hit run
 				 * written deepest first; 13: page `unlisted`
 				 * (lookups find pages without the index);
 				 * 14: pool and segment backing stats; 15:
-				 * ledger counters in rows, one per thread */
+				 * ledger counters in rows, one per thread; 16:
+				 * keys carry their root, tenants, pinned
+				 * prefixes, the settings a reload changes */
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -100,6 +102,12 @@ struct kvshm_header {
 	uint32_t ns_stats_bytes;	/* sizeof(struct kvshm_ns_stats) */
 	uint32_t pad1;
 	uint64_t off_ns_stats;		/* max_ns entries */
+	/* Since layout 15: tenants and pinned prefixes (KVSHM_TENANTS and
+	 * KVSHM_PINNED rows). */
+	uint32_t tenant_bytes;		/* sizeof(struct kvshm_tenant) */
+	uint32_t pinned_bytes;		/* sizeof(struct kvshm_pinned) */
+	uint64_t off_tenants;
+	uint64_t off_pinned;
 };
 
 enum kvshm_pool_kind {
@@ -229,6 +237,26 @@ struct kvshm_stats {
 	_Atomic uint64_t pool_huge_bytes;	/* of the pool, in 2 MiB pages */
 	_Atomic uint64_t pool_prefault_ns;	/* faulting the pool in took */
 	_Atomic uint64_t segment_huge_bytes;	/* of the segment, in 2 MiB pages */
+	/* Layout 15. The settings a reload (SIGHUP) may change, as in force
+	 * now (daemon/reload.c), and how often that happened. */
+	_Atomic uint64_t cfg_low_watermark;	/* percent */
+	_Atomic uint64_t cfg_high_watermark;	/* percent */
+	_Atomic uint64_t cfg_eviction;		/* enum kvd_eviction: 0 lru, 1 s3fifo, 2 clock */
+	_Atomic uint64_t cfg_max_share;		/* percent */
+	_Atomic uint64_t cfg_tenant_share;	/* percent */
+	_Atomic uint64_t cfg_namespace_share;	/* percent */
+	_Atomic uint64_t cfg_log_level;		/* syslog priority: 3 error .. 7 debug */
+	_Atomic uint64_t reloads;		/* reloads applied */
+	_Atomic uint64_t reload_errors;		/* reloads refused (bad config) */
+	_Atomic uint64_t reload_time_ns;	/* CLOCK_REALTIME of the last one */
+	/* Tenants and operators (daemon/core/quota.c, daemon/core/pin.c). */
+	_Atomic uint64_t tenant_refused;	/* ALLOCs over a tenant's share */
+	_Atomic uint64_t namespace_refused;	/* ALLOCs over a namespace's share */
+	_Atomic uint64_t no_insert_refused;	/* ALLOCs of no-insert clients */
+	_Atomic uint64_t pinned_prefixes;	/* prefixes pinned with a TTL now */
+	_Atomic uint64_t pinned_pages;		/* pages they hold resident */
+	_Atomic uint64_t pins_expired;		/* TTL pins that ran out */
+	_Atomic uint64_t operator_drops;	/* drops of a namespace or tenant */
 };
 
 /* What the pool's memory is made of (kvshm_stats.pool_backing). */
@@ -311,7 +339,85 @@ struct kvshm_ns_stats {
 	 * (shm/page.c). clients: attached with it now. */
 	_Atomic uint64_t pages;
 	_Atomic uint64_t clients;
-	uint64_t resv[7];
+	/* Layout 15. held: pages its clients pin or write, as its
+	 * namespace-share counts them (daemon/core/quota.c), refreshed each
+	 * tick; refused: ALLOCs refused for that share (a counter). */
+	_Atomic uint64_t held;
+	_Atomic uint64_t refused;
+	uint64_t resv[5];
+};
+
+/* ---------------------------------------------------------------- tenants */
+
+#define KVSHM_TENANTS 64	/* rows of the tenant table */
+#define KVSHM_TENANT_NAME 32	/* name bytes, NUL included */
+#define KVSHM_TENANT_NONE 0xffffu	/* a page of no known tenant */
+
+/* struct kvshm_tenant.flags */
+#define KVSHM_TENANT_CONFIGURED 0x1u	/* named in kvcached.conf */
+#define KVSHM_TENANT_NO_INSERT 0x2u	/* its clients never publish */
+
+/*
+ * A tenant: the clients of one salt (an unsalted client is the tenant of
+ * the empty salt). The name is the operator's (kvcached.conf `tenant`), or
+ * "unsalted", or "unnamed-ROW" for a salt the config does not name; never
+ * the salt, which only the daemon's memory holds. Writer: the daemon's
+ * main thread; a row is written while `used` is 0, then `used` is set
+ * (release); readers load `used` (acquire) before the rest. Counters and
+ * gauges are relaxed stores, refreshed each tick (as struct
+ * kvshm_ns_stats); the counters go back to zero with kvstat --reset.
+ */
+struct kvshm_tenant {
+	_Atomic uint32_t used;
+	uint32_t flags;			/* KVSHM_TENANT_* */
+	_Atomic uint64_t share;		/* percent of the pool it may hold */
+	char name[KVSHM_TENANT_NAME];	/* NUL-terminated */
+	/* Counters: from its clients' ledgers, as per namespace. */
+	_Atomic uint64_t lookups;
+	_Atomic uint64_t hit_blocks;
+	_Atomic uint64_t miss_blocks;
+	_Atomic uint64_t lookup_tokens;
+	_Atomic uint64_t hit_tokens;
+	_Atomic uint64_t published;
+	_Atomic uint64_t refused;	/* ALLOCs refused for its share */
+	_Atomic uint64_t no_insert_refused;	/* ALLOCs of its no-insert clients */
+	_Atomic uint64_t dropped;	/* pages an operator dropped */
+	/* Gauges. pages: pool pages holding its blocks (shm/page.c, at each
+	 * transition); held: pages its clients pin or write and its pinned
+	 * prefixes hold, as its share counts them; pinned: of those, held by
+	 * pinned prefixes (TTL); clients: attached now. */
+	_Atomic uint64_t pages;
+	_Atomic uint64_t held;
+	_Atomic uint64_t pinned;
+	_Atomic uint64_t clients;
+	uint64_t resv[5];
+};
+
+/* -------------------------------------------------------- pinned prefixes */
+
+#define KVSHM_PINNED 64		/* rows: prefixes pinned with a TTL at once */
+
+/*
+ * A prefix kept resident until a time (kvstat --pin, kvc_pin): its blocks'
+ * pages are held by the daemon, counted against its tenant's share, and
+ * no eviction takes them until `expires_ns`. Writer: the daemon's main
+ * thread; a row is written while `id` is 0, then `id` is set (release);
+ * cleared by storing 0 to `id` first. Readers load `id` (acquire), copy the
+ * row, and load `id` again: equal means the copy is whole.
+ */
+struct kvshm_pinned {
+	_Atomic uint32_t id;		/* 0: free; else what unpin names */
+	uint32_t ns_id;
+	uint32_t tenant;		/* row in the tenant table */
+	uint32_t blocks;		/* blocks of the prefix asked for */
+	_Atomic uint32_t resident;	/* of them, held in the pool now */
+	int32_t pid;			/* who pinned it (kvstat, or a client) */
+	uint64_t expires_ns;		/* CLOCK_REALTIME */
+	uint64_t since_ns;		/* CLOCK_REALTIME when pinned */
+	struct kvshm_key first;		/* its first block's key */
+	char label[24];			/* NUL-terminated, may be empty */
+	uint32_t uid;
+	uint32_t pad;
 };
 
 /* Position encoding kinds a namespace can declare. */
@@ -497,7 +603,7 @@ static inline int kvshm_loc_is_slot(uint32_t loc)
  * gen: bumped (release) on FREE -> WRITING and on EVICTING -> FREE, so a
  *   (page, gen) pair names one life of a page. Readers load it with acquire
  *   before reading the identity fields and re-check it afterwards.
- * ns_id, key, parent, tokens (in the tokens region): written with relaxed
+ * ns_id, tenant, key, parent, tokens (in the tokens region): written with relaxed
  *   atomic stores only while the page is WRITING (not visible to lookups);
  *   the READY store publishes them.
  * owner: the client id holding a WRITING page; the daemon's own bookkeeping,
@@ -531,7 +637,11 @@ struct kvshm_page {
 	uint32_t ref;
 	_Atomic uint32_t flight;
 	uint32_t unlisted;
-	uint32_t pad;			/* one cache line per entry (layout 10) */
+	/* The tenant row (struct kvshm_tenant) whose key space the block is
+	 * in, KVSHM_TENANT_NONE when not known (a spilled block found at a
+	 * start). Written like ns_id, while the page is WRITING; layout 15
+	 * (was padding: one cache line per entry since layout 10). */
+	uint32_t tenant;
 };
 
 /* ------------------------------------------------------------ spill slots */
@@ -560,7 +670,7 @@ struct kvshm_slot {
 	_Atomic uint32_t state;
 	_Atomic uint32_t gen;
 	uint32_t ns_id;
-	uint32_t pad;
+	uint32_t tenant;	/* as the page's (layout 15; KVSHM_TENANT_NONE after a start) */
 	struct kvshm_key key;
 	struct kvshm_key parent;
 };
@@ -642,6 +752,16 @@ static inline struct kvshm_slot *kvshm_slots(const struct kvshm_header *h)
 	return kvshm_at(h, h->off_slots);
 }
 
+static inline struct kvshm_tenant *kvshm_tenants(const struct kvshm_header *h)
+{
+	return kvshm_at(h, h->off_tenants);
+}
+
+static inline struct kvshm_pinned *kvshm_pinned(const struct kvshm_header *h)
+{
+	return kvshm_at(h, h->off_pinned);
+}
+
 /* The free-page stack: a count followed by page indices. Daemon-only. */
 struct kvshm_free {
 	uint32_t count;
@@ -714,6 +834,8 @@ _Static_assert(sizeof(struct kvshm_top_entry) == 64, "top entry");
 _Static_assert(sizeof(struct kvshm_slot) == 48, "slot entry");
 _Static_assert(offsetof(struct kvshm_header, heartbeat) == 192, "hdr");
 _Static_assert(sizeof(struct kvshm_ns_stats) == 128, "ns stats");
-_Static_assert(sizeof(struct kvshm_header) == 216, "hdr size");
+_Static_assert(sizeof(struct kvshm_header) == 240, "hdr size");
+_Static_assert(sizeof(struct kvshm_tenant) == 192, "tenant row");
+_Static_assert(sizeof(struct kvshm_pinned) == 88, "pinned row");
 
 #endif

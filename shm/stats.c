@@ -209,6 +209,45 @@ const struct kvshm_metric kvshm_metrics[] = {
 	M("kvcached_wait_saved_tokens_total", "counter",
 	  "Prefill tokens clients got by waiting for another client's pages.", NULL,
 	  "wait_tokens", wait_tokens),
+	M("kvcached_quota_refused_total", "counter",
+	  "Allocations refused for a share of the pool, by share (process: max-share).",
+	  "share=\"tenant\"", "tenant_refused", tenant_refused),
+	M("kvcached_quota_refused_total", "counter", NULL, "share=\"namespace\"",
+	  "namespace_refused", namespace_refused),
+	M("kvcached_no_insert_refused_total", "counter",
+	  "Allocations of no-insert clients (KVC_OPEN_NO_INSERT, or a no-insert tenant) refused.",
+	  NULL, "no_insert_refused", no_insert_refused),
+	M("kvcached_pinned_prefixes", "gauge", "Prefixes pinned resident with a time to live.",
+	  NULL, "pinned_prefixes", pinned_prefixes),
+	M("kvcached_pinned_pages", "gauge", "Pages the pinned prefixes hold resident.", NULL,
+	  "pinned_pages", pinned_pages),
+	M("kvcached_pins_expired_total", "counter", "Pinned prefixes whose time to live ran out.",
+	  NULL, "pins_expired", pins_expired),
+	M("kvcached_operator_drops_total", "counter",
+	  "Drops of a namespace's or a tenant's pages by an operator (kvstat --drop).", NULL,
+	  "operator_drops", operator_drops),
+	M("kvcached_config_watermark_percent", "gauge",
+	  "Eviction watermarks in force (percent of pages free).", "which=\"low\"",
+	  "cfg_low_watermark", cfg_low_watermark),
+	M("kvcached_config_watermark_percent", "gauge", NULL, "which=\"high\"",
+	  "cfg_high_watermark", cfg_high_watermark),
+	M("kvcached_config_eviction", "gauge",
+	  "Eviction policy in force: 0 lru, 1 s3fifo, 2 clock.", NULL, "cfg_eviction",
+	  cfg_eviction),
+	M("kvcached_config_share_percent", "gauge", "Shares of the pool in force.",
+	  "share=\"process\"", "cfg_max_share", cfg_max_share),
+	M("kvcached_config_share_percent", "gauge", NULL, "share=\"tenant\"",
+	  "cfg_tenant_share", cfg_tenant_share),
+	M("kvcached_config_share_percent", "gauge", NULL, "share=\"namespace\"",
+	  "cfg_namespace_share", cfg_namespace_share),
+	M("kvcached_config_log_level", "gauge",
+	  "Log level in force, as a syslog priority: 3 error, 4 warning, 6 info, 7 debug.", NULL,
+	  "cfg_log_level", cfg_log_level),
+	M("kvcached_reloads_total", "counter",
+	  "Configuration reloads (SIGHUP), by outcome; refused: the file did not parse.",
+	  "result=\"applied\"", "reloads", reloads),
+	M("kvcached_reloads_total", "counter", NULL, "result=\"refused\"", "reload_errors",
+	  reload_errors),
 };
 #undef M
 const size_t kvshm_n_metrics = sizeof(kvshm_metrics) / sizeof(kvshm_metrics[0]);
@@ -267,7 +306,9 @@ int kvshm_snap_take(const struct kvshm_header *h, struct kvshm_snap *s)
 	s->ns_name = calloc(h->geo.max_ns, sizeof(*s->ns_name));
 	s->ns_st = calloc(h->geo.max_ns, sizeof(*s->ns_st));
 	s->clients = calloc(h->geo.max_clients, sizeof(*s->clients));
-	if (!s->ns || !s->ns_name || !s->ns_st || !s->clients) {
+	s->tenants = calloc(KVSHM_TENANTS, sizeof(*s->tenants));
+	s->pinned = calloc(KVSHM_PINNED, sizeof(*s->pinned));
+	if (!s->ns || !s->ns_name || !s->ns_st || !s->clients || !s->tenants || !s->pinned) {
 		kvshm_snap_free(s);
 		return -ENOMEM;
 	}
@@ -306,6 +347,31 @@ int kvshm_snap_take(const struct kvshm_header *h, struct kvshm_snap *s)
 			n++;
 	}
 	s->n_clients = n;
+	for (i = 0; i < KVSHM_TENANTS; i++) {
+		const struct kvshm_tenant *r = &kvshm_tenants(h)[i];
+
+		if (!atomic_load_explicit(&r->used, memory_order_acquire))
+			continue;	/* free, or being rewritten */
+		copy_relaxed(&s->tenants[i], r, sizeof(*r));
+		s->tenants[i].name[KVSHM_TENANT_NAME - 1] = 0;
+		if (!atomic_load_explicit(&r->used, memory_order_acquire))
+			memset(&s->tenants[i], 0, sizeof(s->tenants[i]));
+		else if (s->tenants[i].name[0])
+			s->n_tenants = i + 1;
+	}
+	for (i = 0, n = 0; i < KVSHM_PINNED; i++) {
+		const struct kvshm_pinned *r = &kvshm_pinned(h)[i];
+		uint32_t id = atomic_load_explicit(&r->id, memory_order_acquire);
+
+		if (!id)
+			continue;
+		copy_relaxed(&s->pinned[n], r, sizeof(*r));
+		s->pinned[n].label[sizeof(s->pinned[n].label) - 1] = 0;
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&r->id, memory_order_relaxed) == id)
+			n++;	/* else reused meanwhile: skip it */
+	}
+	s->n_pinned = n;
 	/* The sketch, under its seqcount. Bounded: a daemon that died in the
 	 * middle of an update leaves the count odd for ever. */
 	for (tries = 0;; tries++) {
@@ -337,10 +403,19 @@ void kvshm_snap_free(struct kvshm_snap *s)
 	free(s->ns_name);
 	free(s->ns_st);
 	free(s->clients);
+	free(s->tenants);
+	free(s->pinned);
+	s->tenants = NULL;
+	s->pinned = NULL;
 	s->ns_st = NULL;
 	s->ns_name = NULL;
 	s->ns = NULL;
 	s->clients = NULL;
+}
+
+const char *kvshm_snap_tenant(const struct kvshm_snap *s, uint32_t t)
+{
+	return kvshm_snap_tenant_used(s, t) ? s->tenants[t].name : "-";
 }
 
 const char *kvshm_snap_model(const struct kvshm_snap *s, uint32_t ns_id)
@@ -428,14 +503,53 @@ static void family(struct out *o, const char *name, const char *type, const char
 	put(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* One metric family per field of a table's rows (namespaces, tenants). */
+struct series {
+	const char *name, *type, *help;
+	size_t off;
+};
+
+/* Every field of `f` over rows 0..n-1 (`stride` bytes apart from base),
+ * the rows in use labelled {key="name",row="i"}. */
+static void table_series(struct out *o, const struct series *f, size_t nf, const void *base,
+			 size_t stride, uint32_t n, const char *key,
+			 const char *(*name)(const struct kvshm_snap *, uint32_t),
+			 const struct kvshm_snap *s)
+{
+	size_t k;
+	uint32_t i;
+
+	for (k = 0; k < nf; k++) {
+		family(o, f[k].name, f[k].type, f[k].help);
+		for (i = 0; i < n; i++) {
+			const char *nm = name(s, i);
+			uint64_t v;
+
+			if (!nm)
+				continue;
+			memcpy(&v, (const char *)base + i * stride + f[k].off, sizeof(v));
+			put(o, "%s{%s=\"", f[k].name, key);
+			put_escaped(o, nm);
+			put(o, "\",row=\"%u\"} %llu\n", i, (unsigned long long)v);
+		}
+	}
+}
+
+static const char *ns_label(const struct kvshm_snap *s, uint32_t i)
+{
+	return kvshm_snap_ns_used(s, i) ? s->ns_name[i] : NULL;
+}
+
+static const char *tenant_label(const struct kvshm_snap *s, uint32_t i)
+{
+	return kvshm_snap_tenant_used(s, i) ? s->tenants[i].name : NULL;
+}
+
 /* Per namespace: one family per field of struct kvshm_ns_stats; the row
  * label keeps two namespaces of one model name apart. */
 static void ns_series(struct out *o, const struct kvshm_snap *s)
 {
-	static const struct {
-		const char *name, *type, *help;
-		size_t off;
-	} f[] = {
+	static const struct series f[] = {
 #define F(n, t, h, field) { n, t, h, offsetof(struct kvshm_ns_stats, field) }
 		F("kvcached_namespace_lookups_total", "counter", "Prefix lookups, per namespace.",
 		  lookups),
@@ -450,13 +564,16 @@ static void ns_series(struct out *o, const struct kvshm_snap *s)
 		F("kvcached_namespace_published_total", "counter",
 		  "Pages published, per namespace.", published),
 		F("kvcached_namespace_dropped_total", "counter",
-		  "Pages dropped at a client's request, per namespace.", dropped),
+		  "Pages dropped at a client's or an operator's request, per namespace.", dropped),
+		F("kvcached_namespace_refused_total", "counter",
+		  "Allocations refused for the namespace-share, per namespace.", refused),
 		F("kvcached_namespace_pages", "gauge", "Ready pool pages, per namespace.", pages),
+		F("kvcached_namespace_held_pages", "gauge",
+		  "Pages pinned or being written, as the namespace-share counts them.", held),
 		F("kvcached_namespace_clients", "gauge", "Clients attached, per namespace.",
 		  clients),
 #undef F
 	};
-	size_t k;
 	uint32_t i;
 
 	family(o, "kvcached_namespace_page_bytes", "gauge",
@@ -468,19 +585,48 @@ static void ns_series(struct out *o, const struct kvshm_snap *s)
 		put_escaped(o, s->ns_name[i]);
 		put(o, "\",row=\"%u\"} %llu\n", i, (unsigned long long)s->ns[i].page_bytes);
 	}
-	for (k = 0; k < sizeof(f) / sizeof(f[0]); k++) {
-		family(o, f[k].name, f[k].type, f[k].help);
-		for (i = 0; i < s->n_ns; i++) {
-			uint64_t v;
+	table_series(o, f, sizeof(f) / sizeof(f[0]), s->ns_st, sizeof(*s->ns_st), s->n_ns,
+		     "namespace", ns_label, s);
+}
 
-			if (!kvshm_snap_ns_used(s, i))
-				continue;
-			memcpy(&v, (const char *)&s->ns_st[i] + f[k].off, sizeof(v));
-			put(o, "%s{namespace=\"", f[k].name);
-			put_escaped(o, s->ns_name[i]);
-			put(o, "\",row=\"%u\"} %llu\n", i, (unsigned long long)v);
-		}
-	}
+/* Per tenant, labelled with the operator's name for it (never the salt). */
+static void tenant_series(struct out *o, const struct kvshm_snap *s)
+{
+	static const struct series f[] = {
+#define F(n, t, h, field) { n, t, h, offsetof(struct kvshm_tenant, field) }
+		F("kvcached_tenant_lookups_total", "counter", "Prefix lookups, per tenant.", lookups),
+		F("kvcached_tenant_hit_blocks_total", "counter",
+		  "Blocks found in the cache, per tenant.", hit_blocks),
+		F("kvcached_tenant_miss_blocks_total", "counter",
+		  "Blocks looked up and not found, per tenant.", miss_blocks),
+		F("kvcached_tenant_lookup_tokens_total", "counter",
+		  "Prompt tokens looked up, per tenant.", lookup_tokens),
+		F("kvcached_tenant_hit_tokens_total", "counter",
+		  "Prompt tokens served from the cache, per tenant.", hit_tokens),
+		F("kvcached_tenant_published_total", "counter", "Pages published, per tenant.",
+		  published),
+		F("kvcached_tenant_refused_total", "counter",
+		  "Allocations of the tenant's clients refused for a share (max-share, its "
+		  "tenant share, its namespace's).", refused),
+		F("kvcached_tenant_no_insert_refused_total", "counter",
+		  "Allocations of the tenant's no-insert clients refused.", no_insert_refused),
+		F("kvcached_tenant_dropped_total", "counter",
+		  "Pages of the tenant an operator dropped.", dropped),
+		F("kvcached_tenant_pages", "gauge", "Ready pool pages holding the tenant's blocks.",
+		  pages),
+		F("kvcached_tenant_held_pages", "gauge",
+		  "Pages the tenant pins or writes and its pinned prefixes hold, as its share "
+		  "counts them.", held),
+		F("kvcached_tenant_pinned_pages", "gauge",
+		  "Pages the tenant's pinned prefixes hold resident.", pinned),
+		F("kvcached_tenant_share_percent", "gauge",
+		  "The share of the pool the tenant may hold.", share),
+		F("kvcached_tenant_clients", "gauge", "Clients attached, per tenant.", clients),
+#undef F
+	};
+
+	table_series(o, f, sizeof(f) / sizeof(f[0]), s->tenants, sizeof(*s->tenants),
+		     s->n_tenants, "tenant", tenant_label, s);
 }
 
 static void client_labels(struct out *o, const struct kvshm_snap *s,
@@ -570,5 +716,6 @@ size_t kvshm_prometheus(const struct kvshm_snap *s, char *buf, size_t len)
 		put(&o, "\"} %llu\n", (unsigned long long)e->hit_tokens);
 	}
 	ns_series(&o, s);
+	tenant_series(&o, s);
 	return o.need;
 }

@@ -52,7 +52,21 @@ struct kvshm_snap {
 	struct kvshm_snap_client *clients;
 	uint32_t n_top;			/* sorted, most hit tokens first */
 	struct kvshm_top_entry top[KVSHM_TOP];
+	uint32_t n_tenants;		/* rows up to the last in use */
+	struct kvshm_tenant *tenants;	/* KVSHM_TENANTS rows; name "" when free */
+	uint32_t n_pinned;		/* pinned prefixes, in row order */
+	struct kvshm_pinned *pinned;	/* KVSHM_PINNED rows */
 };
+
+/* Tenant row i of a snapshot is in use. */
+static inline int kvshm_snap_tenant_used(const struct kvshm_snap *s, uint32_t i)
+{
+	return i < s->n_tenants && s->tenants[i].name[0];
+}
+
+/* Name of tenant row t in a snapshot ("-" for KVSHM_TENANT_NONE or a
+ * row not in use). */
+const char *kvshm_snap_tenant(const struct kvshm_snap *s, uint32_t t);
 
 /* Namespace row i of a snapshot is in use (n_ns counts up to the last). */
 static inline int kvshm_snap_ns_used(const struct kvshm_snap *s, uint32_t i)

@@ -40,6 +40,7 @@
  * Exit status: 0 ok (also after SIGINT/SIGTERM in watch mode), 1 no daemon
  * or a segment this build cannot read, 2 bad usage.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -76,7 +77,18 @@ static struct {
 	double watch;		/* 0: one-shot */
 	unsigned long count;	/* 0: until interrupted */
 	bool reset;		/* --reset: zero the daemon's counters */
-} opt;
+	/* Operator requests (ADMIN): one of these, then exit. */
+	int admin;		/* enum kvproto_admin_op, 0: none */
+	const char *drop_ns;	/* --drop-namespace MODEL */
+	const char *tenant;	/* --drop-tenant NAME, --tenant NAME */
+	const char *model;	/* --model MODEL */
+	long ns_row;		/* --namespace ROW, -1: none */
+	const char *pin_file;	/* --pin FILE */
+	long ttl;		/* --ttl SECONDS, 0: none */
+	const char *label;	/* --label TEXT */
+	long unpin;		/* --unpin ID */
+	bool pins;		/* --pins: list the pinned prefixes */
+} opt = { .ns_row = -1 };
 
 static volatile sig_atomic_t stop_sig;
 static volatile sig_atomic_t alarmed;
@@ -365,6 +377,105 @@ static void json_rates(FILE *f, const struct kvshm_snap *s, const uint64_t *d, d
 	fputc('}', f);
 }
 
+/* The settings a reload changes, as in force ("eviction" by name). */
+static const char *eviction_name(uint64_t e)
+{
+	return e == 0 ? "lru" : e == 1 ? "s3fifo" : e == 2 ? "clock" : "?";
+}
+
+static const char *log_name(uint64_t l)
+{
+	return l == 3 ? "error" : l == 4 ? "warning" : l == 6 ? "info" : l == 7 ? "debug" : "?";
+}
+
+static void json_settings(FILE *f, const struct kvshm_snap *s)
+{
+	uint64_t t = V(s, reload_time_ns);
+
+	fprintf(f, "{\"low_watermark\":%llu,\"high_watermark\":%llu,\"eviction\":\"%s\","
+		"\"max_share\":%llu,\"tenant_share\":%llu,\"namespace_share\":%llu,"
+		"\"log_level\":\"%s\",\"reloads\":%llu,\"reload_errors\":%llu,"
+		"\"reload_time_seconds\":",
+		(unsigned long long)V(s, cfg_low_watermark),
+		(unsigned long long)V(s, cfg_high_watermark), eviction_name(V(s, cfg_eviction)),
+		(unsigned long long)V(s, cfg_max_share), (unsigned long long)V(s, cfg_tenant_share),
+		(unsigned long long)V(s, cfg_namespace_share), log_name(V(s, cfg_log_level)),
+		(unsigned long long)V(s, reloads), (unsigned long long)V(s, reload_errors));
+	if (t)
+		fprintf(f, "%.3f}", (double)t / 1e9);
+	else
+		fputs("null}", f);
+}
+
+static void json_tenants(FILE *f, const struct kvshm_snap *s)
+{
+	uint32_t i, k = 0;
+
+	fputc('[', f);
+	for (i = 0; i < s->n_tenants; i++) {
+		const struct kvshm_tenant *t = &s->tenants[i];
+
+		if (!kvshm_snap_tenant_used(s, i))
+			continue;
+		fprintf(f, "%s{\"row\":%u,\"name\":", k++ ? "," : "", i);
+		json_str(f, t->name);
+		fprintf(f, ",\"configured\":%s,\"no_insert\":%s,\"share\":%llu,\"held\":%llu,"
+			"\"pinned\":%llu,\"pages\":%llu,\"clients\":%llu,\"lookups\":%llu,"
+			"\"hit_blocks\":%llu,\"miss_blocks\":%llu,\"lookup_tokens\":%llu,"
+			"\"hit_tokens\":%llu,\"published\":%llu,\"refused\":%llu,"
+			"\"no_insert_refused\":%llu,\"dropped\":%llu,\"hit_ratio\":{\"blocks\":",
+			t->flags & KVSHM_TENANT_CONFIGURED ? "true" : "false",
+			t->flags & KVSHM_TENANT_NO_INSERT ? "true" : "false",
+			(unsigned long long)t->share, (unsigned long long)t->held,
+			(unsigned long long)t->pinned, (unsigned long long)t->pages,
+			(unsigned long long)t->clients, (unsigned long long)t->lookups,
+			(unsigned long long)t->hit_blocks, (unsigned long long)t->miss_blocks,
+			(unsigned long long)t->lookup_tokens, (unsigned long long)t->hit_tokens,
+			(unsigned long long)t->published, (unsigned long long)t->refused,
+			(unsigned long long)t->no_insert_refused, (unsigned long long)t->dropped);
+		json_num(f, ratio(t->hit_blocks, t->hit_blocks + t->miss_blocks), 6);
+		fputs(",\"tokens\":", f);
+		json_num(f, ratio(t->hit_tokens, t->lookup_tokens), 6);
+		fputs("}}", f);
+	}
+	fputc(']', f);
+}
+
+static double pin_left_s(const struct kvshm_pinned *p)
+{
+	struct timespec ts;
+	double now;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	now = (double)p->expires_ns / 1e9 - now;
+	return now > 0 ? now : 0;
+}
+
+static void json_pinned(FILE *f, const struct kvshm_snap *s)
+{
+	uint32_t i;
+
+	fputc('[', f);
+	for (i = 0; i < s->n_pinned; i++) {
+		const struct kvshm_pinned *p = &s->pinned[i];
+
+		fprintf(f, "%s{\"id\":%u,\"namespace\":", i ? "," : "", p->id);
+		json_str(f, kvshm_snap_model(s, p->ns_id));
+		fputs(",\"tenant\":", f);
+		json_str(f, kvshm_snap_tenant(s, p->tenant));
+		fprintf(f, ",\"blocks\":%u,\"resident\":%u,\"expires_seconds\":%.3f,"
+			"\"ttl_left_seconds\":%.3f,\"since_seconds\":%.3f,\"pid\":%d,\"uid\":%u,"
+			"\"first_key\":\"%016llx%016llx\",\"label\":",
+			p->blocks, p->resident, (double)p->expires_ns / 1e9, pin_left_s(p),
+			(double)p->since_ns / 1e9, p->pid, p->uid, (unsigned long long)p->first.hi,
+			(unsigned long long)p->first.lo);
+		json_str(f, p->label);
+		fputc('}', f);
+	}
+	fputc(']', f);
+}
+
 static void print_json(FILE *f, const struct kvobs *o, const struct kvshm_snap *s,
 		       const struct interval *iv)
 {
@@ -476,7 +587,13 @@ static void print_json(FILE *f, const struct kvobs *o, const struct kvshm_snap *
 		json_str(f, kvshm_snap_model(s, e->ns_id));
 		fputc('}', f);
 	}
-	fputs("],\"spill\":", f);
+	fputs("],\"tenants\":", f);
+	json_tenants(f, s);
+	fputs(",\"pinned\":", f);
+	json_pinned(f, s);
+	fputs(",\"settings\":", f);
+	json_settings(f, s);
+	fputs(",\"spill\":", f);
 	if (spill_configured(s)) {
 		/* "pages" is "slots_used" by the name earlier kvstat 1 output used. */
 		fprintf(f, "{\"enabled\":%s,\"path\":\"%s\",\"slots\":%llu,\"slots_used\":%llu,"
@@ -675,6 +792,66 @@ static void print_namespaces(FILE *f, const struct kvshm_snap *s)
 }
 
 /*
+ * TENANTS: per salt, by the operator's name: its share of the pool and
+ * what it holds of it (pinned or writing, and by pinned prefixes), its
+ * ready pages, clients, lookups, hit ratios, publishes, refusals (shares,
+ * no-insert) and drops.
+ */
+static void print_tenants(FILE *f, const struct kvshm_snap *s)
+{
+	char p1[16], p2[16], p3[16], name[KVSHM_TENANT_NAME];
+	uint32_t i, n = 0;
+
+	for (i = 0; i < s->n_tenants; i++)
+		n += kvshm_snap_tenant_used(s, i) != 0;
+	fprintf(f, "\nTENANTS (%u)\n", n);
+	if (!n)
+		return;
+	fprintf(f, "%-20s %6s %8s %8s %8s %7s %10s %7s %7s %10s %8s %8s %8s\n", "TENANT", "SHARE",
+		"HELD", "PINNED", "PAGES", "CLIENTS", "LOOKUPS", "HIT%", "TOK%", "PUBLISHED",
+		"REFUSED", "NOINSERT", "DROPPED");
+	for (i = 0; i < s->n_tenants; i++) {
+		const struct kvshm_tenant *t = &s->tenants[i];
+
+		if (!kvshm_snap_tenant_used(s, i))
+			continue;
+		snprintf(p1, sizeof(p1), "%llu%%", (unsigned long long)t->share);
+		fprintf(f, "%-20s %6s %8llu %8llu %8llu %7llu %10llu %7s %7s %10llu %8llu %8llu %8llu%s\n",
+			safe(name, sizeof(name), t->name), p1, (unsigned long long)t->held,
+			(unsigned long long)t->pinned, (unsigned long long)t->pages,
+			(unsigned long long)t->clients, (unsigned long long)t->lookups,
+			fmt_pct(p2, sizeof(p2), ratio(t->hit_blocks, t->hit_blocks + t->miss_blocks)),
+			fmt_pct(p3, sizeof(p3), ratio(t->hit_tokens, t->lookup_tokens)),
+			(unsigned long long)t->published, (unsigned long long)t->refused,
+			(unsigned long long)t->no_insert_refused, (unsigned long long)t->dropped,
+			t->flags & KVSHM_TENANT_NO_INSERT ? "  no-insert" : "");
+	}
+}
+
+/* PINNED: the prefixes kept resident, how much of each is, and for how
+ * long still. */
+static void print_pinned(FILE *f, const struct kvshm_snap *s)
+{
+	char t[64], name[KVSHM_NS_NAME], tn[KVSHM_TENANT_NAME], label[24];
+	uint32_t i;
+
+	fprintf(f, "\nPINNED (%u; kvstat --unpin ID ends one)\n", s->n_pinned);
+	if (!s->n_pinned)
+		return;
+	fprintf(f, "%6s  %-20s %-16s %8s %9s %12s %8s  %s\n", "ID", "NAMESPACE", "TENANT",
+		"BLOCKS", "RESIDENT", "TTL LEFT", "PID", "LABEL");
+	for (i = 0; i < s->n_pinned; i++) {
+		const struct kvshm_pinned *p = &s->pinned[i];
+
+		fprintf(f, "%6u  %-20s %-16s %8u %9u %12s %8d  %s\n", p->id,
+			safe(name, sizeof(name), kvshm_snap_model(s, p->ns_id)),
+			safe(tn, sizeof(tn), kvshm_snap_tenant(s, p->tenant)), p->blocks,
+			p->resident, fmt_uptime(t, sizeof(t), pin_left_s(p)), p->pid,
+			safe(label, sizeof(label), p->label));
+	}
+}
+
+/*
  * MEMORY: what the kernel made the host pool and the segment of, as the
  * daemon read it back once they were faulted in, and what faulting the
  * pool in cost at start.
@@ -731,6 +908,15 @@ static void print_text(FILE *f, const struct kvshm_snap *s, const struct interva
 		(unsigned long long)V(s, clients_attached), (unsigned long long)V(s, clients_total),
 		(unsigned long long)V(s, clients_refused), (unsigned long long)V(s, clients_dropped),
 		(unsigned long long)V(s, pins));
+	fprintf(f, "settings watermarks %llu%%..%llu%%, eviction %s, shares: process %llu%%, tenant %llu%%, namespace %llu%%; log %s",
+		(unsigned long long)V(s, cfg_low_watermark),
+		(unsigned long long)V(s, cfg_high_watermark), eviction_name(V(s, cfg_eviction)),
+		(unsigned long long)V(s, cfg_max_share), (unsigned long long)V(s, cfg_tenant_share),
+		(unsigned long long)V(s, cfg_namespace_share), log_name(V(s, cfg_log_level)));
+	if (V(s, reloads) || V(s, reload_errors))
+		fprintf(f, "; %llu reloads (%llu refused)", (unsigned long long)V(s, reloads),
+			(unsigned long long)V(s, reload_errors));
+	fputc('\n', f);
 	if (V(s, clients_timed_out) || V(s, fds_passed) || V(s, pool_holes) || V(s, share_refused))
 		fprintf(f, "guards   %llu idle connections timed out, %llu passed fds closed, %llu punched pages dropped, %llu allocs over max-share\n",
 			(unsigned long long)V(s, clients_timed_out),
@@ -844,6 +1030,9 @@ static void print_text(FILE *f, const struct kvshm_snap *s, const struct interva
 		wn = b > wn ? b : wn;
 	}
 	print_namespaces(f, s);
+	print_tenants(f, s);
+	if (s->n_pinned)
+		print_pinned(f, s);
 	fprintf(f, "\nCLIENTS (%u)\n", s->n_clients);
 	if (s->n_clients)
 		fprintf(f, "%8s  %-*s  %-*s %10s %10s %10s %7s %7s %10s\n", "PID", wc, "COMM", wn,
@@ -934,22 +1123,185 @@ static int reset(void)
 	return 0;
 }
 
+/*
+ * A prompt's token ids from a file: decimal numbers separated by white
+ * space or commas (an engine's tokenizer prints them: `print(*ids)`).
+ * Returns the count, or -1 after a message naming the file and the word.
+ */
+static long read_tokens(const char *path, uint32_t **out)
+{
+	FILE *f = fopen(path, "r");
+	size_t n = 0, cap = 0;
+	uint32_t *t = NULL;
+	char word[32];
+	int c, len = 0;
+
+	if (!f) {
+		fprintf(stderr, "kvstat: --pin %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	for (;;) {
+		c = fgetc(f);
+		if (c != EOF && c != ',' && !isspace(c)) {
+			if (len == (int)sizeof(word) - 1 || !isdigit(c)) {
+				word[len] = 0;
+				fprintf(stderr, "kvstat: --pin %s: '%s%c...' is not a token id (the file holds decimal token ids, separated by spaces or commas)\n",
+					path, word, c);
+				goto fail;
+			}
+			word[len++] = (char)c;
+			continue;
+		}
+		if (len) {
+			unsigned long long v;
+
+			word[len] = 0;
+			len = 0;
+			v = strtoull(word, NULL, 10);
+			if (v > UINT32_MAX) {
+				fprintf(stderr, "kvstat: --pin %s: token id %s is over 2^32-1\n", path, word);
+				goto fail;
+			}
+			if (n == cap) {
+				uint32_t *nt = realloc(t, (cap = cap ? cap * 2 : 1024) * sizeof(*t));
+
+				if (!nt) {
+					fprintf(stderr, "kvstat: out of memory\n");
+					goto fail;
+				}
+				t = nt;
+			}
+			t[n++] = (uint32_t)v;
+			if (n > KVC_MAX_TOKENS) {
+				fprintf(stderr, "kvstat: --pin %s: more than %u tokens\n", path,
+					KVC_MAX_TOKENS);
+				goto fail;
+			}
+		}
+		if (c == EOF)
+			break;
+	}
+	if (ferror(f)) {
+		fprintf(stderr, "kvstat: --pin %s: read error\n", path);
+		goto fail;
+	}
+	fclose(f);
+	if (!n) {
+		fprintf(stderr, "kvstat: --pin %s: no token ids in it\n", path);
+		free(t);
+		return -1;
+	}
+	*out = t;
+	return (long)n;
+fail:
+	fclose(f);
+	free(t);
+	return -1;
+}
+
+/* --drop-namespace, --drop-tenant, --pin, --unpin: one ADMIN round trip
+ * (the daemon checks who asks, like --reset). */
+static int admin(void)
+{
+	struct kvproto_admin q;
+	struct kvproto_admin_r r;
+	uint32_t *tokens = NULL;
+	char err[512];
+	long n = 0;
+	int rc;
+
+	memset(&q, 0, sizeof(q));
+	q.version = KVPROTO_VERSION;
+	q.op = (uint32_t)opt.admin;
+	q.ns_row = opt.ns_row >= 0 ? (uint32_t)opt.ns_row : KVPROTO_ADMIN_ANY;
+	if (opt.drop_ns)
+		snprintf(q.model, sizeof(q.model), "%s", opt.drop_ns);
+	else if (opt.model)
+		snprintf(q.model, sizeof(q.model), "%s", opt.model);
+	if (opt.tenant)
+		snprintf(q.tenant, sizeof(q.tenant), "%s", opt.tenant);
+	if (opt.label)
+		snprintf(q.label, sizeof(q.label), "%s", opt.label);
+	q.ttl_s = (uint32_t)opt.ttl;
+	q.pin_id = (uint32_t)opt.unpin;
+	if (opt.admin == KVPROTO_ADMIN_PIN) {
+		n = read_tokens(opt.pin_file, &tokens);
+		if (n < 0)
+			return 1;
+		q.n_tokens = (uint32_t)n;
+	}
+	alarmed = 0;
+	alarm(ATTACH_S * 4);
+	rc = kvobs_admin(opt.socket, &q, tokens, &r, err, sizeof(err));
+	alarm(0);
+	free(tokens);
+	if (rc && alarmed)
+		snprintf(err, sizeof(err), "kvcached did not answer within %d s (stopped or overloaded?)",
+			 ATTACH_S * 4);
+	if (rc) {
+		fprintf(stderr, "kvstat: %s\n", err);
+		return 1;
+	}
+	switch (opt.admin) {
+	case KVPROTO_ADMIN_PIN:
+		printf("kvstat: pin %u: %u of the prompt's %u blocks resident now (the rest as they are cached), for %ld s\n",
+		       r.pin_id, r.resident, r.blocks, opt.ttl);
+		break;
+	case KVPROTO_ADMIN_UNPIN:
+		printf("kvstat: pin %u ended: its pages are evictable again\n", r.pin_id);
+		break;
+	default:
+		printf("kvstat: dropped %u pages and %u spill slots; %u pages pinned or being written stay\n",
+		       r.dropped, r.slots, r.left);
+	}
+	return 0;
+}
+
+/* Attach and take one snapshot; 0, or 1 after saying why. */
+static int snapshot(struct kvobs *o, struct kvshm_snap *s)
+{
+	char err[512];
+	int rc;
+
+	if (attach(o, err, sizeof(err))) {
+		fprintf(stderr, "kvstat: %s\n", err);
+		return 1;
+	}
+	if ((rc = kvshm_snap_take(o->h, s))) {
+		fprintf(stderr, "kvstat: snapshot: %s\n", strerror(-rc));
+		kvobs_detach(o);
+		return 1;
+	}
+	return 0;
+}
+
+/* --pins: the pinned prefixes (shared memory, no permission needed). */
+static int list_pins(void)
+{
+	struct kvshm_snap s;
+	struct kvobs o;
+
+	if (snapshot(&o, &s))
+		return 1;
+	if (opt.json) {
+		json_pinned(stdout, &s);
+		fputc('\n', stdout);
+	} else {
+		print_pinned(stdout, &s);
+	}
+	kvshm_snap_free(&s);
+	kvobs_detach(&o);
+	return fflush(stdout) ? 1 : 0;
+}
+
 static int one_shot(void)
 {
 	struct kvshm_snap s;
 	struct kvobs o;
-	char err[512];
-	int rc;
+	int rc = 0;
 
-	if (attach(&o, err, sizeof(err))) {
-		fprintf(stderr, "kvstat: %s\n", err);
+	if (snapshot(&o, &s))
 		return 1;
-	}
-	if ((rc = kvshm_snap_take(o.h, &s))) {
-		fprintf(stderr, "kvstat: snapshot: %s\n", strerror(-rc));
-		kvobs_detach(&o);
-		return 1;
-	}
 	if (opt.prom) {
 		size_t need = kvshm_prometheus(&s, NULL, 0);
 		char *buf = malloc(need + 1);
@@ -1165,6 +1517,11 @@ static void usage(FILE *f)
 	fprintf(f,
 "usage: kvstat [--socket PATH] [--json | --prometheus] [--watch SECONDS [--count N]]\n"
 "       kvstat [--socket PATH] --reset\n"
+"       kvstat [--socket PATH] --drop-namespace MODEL | --drop-tenant NAME\n"
+"              [--model MODEL | --namespace ROW]\n"
+"       kvstat [--socket PATH] --pin FILE (--model MODEL | --namespace ROW)\n"
+"              [--tenant NAME] --ttl SECONDS [--label TEXT]\n"
+"       kvstat [--socket PATH] --unpin ID | --pins [--json]\n"
 "\n"
 "Shows what kvcached is doing: pool pages by state and tier, hit ratios in\n"
 "blocks and tokens, lookups, publishes, evictions, spills and restores with\n"
@@ -1185,13 +1542,29 @@ static void usage(FILE *f)
 "                     sparkline; Ctrl-C stops\n"
 "  --count N          with --watch: stop after N frames\n"
 "  --reset            zero the daemon's counters (totals, rates, hit ratios,\n"
-"                     per namespace, top prefixes); allowed to root and\n"
-"                     the daemon's own user\n"
+"                     per namespace and tenant, top prefixes); allowed to\n"
+"                     root and the daemon's own user\n"
+"  --drop-namespace MODEL\n"
+"                     drop the cached pages of every namespace of MODEL (or\n"
+"                     of row ROW with --namespace), every tenant's, and the\n"
+"                     prefixes pinned there; pages pinned or being written\n"
+"                     by clients stay; root and the daemon's own user\n"
+"  --drop-tenant NAME drop tenant NAME's cached pages (TENANTS names it), in\n"
+"                     every namespace or one (--model, --namespace)\n"
+"  --pin FILE         keep the prefix of the prompt whose token ids FILE\n"
+"                     holds (decimal, separated by spaces or commas)\n"
+"                     resident for --ttl SECONDS (up to 30 days), in the\n"
+"                     namespace --model or --namespace names, in the key\n"
+"                     space of tenant --tenant (default: the unsalted one);\n"
+"                     counted against that tenant's share; blocks not cached\n"
+"                     yet are kept as they are published\n"
+"  --unpin ID         end pin ID before its time\n"
+"  --pins             list the pinned prefixes (with --json: as JSON)\n"
 "  --help             this text\n"
 "  --version          kvstat's version\n"
 "\n"
 "Exit status: 0 ok, 1 no kvcached, a segment version this kvstat does not\n"
-"read or a refused --reset, 2 bad usage.\n");
+"read, or a refused --reset, drop, pin or unpin, 2 bad usage.\n");
 }
 
 static void __attribute__((noreturn, format(printf, 1, 2))) bad_usage(const char *fmt, ...)
@@ -1206,6 +1579,26 @@ static void __attribute__((noreturn, format(printf, 1, 2))) bad_usage(const char
 	exit(2);
 }
 
+/* One operator request at a time. */
+static void admin_op(int op)
+{
+	if (opt.admin && opt.admin != op)
+		bad_usage("--drop-namespace, --drop-tenant, --pin and --unpin exclude each other");
+	opt.admin = op;
+}
+
+static long whole(const char *s, const char *what, long lo, unsigned long hi)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v < (unsigned long long)lo || v > hi)
+		bad_usage("%s '%s': must be a whole number from %ld to %lu", what, s, lo, hi);
+	return (long)v;
+}
+
 static void parse_args(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -1217,6 +1610,16 @@ static void parse_args(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "reset", no_argument, NULL, 'r' },
+		{ "drop-namespace", required_argument, NULL, 'D' },
+		{ "drop-tenant", required_argument, NULL, 'T' },
+		{ "tenant", required_argument, NULL, 't' },
+		{ "model", required_argument, NULL, 'm' },
+		{ "namespace", required_argument, NULL, 'n' },
+		{ "pin", required_argument, NULL, 'P' },
+		{ "ttl", required_argument, NULL, 'L' },
+		{ "label", required_argument, NULL, 'l' },
+		{ "unpin", required_argument, NULL, 'U' },
+		{ "pins", no_argument, NULL, 'i' },
 		{ NULL, 0, NULL, 0 },
 	};
 	bool watch_set = false;
@@ -1267,6 +1670,48 @@ static void parse_args(int argc, char **argv)
 		case 'r':
 			opt.reset = true;
 			break;
+		case 'D':
+			if (!*optarg || strlen(optarg) >= KVSHM_MODEL_NAME)
+				bad_usage("--drop-namespace '%s': a model name of 1..63 bytes", optarg);
+			opt.drop_ns = optarg;
+			admin_op(KVPROTO_ADMIN_DROP_NS);
+			break;
+		case 'T':
+		case 't':
+			if (!*optarg || strlen(optarg) >= KVSHM_TENANT_NAME)
+				bad_usage("--%s '%s': a tenant name of 1..31 bytes",
+					  ch == 'T' ? "drop-tenant" : "tenant", optarg);
+			opt.tenant = optarg;
+			if (ch == 'T')
+				admin_op(KVPROTO_ADMIN_DROP_TENANT);
+			break;
+		case 'm':
+			if (!*optarg || strlen(optarg) >= KVSHM_MODEL_NAME)
+				bad_usage("--model '%s': a model name of 1..63 bytes", optarg);
+			opt.model = optarg;
+			break;
+		case 'n':
+			opt.ns_row = whole(optarg, "--namespace", 0, 63);
+			break;
+		case 'P':
+			opt.pin_file = optarg;
+			admin_op(KVPROTO_ADMIN_PIN);
+			break;
+		case 'L':
+			opt.ttl = whole(optarg, "--ttl", 1, KVPROTO_PIN_TTL_MAX);
+			break;
+		case 'l':
+			if (strlen(optarg) >= 24)
+				bad_usage("--label '%s': at most 23 bytes", optarg);
+			opt.label = optarg;
+			break;
+		case 'U':
+			opt.unpin = whole(optarg, "--unpin", 1, UINT32_MAX);
+			admin_op(KVPROTO_ADMIN_UNPIN);
+			break;
+		case 'i':
+			opt.pins = true;
+			break;
 		case ':':
 			bad_usage("%s needs a value", argv[optind - 1]);
 		default:
@@ -1283,8 +1728,25 @@ static void parse_args(int argc, char **argv)
 		bad_usage("--prometheus prints one scrape; it takes no --watch");
 	if (opt.count && !watch_set)
 		bad_usage("--count needs --watch");
-	if (opt.reset && (watch_set || opt.json || opt.prom))
+	if (opt.reset && (watch_set || opt.json || opt.prom || opt.admin || opt.pins))
 		bad_usage("--reset only resets (with --socket): run kvstat again to watch");
+	if (opt.admin && (watch_set || opt.json || opt.prom || opt.pins))
+		bad_usage("--drop-namespace, --drop-tenant, --pin and --unpin only do that (with --socket)");
+	if (opt.pins && (watch_set || opt.prom))
+		bad_usage("--pins lists once, as text or --json");
+	if (opt.admin == KVPROTO_ADMIN_PIN && (opt.ns_row < 0) == !opt.model)
+		bad_usage("--pin needs the namespace: --model MODEL or --namespace ROW (one of them)");
+	if (opt.admin == KVPROTO_ADMIN_PIN && !opt.ttl)
+		bad_usage("--pin needs --ttl SECONDS");
+	if ((opt.ttl || opt.label) && opt.admin != KVPROTO_ADMIN_PIN)
+		bad_usage("--ttl and --label go with --pin");
+	if (opt.tenant && opt.admin != KVPROTO_ADMIN_PIN && opt.admin != KVPROTO_ADMIN_DROP_TENANT)
+		bad_usage("--tenant goes with --pin (--drop-tenant names its own)");
+	if ((opt.model || opt.ns_row >= 0) && opt.admin != KVPROTO_ADMIN_PIN &&
+	    opt.admin != KVPROTO_ADMIN_DROP_TENANT && opt.admin != KVPROTO_ADMIN_DROP_NS)
+		bad_usage("--model and --namespace go with --pin, --drop-tenant or --drop-namespace");
+	if (opt.admin == KVPROTO_ADMIN_DROP_NS && opt.model)
+		bad_usage("--drop-namespace names the model itself (or --namespace ROW)");
 }
 
 int main(int argc, char **argv)
@@ -1299,6 +1761,10 @@ int main(int argc, char **argv)
 	sigaction(SIGALRM, &sa, NULL);
 	if (opt.reset)
 		return reset();
+	if (opt.admin)
+		return admin();
+	if (opt.pins)
+		return list_pins();
 	if (!opt.watch)
 		return one_shot();
 	sa.sa_handler = on_stop;

@@ -20,6 +20,7 @@
 #include "cache.h"
 #include "evict.h"
 #include "flight.h"
+#include "quota.h"
 #include "reply.h"
 #include "../util/log.h"
 #include "../tier/tier.h"
@@ -57,9 +58,7 @@ static int check_pages(struct kvd *d, struct kvd_client *c, const uint8_t *rec,
 
 uint32_t kvd_share_pages(const struct kvd *d)
 {
-	uint32_t n = (uint32_t)((uint64_t)d->h->geo.n_pages * d->cfg.max_share / 100);
-
-	return n ? n : 1;
+	return kvd_quota_pages(d, d->cfg.max_share);
 }
 
 /*
@@ -173,6 +172,22 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 	uint32_t n = asked, room, k;
 	int rc;
 
+	if (kvd_quota_no_insert(d, c)) {
+		struct kvshm_tenant *row = c->tenant < KVSHM_TENANTS
+						   ? &kvshm_tenants(d->h)[c->tenant] : NULL;
+
+		kvd_stat_add(&kvshm_stats(d->h)->no_insert_refused, 1);
+		if (row)
+			kvd_stat_add(&row->no_insert_refused, 1);
+		if (c->no_insert)
+			kvd_reply_error(d, c, seq, -EROFS, false,
+					"this client said no-insert (KVC_OPEN_NO_INSERT) at HELLO: it reads the cache and never publishes");
+		else
+			kvd_reply_error(d, c, seq, -EROFS, false,
+					"tenant %s is no-insert in kvcached's config: its clients read the cache and never publish",
+					row ? row->name : "?");
+		return c->used && !c->lingering ? 0 : -1;
+	}
 	/* Each WRITING page needs one of the client's pin slots. */
 	room = c->nslots > c->writing ? c->nslots - c->writing : 0;
 	if (n > room) {
@@ -180,15 +195,20 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 		cnt.pad = KVPROTO_SHORT_SLOTS;
 	}
 	/* And the process's share of the pool, so no process starves the
-	 * others of pages. */
+	 * others of pages (the client may ask for less than max-share). */
 	if (n) {
-		uint32_t share = kvd_share_pages(d), held = process_holds(d, c, share, n);
+		uint32_t pct = c->own_share && c->own_share < d->cfg.max_share ? c->own_share
+									    : d->cfg.max_share;
+		uint32_t share = kvd_quota_pages(d, pct), held = process_holds(d, c, share, n);
 
 		if (held >= share) {
 			kvd_stat_add(&kvshm_stats(d->h)->share_refused, 1);
+			if (c->tenant < KVSHM_TENANTS)
+				kvd_stat_add(&kvshm_tenants(d->h)[c->tenant].refused, 1);
 			kvd_reply_error(d, c, seq, -EDQUOT, false,
-					"this process holds %u of the pool's %u pages pinned or writing, its max-share of %u%%",
-					held, d->h->geo.n_pages, d->cfg.max_share);
+					"this process holds %u of the pool's %u pages pinned or writing, its max-share of %u%%%s",
+					held, d->h->geo.n_pages, pct,
+					pct < d->cfg.max_share ? " (as its client asked)" : "");
 			return c->used && !c->lingering ? 0 : -1;
 		}
 		if (n > share - held) {
@@ -197,6 +217,18 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 			cnt.pad = share < d->h->geo.n_pages ? KVPROTO_SHORT_SHARE
 							    : KVPROTO_SHORT_POOL;
 		}
+	}
+	/* And its tenant's and namespace's shares. */
+	if (n) {
+		char msg[400];
+		bool cut = false;
+
+		if (kvd_quota_check(d, c, &n, &cut, msg, sizeof(msg))) {
+			kvd_reply_error(d, c, seq, -EDQUOT, false, "%s", msg);
+			return c->used && !c->lingering ? 0 : -1;
+		}
+		if (cut)
+			cnt.pad = KVPROTO_SHORT_SHARE;
 	}
 	/* Its hits so far reach the policy before anything is evicted. */
 	kvd_evict_drain(d, c);
@@ -217,6 +249,7 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 	for (k = 0; k < n; k++) {
 		if (kvshm_page_alloc(d->h, kvd_owner(c), c->ns_id, &out[k].page, &out[k].gen))
 			break;
+		kvshm_page_set_tenant(d->h, out[k].page, c->tenant);
 		if (d->damaged)	/* a hole found earlier was about its old use */
 			d->damaged[out[k].page] = 0;
 		/* Announced only within max-announced: c->writing (pages it
@@ -229,7 +262,7 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 					    cl.parent);
 		}
 	}
-	c->writing += k;
+	kvd_quota_writing(d, c, k);
 	if (k < n)
 		cnt.pad = KVPROTO_SHORT_POOL;
 	if (k < asked)
@@ -306,7 +339,9 @@ static int check_keys(const struct kvd *d, const struct kvd_client *c, const uin
 	for (i = 0; i < n; i++) {
 		memcpy(&pub, rec + i * stride, sizeof(pub));
 		memcpy(tokens, rec + i * stride + sizeof(pub), (size_t)c->bt * 4);
-		k = kvshm_key_block(pub.parent, tokens, c->bt, pub.extra);
+		/* In the client's own key space: a chain that starts at another
+		 * namespace's or salt's root gives a key of ours, never theirs. */
+		k = kvshm_key_block(c->root, pub.parent, tokens, c->bt, pub.extra);
 		if (k.lo != pub.key.lo || k.hi != pub.key.hi) {
 			*bad = i;
 			return -1;
@@ -362,7 +397,7 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, const struct kvproto_
 			d->damaged[pub.page] = 0;
 			kvshm_page_free(d->h, pub.page, pub.gen, kvd_owner(c));
 			res[i].status = -EIO;
-			c->writing--;
+			kvd_quota_writing(d, c, -1);
 			continue;
 		}
 		/* A tier-1 copy of the block gives way to the new page. */
@@ -377,10 +412,12 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, const struct kvproto_
 			kvd_evict_insert(d, pub.page);
 			kvd_tiers_published(d, pub.page);
 		}
-		if (st >= 0)	/* its page or the winner's: pinned now */
+		if (st >= 0) {	/* its page or the winner's: pinned now */
 			c->fresh++;
+			kvd_quota_fresh(d, c, 1);
+		}
 		/* Published, shared or refused: the page is no longer ours. */
-		c->writing--;
+		kvd_quota_writing(d, c, -1);
 		collisions += st == -EEXIST;
 	}
 	kvd_flight_wake(d);
@@ -416,7 +453,7 @@ int kvd_cache_free(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr
 		kvshm_page_free(d->h, pg.page, pg.gen, kvd_owner(c));
 	}
 	kvd_flight_wake(d);	/* their waiters get a miss at once */
-	c->writing -= cnt.n;
+	kvd_quota_writing(d, c, -(int64_t)cnt.n);
 	kvd_stat_add(&kvshm_stats(d->h)->frees, cnt.n);
 	return kvd_reply(d, c, KVPROTO_FREE_R, seq, &cnt, sizeof(cnt), NULL, 0);
 }

@@ -12,6 +12,7 @@
 
 #include "kvd.h"
 #include "census.h"
+#include "quota.h"
 
 uint32_t kvd_ledger_pins(const struct kvd *d, const struct kvd_client *c)
 {
@@ -66,6 +67,7 @@ void kvd_pin_census(struct kvd *d)
 		d->census_pass++;
 		d->census_pass_tick = d->ticks;
 		d->census_pins = d->census_pinned = 0;
+		kvd_quota_census_begin(d);
 	}
 	while (budget && d->census_row < d->cfg.max_clients) {
 		struct kvd_client *c = &d->clients[d->census_row];
@@ -98,6 +100,8 @@ void kvd_pin_census(struct kvd *d)
 			 * counted apart (c->writing), not here. */
 			if (old != tag && st != KVSHM_PAGE_WRITING)
 				c->census_count++;
+			if (st != KVSHM_PAGE_WRITING)	/* its tenant's, its namespace's */
+				kvd_quota_census_page(d, c, p);
 			d->census_stamp[p] = tag;
 		}
 		if (d->census_slot < c->nslots)
@@ -110,6 +114,7 @@ void kvd_pin_census(struct kvd *d)
 		return;
 	d->census_row = 0;
 	d->census_slot = 0;
+	kvd_quota_census_end(d);
 	if (d->census_pins < d->evict_quiet_pins)
 		d->evict_quiet_until = 0;	/* pins were released: evict again */
 	atomic_store_explicit(&kvshm_stats(d->h)->pages_pinned, d->census_pinned,

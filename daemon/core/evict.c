@@ -20,6 +20,7 @@
 #include "../obs/events.h"
 #include "kvd.h"
 #include "evict.h"
+#include "pin.h"
 #include "../util/log.h"
 #include <stdbool.h>
 #include <stdlib.h>
@@ -42,19 +43,36 @@ static void back_off(uint32_t page, void *arg)
 	kvshm_page_evict_back_off(d->h, page);
 }
 
-void kvd_evict_insert(struct kvd *d, uint32_t page)
+/* The page of page's parent block, if the pool holds it READY in the
+ * same namespace; else KVD_POLICY_NONE. */
+static uint32_t pool_parent(void *arg, uint32_t page)
 {
+	const struct kvd *d = arg;
 	const struct kvshm_page *pg = &kvshm_pages(d->h)[page];
 	uint32_t parent = kvshm_index_find(d->h, pg->parent);
 
-	/* The parent, if the pool holds it READY in the same namespace. */
 	if (parent >= d->h->geo.n_pages ||
 	    atomic_load_explicit(&kvshm_pages(d->h)[parent].state, memory_order_relaxed) !=
 		    KVSHM_PAGE_READY ||
 	    kvshm_pages(d->h)[parent].ns_id != pg->ns_id ||
 	    !kvshm_key_eq(kvshm_pages(d->h)[parent].key, pg->parent))
-		parent = KVD_POLICY_NONE;
-	kvd_policy_insert(&d->pol, page, parent, pg->key.lo ^ pg->key.hi ^ pg->ns_id);
+		return KVD_POLICY_NONE;
+	return parent;
+}
+
+void kvd_evict_insert(struct kvd *d, uint32_t page)
+{
+	const struct kvshm_page *pg = &kvshm_pages(d->h)[page];
+
+	kvd_policy_insert(&d->pol, page, pool_parent(d, page), pg->key.lo ^ pg->key.hi ^ pg->ns_id);
+}
+
+int kvd_evict_policy(struct kvd *d, int eviction)
+{
+	int rc = kvd_policy_switch(&d->pol, eviction, pool_parent, d);
+
+	d->evict_quiet_until = 0;	/* a new order: try it at once */
+	return rc;
 }
 
 /*
@@ -145,8 +163,10 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 				continue;
 			}
 			/* A tier still copying it (a remote put) lets it be,
-			 * and so does a restore its client has yet to pin. */
-			if (kvd_tiers_busy(d, p) || spared(d, p) || !kvshm_page_evict_mark(d->h, p)) {
+			 * and so does a restore its client has yet to pin, and a
+			 * pinned prefix (pin.c). */
+			if (kvd_tiers_busy(d, p) || spared(d, p) || (d->pin_held && d->pin_held[p]) ||
+			    !kvshm_page_evict_mark(d->h, p)) {
 				kvd_policy_keep(&d->pol, p);
 				continue;
 			}
@@ -195,23 +215,32 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 	return freed;
 }
 
-uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id)
+static bool page_of(const struct kvshm_page *p, uint32_t ns_id, uint32_t tenant)
+{
+	return (ns_id == UINT32_MAX || __atomic_load_n(&p->ns_id, __ATOMIC_RELAXED) == ns_id) &&
+	       (tenant == UINT32_MAX || __atomic_load_n(&p->tenant, __ATOMIC_RELAXED) == tenant);
+}
+
+uint32_t kvd_evict_where(struct kvd *d, uint32_t ns_id, uint32_t tenant)
 {
 	struct kvshm_page *pages = kvshm_pages(d->h);
 	uint32_t i, left = 0;
 
-	/* No page of it may be under a spill write; its slots go too (the
-	 * row is about to name another model). */
-	kvd_tiers_forget_ns(d, ns_id);
+	/* No page of it may be under a spill write; its slots go too (a row
+	 * about to name another model, or an operator's drop). */
+	if (tenant == UINT32_MAX)
+		kvd_tiers_forget_ns(d, ns_id);
+	else
+		kvd_tiers_forget_tenant(d, ns_id, tenant);
 	for (i = 0; i < d->h->geo.n_pages; i++)
-		if (__atomic_load_n(&pages[i].ns_id, __ATOMIC_RELAXED) == ns_id &&
-		    !kvd_tiers_busy(d, i))
+		if (page_of(&pages[i], ns_id, tenant) && !kvd_tiers_busy(d, i) &&
+		    !(d->pin_held && d->pin_held[i]))
 			kvshm_page_evict_mark(d->h, i);
 	scan_ledgers(d);
 	for (i = 0; i < d->h->geo.n_pages; i++) {
 		uint32_t st = atomic_load_explicit(&pages[i].state, memory_order_relaxed);
 
-		if (__atomic_load_n(&pages[i].ns_id, __ATOMIC_RELAXED) != ns_id)
+		if (!page_of(&pages[i], ns_id, tenant))
 			continue;
 		if (st == KVSHM_PAGE_EVICTING) {
 			kvd_policy_remove(&d->pol, i);
@@ -224,6 +253,11 @@ uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id)
 			left++;
 	}
 	return left;
+}
+
+uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id)
+{
+	return kvd_evict_where(d, ns_id, UINT32_MAX);
 }
 
 void kvd_evict_drain(struct kvd *d, struct kvd_client *c)
@@ -287,6 +321,7 @@ static void on_holes(uint32_t first, uint32_t n, void *arg)
 		d->damaged[p] = 1;
 		if (st == KVSHM_PAGE_WRITING)
 			continue;
+		kvd_pin_page_gone(d, p);	/* a pinned prefix ends before it */
 		kvd_events_page_gone(d, p);
 		if (!kvshm_page_unlist(d->h, p))
 			kvd_stat_add(&kvshm_stats(d->h)->index_entries, -1);

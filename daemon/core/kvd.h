@@ -53,6 +53,13 @@ struct kvd_client {
 	uint32_t ns_id;
 	uint32_t bt;
 	uint32_t writing;	/* pages this client holds WRITING */
+	/* Its key space: the root of its chains, from its namespace and the
+	 * salt its HELLO carried (shm/key.h); every key it publishes is
+	 * recomputed under it (cache.c). */
+	struct kvshm_key root;
+	bool no_insert;		/* HELLO said KVPROTO_HELLO_NO_INSERT */
+	uint32_t own_share;	/* percent it asked to be held to; 0: max-share */
+	uint32_t tenant;	/* row in the tenant table (quota.c) */
 	char comm[16];
 	struct kvd_memfd ledger;
 	struct kvshm_ledger *l;	/* client-writable: bound-check all of it */
@@ -90,6 +97,44 @@ struct kvd_client {
 	bool close_bye;
 	struct kvd_client *close_next;	/* d->closing list */
 	char close_why[400];
+};
+
+/*
+ * What a tenant or a namespace holds of the pool, as its share counts it
+ * (quota.c): writing + pins + fresh + pinned, each kept as it changes, so
+ * an ALLOC's check costs the same whatever the pool or the clients.
+ */
+struct kvd_group {
+	uint64_t writing;	/* WRITING pages of its clients */
+	uint64_t pins;		/* distinct pages of its own its clients pinned,
+				 * as the last census pass found them */
+	uint64_t count;		/* ... found by the pass under way so far */
+	uint64_t fresh;		/* pages its clients published since */
+	uint64_t fresh_at_pass;	/* fresh when the pass under way began */
+	uint64_t pinned;	/* pages its pinned prefixes hold (pin.c) */
+	uint32_t clients;	/* attached (live or lingering) */
+};
+
+/* A prefix kept resident with a time to live (pin.c); row i is the
+ * segment's struct kvshm_pinned i. */
+struct kvd_pin {
+	uint32_t id;		/* 0: free */
+	uint32_t ns_id, tenant;
+	uint32_t n;		/* blocks */
+	uint32_t resident;	/* blocks 0..resident-1 held, pages in page[] */
+	bool flat;		/* engine keys: every parent is the root */
+	struct kvshm_key root;	/* the key space's root: block 0's parent */
+	struct kvshm_key *keys;	/* n */
+	uint32_t *page;		/* n; the first `resident` hold pages */
+	uint64_t expires_ms;	/* kvd_now_ms() */
+};
+
+/* A tenant row's daemon side: the salt (never in the segment). */
+struct kvd_tenant {
+	bool used;
+	int cfg;		/* its line in cfg.tenants, or -1 */
+	uint32_t salt_len;
+	uint8_t salt[KVPROTO_MAX_SALT];
 };
 
 #define KVD_FLIGHT_WAKE 32	/* writers woken one by one per message */
@@ -150,11 +195,29 @@ struct kvd {
 	uint32_t census_row, census_slot;
 	uint64_t census_pins, census_pinned;
 
+	/* Tenants and shares (quota.c): the tenant rows' salts, what each
+	 * tenant and namespace holds, and per page the census pass that last
+	 * counted it for its own tenant (qstamp_t) and namespace (qstamp_n). */
+	struct kvd_tenant tenants[KVSHM_TENANTS];
+	struct kvd_group tgrp[KVSHM_TENANTS];
+	struct kvd_group ngrp[KVD_MAX_NS];
+	uint32_t *qstamp_t, *qstamp_n;
+	/* Pinned prefixes (pin.c) and, per page, how many of them hold it
+	 * (NULL until the first pin): the evictor passes a held page by. */
+	struct kvd_pin pins[KVSHM_PINNED];
+	uint8_t *pin_held;
+	uint32_t pin_next_id;
+
 	/* Clients marked closing, in the order they were (reply.c); the
 	 * event loop drops them (kvd_server_drop_closing). */
 	struct kvd_client *closing, *closing_tail;
 	/* What the tiers may call in the core (restore.c sets it). */
 	const struct kvd_tier_host *tier_host;
+	/* SIGHUP: main.c's reload (reload.c), and the command line it reads
+	 * the settings from again. */
+	void (*reload)(struct kvd *d);
+	int argc;
+	char **argv;
 };
 
 /* epoll tags: fixed sources, then one per client socket and pidfd. */

@@ -13,6 +13,7 @@
 #include "evict.h"
 #include "ns.h"
 #include "nsstat.h"
+#include "pin.h"
 
 /* Everything after `used`, then `used` (release): readers go by `used`. */
 static void ns_write(struct kvshm_ns *t, const struct kvshm_ns *want)
@@ -23,12 +24,15 @@ static void ns_write(struct kvshm_ns *t, const struct kvshm_ns *want)
 	atomic_store_explicit(&t->used, 1, memory_order_release);
 }
 
-/* A namespace row no client (live or lingering) uses, or -1. */
+/* A namespace row no client (live or lingering) uses and no pinned
+ * prefix holds, or -1. */
 static int ns_idle(const struct kvd *d)
 {
 	uint32_t i, k;
 
 	for (i = 0; i < d->h->geo.max_ns; i++) {
+		if (kvd_pin_ns_held(d, i))
+			continue;
 		for (k = 0; k < d->cfg.max_clients; k++)
 			if (kvd_pins_count(&d->clients[k]) && d->clients[k].ns_id == i)
 				break;

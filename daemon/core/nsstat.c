@@ -4,7 +4,9 @@
  * every counter.
  *
  * Per namespace, in the segment's struct kvshm_ns_stats array (row i for
- * namespace row i), written on the main thread only:
+ * namespace row i), and per tenant, in its struct kvshm_tenant row (the
+ * same ledger counters, from its clients), written on the main thread
+ * only:
  *   - what its clients count in their ledgers (lookups, hit and missed
  *     blocks, looked-up and hit tokens, published pages), folded in as
  *     deltas: each client remembers what was already added (ns_seen), so
@@ -34,6 +36,7 @@
 
 #include "../../shm/stats.h"
 #include "kvd.h"
+#include "admin.h"
 #include "nsstat.h"
 #include "reply.h"
 #include "top.h"
@@ -60,28 +63,34 @@ static void ledger_counts(const struct kvshm_ledger *l, uint64_t v[KVD_NS_FOLD])
 	v[5] = n.published;
 }
 
+/* The counters of a namespace entry or a tenant row, in ns_seen[] order. */
+#define FOLD_TO(st) { &(st)->lookups, &(st)->hit_blocks, &(st)->miss_blocks, \
+		      &(st)->lookup_tokens, &(st)->hit_tokens, &(st)->published }
+
+/* c's new ledger counts, to its namespace's entry and its tenant's row. */
 static void fold(struct kvd *d, struct kvd_client *c)
 {
-	struct kvshm_ns_stats *st;
-	_Atomic uint64_t *to[KVD_NS_FOLD];
+	struct kvshm_ns_stats *ns = c->ns_id < ns_rows(d) ? &kvshm_ns_stats(d->h)[c->ns_id] : NULL;
+	struct kvshm_tenant *tr = c->tenant < KVSHM_TENANTS ? &kvshm_tenants(d->h)[c->tenant] : NULL;
 	uint64_t v[KVD_NS_FOLD];
 	int k;
 
-	if (c->ns_id >= ns_rows(d))
-		return;
-	st = &kvshm_ns_stats(d->h)[c->ns_id];
-	to[0] = &st->lookups;
-	to[1] = &st->hit_blocks;
-	to[2] = &st->miss_blocks;
-	to[3] = &st->lookup_tokens;
-	to[4] = &st->hit_tokens;
-	to[5] = &st->published;
 	ledger_counts(c->l, v);
 	for (k = 0; k < KVD_NS_FOLD; k++) {
 		/* A counter that went back was rewound by its client: start
 		 * again from there, adding nothing. */
-		if (v[k] > c->ns_seen[k])
-			kvd_stat_add(to[k], (int64_t)(v[k] - c->ns_seen[k]));
+		if (v[k] > c->ns_seen[k]) {
+			if (ns) {
+				_Atomic uint64_t *to[KVD_NS_FOLD] = FOLD_TO(ns);
+
+				kvd_stat_add(to[k], (int64_t)(v[k] - c->ns_seen[k]));
+			}
+			if (tr) {
+				_Atomic uint64_t *to[KVD_NS_FOLD] = FOLD_TO(tr);
+
+				kvd_stat_add(to[k], (int64_t)(v[k] - c->ns_seen[k]));
+			}
+		}
 		c->ns_seen[k] = v[k];
 	}
 }
@@ -173,6 +182,15 @@ void kvd_stats_reset(struct kvd *d)
 		atomic_store_explicit(&st[i].hit_tokens, 0, RELAXED);
 		atomic_store_explicit(&st[i].published, 0, RELAXED);
 		atomic_store_explicit(&st[i].dropped, 0, RELAXED);
+		atomic_store_explicit(&st[i].refused, 0, RELAXED);
+	}
+	/* Per tenant: the counters (from lookups to dropped), not the gauges. */
+	for (i = 0; i < KVSHM_TENANTS; i++) {
+		struct kvshm_tenant *tr = &kvshm_tenants(d->h)[i];
+		_Atomic uint64_t *c0 = &tr->lookups;
+
+		for (k = 0; &c0[k] <= &tr->dropped; k++)
+			atomic_store_explicit(&c0[k], 0, RELAXED);
 	}
 	/* Hit records the clients wrote before now belong to the counts
 	 * being zeroed: take them in, then empty the sketch. */
@@ -194,8 +212,6 @@ int kvd_nsstat_reset_req(struct kvd *d, struct kvd_client *c, const struct kvpro
 	const uint32_t seq = hdr->seq;
 	struct kvproto_reset_r r = { KVPROTO_VERSION, 0 };
 	struct kvproto_reset q;
-	uid_t me = geteuid();
-
 	memcpy(&q, p, sizeof(q));
 	c->refused = true;	/* an observer: never counted as dropped */
 	if (q.version != KVPROTO_VERSION) {
@@ -204,13 +220,8 @@ int kvd_nsstat_reset_req(struct kvd *d, struct kvd_client *c, const struct kvpro
 		return -1;
 	}
 	/* The uid is the peer's SO_PEERCRED, taken at accept. */
-	if (c->uid != 0 && c->uid != me) {
-		kvd_stat_add(&kvshm_stats(d->h)->clients_refused, 1);
-		kvd_reply_error(d, c, seq, -EPERM, true,
-				"resetting the statistics is allowed to root and to kvcached's own user (uid %u); uid %u is neither",
-				(unsigned)me, (unsigned)c->uid);
+	if (!kvd_admin_allowed(d, c, seq, "resetting the statistics"))
 		return -1;
-	}
 	kvd_stats_reset(d);
 	kvd_info("statistics reset by pid %d (uid %u)", (int)c->pid, (unsigned)c->uid);
 	if (!kvd_reply(d, c, KVPROTO_RESET_R, seq, &r, sizeof(r), NULL, 0))

@@ -21,12 +21,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "../../shm/key.h"
 #include "../util/closer.h"
 #include "kvd.h"
 #include "cache.h"
 #include "flight.h"
 #include "ns.h"
 #include "nsstat.h"
+#include "quota.h"
 #include "registry.h"
 #include "reply.h"
 #include "census.h"
@@ -180,6 +182,20 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, const struct kvproto
 	c->nslots = nslots;
 	c->ns_id = (uint32_t)nsid;
 	c->bt = hi->block_tokens;
+	c->root = kvshm_key_root(ns.id, hi->salt, hi->salt_len);
+	c->no_insert = hi->flags & KVPROTO_HELLO_NO_INSERT;
+	c->own_share = hi->max_share;
+	{
+		int t = kvd_quota_tenant_salt(d, hi->salt, hi->salt_len);
+
+		if (t < 0) {
+			kvd_memfd_close(&c->ledger);
+			c->l = NULL;
+			return refuse_hello(d, c, seq, -ETOOMANYREFS,
+					    "tenant table full: 64 tenants (salts) have clients attached or prefixes pinned");
+		}
+		c->tenant = (uint32_t)t;
+	}
 	memcpy(c->comm, hi->name, sizeof(c->comm));
 	c->comm[sizeof(c->comm) - 1] = 0;
 	if (!c->comm[0])
@@ -213,6 +229,7 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, const struct kvproto
 	close(c->ledger.fd);
 	c->ledger.fd = -1;
 	c->hello = true;
+	kvd_quota_attach(d, c);	/* into its tenant's and namespace's accounts */
 
 	row = &kvshm_clients(d->h)[c->id];
 	row->uid = c->uid;
@@ -221,8 +238,10 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, const struct kvproto
 	atomic_store_explicit(&row->pid, c->pid, memory_order_release);
 	kvd_stat_add(&kvshm_stats(d->h)->clients_attached, 1);
 	kvd_stat_add(&kvshm_stats(d->h)->clients_total, 1);
-	kvd_info("client %u attached: pid %d (%s) uid %u, namespace %u, %u pin slots",
-		 c->id, (int)c->pid, c->comm, c->uid, c->ns_id, nslots);
+	kvd_info("client %u attached: pid %d (%s) uid %u, namespace %u, tenant %s, %u pin slots%s",
+		 c->id, (int)c->pid, c->comm, c->uid, c->ns_id,
+		 kvshm_tenants(d->h)[c->tenant].name, nslots,
+		 kvd_quota_no_insert(d, c) ? ", no-insert" : "");
 	hello_page_waste(d, c, &ns);
 	return 0;
 }
@@ -281,6 +300,9 @@ static void retire_counters(struct kvd *d, struct kvd_client *c)
 static void release(struct kvd *d, struct kvd_client *c, const char *why)
 {
 	uint32_t reclaimed = kvd_cache_reclaim(d, c);
+
+	if (c->hello)
+		kvd_quota_detach(d, c);
 
 	if (c->hello)
 		kvd_info("client %u detached: pid %d (%s), %s; %u writing pages reclaimed",

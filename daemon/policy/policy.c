@@ -246,3 +246,44 @@ void kvd_policy_remove(struct kvd_policy *p, uint32_t id)
 	nd->parked = 0;
 	p->held--;
 }
+
+int kvd_policy_switch(struct kvd_policy *p, int e, uint32_t (*parent)(void *arg, uint32_t id),
+		      void *arg)
+{
+	struct kvd_policy np;
+	uint32_t *stack, i, k, id, up;
+	uint8_t *seen;
+
+	if (kvd_policy_open(&np, e, p->n))
+		return -ENOMEM;
+	stack = malloc((p->n ? p->n : 1) * sizeof(*stack));
+	seen = calloc(p->n ? p->n : 1, 1);
+	if (!stack || !seen) {
+		free(stack);
+		free(seen);
+		kvd_policy_close(&np);
+		return -ENOMEM;
+	}
+	/* Every held id, each after its held parent (the caller's say, so a
+	 * policy that kept no tree gives one to a policy that needs it):
+	 * climb to the first ancestor already in, then insert down. Each id
+	 * is climbed over once. */
+	for (i = 0; i < p->n; i++) {
+		for (k = 0, id = i; id < p->n && p->node[id].held && !seen[id]; id = up) {
+			seen[id] = 1;
+			stack[k++] = id;
+			up = parent(arg, id);
+		}
+		while (k--) {
+			id = stack[k];
+			up = parent(arg, id);
+			kvd_policy_insert(&np, id, up < np.n && np.node[up].held ? up : KVD_POLICY_NONE,
+					  p->node[id].fp);
+		}
+	}
+	free(stack);
+	free(seen);
+	kvd_policy_close(p);
+	*p = np;
+	return 0;
+}

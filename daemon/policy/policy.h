@@ -147,6 +147,16 @@ void kvd_policy_remove(struct kvd_policy *p, uint32_t id);
 /* Is id holding a block? */
 bool kvd_policy_held(const struct kvd_policy *p, uint32_t id);
 
+/*
+ * Replace p by a policy of kind e (a reload changed `eviction`) holding
+ * the same ids, each under the id parent(arg, id) names when that is held
+ * (KVD_POLICY_NONE: none). What the old policy knew of recency and
+ * frequency is lost: the ids enter in id order, as if new. One pass over
+ * the ids. 0, or -ENOMEM (p unchanged).
+ */
+int kvd_policy_switch(struct kvd_policy *p, int e, uint32_t (*parent)(void *arg, uint32_t id),
+		      void *arg);
+
 /* List helpers for the policy files (sentinel s is an id >= n). */
 static inline void kvd_plist_init(struct kvd_plink *l, uint32_t s)
 {

@@ -29,6 +29,9 @@
 
 #include "../util/closer.h"
 #include "../obs/events.h"
+#include "../core/admin.h"
+#include "../core/pin.h"
+#include "../core/quota.h"
 #include "../core/kvd.h"
 #include "../core/cache.h"
 #include "../core/drop.h"
@@ -587,7 +590,9 @@ static void handle_signal(struct kvd *d)
 
 	while (read(d->sigfd, &si, sizeof(si)) == sizeof(si)) {
 		if (si.ssi_signo == SIGHUP) {
-			kvd_info("SIGHUP: configuration is read at start only; restart to apply changes");
+			kvd_info("SIGHUP: reloading the settings");
+			if (d->reload)
+				d->reload(d);
 			continue;
 		}
 		kvd_info("%s received: shutting down", strsignal((int)si.ssi_signo));
@@ -632,6 +637,8 @@ static void tick(struct kvd *d)
 	kvd_tiers_tick(d);
 	kvd_registry_tick(d);
 	kvd_nsstat_tick(d);
+	kvd_pin_tick(d);
+	kvd_quota_tick(d);
 	kvd_events_tick(d);
 	watchdog(d);
 	ns = mono_ns() - t0;

@@ -917,6 +917,8 @@ static int remote_fetch(struct kvd *d, struct kvd_client *c, struct kvd_fetch *f
 			kvd_stat_add(&st->remote_misses, 1);
 			continue;
 		}
+		/* The client's key space, so its tenant's. */
+		kvshm_page_set_tenant(d->h, it->page, c->tenant);
 		/* A page for the daemon, not handed to a client. */
 		kvd_stat_add(&st->allocs, -1);
 		*it->status = -ETIMEDOUT;	/* until it is settled */
@@ -1020,6 +1022,11 @@ static void remote_close(struct kvd *d)
 
 	if (!r)
 		return;
+	/* No lookup offers tier 2 from now on (a reload may close the tier
+	 * while the daemon goes on). */
+	atomic_store_explicit(&st_of(d)->remote_servers_up, 0, memory_order_relaxed);
+	atomic_store_explicit(&st_of(d)->remote_servers, 0, memory_order_relaxed);
+	atomic_store_explicit(&st_of(d)->remote_write_mode, KVSHM_REMOTE_OFF, memory_order_relaxed);
 	pthread_mutex_lock(&r->lock);
 	r->stop = true;
 	pthread_cond_broadcast(&r->wake);

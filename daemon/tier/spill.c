@@ -143,9 +143,33 @@ int64_t kvd_spill_slots(const struct kvd_config *cfg)
 
 /* ------------------------------------------------------------ slot table */
 
+/* The slot of `parent`'s block when the tier holds it, else
+ * KVD_POLICY_NONE. */
+static uint32_t parent_slot(const struct kvd *d, const struct kvshm_key *parent)
+{
+	uint32_t loc = kvshm_index_find(d->h, *parent), ps = loc & ~KVSHM_LOC_SLOT;
+
+	if (!kvshm_loc_is_slot(loc) || ps >= d->spill->n ||
+	    d->spill->s[ps].state == KVSHM_SLOT_FREE)
+		return KVD_POLICY_NONE;
+	return ps;
+}
+
+static uint32_t slot_parent(void *arg, uint32_t slot)
+{
+	const struct kvd *d = arg;
+
+	return parent_slot(d, &kvshm_slots(d->h)[slot].parent);
+}
+
+int kvd_spill_policy(struct kvd *d, int eviction)
+{
+	return d->spill ? kvd_policy_switch(&d->spill->pol, eviction, slot_parent, d) : 0;
+}
+
 static void shared_set(struct kvd *d, uint32_t slot, uint32_t state,
 		       const struct kvshm_key *key, const struct kvshm_key *parent,
-		       uint32_t ns_id)
+		       uint32_t ns_id, uint32_t tenant)
 {
 	struct kvshm_slot *e = &kvshm_slots(d->h)[slot];
 
@@ -156,6 +180,7 @@ static void shared_set(struct kvd *d, uint32_t slot, uint32_t state,
 				      memory_order_release);
 		atomic_thread_fence(memory_order_release);
 		__atomic_store_n(&e->ns_id, ns_id, __ATOMIC_RELAXED);
+		__atomic_store_n(&e->tenant, tenant, __ATOMIC_RELAXED);
 		kvshm_store_key(&e->key, *key);
 		kvshm_store_key(&e->parent, *parent);
 	}
@@ -164,12 +189,8 @@ static void shared_set(struct kvd *d, uint32_t slot, uint32_t state,
 	if (key) {
 		/* A new block in the tier: under its parent's slot, if the
 		 * tier holds that. */
-		uint32_t loc = kvshm_index_find(d->h, *parent), ps = loc & ~KVSHM_LOC_SLOT;
-
-		if (!kvshm_loc_is_slot(loc) || ps >= d->spill->n ||
-		    d->spill->s[ps].state == KVSHM_SLOT_FREE)
-			ps = KVD_POLICY_NONE;
-		kvd_policy_insert(&d->spill->pol, slot, ps, key->lo ^ key->hi ^ ns_id);
+		kvd_policy_insert(&d->spill->pol, slot, parent_slot(d, parent),
+				  key->lo ^ key->hi ^ ns_id);
 	}
 }
 
@@ -391,7 +412,7 @@ static void write_done(struct kvd *d, uint32_t idx)
 		op_put(sp, idx);
 		return;
 	}
-	shared_set(d, o->slot, KVSHM_SLOT_SPILLED, &p->key, &p->parent, p->ns_id);
+	shared_set(d, o->slot, KVSHM_SLOT_SPILLED, &p->key, &p->parent, p->ns_id, p->tenant);
 	if (kvshm_page_evict_to_slot(d->h, o->page, o->slot)) {
 		/* Not indexed any more: nothing to keep. */
 		kvd_events_page_gone(d, o->page);
@@ -453,13 +474,13 @@ static void read_done(struct kvd *d, uint32_t idx)
 			kvd_warn("spill: slot %u: read failed: %s; served as a miss", o->slot,
 				 strerror(-rc));
 			kvd_stat_add(&st_of(d)->spill_errors, 1);
-			shared_set(d, o->slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0);
+			shared_set(d, o->slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0, 0);
 		}
 		*o->status = rc == -EBADMSG ? -EBADMSG : -EIO;
 	} else {
 		struct sslot *s = &sp->s[o->slot];
 
-		shared_set(d, o->slot, KVSHM_SLOT_BACKING, NULL, NULL, 0);
+		shared_set(d, o->slot, KVSHM_SLOT_BACKING, NULL, NULL, 0, 0);
 		s->page = o->page;
 		s->pgen = o->gen;
 		kvd_policy_touch(&sp->pol, o->slot);
@@ -518,7 +539,7 @@ bool kvd_spill_page(struct kvd *d, uint32_t page)
 		if (sp->s[slot].state == KVSHM_SLOT_BACKING && sp->s[slot].page == page &&
 		    backing_live(d, slot)) {
 			/* A clean copy is on disk: no write. */
-			shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0);
+			shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0, 0);
 			if (!kvshm_page_evict_to_slot(d->h, page, slot)) {
 				kvd_events_spilled(d, page, slot);
 				kvd_stat_add(&st_of(d)->pages_spilled, 1);
@@ -555,10 +576,10 @@ bool kvd_spill_page(struct kvd *d, uint32_t page)
 	sp->s[slot].seq = sp->seq;
 	sp->s[slot].page = page;
 	sp->s[slot].tok = tok_hash(sp, kvshm_tokens(d->h, page), d->h->geo.block_tokens);
-	shared_set(d, slot, KVSHM_SLOT_BUSY, NULL, NULL, 0);
+	shared_set(d, slot, KVSHM_SLOT_BUSY, NULL, NULL, 0, 0);
 	if (op_queue(d, idx, true)) {
 		/* Cannot happen: op_get saw room for both parts. */
-		shared_set(d, slot, KVSHM_SLOT_FREE, NULL, NULL, 0);
+		shared_set(d, slot, KVSHM_SLOT_FREE, NULL, NULL, 0, 0);
 		slot_free(d, slot);
 		op_put(sp, idx);
 		return false;
@@ -658,7 +679,8 @@ void kvd_spill_unindex(struct kvd *d, struct kvshm_key key, struct kvshm_key par
 	}
 }
 
-void kvd_spill_forget_ns(struct kvd *d, uint32_t ns_id)
+/* Drop the slots of namespace ns_id and tenant (UINT32_MAX: any). */
+static void forget_where(struct kvd *d, uint32_t ns_id, uint32_t tenant)
 {
 	struct kvd_spill *sp = d->spill;
 	uint32_t i;
@@ -667,7 +689,8 @@ void kvd_spill_forget_ns(struct kvd *d, uint32_t ns_id)
 		return;
 	kvd_spill_drain(d);
 	for (i = 0; i < sp->n; i++) {
-		if (kvshm_slots(d->h)[i].ns_id != ns_id)
+		if ((ns_id != UINT32_MAX && kvshm_slots(d->h)[i].ns_id != ns_id) ||
+		    (tenant != UINT32_MAX && kvshm_slots(d->h)[i].tenant != tenant))
 			continue;
 		if (sp->s[i].state == KVSHM_SLOT_SPILLED) {
 			kvd_events_slot_gone(d, i);
@@ -675,6 +698,16 @@ void kvd_spill_forget_ns(struct kvd *d, uint32_t ns_id)
 		} else if (sp->s[i].state == KVSHM_SLOT_BACKING)
 			backing_drop(d, i);
 	}
+}
+
+void kvd_spill_forget_ns(struct kvd *d, uint32_t ns_id)
+{
+	forget_where(d, ns_id, UINT32_MAX);
+}
+
+static void spill_forget_tenant(struct kvd *d, uint32_t ns_id, uint32_t tenant)
+{
+	forget_where(d, ns_id, tenant);
 }
 
 /* ------------------------------------------------------------ restore */
@@ -701,7 +734,7 @@ int kvd_spill_claim(struct kvd *d, uint32_t ns_id, uint32_t loc, bool full,
 		kvd_stat_add(&st_of(d)->restore_misses, 1);
 		return -ENOSPC;
 	}
-	shared_set(d, slot, KVSHM_SLOT_BUSY, NULL, NULL, 0);
+	shared_set(d, slot, KVSHM_SLOT_BUSY, NULL, NULL, 0, 0);
 	f->ref = slot;
 	return 1;
 }
@@ -722,7 +755,7 @@ int kvd_spill_fetch(struct kvd *d, struct kvd_client *c, struct kvd_fetch *f, ui
 
 		o = op_get(d, &idx);
 		if (!o) {
-			shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0);
+			shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0, 0);
 			*f[i].status = -EIO;
 			kvd_stat_add(&st_of(d)->restore_misses, 1);
 			continue;
@@ -730,12 +763,14 @@ int kvd_spill_fetch(struct kvd *d, struct kvd_client *c, struct kvd_fetch *f, ui
 		if (kvshm_page_alloc(d->h, OWNER_SPILL, kvshm_slots(d->h)[slot].ns_id,
 				     &o->page, &o->gen)) {
 			op_put(sp, idx);
-			shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0);
+			shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0, 0);
 			*f[i].status = -ENOSPC;
 			kvd_stat_add(&st_of(d)->restore_misses, 1);
 			continue;
 		}
-		/* A page for the daemon, not handed to a client. */
+		/* A page for the daemon, not handed to a client; its block
+		 * stays in its tenant's key space. */
+		kvshm_page_set_tenant(d->h, o->page, kvshm_slots(d->h)[slot].tenant);
 		kvd_stat_add(&st_of(d)->allocs, -1);
 		o->kind = OP_READ;
 		o->slot = slot;
@@ -745,7 +780,7 @@ int kvd_spill_fetch(struct kvd *d, struct kvd_client *c, struct kvd_fetch *f, ui
 			/* Cannot happen: op_get saw room for both parts. */
 			kvshm_page_free(d->h, o->page, o->gen, OWNER_SPILL);
 			op_put(sp, idx);
-			shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0);
+			shared_set(d, slot, KVSHM_SLOT_SPILLED, NULL, NULL, 0, 0);
 			*f[i].status = -EIO;
 			kvd_stat_add(&st_of(d)->restore_misses, 1);
 			continue;
@@ -903,7 +938,9 @@ static void warm_file(struct kvd *d, uint32_t f, uint32_t *good, uint32_t *bad,
 		}
 		kvd_stat_add(&st_of(d)->index_entries, 1);
 		kvd_stat_add(&st_of(d)->pages_spilled, 1);
-		shared_set(d, slot, KVSHM_SLOT_SPILLED, &h.key, &h.parent, (uint32_t)ns);
+		/* Whose salt it was is not on disk: no tenant until restored. */
+		shared_set(d, slot, KVSHM_SLOT_SPILLED, &h.key, &h.parent, (uint32_t)ns,
+			   KVSHM_TENANT_NONE);
 		kvd_events_slot_found(d, slot, (const uint32_t *)(sp->staging + sizeof(h)));
 		sp->s[slot].seq = h.seq;
 		sp->s[slot].tok = tok_hash(sp, (const uint32_t *)(sp->staging + sizeof(h)), bt);
@@ -934,6 +971,7 @@ static const struct kvd_tier spill_tier = {
 	.fetch = kvd_spill_fetch,
 	.unindex = kvd_spill_unindex,
 	.forget_ns = kvd_spill_forget_ns,
+	.forget_tenant = spill_forget_tenant,
 	.close = kvd_spill_close,
 };
 

@@ -83,6 +83,9 @@ bool kvd_spill_cancel(struct kvd *d, uint32_t page);
 
 /* Drop every slot of namespace ns_id (its row is being reused). */
 void kvd_spill_forget_ns(struct kvd *d, uint32_t ns_id);
+/* A reload changed `eviction`: the slots go over to that policy. 0 or
+ * -ENOMEM (the old one stays). */
+int kvd_spill_policy(struct kvd *d, int eviction);
 
 /*
  * A restore (tier.h): claim reserves a SPILLED slot of namespace ns_id

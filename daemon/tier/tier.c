@@ -127,6 +127,16 @@ void kvd_tiers_forget_ns(struct kvd *d, uint32_t ns_id)
 			t->forget_ns(d, ns_id);
 }
 
+void kvd_tiers_forget_tenant(struct kvd *d, uint32_t ns_id, uint32_t tenant)
+{
+	const struct kvd_tier *t;
+	int lv;
+
+	FOR_TIERS(d, t, lv)
+		if (t->forget_tenant)
+			t->forget_tenant(d, ns_id, tenant);
+}
+
 int kvd_tiers_fd(const struct kvd *d, enum kvd_tier_level level)
 {
 	const struct kvd_tier *t = d->tier[level];

@@ -108,10 +108,13 @@ struct kvd_tier {
 	/* Forget. unindex: key is about to be published as a new page; any
 	 * copy this tier indexes for the same block (namespace, parent and
 	 * tokens) gives way. forget_ns:
-	 * namespace ns_id's row is being reused; drop its blocks. */
+	 * namespace ns_id's row is being reused; drop its blocks.
+	 * forget_tenant: an operator drops a tenant's blocks of namespace
+	 * ns_id (UINT32_MAX: of every one); may be NULL. */
 	void (*unindex)(struct kvd *d, struct kvshm_key key, struct kvshm_key parent,
 			const uint32_t *tokens, uint32_t ns_id);
 	void (*forget_ns)(struct kvd *d, uint32_t ns_id);
+	void (*forget_tenant)(struct kvd *d, uint32_t ns_id, uint32_t tenant);
 
 	/* Stats: bring the tier's rows of the segment's stats up to date
 	 * (every tick; counters kept off the main thread are folded here,
@@ -138,6 +141,7 @@ void kvd_tiers_drain(struct kvd *d);
 void kvd_tiers_unindex(struct kvd *d, struct kvshm_key key, struct kvshm_key parent,
 		       const uint32_t *tokens, uint32_t ns_id);
 void kvd_tiers_forget_ns(struct kvd *d, uint32_t ns_id);
+void kvd_tiers_forget_tenant(struct kvd *d, uint32_t ns_id, uint32_t tenant);
 
 /* The event loop: tier level's fd (or -1), its completions, the tick. */
 int kvd_tiers_fd(const struct kvd *d, enum kvd_tier_level level);

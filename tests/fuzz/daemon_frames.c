@@ -38,6 +38,15 @@
  * number of policies: lru, s3fifo, clock); after every step the policy
  * must hold exactly the READY pages.
  *
+ * Tenants and operators (issue #35): the daemon has a configured tenant
+ * (salt "fz", a share of 40%) beside the tenant share (60%) and the
+ * namespace share (70%); HELLOs with that salt reach it. FRAME_FIX points
+ * a PIN's keys at a chain of cached blocks of the client's own key space,
+ * and an ADMIN's model at a namespace in use and, to pin, its tokens at
+ * such a chain (unsalted, or the tenant's). After every operation the
+ * pins' holds, the tenants' and namespaces' accounts and the tenant rows'
+ * gauges must match what the page table and the clients say.
+ *
  * Bit 2 of the first byte turns the spill tier on for the input: a spill
  * area of N_SLOTS slots in a private folder (fresh for every input), its
  * I/O done inline (KVD_SIO_SYNC) and reaped after every operation as the
@@ -76,6 +85,8 @@
 #include "../../daemon/core/kvd.h"
 #include "../../daemon/core/evict.h"
 #include "../../daemon/core/nsstat.h"
+#include "../../daemon/core/pin.h"
+#include "../../daemon/core/quota.h"
 #include "../../daemon/core/registry.h"
 #include "../../daemon/core/reply.h"
 #include "../../daemon/core/restore.h"
@@ -189,6 +200,13 @@ static void setup_once(void)
 	d.cfg.max_pins = MAX_PINS;
 	d.cfg.low_watermark = 10;
 	d.cfg.high_watermark = 20;
+	d.cfg.tenant_share = 60;
+	d.cfg.namespace_share = 70;
+	snprintf(d.cfg.tenants[0].name, sizeof(d.cfg.tenants[0].name), "fz");
+	memcpy(d.cfg.tenants[0].salt, "fz", 2);
+	d.cfg.tenants[0].salt_len = 2;
+	d.cfg.tenants[0].share = 40;
+	d.cfg.n_tenants = 1;
 	d.lfd = d.sigfd = d.tfd = -1;
 	d.epfd = epoll_create1(EPOLL_CLOEXEC);
 	CHECK(d.epfd >= 0);
@@ -249,6 +267,9 @@ static void reset(uint32_t bt, bool spill, int eviction)
 	 * the last input's daemon allocated for itself goes, as main() frees
 	 * it at exit (the pin census's page stamps). */
 	free(keep.census_stamp);
+	free(keep.qstamp_t);
+	free(keep.qstamp_n);
+	free(keep.pin_held);
 	memset(&d, 0, sizeof(d));
 	d.cfg = keep.cfg;
 	d.cfg.eviction = eviction;
@@ -264,6 +285,7 @@ static void reset(uint32_t bt, bool spill, int eviction)
 	memset(d.clients, 0, MAX_CLIENTS * sizeof(*d.clients));
 	d.low_pages = (uint32_t)((uint64_t)N_PAGES * d.cfg.low_watermark / 100);
 	d.high_pages = (uint32_t)((uint64_t)N_PAGES * d.cfg.high_watermark / 100);
+	kvd_quota_configure(&d);
 	spill_on = spill;
 	if (spill) {
 		/* A fresh area every input: nothing carries over between runs. */
@@ -485,6 +507,27 @@ NO_COVERAGE static void check_replies(uint32_t row, const struct req *rq)
 			CHECK(r.dropped <= N_PAGES && r.left <= N_PAGES && r.slots <= N_SLOTS);
 			break;
 		}
+		case KVPROTO_ADMIN_R: {
+			struct kvproto_admin_r r;
+
+			/* Served, then closed; this target is the daemon's user. */
+			CHECK(rq->type == KVPROTO_ADMIN && !c->used);
+			memcpy(&r, p, sizeof(r));
+			CHECK(r.dropped <= N_PAGES && r.left <= N_PAGES && r.slots <= N_SLOTS);
+			CHECK(r.resident <= r.blocks && r.blocks <= KVPROTO_PIN_BLOCKS);
+			break;
+		}
+		case KVPROTO_PIN_R: {
+			struct kvproto_pin_r r;
+
+			CHECK(rq->type == KVPROTO_PIN && kvd_live(c));
+			memcpy(&r, p, sizeof(r));
+			CHECK(r.id && r.blocks == rq->n && r.resident <= r.blocks);
+			break;
+		}
+		case KVPROTO_UNPIN_R:
+			CHECK(rq->type == KVPROTO_UNPIN && kvd_live(c));
+			break;
 		case KVPROTO_RESTORE_R:
 		case KVPROTO_FETCH_R: {
 			struct kvproto_count cnt;
@@ -776,6 +819,74 @@ NO_COVERAGE static void check_state(void)
 		CHECK(top->e[i].err <= top->e[i].hit_tokens);
 	}
 
+	/* Prefix pins: each page's hold count is the pins that hold it,
+	 * every held page READY in its pin's namespace; the pins' pages are
+	 * in the stats and in their tenants' and namespaces' accounts. */
+	{
+		uint32_t held[N_PAGES] = { 0 }, t, k;
+		uint64_t tp[KVSHM_TENANTS] = { 0 }, np[KVD_MAX_NS] = { 0 }, resident = 0, pins = 0;
+		uint64_t tw[KVSHM_TENANTS] = { 0 }, nw[KVD_MAX_NS] = { 0 };
+		uint32_t tc[KVSHM_TENANTS] = { 0 }, nc[KVD_MAX_NS] = { 0 };
+		uint64_t tpages[KVSHM_TENANTS] = { 0 };
+
+		for (i = 0; i < KVSHM_PINNED; i++) {
+			const struct kvd_pin *pn = &d.pins[i];
+			const struct kvshm_pinned *row = &kvshm_pinned(h)[i];
+
+			CHECK(atomic_load(&row->id) == pn->id);
+			if (!pn->id)
+				continue;
+			pins++;
+			CHECK(pn->resident <= pn->n && pn->n <= KVPROTO_PIN_BLOCKS);
+			CHECK(atomic_load(&row->resident) == pn->resident);
+			CHECK(pn->tenant < KVSHM_TENANTS && pn->ns_id < h->geo.max_ns);
+			for (k = 0; k < pn->resident; k++) {
+				uint32_t p = pn->page[k];
+
+				CHECK(p < n && atomic_load(&pages[p].state) == KVSHM_PAGE_READY);
+				CHECK(pages[p].ns_id == pn->ns_id && kvshm_key_eq(pages[p].key, pn->keys[k]));
+				held[p]++;
+			}
+			resident += pn->resident;
+			tp[pn->tenant] += pn->resident;
+			np[pn->ns_id] += pn->resident;
+		}
+		for (i = 0; i < n; i++)
+			CHECK((d.pin_held ? d.pin_held[i] : 0) == held[i]);
+		CHECK(st->pinned_pages == resident && st->pinned_prefixes == pins);
+		for (i = 0; i < MAX_CLIENTS; i++) {
+			const struct kvd_client *c = &d.clients[i];
+
+			if (!c->used || !c->hello)
+				continue;
+			CHECK(c->tenant < KVSHM_TENANTS && d.tenants[c->tenant].used);
+			tw[c->tenant] += c->writing;
+			tc[c->tenant]++;
+			nw[c->ns_id] += c->writing;
+			nc[c->ns_id]++;
+		}
+		for (i = 0; i < n; i++) {
+			uint32_t sti = atomic_load(&pages[i].state);
+
+			t = pages[i].tenant;
+			CHECK(t < KVSHM_TENANTS || t == KVSHM_TENANT_NONE);
+			if (t < KVSHM_TENANTS && (sti == KVSHM_PAGE_READY || sti == KVSHM_PAGE_EVICTING))
+				tpages[t]++;
+		}
+		for (t = 0; t < KVSHM_TENANTS; t++) {
+			const struct kvshm_tenant *row = &kvshm_tenants(h)[t];
+
+			CHECK((atomic_load(&row->used) != 0) == d.tenants[t].used);
+			CHECK(d.tgrp[t].writing == tw[t] && d.tgrp[t].clients == tc[t]);
+			CHECK(d.tgrp[t].pinned == tp[t]);
+			CHECK(row->pages == tpages[t]);
+			CHECK(memchr(row->name, 0, sizeof(row->name)));
+		}
+		for (i = 0; i < KVD_MAX_NS && i < h->geo.max_ns; i++)
+			CHECK(d.ngrp[i].writing == nw[i] && d.ngrp[i].clients == nc[i] &&
+			      d.ngrp[i].pinned == np[i]);
+	}
+
 	/* A page this target pinned (and still holds pinned) never left. */
 	for (i = 0; i < MAX_CLIENTS; i++) {
 		const struct kvd_client *c = &d.clients[i];
@@ -948,10 +1059,11 @@ static void fix_identity(uint8_t *r, size_t gap)
  * record as it came (refused, and the client dropped); point it at a page
  * in flight or cached (fix_identity) and take that page's tokens too, so
  * it is the same block (a duplicate, or the takeover of an announcement);
- * or keep its tokens and parent and give it the key they make (a new
- * block, or a collision with whatever the index holds there).
+ * or keep its tokens and parent and give it the key they make under the
+ * client's root (a new block, or a collision with whatever the index
+ * holds there; with no extra keys when the digest's high half is zero).
  */
-static void fix_key(uint8_t *r)
+static void fix_key(uint8_t *r, struct kvshm_key root)
 {
 	const uint32_t bt = d.h->geo.block_tokens;
 	struct kvproto_pub pub;
@@ -976,16 +1088,87 @@ static void fix_key(uint8_t *r)
 		if ((pub.extra.lo & 3) == 3)
 			fix_identity(r + offsetof(struct kvproto_pub, key), sizeof(struct kvshm_key));
 		memcpy(&pub, r, sizeof(pub));
+		/* A digest whose high half is zero asked for this mode only:
+		 * no extra keys, as an operator's pin computes them. */
+		if (!pub.extra.hi)
+			pub.extra.lo = 0;
 		memcpy(tokens, r + sizeof(pub), (size_t)bt * 4);
-		pub.key = kvshm_key_block(pub.parent, tokens, bt, pub.extra);
+		pub.key = kvshm_key_block(root, pub.parent, tokens, bt, pub.extra);
 		memcpy(r, &pub, sizeof(pub));
 		return;
 	}
 }
 
-/* Replace record (page, gen) pairs with ones the daemon granted. */
-static void fix_records(struct peer *pr, const struct kvproto_hdr *h, uint8_t *p)
+/*
+ * Up to n records `stride` bytes apart made a chain of cached blocks:
+ * record i's key the key of a READY page whose parent is record i-1's (the
+ * first's: root), picked among such pages by the record's low byte; its
+ * tokens copied to tok + i * bt when tok is given. Stops where no page
+ * continues the chain (the rest stay as they came).
+ */
+static void fix_chain(uint8_t *r, size_t n, size_t stride, struct kvshm_key root, uint32_t *tok)
 {
+	const struct kvshm_page *pages = kvshm_pages(d.h);
+	const uint32_t bt = d.h->geo.block_tokens;
+	struct kvshm_key parent = root, k;
+	uint32_t pick[N_PAGES], np, p;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		for (p = 0, np = 0; p < N_PAGES; p++)
+			if (atomic_load(&pages[p].state) == KVSHM_PAGE_READY &&
+			    kvshm_key_eq(pages[p].parent, parent))
+				pick[np++] = p;
+		if (!np)
+			return;
+		memcpy(&k, r + i * stride, sizeof(k));
+		p = pick[k.lo % np];
+		memcpy(r + i * stride, &pages[p].key, sizeof(k));
+		if (tok)
+			memcpy(tok + i * bt, kvshm_tokens(d.h, p), (size_t)bt * 4);
+		parent = pages[p].key;
+	}
+}
+
+/* An ADMIN's names made real: the model of a namespace in use (by its
+ * ns_row), the tenant "" or "fz" (by its label's first byte); to pin, its
+ * tokens those of a chain of cached blocks of that key space. */
+static void fix_admin(uint8_t *p, uint32_t len)
+{
+	const uint32_t bt = d.h->geo.block_tokens;
+	struct kvproto_admin q;
+	const struct kvshm_ns *ns;
+	struct kvshm_key root;
+	size_t n;
+
+	memcpy(&q, p, sizeof(q));
+	ns = &kvshm_ns(d.h)[q.ns_row % MAX_NS];
+	if (!atomic_load(&ns->used))
+		return;
+	memcpy(q.model, ns->model, sizeof(q.model));
+	q.model[sizeof(q.model) - 1] = 0;
+	if (q.label[0] & 1)
+		q.ns_row = KVPROTO_ADMIN_ANY;
+	snprintf(q.tenant, sizeof(q.tenant), "%s", q.label[0] & 2 ? "fz" : "");
+	memcpy(p, &q, sizeof(q));
+	if (q.op != KVPROTO_ADMIN_PIN || q.n_tokens < bt)
+		return;
+	root = kvshm_key_root(ns->id, q.tenant[0] ? "fz" : NULL, q.tenant[0] ? 2 : 0);
+	n = (len - sizeof(q)) / 4 / bt;
+	{
+		uint8_t *keys = calloc(n ? n : 1, sizeof(struct kvshm_key));
+
+		CHECK(keys);
+		fix_chain(keys, n, sizeof(struct kvshm_key), root, (uint32_t *)(void *)(p + sizeof(q)));
+		free(keys);
+	}
+}
+
+/* Replace record (page, gen) pairs with ones the daemon granted. */
+static void fix_records(struct peer *pr, struct kvshm_key root, const struct kvproto_hdr *h,
+			uint8_t *p)
+{
+	struct kvshm_key prev_was = { 0, 0 }, prev_now = { 0, 0 };
 	size_t stride, i, n;
 
 	if ((h->type == KVPROTO_RESTORE || h->type == KVPROTO_FETCH) && d.spill) {
@@ -1012,6 +1195,15 @@ static void fix_records(struct peer *pr, const struct kvproto_hdr *h, uint8_t *p
 		}
 		return;
 	}
+	if (h->type == KVPROTO_PIN && h->len >= sizeof(struct kvproto_pin)) {
+		n = (h->len - sizeof(struct kvproto_pin)) / sizeof(struct kvshm_key);
+		fix_chain(p + sizeof(struct kvproto_pin), n, sizeof(struct kvshm_key), root, NULL);
+		return;
+	}
+	if (h->type == KVPROTO_ADMIN && h->len >= sizeof(struct kvproto_admin)) {
+		fix_admin(p, h->len);
+		return;
+	}
 	if (h->type == KVPROTO_ALLOC_KEYS && h->len >= sizeof(struct kvproto_alloc)) {
 		n = (h->len - sizeof(struct kvproto_alloc)) / sizeof(struct kvproto_claim);
 		for (i = 0; i < n; i++)
@@ -1035,8 +1227,23 @@ static void fix_records(struct peer *pr, const struct kvproto_hdr *h, uint8_t *p
 		memcpy(&pg, r, sizeof(pg));
 		pg = pr->granted[pg.page % pr->n_granted];
 		memcpy(r, &pg, sizeof(pg));
-		if (h->type == KVPROTO_PUBLISH)
-			fix_key(r);
+		if (h->type == KVPROTO_PUBLISH) {
+			/* A parent of zero is the client's root; the key the
+			 * record before had is the key it has now: chains
+			 * stay chains after their keys are fixed. */
+			struct kvproto_pub pub;
+
+			memcpy(&pub, r, sizeof(pub));
+			if (!pub.parent.lo && !pub.parent.hi)
+				pub.parent = root;
+			else if (i && pub.parent.lo == prev_was.lo)
+				pub.parent = prev_now;
+			prev_was = pub.key;
+			memcpy(r, &pub, sizeof(pub));
+			fix_key(r, root);
+			memcpy(&pub, r, sizeof(pub));
+			prev_now = pub.key;
+		}
 	}
 }
 
@@ -1078,14 +1285,14 @@ static void op_frame(struct in *in, uint32_t row, bool fix, bool with_pidfd)
 	CHECK(buf);
 	take(in, buf + sizeof(h), h.len);
 	if (fix)
-		fix_records(&peers[id], &h, buf + sizeof(h));
+		fix_records(&peers[id], c->root, &h, buf + sizeof(h));
 	memcpy(buf, &h, sizeof(h));
 	if (!kvproto_decode(&h, h.len ? buf + sizeof(h) : NULL, c->bt, &why)) {
 		rq.type = h.type;
 		rq.bye = h.type == KVPROTO_BYE && c->hello;	/* else: HELLO first */
 		if (h.type == KVPROTO_ALLOC || h.type == KVPROTO_PUBLISH || h.type == KVPROTO_FREE ||
 		    h.type == KVPROTO_RESTORE || h.type == KVPROTO_FETCH ||
-		    h.type == KVPROTO_ALLOC_KEYS)
+		    h.type == KVPROTO_ALLOC_KEYS || h.type == KVPROTO_PIN)
 			memcpy(&rq.n, buf + sizeof(h), sizeof(rq.n));
 	}
 	kvd_server_frame(&d, c, buf);
@@ -1275,6 +1482,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			kvd_registry_bye(&d, &d.clients[i]);
 	}
 	pump(-1, NULL);
+	/* Prefix pins end with the daemon, as in main(). */
+	kvd_pin_forget(&d, UINT32_MAX, UINT32_MAX);
 	/* The spill tier stops as main() stops it: writes in flight finish. */
 	kvd_spill_close(&d);
 	check_state();

@@ -230,18 +230,19 @@ static void op_publish(uint8_t nsb, uint8_t blocks, uint8_t seed, uint8_t chaine
 {
 	uint32_t ns = nsb % NNS, nb = blocks % 6 + 1, t[6 * BT], i, page, gen, w, wg;
 	struct kvshm_key keys[6], root = kvshm_key_root(kvshm_ns(D.h)[ns].id, NULL, 0);
+	struct kvshm_key parent = root;
 
 	for (i = 0; i < nb * BT; i++)
 		t[i] = (uint32_t)seed * 7919u + i;
 	if ((chained & 1) && have_last)
-		root = last_key;
-	kvshm_key_chain(root, (struct kvshm_key){ 0, 0 }, t, nb * BT, BT, keys);
+		parent = last_key;
+	kvshm_key_chain(root, parent, (struct kvshm_key){ 0, 0 }, t, nb * BT, BT, keys);
 	for (i = 0; i < nb; i++) {
 		int st;
 
 		if (kvshm_page_alloc(D.h, 1, ns, &page, &gen))
 			break;
-		st = kvshm_page_publish(D.h, page, gen, 1, keys[i], i ? keys[i - 1] : root,
+		st = kvshm_page_publish(D.h, page, gen, 1, keys[i], i ? keys[i - 1] : parent,
 					t + i * BT, &w, &wg);
 		kvd_events_published(&D, page, st);
 		if (st == KVSHM_PUBLISHED)

@@ -68,7 +68,9 @@ static void check_hello(const uint8_t *p)
 	nl = strnlen(hi.model, sizeof(hi.model));
 	dtype_ok = hi.dtype_bytes == 1 || hi.dtype_bytes == 2 || hi.dtype_bytes == 4 ||
 		   hi.dtype_bytes == 8;
-	want = (hi.flags & ~KVPROTO_HELLO_ENGINE_KEYS) == 0 && nl > 0 && nl < sizeof(hi.model) && dtype_ok &&
+	want = (hi.flags & ~(KVPROTO_HELLO_ENGINE_KEYS | KVPROTO_HELLO_NO_INSERT)) == 0 && nl > 0 &&
+	       nl < sizeof(hi.model) && dtype_ok && hi.max_share <= 100 &&
+	       hi.salt_len <= KVPROTO_MAX_SALT &&
 	       hi.layers >= 1 && hi.layers <= 4096 && hi.kv_heads >= 1 && hi.kv_heads <= 4096 &&
 	       hi.head_dim >= 1 && hi.head_dim <= 65536 && hi.block_tokens >= 1 &&
 	       hi.block_tokens <= KVSHM_MAX_BLOCK_TOKENS && hi.pos_kind <= KVSHM_POS_MAX &&
@@ -94,7 +96,8 @@ static void check_hello(const uint8_t *p)
 	      ns.block_tokens == hi.block_tokens && ns.pos_kind == hi.pos_kind);
 	CHECK(strnlen(ns.model, sizeof(ns.model)) == nl && !memcmp(ns.model, hi.model, nl));
 	/* The kind is what the flags say (engine keys or tokens), and the
-	 * same geometry of the other kind is another namespace. */
+	 * same geometry of the other kind is another namespace; no-insert,
+	 * the share and the salt are no part of the namespace. */
 	CHECK(ns.kind == ((hi.flags & KVPROTO_HELLO_ENGINE_KEYS) ? KVSHM_NS_ENGINE :
 			  KVSHM_NS_TOKENS));
 	{
@@ -104,6 +107,12 @@ static void check_hello(const uint8_t *p)
 		other.flags ^= KVPROTO_HELLO_ENGINE_KEYS;
 		CHECK(kvproto_hello_ns(&other, &ns2) == 0);
 		CHECK(!kvshm_key_eq(ns.id, ns2.id));
+		other = hi;
+		other.flags ^= KVPROTO_HELLO_NO_INSERT;
+		other.max_share = 0;
+		other.salt_len = 0;
+		CHECK(kvproto_hello_ns(&other, &ns2) == 0);
+		CHECK(kvshm_key_eq(ns.id, ns2.id));
 	}
 	/* The shard, validated and normalised (sizes at least 1). */
 	CHECK(ns.shard.tp_size >= 1 && ns.shard.tp_rank < ns.shard.tp_size &&
@@ -255,6 +264,49 @@ static void check_accepted(const struct kvproto_hdr *h, const uint8_t *p, uint32
 		break;
 	case KVPROTO_RESET_R:
 		CHECK(len == sizeof(struct kvproto_reset_r));
+		break;
+	case KVPROTO_ADMIN: {
+		struct kvproto_admin q;
+
+		/* version, op, ns_row, ttl, pin id, n_tokens; model 64, tenant
+		 * 32, label 24 bytes, each NUL-terminated; then the tokens */
+		CHECK(len >= 144 && sizeof(q) == 144);
+		memcpy(&q, p, sizeof(q));
+		CHECK(q.op >= 1 && q.op <= 4);
+		CHECK(memchr(q.model, 0, 64) && memchr(q.tenant, 0, 32) && memchr(q.label, 0, 24));
+		CHECK(len == 144 + 4 * (uint64_t)q.n_tokens);
+		CHECK(q.op == KVPROTO_ADMIN_PIN ? q.n_tokens && q.ttl_s >= 1 &&
+						  q.ttl_s <= 30u * 86400 : !q.n_tokens);
+		read_records(p, 0, 1, len);
+		break;
+	}
+	case KVPROTO_ADMIN_R:
+		CHECK(len == 32);
+		break;
+	case KVPROTO_PIN: {
+		struct kvproto_pin q;
+
+		CHECK(len >= 40 && sizeof(q) == 40);
+		memcpy(&q, p, sizeof(q));
+		CHECK(q.n >= 1 && q.n <= 16384 && q.ttl_s >= 1 && q.ttl_s <= 30u * 86400);
+		CHECK(!(q.flags & ~1u) && !q.pad && memchr(q.label, 0, 24));
+		CHECK(len == 40 + 16 * (uint64_t)q.n);
+		read_records(p, sizeof(q), q.n, 16);
+		break;
+	}
+	case KVPROTO_PIN_R:
+		CHECK(len == sizeof(struct kvproto_pin_r));
+		break;
+	case KVPROTO_UNPIN: {
+		struct kvproto_unpin q;
+
+		CHECK(len == sizeof(q));
+		memcpy(&q, p, sizeof(q));
+		CHECK(q.flags == 0);
+		break;
+	}
+	case KVPROTO_UNPIN_R:
+		CHECK(len == sizeof(struct kvproto_unpin));
 		break;
 	default:
 		CHECK(0);	/* an unknown type was accepted */

@@ -19,10 +19,13 @@ FREE, FREE_R, ERROR, STAT, STAT_R, BYE = 7, 8, 9, 10, 11, 12
 RESTORE, RESTORE_R = 13, 14
 POOL, POOL_R = 32, 33
 DROP, DROP_R, RESET, RESET_R = 50, 51, 52, 53
+ADMIN, ADMIN_R, PIN, PIN_R, UNPIN, UNPIN_R = 54, 55, 56, 57, 58, 59
+A_DROP_NS, A_DROP_TENANT, A_PIN, A_UNPIN = 1, 2, 3, 4
+ANY = 0xFFFFFFFF
 FETCH, FETCH_R = 60, 61
 ALLOC_KEYS = 40
 ALLOC_SINGLE = 1
-VERSION = 3  # KVPROTO_VERSION
+VERSION = 4  # KVPROTO_VERSION
 
 
 def frame(typ, payload=b"", seq=1, magic=MAGIC, length=None):
@@ -31,11 +34,14 @@ def frame(typ, payload=b"", seq=1, magic=MAGIC, length=None):
 
 
 def hello(model=b"llama-3-8b", bt=16, layers=1, kv=1, hd=64, dtype=2,
-          pos=1, pins=0, name=b"fuzz", version=VERSION, flags=0, shard=(0, 0, 0, 0)):
-    """struct kvproto_hello of protocol 2: the shard follows the name."""
+          pos=1, pins=0, name=b"fuzz", version=VERSION, flags=0, shard=(0, 0, 0, 0),
+          share=0, salt=b""):
+    """struct kvproto_hello of protocol 4: the shard follows the name, then
+    the share asked for, the salt's length and 256 bytes of salt."""
     return struct.pack("<10I", version, flags, dtype, layers, kv, hd, bt,
                        pos, pins, 0) + model.ljust(64, b"\0")[:64] + \
-        name.ljust(16, b"\0")[:16] + struct.pack("<4H", *shard)
+        name.ljust(16, b"\0")[:16] + struct.pack("<4H", *shard) + \
+        struct.pack("<II", share, len(salt)) + salt.ljust(256, b"\0")[:256]
 
 
 def alloc(n, flags=0):
@@ -83,6 +89,20 @@ def keys(ks):
 def stat(version=VERSION, flags=0):
     """STAT, and DROP and RESET, which have the same shape."""
     return struct.pack("<II", version, flags)
+
+
+def admin(op, ns_row=ANY, ttl=0, pin_id=0, tokens=(), model=b"", tenant=b"", label=b"",
+          version=VERSION):
+    """struct kvproto_admin, then its tokens."""
+    return struct.pack("<6I", version, op, ns_row, ttl, pin_id, len(tokens)) + \
+        model.ljust(64, b"\0")[:64] + tenant.ljust(32, b"\0")[:32] + \
+        label.ljust(24, b"\0")[:24] + struct.pack("<%dI" % len(tokens), *tokens)
+
+
+def pin(ks, ttl=60, flags=0, label=b""):
+    """struct kvproto_pin, then its keys (lo; hi spread as keys() does)."""
+    return struct.pack("<4I", len(ks), ttl, flags, 0) + label.ljust(24, b"\0")[:24] + \
+        b"".join(struct.pack("<QQ", k, (k * 0x9E3779B97F4A7C15) % (1 << 64)) for k in ks)
 
 
 def write(target, name, data, kind="corpus"):
@@ -143,6 +163,21 @@ def proto_seeds():
                                     bytes(range(16)), 0, 0)))
     # Dropping a namespace and resetting the statistics, with replies;
     # then one with flags set and one a byte short.
+    # An operator's requests and their replies; pins and unpins of a
+    # client; then broken ones: an unknown op, tokens for a drop, a name
+    # not NUL-terminated, a pin of no keys, a TTL over 30 days, flags.
+    write("proto", "admin-pin", bt16 + frame(ADMIN, admin(A_PIN, ttl=60, tokens=range(40),
+                                                         model=b"llama-3-8b")) +
+          frame(ADMIN_R, struct.pack("<8I", VERSION, A_PIN, 0, 0, 0, 1, 2, 2)) +
+          frame(ADMIN, admin(A_DROP_TENANT, tenant=b"acme")) +
+          frame(ADMIN, admin(A_DROP_NS, model=b"m")) + frame(ADMIN, admin(A_UNPIN, pin_id=3)) +
+          frame(PIN, pin([1, 2, 3])) + frame(PIN_R, struct.pack("<4I", 1, 3, 3, 0)) +
+          frame(UNPIN, struct.pack("<II", 1, 0)) + frame(UNPIN_R, struct.pack("<II", 1, 0)))
+    write("proto", "admin-bad", bt16 + frame(ADMIN, admin(9)) +
+          frame(ADMIN, admin(A_DROP_NS, tokens=[1])) +
+          frame(ADMIN, admin(A_DROP_NS)[:-1] + b"x") + frame(ADMIN, admin(A_PIN, ttl=0, tokens=[1])) +
+          frame(PIN, pin([])) + frame(PIN, pin([1], ttl=31 * 86400)) +
+          frame(PIN, pin([1], flags=2)) + frame(UNPIN, struct.pack("<II", 1, 1)))
     write("proto", "drop-reset", bt16 + frame(DROP, stat()) +
           frame(DROP_R, struct.pack("<4I", 12, 1, 3, 0)) + frame(RESET, stat()) +
           frame(RESET_R, struct.pack("<II", 2, 0)) + frame(DROP, stat(flags=1)) +
@@ -314,6 +349,41 @@ def daemon_seeds():
     to += f(PUBLISH, pub(chain(2)), seq=3, fix=True) + f(FREE, pgs([(2, 1), (3, 1)]), seq=4, fix=True)
     to += f(ALLOC_KEYS, alloc_keys(chain(3, base=0x3000)), seq=5) + op(OP_HANGUP) + op(OP_TICK)
     write("daemon_frames", "single-flight-takeover", to)
+    # Tenants (issue #35): the configured tenant "fz" (salt fz, 40% of 64
+    # pages) fills its share and is refused; a no-insert client is refused;
+    # an unsalted client of another model goes on.
+    tq = bt16 + f(HELLO, hello(salt=b"fz")) + f(ALLOC, alloc(30), seq=2)
+    tq += f(PUBLISH, pub(chain(20)), seq=3, fix=True) + f(ALLOC, alloc(8), seq=4)
+    tq += f(HELLO, hello(flags=2), row=1) + f(ALLOC, alloc(2), row=1, seq=2)
+    tq += f(HELLO, hello(model=b"other", share=10), row=2) + f(ALLOC, alloc(8), row=2, seq=2)
+    tq += op(OP_TICK) * 6 + f(ALLOC, alloc(8), seq=5)
+    write("daemon_frames", "tenant-quota", tq)
+    # A client pins a chain it published (FIX makes its keys the chain),
+    # again (the same pin), unpins it, pins for one second; the pool fills
+    # around the pinned pages.
+    pn = bt16 + h + f(ALLOC, alloc(4), seq=2) + f(PUBLISH, pub(chain(4)), seq=3, fix=True)
+    pn += f(PIN, pin([0, 0, 0, 0]), seq=4, fix=True) + f(PIN, pin([0, 0, 0, 0]), seq=5, fix=True)
+    pn += f(UNPIN, struct.pack("<II", 1, 0), seq=6) + f(UNPIN, struct.pack("<II", 1, 0), seq=7)
+    pn += f(PIN, pin([0, 0], ttl=1), seq=8, fix=True) + op(OP_TICK)
+    pn += f(HELLO, hello(name=b"second"), row=1)
+    for i in range(6):
+        pn += f(ALLOC, alloc(10), row=1, seq=2 + 2 * i)
+        pn += f(PUBLISH, pub(chain(10, base=0x4000 + 0x100 * i)), row=1, seq=3 + 2 * i, fix=True)
+        pn += f(FREE, pgs([(0, 0)]), row=1, seq=30 + i) + op(OP_TICK)
+    write("daemon_frames", "pin-client", pn)
+    # An operator pins a cached chain from its tokens (FIX names the
+    # namespace and copies the tokens), drops the tenant and the
+    # namespace, unpins, and is refused an unknown name.
+    ad = bt16 + h + f(ALLOC, alloc(4), seq=2) + f(PUBLISH, pub(chain(4)), seq=3, fix=True)
+    ad += f(ADMIN, admin(A_PIN, ns_row=0, ttl=30, tokens=[0] * 64), row=1, fix=True)
+    ad += f(ADMIN, admin(A_PIN, ns_row=0, ttl=30, tokens=[0] * 40, label=b"\x01"), row=2,
+            fix=True)
+    ad += op(OP_TICK) + f(ADMIN, admin(A_DROP_TENANT, ns_row=0, label=b"\x02"), row=1, fix=True)
+    ad += f(ADMIN, admin(A_DROP_TENANT, ns_row=0), row=1, fix=True)
+    ad += f(ADMIN, admin(A_DROP_NS, ns_row=0), row=2, fix=True)
+    ad += f(ADMIN, admin(A_UNPIN, pin_id=1), row=3) + f(ADMIN, admin(A_DROP_TENANT, tenant=b"none"), row=3)
+    ad += f(ALLOC, alloc(4), seq=4) + f(PUBLISH, pub(chain(4, tok=5)), seq=5, fix=True)
+    write("daemon_frames", "admin", ad)
     write("daemon_frames", "index-window", bt16 + h + f(ALLOC, alloc(30), seq=2) +
           f(PUBLISH, pub([(i, 1, (i + 1, 7 << 32), 0, i) for i in range(30)]), seq=3,
             fix=True) + op(OP_TICK))

@@ -69,7 +69,16 @@ static void test_open_arguments(void **state)
 		ob.size = 4;
 		assert_int_equal(kvc_open(&m, &ob, &c), -EINVAL);
 		ob = o;
-		ob.flags = 2;
+		ob.flags = 4;
+		assert_int_equal(kvc_open(&m, &ob, &c), -EINVAL);
+		ob = o;
+		ob.flags = KVC_OPEN_NO_INSERT | KVC_OPEN_ALLOC_AHEAD;
+		assert_int_equal(kvc_open(&m, &ob, &c), -EINVAL);
+		ob = o;
+		ob.max_share = 101;
+		assert_int_equal(kvc_open(&m, &ob, &c), -EINVAL);
+		ob = o;
+		ob.pad2 = 1;
 		assert_int_equal(kvc_open(&m, &ob, &c), -EINVAL);
 		ob = o;
 		ob.salt_len = 4;	/* salt NULL */

@@ -590,7 +590,7 @@ static pid_t refreshing_writer(const struct kvt_daemon *d, uint32_t seed, int re
 			_exit(3);
 		prompt(t, 8 * BT, seed);
 		root = kvshm_key_root(ns.id, NULL, 0);
-		kvshm_key_chain(root, zero, t, 8 * BT, BT, keys);
+		kvshm_key_chain(root, root, zero, t, 8 * BT, BT, keys);
 		memset(&m, 0, sizeof(m));
 		m.h1 = (struct kvproto_hdr){ KVPROTO_MAGIC, KVPROTO_FREE, 0,
 					     sizeof(m.fc) + sizeof(m.fpg), 1 };

@@ -380,7 +380,7 @@ static int pin_then_misbehave(void *arg)
 	if (h == MAP_FAILED || l == MAP_FAILED || kvproto_hello_ns(&hi, &ns))
 		return 2;
 	parent = kvshm_key_root(ns.id, NULL, 0);
-	kvshm_key_chain(parent, kvshm_key_extra(NULL, 0), lr->tokens, 4 * BT, BT, keys);
+	kvshm_key_chain(parent, parent, kvshm_key_extra(NULL, 0), lr->tokens, 4 * BT, BT, keys);
 	for (i = 0; i < 4; i++) {
 		uint32_t page = kvshm_index_find(h, keys[i]), gen;
 
@@ -632,7 +632,7 @@ static int squatter(void *arg)
 		return 2;
 	root = kvshm_key_root(ns.id, NULL, 0);
 	kvt_tokens(victim, 3 * BT, 0, 9191);
-	kvshm_key_chain(root, zero, victim, 3 * BT, BT, keys);
+	kvshm_key_chain(root, root, zero, victim, 3 * BT, BT, keys);
 	for (i = 0; i < BT; i++)
 		mine[i] = victim[i] + 1;	/* other tokens */
 	send_frame(fd, KVPROTO_ALLOC, &a, sizeof(a));
@@ -671,6 +671,173 @@ static void test_squatted_keys_refused(void **state)
 	assert_int_equal(kvt_get(c, victim, 3 * BT), 3);
 	kvc_close(c);
 	assert_serving(d, 40);
+}
+
+/*
+ * Squatting across namespaces (issue #35): a client of model B reads model
+ * A's chain root from the segment (block 0's parent) and publishes A's
+ * block 0 exactly: A's root as the parent, A's tokens. Before, the key was
+ * right for that parent and those tokens, so the daemon took it into B's
+ * namespace; the index is shared, so A's own publish of the block was
+ * refused as a collision and A's lookups missed while B held one pin. Now
+ * every key carries its chain's root and the daemon recomputes it under
+ * the publisher's own: the record with A's key is refused (B is
+ * disconnected), the one with the key its own root gives is accepted into
+ * B's key space, where A never looks, and A publishes and hits through
+ * pool turnovers while B holds that page pinned.
+ */
+struct squat_b {
+	const struct kvt_daemon *d;
+	int go[2], done[2];	/* B reports (done), then waits for A (go) */
+};
+
+/* One raw client of "kvt-other" (A's geometry, another model): ALLOC one
+ * page, PUBLISH A's block 0 under `key` with A's root and tokens. Returns
+ * the PUBLISH's status (0 published), or -1000 - errno of a fatal ERROR. */
+static int squat_publish(const char *sock, int want_a_key, int *fd_out, void **ledger)
+{
+	struct kvproto_hello hi = { .version = KVPROTO_VERSION, .dtype_bytes = 2, .layers = 1,
+				    .kv_heads = 2, .head_dim = 32, .block_tokens = BT,
+				    .pos_kind = 1, .model = "kvt-other" };
+	struct kvproto_hello ha = hi;
+	struct kvproto_alloc a = { 1, 0 };
+	struct kvproto_count cnt = { 1, 0 };
+	struct kvshm_key root_a, root_b, keys_a[4], zero = { 0, 0 };
+	uint8_t rep[sizeof(struct kvproto_count) + sizeof(struct kvproto_pg)];
+	uint8_t msg[sizeof(struct kvproto_count) + sizeof(struct kvproto_pub) + BT * 4];
+	uint8_t pr[sizeof(struct kvproto_count) + sizeof(struct kvproto_pub_r)];
+	char cbuf[CMSG_SPACE(3 * sizeof(int))];
+	char hbuf[sizeof(struct kvproto_hdr) + sizeof(struct kvproto_hello_r)];
+	struct iovec iov = { hbuf, sizeof(hbuf) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	struct kvproto_hello_r hr;
+	struct kvproto_pub_r res;
+	uint32_t victim[4 * BT];
+	struct kvproto_pub pub;
+	struct kvproto_hdr rh;
+	struct kvproto_pg pg;
+	struct kvshm_ns ns_a, ns_b;
+	int fds[3], fd = kvt_raw_connect(sock);
+	int32_t err;
+
+	memcpy(ha.model, "kvt-tiny", 9);
+	if (fd < 0 || kvproto_hello_ns(&hi, &ns_b) || kvproto_hello_ns(&ha, &ns_a))
+		return -1;
+	if (kvt_send_frame(fd, KVPROTO_HELLO, &hi, sizeof(hi)) ||
+	    recvmsg(fd, &mh, MSG_WAITALL) != (ssize_t)sizeof(hbuf))
+		return -2;
+	memcpy(fds, CMSG_DATA(CMSG_FIRSTHDR(&mh)), sizeof(fds));
+	memcpy(&hr, hbuf + sizeof(rh), sizeof(hr));
+	*ledger = mmap(NULL, hr.ledger_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[2], 0);
+	close(fds[0]);
+	close(fds[1]);
+	close(fds[2]);
+	if (*ledger == MAP_FAILED)
+		return -3;
+	/* A's chain as A computes it; B's key for the same parent and tokens. */
+	root_a = kvshm_key_root(ns_a.id, NULL, 0);
+	root_b = kvshm_key_root(ns_b.id, NULL, 0);
+	kvt_tokens(victim, 4 * BT, 0, 7373);
+	kvshm_key_chain(root_a, root_a, zero, victim, 4 * BT, BT, keys_a);
+	kvt_send_frame(fd, KVPROTO_ALLOC, &a, sizeof(a));
+	if (read(fd, &rh, sizeof(rh)) != sizeof(rh) || rh.type != KVPROTO_ALLOC_R ||
+	    read(fd, rep, sizeof(rep)) != sizeof(rep))
+		return -4;
+	memcpy(&pg, rep + sizeof(cnt), sizeof(pg));
+	/* Held in our ledger, as the library does: pinned once READY. */
+	kvshm_ledger_hold(*ledger, 0, pg.page, pg.gen);
+	memset(&pub, 0, sizeof(pub));
+	pub.page = pg.page;
+	pub.gen = pg.gen;
+	pub.key = want_a_key ? keys_a[0] : kvshm_key_block(root_b, root_a, victim, BT, zero);
+	pub.parent = root_a;
+	memcpy(msg, &cnt, sizeof(cnt));
+	memcpy(msg + sizeof(cnt), &pub, sizeof(pub));
+	memcpy(msg + sizeof(cnt) + sizeof(pub), victim, BT * 4);
+	kvt_send_frame(fd, KVPROTO_PUBLISH, msg, sizeof(msg));
+	if (read(fd, &rh, sizeof(rh)) != sizeof(rh))
+		return -5;
+	if (rh.type == KVPROTO_ERROR) {
+		struct kvproto_error e;
+
+		if (read(fd, &e, sizeof(e)) != sizeof(e))
+			return -6;
+		err = e.err;
+		close(fd);
+		return -1000 + err;
+	}
+	if (rh.type != KVPROTO_PUBLISH_R || read(fd, pr, sizeof(pr)) != sizeof(pr))
+		return -7;
+	memcpy(&res, pr + sizeof(cnt), sizeof(res));
+	*fd_out = fd;
+	return res.status;
+}
+
+static int squatter_b(void *arg)
+{
+	struct squat_b *s = arg;
+	int fd = -1, st[2];
+	void *ledger = NULL;
+	char b;
+
+	alarm(60);
+	st[0] = squat_publish(s->d->sock, 1, &fd, &ledger);	/* A's own key */
+	st[1] = squat_publish(s->d->sock, 0, &fd, &ledger);	/* its own space */
+	if (write(s->done[1], st, sizeof(st)) != sizeof(st))
+		return 2;
+	/* Holds the published page pinned (and its connection) until A is
+	 * done, then exits. */
+	if (read(s->go[0], &b, 1) != 1)
+		return 3;
+	close(fd);
+	return 0;
+}
+
+static void test_other_namespace_cannot_squat(void **state)
+{
+	struct kvt_daemon *d = *state;
+	struct squat_b s = { .d = d };
+	uint32_t victim[4 * BT];
+	int st[2], turn, cached = -1;
+	pid_t b;
+	kvc_t *a;
+
+	assert_int_equal(pipe(s.go), 0);
+	assert_int_equal(pipe(s.done), 0);
+	b = kvt_fork(squatter_b, &s);
+	assert_int_equal(read(s.done[0], st, sizeof(st)), sizeof(st));
+	/* A's key from B: refused and disconnected. B's own: published, in
+	 * B's key space. */
+	assert_int_equal(st[0], -1000 - EINVAL);
+	assert_int_equal(st[1], KVSHM_PUBLISHED);
+	/* A publishes all of its prompt and hits it, through three pool
+	 * turnovers (256 pages; 40 prompts of 8 blocks each) while B holds
+	 * its page pinned. */
+	kvt_tokens(victim, 4 * BT, 0, 7373);
+	a = kvt_open(d, NULL);
+	assert_non_null(a);
+	for (turn = 0; turn < 4; turn++) {
+		assert_true(kvt_put(a, victim, 4 * BT, &cached) >= 0);
+		assert_int_equal(cached, 4);
+		assert_int_equal(kvt_get(a, victim, 4 * BT), 4);
+		if (turn < 3)
+			assert_int_equal(kvt_flood(d, 40, 88000 + 100 * (uint32_t)turn), 0);
+	}
+	assert_false(kvt_log_has(d, "key collisions refused"));
+	assert_int_equal(write(s.go[1], "x", 1), 1);
+	assert_int_equal(kvt_wait(b), 0);
+	/* And after B let go: A still publishes and hits. */
+	assert_int_equal(kvt_flood(d, 40, 89000), 0);
+	assert_true(kvt_put(a, victim, 4 * BT, &cached) >= 0);
+	assert_int_equal(cached, 4);
+	assert_int_equal(kvt_get(a, victim, 4 * BT), 4);
+	kvc_close(a);
+	close(s.go[0]);
+	close(s.go[1]);
+	close(s.done[0]);
+	close(s.done[1]);
+	assert_serving(d, 41);
 }
 
 /* A process that writes into its read-only mapping of the index dies
@@ -840,6 +1007,7 @@ int main(void)
 		cmocka_unit_test(test_namespace_rows_are_reclaimed),
 		cmocka_unit_test(test_half_close_with_replies_pending_does_not_spin),
 		cmocka_unit_test(test_squatted_keys_refused),
+		cmocka_unit_test(test_other_namespace_cannot_squat),
 		cmocka_unit_test(test_write_to_the_index_kills_only_the_writer),
 		cmocka_unit_test(test_wrong_generation_is_refused),
 		cmocka_unit_test(test_bad_config_and_flags),

@@ -551,6 +551,7 @@ static void test_unit_verifies(void **state)
 		 " --socket /run/kvcached/kvcached.sock\n", bindir);
 	assert_non_null(strstr(unit, want));
 	assert_non_null(strstr(unit, "\nType=notify\n"));
+	assert_non_null(strstr(unit, "\nExecReload=/bin/kill -HUP $MAINPID\n"));
 	assert_non_null(strstr(unit, "\nUser=kvcached\n"));
 	assert_non_null(strstr(unit, "\nGroup=kvcached\n"));
 	assert_non_null(strstr(unit, "\nRuntimeDirectory=kvcached\n"));
@@ -683,7 +684,7 @@ static int check_example_defaults(const char *help, const char *conf)
 	/* Shown values that are examples or depend on the user, not defaults. */
 	static const char *const not_default[] = {
 		"socket", "allow-users", "allow-groups", "metrics-listen", "foreground", "spill-dir",
-		"kv-events", "kv-events-replay", "remote", "remote-secret-file", NULL,
+		"kv-events", "kv-events-replay", "remote", "remote-secret-file", "tenant", NULL,
 	};
 	const char *p;
 	int nset = 0;

@@ -157,7 +157,7 @@ int kvt_daemon_argv(const char *sock, const char *const *args, const char **argv
 	return n;
 }
 
-int kvt_daemon_start(struct kvt_daemon *d, const char *const *args)
+static int start(struct kvt_daemon *d, const char *const *args, bool bare)
 {
 	const char *argv[64];
 	int i, logfd;
@@ -169,7 +169,18 @@ int kvt_daemon_start(struct kvt_daemon *d, const char *const *args)
 	chmod(d->dir, 0755);
 	snprintf(d->sock, sizeof(d->sock), "%s/kvcached.sock", d->dir);
 	snprintf(d->log, sizeof(d->log), "%s/kvcached.log", d->dir);
-	kvt_daemon_argv(d->sock, args, argv, 64);
+	if (bare) {
+		int n = 0;
+
+		argv[n++] = kvt_bin("kvcached");
+		argv[n++] = "--socket";
+		argv[n++] = d->sock;
+		for (i = 0; args && args[i] && n < 63; i++)
+			argv[n++] = args[i];
+		argv[n] = NULL;
+	} else {
+		kvt_daemon_argv(d->sock, args, argv, 64);
+	}
 	d->pid = fork();
 	if (d->pid < 0)
 		return -1;
@@ -200,6 +211,16 @@ int kvt_daemon_start(struct kvt_daemon *d, const char *const *args)
 	waitpid(d->pid, NULL, 0);
 	d->pid = 0;
 	return -1;
+}
+
+int kvt_daemon_start(struct kvt_daemon *d, const char *const *args)
+{
+	return start(d, args, false);
+}
+
+int kvt_daemon_start_bare(struct kvt_daemon *d, const char *const *args)
+{
+	return start(d, args, true);
 }
 
 /* Remove the daemon's folder, unless KVT_KEEP asks to keep its log. */

@@ -33,6 +33,10 @@ const char *kvt_bin(const char *name);
  * -1.
  */
 int kvt_daemon_start(struct kvt_daemon *d, const char *const *args);
+/* The same with none of the small test pool's flags: kvcached --socket and
+ * args only (a test whose settings come from a --config file, which flags
+ * would override). */
+int kvt_daemon_start_bare(struct kvt_daemon *d, const char *const *args);
 /*
  * cmocka group fixtures: *state becomes a started daemon (kvt_setup_args:
  * with extra args); kvt_teardown stops it, returning non-zero unless it

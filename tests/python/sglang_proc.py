@@ -133,11 +133,15 @@ def main() -> int:
     ap.add_argument("--extra-config", default='{"backend_name":"kvcached",'
                     '"module_path":"kvclient.sglang","class_name":"KvcachedStorage",'
                     '"interface_v1":1}')
+    ap.add_argument("--no-insert", action="store_true",
+                    help="the backend's no_insert option: read, never store")
     args = ap.parse_args()
 
     tokens = list(range(7, 7 + args.pages * PAGE))
     keys = page_keys(tokens, PAGE)
     extra = {**json.loads(args.extra_config), "socket": args.socket}
+    if args.no_insert:
+        extra["no_insert"] = "true"
     cfg = HiCacheStorageConfig(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0,
                                attn_cp_size=1, is_mla_model=False, enable_storage_metrics=False,
                                is_page_first_layout=False, model_name="tinyllama-sglang",
@@ -153,6 +157,8 @@ def main() -> int:
         again = ctl.page_set(keys, slots)	# all held already
         ctl.backend.close()
         print(f"set ({ctl.path}): stored {ok} of {len(keys)}, again {again}")
+        if args.no_insert:
+            return 0 if ok == again == 0 else 1
         return 0 if ok == again == len(keys) else 1
     pool = HostPool(args.pages * PAGE * 4)
     ctl = Controller(cfg, pool)

@@ -424,3 +424,48 @@ def test_gpu_prepare_without_a_gpu(daemon):
         assert st["chunks_registered"] == 0 and st["bytes_registered"] == 0
         with pytest.raises(ValueError):
             c.gpu_prepare(-1)
+
+
+def test_no_insert_pin_and_share(daemon):
+    """Issue #35 from Python: a no-insert Client hits and never publishes
+    (NoInsertError with the reason); a request's prefix pinned with a TTL
+    (Request.pin) holds its pages, Client.unpin ends it; max_share holds a
+    process to less than the daemon's max-share (QuotaError naming it)."""
+    toks = tokens(64, 500)
+    with kvclient.Client(tiny_model(), socket=daemon.sock) as w:
+        assert publish(w, toks) == 4
+        with kvclient.Client(tiny_model(), socket=daemon.sock, no_insert=True) as ro:
+            with ro.request(toks) as r:
+                assert r.lookup() == 4
+            with ro.request(tokens(64, 501)) as r:
+                r.lookup()
+                with pytest.raises(kvclient.NoInsertError, match="KVC_OPEN_NO_INSERT") as e:
+                    r.alloc()
+                assert isinstance(e.value, PermissionError)
+        with w.request(toks) as r:
+            pin = r.pin(60)
+            assert pin > 0
+            assert r.pin(120) == pin	# the same prefix: the same pin, longer
+        wait_for(lambda: daemon.kvstat()["counters"]["pinned_pages"] == 4, "the pin's pages")
+        pinned = daemon.kvstat()["pinned"]
+        assert [(p["id"], p["blocks"], p["resident"]) for p in pinned] == [(pin, 4, 4)]
+        w.unpin(pin)
+        with pytest.raises(kvclient.NoPinError):
+            w.unpin(pin)
+        assert daemon.kvstat()["counters"]["pinned_pages"] == 0
+        with w.request(toks) as r:
+            with pytest.raises(ValueError):
+                r.pin(0)
+    with kvclient.Client(tiny_model(), socket=daemon.sock, salt=b"own", max_share=2) as c:
+        keep = []	# requests not released: their pages stay pinned
+        with pytest.raises(kvclient.QuotaError, match=r"max-share of 2% \(as its client asked\)"):
+            for i in range(20):
+                r = c.request(tokens(64, 600 + i))
+                keep.append(r)
+                r.lookup()
+                if r.alloc():
+                    r.publish()
+        for r in keep:
+            r.release()
+    with pytest.raises(ValueError):
+        kvclient.Client(tiny_model(), socket=daemon.sock, max_share=101)

@@ -395,6 +395,33 @@ def test_sglang_two_engines(daemon_factory, extra, path):
     assert ns["tinyllama-sglang/float16"]["keys"] == "engine"
 
 
+def test_no_insert_engines(daemon_factory):
+    """``"no_insert": true`` in either adapter's extra config: the engine
+    loads what others cached and leaves nothing of its own (issue #35)."""
+    d = daemon_factory("--page-size", "8K")
+    a = engine("vllm_proc.py", "prefill", "--socket", d.sock, "--no-insert")
+    assert a.stdout.splitlines() == ["prefill: matched 0 errors 0 computed from 0 equal True"], \
+        a.stdout + a.stderr
+    assert d.kvstat()["counters"]["publishes"] == 0
+    b = engine("vllm_proc.py", "prefill", "--socket", d.sock)
+    assert b.returncode == 0, b.stdout + b.stderr
+    published = d.kvstat()["counters"]["publishes"]
+    assert published > 0
+    c = engine("vllm_proc.py", "load", "--socket", d.sock, "--no-insert")
+    n = 6 * 16
+    assert c.stdout.splitlines() == [f"load: matched {n} errors 0 computed from {n} equal True"], \
+        c.stdout + c.stderr
+    assert d.kvstat()["counters"]["publishes"] == published
+    s = engine("sglang_proc.py", "set", "--socket", d.sock, "--no-insert")
+    assert s.stdout.splitlines() == ["set (v1): stored 0 of 6, again 0"], s.stdout + s.stderr
+    assert s.returncode == 0
+    assert d.kvstat()["counters"]["publishes"] == published
+    s = engine("sglang_proc.py", "set", "--socket", d.sock)
+    assert s.stdout.splitlines() == ["set (v1): stored 6 of 6, again 6"], s.stdout + s.stderr
+    g = engine("sglang_proc.py", "get", "--socket", d.sock, "--no-insert")
+    assert g.returncode == 0 and "loaded 6, bytes equal True" in g.stdout, g.stdout + g.stderr
+
+
 def test_engine_keys_never_mix_with_tokens(daemon):
     """An engine-keyed namespace and the token-keyed one of the same model
     are two namespaces: a block of one is never a hit in the other, and

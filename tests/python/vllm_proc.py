@@ -83,7 +83,7 @@ class Blocks:
         return (self.ids,)
 
 
-def vllm_config(lm, name, sock, block_size, kv_block_tokens, copy="auto"):
+def vllm_config(lm, name, sock, block_size, kv_block_tokens, copy="auto", no_insert=False):
     return SimpleNamespace(
         model_config=ModelConfig(lm, name),
         cache_config=SimpleNamespace(block_size=block_size, cache_dtype="auto"),
@@ -93,7 +93,7 @@ def vllm_config(lm, name, sock, block_size, kv_block_tokens, copy="auto"):
             kv_connector="KvcachedConnector", kv_connector_module_path="kvclient.vllm",
             kv_role="kv_both", is_kv_producer=True,
             kv_connector_extra_config={"socket": sock, "block_tokens": kv_block_tokens,
-                                       "copy": copy}))
+                                       "copy": copy, "no_insert": no_insert}))
 
 
 def run_chunked(sched, worker, engine, prompt, block_order, chunk):
@@ -217,6 +217,8 @@ def main() -> int:
     ap.add_argument("--kv-block-tokens", type=int, default=16, help="kvcached's")
     ap.add_argument("--daemon-pid", type=int)
     ap.add_argument("--copy", default="auto", help="the connector's copy option")
+    ap.add_argument("--no-insert", action="store_true",
+                    help="the connector's no_insert option: read, never save")
     ap.add_argument("--drafter", type=int, default=0, help="a drafter's extra layers")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -226,7 +228,8 @@ def main() -> int:
     g = torch.Generator().manual_seed(8)
     prompt = torch.randint(lm.vocab, (args.blocks * bs + 5,), generator=g)
     nb = args.blocks + 2
-    cfg = vllm_config(lm, "tinyllama-vllm", args.socket, bs, args.kv_block_tokens, args.copy)
+    cfg = vllm_config(lm, "tinyllama-vllm", args.socket, bs, args.kv_block_tokens, args.copy,
+                      args.no_insert)
     sched = KvcachedConnector(cfg, KVConnectorRole.SCHEDULER)
     worker = KvcachedConnector(cfg, KVConnectorRole.WORKER)
     if args.mode in ("prefill", "chunked"):

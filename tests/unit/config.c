@@ -87,6 +87,16 @@ static int set_cap(struct kvd_config *cfg, struct cap *c, const char *key,
 	return rc;
 }
 
+/* kvd_config_diff's callback: "key " for a live key, "key! " for one
+ * that needs a restart. */
+static void diff_note(void *arg, const char *key, bool live)
+{
+	char *seen = arg;
+
+	strcat(seen, key);
+	strcat(seen, live ? " " : "! ");
+}
+
 /* ------------------------------------------------------------ temp files */
 
 static char *write_file(const char *text)
@@ -944,6 +954,97 @@ static void roff_key(char *out, size_t len, const char *prefix, const char *key)
  * the example config (set or commented) and in both manual pages: the
  * options of kvcached(8) and the keys of kvcached.conf(5).
  */
+/* tenant lines, the shares beside max-share, and what a reload may change
+ * (issue #35). */
+static void test_tenants_and_reload_diff(void **state)
+{
+	static const struct {
+		const char *val, *why;
+	} bad[] = {
+		{ "", "must start with a name" },
+		{ "salt=x", "must start with a name" },
+		{ "a/b", "must start with a name" },
+		{ "0123456789012345678901234567890123", "must start with a name" },
+		{ "a salt=", "salt= takes 1..256 bytes" },
+		{ "a salt-hex=abc", "pairs of hex digits" },
+		{ "a salt-hex=zz", "pairs of hex digits" },
+		{ "a share=0", "share= must be a percentage" },
+		{ "a share=101%", "share= must be a percentage" },
+		{ "a share=", "share= must be a percentage" },
+		{ "a readonly", "unknown word" },
+	};
+	struct kvd_config cfg, b;
+	struct cap c;
+	char seen[512], show[64];
+	size_t i;
+
+	(void)state;
+	kvd_config_defaults(&cfg);
+	assert_int_equal(cfg.tenant_share, 100);
+	assert_int_equal(cfg.namespace_share, 100);
+	assert_int_equal(cfg.n_tenants, 0);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(set_cap(&cfg, &c, "tenant", bad[i].val, "f.conf:3"), -1);
+		if (!strstr(c.text, bad[i].why) || !strstr(c.text, "f.conf:3: tenant"))
+			fail_msg("tenant %s: got '%s', want '%s'", bad[i].val, c.text, bad[i].why);
+	}
+	assert_int_equal(cfg.n_tenants, 0);
+	assert_int_equal(set_cap(&cfg, &c, "tenant", "acme salt=s1 share=40% no-insert", ""), 0);
+	assert_int_equal(set_cap(&cfg, &c, "tenant", "beta salt-hex=00ff10", ""), 0);
+	assert_int_equal(set_cap(&cfg, &c, "tenant", "none", ""), 0);
+	assert_int_equal(cfg.n_tenants, 3);
+	assert_string_equal(cfg.tenants[0].name, "acme");
+	assert_int_equal(cfg.tenants[0].salt_len, 2);
+	assert_memory_equal(cfg.tenants[0].salt, "s1", 2);
+	assert_int_equal(cfg.tenants[0].share, 40);
+	assert_true(cfg.tenants[0].no_insert);
+	assert_int_equal(cfg.tenants[1].salt_len, 3);
+	assert_memory_equal(cfg.tenants[1].salt, "\x00\xff\x10", 3);
+	assert_int_equal(cfg.tenants[1].share, 0);	/* tenant-share */
+	assert_int_equal(cfg.tenants[2].salt_len, 0);	/* the unsalted clients */
+	/* The same name again replaces its line. */
+	assert_int_equal(set_cap(&cfg, &c, "tenant", "acme salt=s2", ""), 0);
+	assert_int_equal(cfg.n_tenants, 3);
+	assert_memory_equal(cfg.tenants[0].salt, "s2", 2);
+	assert_false(cfg.tenants[0].no_insert);
+	/* Two names for one salt: refused at the check. */
+	assert_int_equal(set_cap(&cfg, &c, "tenant", "gamma salt=s2", ""), 0);
+	cap_begin(&c, 2);
+	assert_int_equal(kvd_config_check(&cfg), -1);
+	cap_end(&c);
+	assert_non_null(strstr(c.text, "--: tenant gamma: the same salt as tenant acme (--;"));
+
+	/* Which keys a reload applies, and what it says changed. */
+	assert_true(kvd_config_live("high-watermark"));
+	assert_true(kvd_config_live("eviction"));
+	assert_true(kvd_config_live("tenant"));
+	assert_true(kvd_config_live("remote"));
+	assert_true(kvd_config_live("allow-users"));
+	assert_false(kvd_config_live("pool-size"));
+	assert_false(kvd_config_live("block-tokens"));
+	assert_false(kvd_config_live("no-such-key"));
+	kvd_config_defaults(&cfg);
+	b = cfg;
+	seen[0] = 0;
+	kvd_config_diff(&cfg, &b, diff_note, seen);
+	assert_string_equal(seen, "");
+	assert_int_equal(set_cap(&b, &c, "high-watermark", "30", ""), 0);
+	assert_int_equal(set_cap(&b, &c, "eviction", "clock", ""), 0);
+	assert_int_equal(set_cap(&b, &c, "page-size", "8K", ""), 0);
+	assert_int_equal(set_cap(&b, &c, "tenant", "t salt=x", ""), 0);
+	assert_int_equal(set_cap(&b, &c, "socket", "/tmp/other.sock", ""), 0);
+	kvd_config_diff(&cfg, &b, diff_note, seen);
+	assert_string_equal(seen, "socket! page-size! tenant high-watermark eviction ");
+	kvd_config_show(&b, "eviction", show, sizeof(show));
+	assert_string_equal(show, "clock");
+	kvd_config_show(&b, "socket-mode", show, sizeof(show));
+	assert_string_equal(show, "0660");
+	kvd_config_show(&b, "tenant", show, sizeof(show));
+	assert_string_equal(show, "1 tenants");
+	kvd_config_show(&b, "spill-dir", show, sizeof(show));
+	assert_string_equal(show, "(none)");
+}
+
 static void test_keys_documented(void **state)
 {
 	const char *keys[128];
@@ -1015,6 +1116,7 @@ int main(void)
 		cmocka_unit_test(test_args_config_file),
 		cmocka_unit_test(test_remote),
 		cmocka_unit_test(test_args_errors),
+		cmocka_unit_test(test_tenants_and_reload_diff),
 		cmocka_unit_test(test_keys_documented),
 	};
 

@@ -176,7 +176,7 @@ static uint32_t publish(uint32_t ns, uint32_t seed, uint32_t nb, struct kvshm_ke
 
 	assert_true(nb <= 8);
 	tokens_of(t, nb * BT, seed);
-	kvshm_key_chain(root, (struct kvshm_key){ 0, 0 }, t, nb * BT, BT, keys);
+	kvshm_key_chain(root, root, (struct kvshm_key){ 0, 0 }, t, nb * BT, BT, keys);
 	for (i = skip_blocks ? *skip_blocks : 0; i < nb; i++) {
 		assert_int_equal(kvshm_page_alloc(D.h, 1, ns, &page, &gen), 0);
 		st = kvshm_page_publish(D.h, page, gen, 1, keys[i], i ? keys[i - 1] : root,
@@ -506,7 +506,7 @@ static void test_token_bytes(void **state)
 	(void)state;
 	ns_add(0, "m", 0);
 	root = kvshm_key_root(kvshm_ns(D.h)[0].id, NULL, 0);
-	kvshm_key_chain(root, (struct kvshm_key){ 0, 0 }, v, BT, BT, &k);
+	kvshm_key_chain(root, root, (struct kvshm_key){ 0, 0 }, v, BT, BT, &k);
 	assert_int_equal(kvshm_page_alloc(D.h, 1, 0, &page, &gen), 0);
 	kvd_events_published(&D, page, kvshm_page_publish(D.h, page, gen, 1, k, root, v, &w, &wg));
 	kvd_events_tick(&D);

@@ -63,9 +63,10 @@ static void put32(uint8_t *p, uint32_t v)
 		p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* The documented key of one block, built byte by byte (little-endian). */
-static struct kvshm_key ref_block(struct kvshm_key parent, const uint32_t *tok,
-				  uint32_t bt, struct kvshm_key extra)
+/* The documented key of one block, built byte by byte (little-endian),
+ * then XORed with its key space's root. */
+static struct kvshm_key ref_block(struct kvshm_key root, struct kvshm_key parent,
+				  const uint32_t *tok, uint32_t bt, struct kvshm_key extra)
 {
 	static uint8_t buf[32 + 4 * MAXB];
 	XXH128_hash_t x;
@@ -79,8 +80,8 @@ static struct kvshm_key ref_block(struct kvshm_key parent, const uint32_t *tok,
 	put64(buf + 16 + 4 * bt, extra.lo);
 	put64(buf + 24 + 4 * bt, extra.hi);
 	x = XXH3_128bits(buf, 32 + 4 * (size_t)bt);
-	k.lo = x.low64;
-	k.hi = x.high64;
+	k.lo = x.low64 ^ root.lo;
+	k.hi = x.high64 ^ root.hi;
 	return k;
 }
 
@@ -140,6 +141,7 @@ static void test_block_vectors(void **state)
 	static const uint32_t sizes[] = { 1, 2, 16, 17, 64, 1024 };
 	static uint32_t tok[MAXB];
 	struct kvshm_key parent = { 0x0123456789abcdefull, 0xfedcba9876543210ull };
+	struct kvshm_key root = { 0x5555aaaa5555aaaaull, 0x1234123412341234ull };
 	struct kvshm_key zero = { 0, 0 };
 	struct kvshm_key extra = ref_extra("lora:adapter-7", 14);
 	size_t s;
@@ -149,12 +151,12 @@ static void test_block_vectors(void **state)
 		uint32_t bt = sizes[s];
 
 		fill_tokens(tok, bt, 1000 + bt);
-		assert_key_eq(kvshm_key_block(parent, tok, bt, zero),
-			      ref_block(parent, tok, bt, zero));
-		assert_key_eq(kvshm_key_block(parent, tok, bt, extra),
-			      ref_block(parent, tok, bt, extra));
-		assert_key_eq(kvshm_key_block(zero, tok, bt, zero),
-			      ref_block(zero, tok, bt, zero));
+		assert_key_eq(kvshm_key_block(root, parent, tok, bt, zero),
+			      ref_block(root, parent, tok, bt, zero));
+		assert_key_eq(kvshm_key_block(root, parent, tok, bt, extra),
+			      ref_block(root, parent, tok, bt, extra));
+		assert_key_eq(kvshm_key_block(zero, zero, tok, bt, zero),
+			      ref_block(zero, zero, tok, bt, zero));
 	}
 }
 
@@ -180,11 +182,11 @@ static void test_chain_vectors(void **state)
 		for (e = 0; e < 2; e++) {
 			struct kvshm_key x = e ? extra : zero;
 
-			n = kvshm_key_chain(root, x, tok, nblk * bt, bt, keys);
+			n = kvshm_key_chain(root, root, x, tok, nblk * bt, bt, keys);
 			assert_int_equal(n, nblk);
 			parent = root;
 			for (i = 0; i < n; i++) {
-				struct kvshm_key want = ref_block(parent, tok + i * bt, bt, x);
+				struct kvshm_key want = ref_block(root, parent, tok + i * bt, bt, x);
 
 				assert_key_eq(keys[i], want);
 				parent = want;
@@ -244,18 +246,18 @@ static void test_format_stability(void **state)
 		tok[i] = 1000 + 37 * i;
 	id = kvshm_ns_id(&ns);
 	root = kvshm_key_root(id, "salt", 4);
-	assert_int_equal(kvshm_key_chain(root, kvshm_key_extra(NULL, 0), tok, 32, 16, keys), 2);
+	assert_int_equal(kvshm_key_chain(root, root, kvshm_key_extra(NULL, 0), tok, 32, 16, keys), 2);
 	assert_int_equal(id.lo, 0x703bde8c42884d32ull);
 	assert_int_equal(id.hi, 0x891715a0342739d1ull);
 	assert_int_equal(root.lo, 0x2cd11711e515a756ull);
 	assert_int_equal(root.hi, 0x2f143eaafe5e4b2eull);
-	assert_int_equal(keys[0].lo, 0xff7b603e8380bfd8ull);
-	assert_int_equal(keys[0].hi, 0x876d7455bb216a62ull);
-	assert_int_equal(keys[1].lo, 0x229133758be941a9ull);
-	assert_int_equal(keys[1].hi, 0x55afcaf936ff2f98ull);
+	assert_int_equal(keys[0].lo, 0xd3aa772f6695188eull);
+	assert_int_equal(keys[0].hi, 0xa8794aff457f214cull);
+	assert_int_equal(keys[1].lo, 0xc1e1ee10393a704full);
+	assert_int_equal(keys[1].hi, 0x288f41c8238d2e05ull);
 	/* ...and the literals agree with the documented layout. */
 	assert_key_eq(root, ref_root(id, "salt", 4));
-	assert_key_eq(keys[1], ref_block(keys[0], tok + 16, 16, (struct kvshm_key){ 0, 0 }));
+	assert_key_eq(keys[1], ref_block(root, keys[0], tok + 16, 16, (struct kvshm_key){ 0, 0 }));
 }
 
 /* Engine keys: the block's words and key come from the engine key alone
@@ -281,7 +283,7 @@ static void test_engine_keys(void **state)
 		assert_key_ne(a, b);
 		assert_memory_not_equal(ta, tb, bt * 4);
 		assert_int_equal(ta[bt], 0xabababab);	/* nothing past bt words */
-		assert_key_eq(a, kvshm_key_block(root, ta, bt, zero));
+		assert_key_eq(a, kvshm_key_block(root, root, ta, bt, zero));
 	}
 	assert_key_ne(kvshm_key_engine(root, "k", 1, ta, 16),
 		      kvshm_key_engine((struct kvshm_key){ 7, 9 }, "k", 1, tb, 16));
@@ -301,10 +303,10 @@ static void test_prefix_property(void **state)
 
 	(void)state;
 	fill_tokens(tok, 16 * 20, 5);
-	assert_int_equal(kvshm_key_chain(root, zero, tok, 16 * 20, 16, full), 20);
+	assert_int_equal(kvshm_key_chain(root, root, zero, tok, 16 * 20, 16, full), 20);
 	for (k = 1; k <= 20; k++) {
 		memset(part, 0, sizeof(part));
-		assert_int_equal(kvshm_key_chain(root, zero, tok, 16 * k, 16, part), k);
+		assert_int_equal(kvshm_key_chain(root, root, zero, tok, 16 * k, 16, part), k);
 		for (i = 0; i < k; i++)
 			assert_key_eq(part[i], full[i]);
 	}
@@ -324,11 +326,11 @@ static void test_partial_block_ignored(void **state)
 
 	(void)state;
 	fill_tokens(tok, 16 * 4, 9);
-	assert_int_equal(kvshm_key_chain(root, zero, tok, 48, 16, a), 3);
+	assert_int_equal(kvshm_key_chain(root, root, zero, tok, 48, 16, a), 3);
 	for (p = 1; p < 16; p++) {
 		b[3] = canary;
 		tok[48 + p - 1] ^= 0x5555;	/* the partial tail changes */
-		assert_int_equal(kvshm_key_chain(root, zero, tok, 48 + p, 16, b), 3);
+		assert_int_equal(kvshm_key_chain(root, root, zero, tok, 48 + p, 16, b), 3);
 		assert_key_eq(b[0], a[0]);
 		assert_key_eq(b[1], a[1]);
 		assert_key_eq(b[2], a[2]);
@@ -336,8 +338,8 @@ static void test_partial_block_ignored(void **state)
 	}
 	/* Fewer tokens than one block: no keys at all. */
 	b[0] = canary;
-	assert_int_equal(kvshm_key_chain(root, zero, tok, 15, 16, b), 0);
-	assert_int_equal(kvshm_key_chain(root, zero, tok, 0, 16, b), 0);
+	assert_int_equal(kvshm_key_chain(root, root, zero, tok, 15, 16, b), 0);
+	assert_int_equal(kvshm_key_chain(root, root, zero, tok, 0, 16, b), 0);
 	assert_key_eq(b[0], canary);
 }
 
@@ -357,11 +359,11 @@ static void test_salt_and_extra_change_keys(void **state)
 	r2 = kvshm_key_root(ns, "tenant-b", 8);
 	assert_key_ne(r0, r1);
 	assert_key_ne(r1, r2);
-	kvshm_key_chain(r0, zero, tok, 16 * 8, 16, base);
-	kvshm_key_chain(r1, zero, tok, 16 * 8, 16, salted);
-	kvshm_key_chain(r2, zero, tok, 16 * 8, 16, salted2);
-	kvshm_key_chain(r0, kvshm_key_extra("lora-1", 6), tok, 16 * 8, 16, extra);
-	kvshm_key_chain(r0, kvshm_key_extra("lora-2", 6), tok, 16 * 8, 16, extra2);
+	kvshm_key_chain(r0, r0, zero, tok, 16 * 8, 16, base);
+	kvshm_key_chain(r1, r1, zero, tok, 16 * 8, 16, salted);
+	kvshm_key_chain(r2, r2, zero, tok, 16 * 8, 16, salted2);
+	kvshm_key_chain(r0, r0, kvshm_key_extra("lora-1", 6), tok, 16 * 8, 16, extra);
+	kvshm_key_chain(r0, r0, kvshm_key_extra("lora-2", 6), tok, 16 * 8, 16, extra2);
 	for (i = 0; i < 8; i++) {
 		for (j = 0; j < 8; j++) {
 			/* No key of one chain appears anywhere in another. */
@@ -372,9 +374,39 @@ static void test_salt_and_extra_change_keys(void **state)
 		}
 	}
 	/* Same inputs, same keys: deterministic. */
-	kvshm_key_chain(kvshm_key_root(ns, "tenant-a", 8), zero, tok, 16 * 8, 16, extra2);
+	kvshm_key_chain(r1, r1, zero, tok, 16 * 8, 16, extra2);
 	for (i = 0; i < 8; i++)
 		assert_key_eq(extra2[i], salted[i]);
+}
+
+/*
+ * Key spaces (issue #35): a chain computed under one root but starting at
+ * another root's parent (what a client of namespace B does when it
+ * publishes namespace A's block 0 with A's root and tokens) shares no key
+ * with A's own chain; under A's root it is A's chain exactly.
+ */
+static void test_key_spaces_apart(void **state)
+{
+	static uint32_t tok[16 * 6];
+	struct kvshm_key a[6], b[6], same[6], zero = { 0, 0 };
+	struct kvshm_key ra = kvshm_key_root((struct kvshm_key){ 1, 2 }, NULL, 0);
+	struct kvshm_key rb = kvshm_key_root((struct kvshm_key){ 3, 4 }, NULL, 0);
+	size_t i, j;
+
+	(void)state;
+	fill_tokens(tok, 16 * 6, 21);
+	kvshm_key_chain(ra, ra, zero, tok, 16 * 6, 16, a);
+	kvshm_key_chain(rb, ra, zero, tok, 16 * 6, 16, b);	/* B's space, A's parent */
+	kvshm_key_chain(ra, ra, zero, tok, 16 * 6, 16, same);
+	for (i = 0; i < 6; i++) {
+		assert_key_eq(a[i], same[i]);
+		for (j = 0; j < 6; j++)
+			assert_key_ne(a[i], b[j]);
+	}
+	/* Block by block: the same parent, tokens and extra, another root. */
+	assert_key_ne(kvshm_key_block(ra, a[0], tok + 16, 16, zero),
+		      kvshm_key_block(rb, a[0], tok + 16, 16, zero));
+	assert_key_eq(kvshm_key_block(ra, a[0], tok + 16, 16, zero), a[1]);
 }
 
 /* A changed token anywhere in block i changes key i and every later one. */
@@ -386,9 +418,9 @@ static void test_token_change_propagates(void **state)
 
 	(void)state;
 	fill_tokens(tok, 16 * 6, 13);
-	kvshm_key_chain(root, zero, tok, 16 * 6, 16, a);
+	kvshm_key_chain(root, root, zero, tok, 16 * 6, 16, a);
 	tok[2 * 16 + 15] += 1;
-	kvshm_key_chain(root, zero, tok, 16 * 6, 16, b);
+	kvshm_key_chain(root, root, zero, tok, 16 * 6, 16, b);
 	assert_key_eq(a[0], b[0]);
 	assert_key_eq(a[1], b[1]);
 	for (i = 2; i < 6; i++)
@@ -451,7 +483,7 @@ static void test_mask_forces_collisions(void **state)
 	/* One bit per half leaves 4 possible keys: 5 blocks must collide. */
 	kvshm_key_test_mask = 1ull << 40;
 	for (i = 0; i < 5; i++) {
-		k[i] = kvshm_key_block(root, tok[i], 16, zero);
+		k[i] = kvshm_key_block(root, root, tok[i], 16, zero);
 		assert_int_equal(k[i].lo & ~kvshm_key_test_mask, 0);
 		assert_int_equal(k[i].hi & ~kvshm_key_test_mask, 0);
 	}
@@ -464,7 +496,7 @@ static void test_mask_forces_collisions(void **state)
 	/* The mask is the only thing that made them collide. */
 	kvshm_key_test_mask = 0;
 	for (i = 0; i < 5; i++)
-		k[i] = kvshm_key_block(root, tok[i], 16, zero);
+		k[i] = kvshm_key_block(root, root, tok[i], 16, zero);
 	for (i = 0; i < 5; i++)
 		for (j = i + 1; j < 5; j++)
 			assert_key_ne(k[i], k[j]);
@@ -490,6 +522,7 @@ int main(void)
 		cmocka_unit_test(test_partial_block_ignored),
 		cmocka_unit_test(test_salt_and_extra_change_keys),
 		cmocka_unit_test(test_token_change_propagates),
+		cmocka_unit_test(test_key_spaces_apart),
 		cmocka_unit_test(test_ns_id),
 		cmocka_unit_test_teardown(test_mask_forces_collisions, reset_mask),
 	};

@@ -101,7 +101,7 @@ static const struct kvshm_key no_extra = { 0, 0 };
 
 static struct kvshm_key key_of(struct kvshm_key parent, const uint32_t *t)
 {
-	return kvshm_key_block(parent, t, BT, no_extra);
+	return kvshm_key_block(root, parent, t, BT, no_extra);
 }
 
 static void assert_counts(const struct seg *s, uint64_t fr, uint64_t wr, uint64_t rd)

@@ -458,6 +458,9 @@ static void test_hello_ns(void **state)
 	h = good;
 	h.max_pins = 77;	/* not part of the identity */
 	memcpy(h.name, "other", 6);
+	h.flags = KVPROTO_HELLO_NO_INSERT;	/* nor are these: the salt keys */
+	h.max_share = 100;			/* a space within the namespace */
+	h.salt_len = KVPROTO_MAX_SALT;
 	assert_int_equal(kvproto_hello_ns(&h, &ns2), 0);
 	assert_memory_equal(&ns.id, &ns2.id, sizeof(ns.id));
 	h = good;
@@ -477,8 +480,10 @@ static void test_hello_ns(void **state)
 		h = good; h.field = value; \
 		assert_int_equal(kvproto_hello_ns(&h, &ns2), -EINVAL); \
 	} while (0)
-	BAD_HELLO(flags, 2);
+	BAD_HELLO(flags, 4);
 	BAD_HELLO(flags, KVPROTO_HELLO_ENGINE_KEYS | 4);
+	BAD_HELLO(max_share, 101);
+	BAD_HELLO(salt_len, KVPROTO_MAX_SALT + 1);
 	BAD_HELLO(dtype_bytes, 3);
 	BAD_HELLO(dtype_bytes, 0);
 	BAD_HELLO(layers, 0);

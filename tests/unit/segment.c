@@ -96,7 +96,7 @@ static int cmp_region(const void *a, const void *b)
 static void check_layout(const struct kvshm_geometry *g)
 {
 	struct kvshm_header h;
-	struct region r[10];
+	struct region r[12];
 	int i;
 
 	memset(&h, 0xa5, sizeof(h));
@@ -137,18 +137,24 @@ static void check_layout(const struct kvshm_geometry *g)
 		"slots" };
 	r[9] = (struct region){ h.off_ns_stats,
 		(uint64_t)g->max_ns * sizeof(struct kvshm_ns_stats), "ns stats" };
+	r[10] = (struct region){ h.off_tenants, KVSHM_TENANTS * sizeof(struct kvshm_tenant),
+		"tenants" };
+	r[11] = (struct region){ h.off_pinned, KVSHM_PINNED * sizeof(struct kvshm_pinned),
+		"pinned" };
 	assert_int_equal(h.slot_entry_bytes, sizeof(struct kvshm_slot));
 	assert_int_equal(h.ns_stats_bytes, sizeof(struct kvshm_ns_stats));
-	for (i = 0; i < 10; i++)
+	assert_int_equal(h.tenant_bytes, sizeof(struct kvshm_tenant));
+	assert_int_equal(h.pinned_bytes, sizeof(struct kvshm_pinned));
+	for (i = 0; i < 12; i++)
 		assert_int_equal(r[i].off % KVSHM_CACHELINE, 0);
-	qsort(r, 10, sizeof(r[0]), cmp_region);
+	qsort(r, 12, sizeof(r[0]), cmp_region);
 	assert_true(r[0].off >= sizeof(struct kvshm_header));
-	for (i = 0; i + 1 < 10; i++)
+	for (i = 0; i + 1 < 12; i++)
 		assert_true(r[i].off + r[i].len <= r[i + 1].off);
-	assert_true(r[9].off + r[9].len <= h.segment_bytes);
+	assert_true(r[11].off + r[11].len <= h.segment_bytes);
 	assert_int_equal(h.segment_bytes % 4096, 0);
 	/* No more than one 4 KiB page of slack at the end. */
-	assert_true(h.segment_bytes - (r[9].off + r[9].len) < 4096);
+	assert_true(h.segment_bytes - (r[11].off + r[11].len) < 4096);
 }
 
 static void test_layout_regions(void **state)

@@ -152,7 +152,7 @@ static void seg_build(struct flat_seg *s, size_t blocks, bool shmem2m)
 	s->blocks = blocks;
 	for (p = 0; p < blocks / FLAT_PROMPT; p++) {
 		prompt_tokens(tokens, p, FLAT_PROMPT * BT);
-		kvshm_key_chain(flat_root, none, tokens, FLAT_PROMPT * BT, BT, keys);
+		kvshm_key_chain(flat_root, flat_root, none, tokens, FLAT_PROMPT * BT, BT, keys);
 		for (b = 0; b < FLAT_PROMPT; b++) {
 			/* Scattered: a bijection (odd multiplier, blocks a
 			 * power of two) that puts no block next to its parent. */

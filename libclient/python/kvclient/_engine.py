@@ -43,6 +43,28 @@ def namespace_name(model: str, dtype: str, suffix: str = "") -> str:
     return name
 
 
+def flag(extra: dict, key: str) -> bool:
+    """A yes/no key of an engine's extra config: true, "true", "yes", "1" or
+    1 for yes; absent, false, "false", "no", "0" or 0 for no; else
+    ValueError naming the key."""
+    v = extra.get(key, False)
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int) and v in (0, 1):
+        return bool(v)
+    if isinstance(v, str) and v.lower() in ("true", "yes", "1", "false", "no", "0"):
+        return v.lower() in ("true", "yes", "1")
+    raise ValueError(f"{key} {v!r}: must be true or false")
+
+
+def read_only(who: str, e: Exception, logger: Optional[logging.Logger] = None) -> None:
+    """The daemon refused an allocation because this client's tenant is
+    no-insert (NoInsertError): said once (in the adapter's log), then the
+    adapter stops saving."""
+    (logger or log).info("%s: kvcached makes this engine's tenant no-insert: it reads the cache and "
+             "saves nothing (%s)", who, e)
+
+
 class Reconnecting:
     """A Client of `model` at `socket`, or None while kvcached is away.
 
@@ -58,8 +80,9 @@ class Reconnecting:
 
     def __init__(self, model: Model, socket: Optional[str], salt: bytes | str = b"",
                  on_open: Optional[Callable[[Client], None]] = None, who: str = "kvcached",
-                 logger: Optional[logging.Logger] = None):
+                 logger: Optional[logging.Logger] = None, no_insert: bool = False):
         self.model, self.socket, self.salt = model, socket, salt
+        self.no_insert = no_insert
         self.on_open, self.who = on_open, who
         self.log = logger or log
         self.c: Optional[Client] = None
@@ -112,7 +135,8 @@ class Reconnecting:
             return None
         self._next_try = now + RECONNECT_S
         try:
-            c = Client(self.model, socket=self.socket, salt=self.salt, warn=False)
+            c = Client(self.model, socket=self.socket, salt=self.salt, warn=False,
+                       no_insert=self.no_insert)
         except GeometryError as e:
             self._failed(_REFUSED, str(e), f"kvcached refuses {self.model.name!r}: {e.strerror}")
             return None

@@ -60,7 +60,7 @@ class Options(Structure):
     _fields_ = [("size", c_uint32), ("flags", c_uint32), ("socket_path", c_char_p),
                 ("salt", c_void_p), ("salt_len", c_size_t), ("max_pins", c_uint32),
                 ("pad", c_uint32), ("errbuf", c_void_p), ("errbuf_len", c_size_t),
-                ("resv", c_uint64 * 4)]
+                ("max_share", c_uint32), ("pad2", c_uint32), ("resv", c_uint64 * 3)]
 
 
 class Key(Structure):
@@ -99,6 +99,7 @@ class GpuStatus(Structure):
 
 
 OPEN_ALLOC_AHEAD = 0x1
+OPEN_NO_INSERT = 0x2
 MODEL_ENGINE_KEYS = 0x1
 MAX_ENGINE_KEY = 1024
 POOL_HOST = 1
@@ -131,6 +132,9 @@ _PROTOS = (
     ("kvc_restore", c_int, [c_void_p], True),
     ("kvc_restore_pays", c_int, [c_void_p, c_double], False),
     ("kvc_alloc", c_int, [c_void_p], True),
+    ("kvc_req_message", c_char_p, [c_void_p], False),
+    ("kvc_pin", c_int, [c_void_p, c_uint32], True),
+    ("kvc_unpin", c_int, [c_void_p, c_int], True),
     ("kvc_block", c_void_p, [c_void_p, c_size_t], False),
     ("kvc_block_page", c_int64, [c_void_p, c_size_t], False),
     ("kvc_publish", c_int, [c_void_p], True),

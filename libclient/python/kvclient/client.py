@@ -266,6 +266,10 @@ class Client:
     ``max_pins``: pin slots wanted, 0 for the daemon's default.
     ``alloc_ahead``: after each publish, ask for as many pages again without
     waiting (KVC_OPEN_ALLOC_AHEAD), for engines that publish continuously.
+    ``no_insert``: look up and read, never publish (KVC_OPEN_NO_INSERT):
+    alloc() raises NoInsertError, so none of this process's KV stays on
+    the host. ``max_share``: percent of the pool (1..100) this process
+    asks to be held to, below the daemon's max-share; 0 for the daemon's.
 
     Raises NoDaemonError, NotTrustedError, GeometryError (with the daemon's
     reason), ProtocolError, TooManyClientsError, TooManyModelsError,
@@ -286,7 +290,7 @@ class Client:
 
     def __init__(self, model: Model, socket: str | os.PathLike | None = None,
                  salt: bytes | str = b"", max_pins: int = 0, alloc_ahead: bool = False,
-                 warn: bool = True):
+                 warn: bool = True, no_insert: bool = False, max_share: int = 0):
         if not isinstance(model, Model):
             raise TypeError("model must be a kvclient.Model")
         L = _L.lib()
@@ -295,7 +299,8 @@ class Client:
         m = model._struct()
         o = _L.Options()
         o.size = ctypes.sizeof(o)
-        o.flags = _L.OPEN_ALLOC_AHEAD if alloc_ahead else 0
+        o.flags = ((_L.OPEN_ALLOC_AHEAD if alloc_ahead else 0) |
+                   (_L.OPEN_NO_INSERT if no_insert else 0))
         path = os.fsencode(socket) if socket is not None else None
         o.socket_path = path
         salt_b = _bytes_arg(salt, "salt") or b""
@@ -303,6 +308,7 @@ class Client:
             o.salt = ctypes.cast(ctypes.c_char_p(salt_b), c_void_p)
             o.salt_len = len(salt_b)
         o.max_pins = _u("max_pins", max_pins, 0, 2**32 - 1)
+        o.max_share = _u("max_share", max_share, 0, 100)
         eb = _L.errbuf()
         o.errbuf = ctypes.cast(eb, c_void_p)
         o.errbuf_len = len(eb)
@@ -473,6 +479,14 @@ class Client:
         if label is not None:
             _label(req, r, label, label_b)
         return req
+
+    def unpin(self, pin_id: int) -> None:
+        """End a pin of this Client's tenant and namespace before its time
+        (kvc_unpin). Raises NoPinError (no such pin: ended, expired, or
+        another tenant's)."""
+        rc = _L.lib().unpin(self._handle(), _u("pin_id", pin_id, 1, 2**31 - 1))
+        if rc < 0:
+            raise _error(rc, "kvc_unpin", what=f"unpin({pin_id!r})")
 
     def keys(self, tokens: Any, extra: bytes | str | None = None) -> list[int]:
         """The key chain of the full blocks of ``tokens`` (kvc_keys), each a
@@ -791,6 +805,29 @@ class Request:
                          what=f"restore_pays({prefill_tokens_per_s!r}): the speed must be > 0")
         return bool(rc)
 
+    def pin(self, ttl_s: int) -> int:
+        """Keep this request's prefix resident for ``ttl_s`` seconds (1..30
+        days; kvc_pin): the daemon holds its blocks that are cached now and
+        each further one as it is published, so that no eviction takes
+        them until the time is up. For an engine's system prompt. Counted
+        against this Client's tenant's share. Returns the pin's id (for
+        Client.unpin and kvstat --pins); pinning the same prefix again
+        keeps it and lasts until the later end. Raises QuotaError (the
+        tenant holds its share), NoSpaceError (64 pins already),
+        InvalidArgumentError."""
+        r = self._req("pin")
+        ttl = _u("ttl_s", ttl_s, 1, 30 * 86400)
+        rc = _L.lib().pin(r, ttl)
+        if rc < 0:
+            raise _error(rc, "kvc_pin", self._message(), f"pin({ttl_s!r})")
+        return rc
+
+    def _message(self) -> str | None:
+        """The daemon's (or the library's) reason for the last refusal
+        (kvc_req_message), or None."""
+        m = _L.lib().req_message(self._r)
+        return m.decode("utf-8", "replace") if m else None
+
     # ------------------------------------------------------------ write
 
     def alloc(self) -> int:
@@ -802,7 +839,7 @@ class Request:
             raise self._stage_error("alloc", "call it once, after lookup() and before publish()")
         rc = _L.lib().alloc(self._r)
         if rc < 0:	# InFlightError leaves it looked up: wait() again
-            raise _error(rc, "kvc_alloc")
+            raise _error(rc, "kvc_alloc", self._message())
         self._stage = _ALLOCATED
         self.granted = rc
         return rc
@@ -817,7 +854,7 @@ class Request:
                                     "publish: alloc() granted no pages: nothing to publish")
         rc = _L.lib().publish(self._r)
         if rc < 0:
-            raise _error(rc, "kvc_publish")
+            raise _error(rc, "kvc_publish", self._message())
         self._stage = _PUBLISHED
         self.hits = rc
         self.granted = 0

@@ -84,8 +84,16 @@ class NoSpaceError(KvcError):
 
 
 class QuotaError(KvcError):
-    """This process holds its share of the pool already, pinned or being
-    written (the daemon's max-share): release requests first (EDQUOT)."""
+    """This process, its tenant or its namespace holds its share of the pool
+    already, pinned or being written (the daemon's max-share, a tenant's or
+    a namespace's share; the message names which): release requests first
+    (EDQUOT)."""
+
+
+class NoInsertError(KvcError, PermissionError):
+    """A no-insert Client (``no_insert=True``, or a tenant the daemon's
+    config makes no-insert) reads the cache and never publishes: alloc()
+    refuses, with the reason (EROFS)."""
 
 
 class InFlightError(KvcError):
@@ -123,6 +131,11 @@ class OutOfMemoryError(KvcError, MemoryError):
 
 class NoPageError(KvcError, LookupError):
     """A block of the run has no page: not a hit and not granted (ENOENT)."""
+
+
+class NoPinError(KvcError, LookupError):
+    """unpin() of a pin that is not there: ended, expired, or another
+    tenant's or namespace's (ENOENT)."""
 
 
 class ReadOnlyBlockError(KvcError, PermissionError):
@@ -168,6 +181,7 @@ _BY_ERRNO = {
     _e.EACCES: NotTrustedError,
     _e.EKEYREJECTED: UntrustedDaemonError,
     _e.EDQUOT: QuotaError,
+    _e.EROFS: NoInsertError,
     _e.EINPROGRESS: InFlightError,
     _e.EPROTO: ProtocolError,
     _e.EBADMSG: ProtocolError,
@@ -199,6 +213,8 @@ def error_class(err: int, call: str = "") -> type:
     """The class for positive errno ``err`` returned by C function ``call``."""
     if err == _e.ENOENT and call in _BLOCK_CALLS:
         return NoPageError
+    if err == _e.ENOENT and call == "kvc_unpin":
+        return NoPinError
     if err == _e.EOPNOTSUPP:
         return NotSupportedError
     return _BY_ERRNO.get(err, KvcError)

@@ -29,6 +29,11 @@ with a block stride); ``page_first`` keeps a page's tokens apart per layer
 and is refused, as are MLA pools (one latent vector per token, no K and V).
 Written against SGLang's documented ``HiCacheStorage`` (see
 docs/ENGINES.md for the version followed); nothing here is SGLang code.
+
+``"no_insert": true`` in the extra config makes the engine a reader: pages
+kvcached holds are found and read, and no write stores anything (its
+Client is no-insert, KVC_OPEN_NO_INSERT), so none of its KV stays on the
+host. A tenant the daemon's config makes no-insert is treated the same.
 """
 from __future__ import annotations
 
@@ -38,8 +43,8 @@ from typing import Any, List, Optional
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
 
 from . import client as _client
-from ._engine import Reconnecting, namespace_name
-from .errors import KvcError
+from ._engine import Reconnecting, flag, namespace_name, read_only
+from .errors import KvcError, NoInsertError
 
 log = logging.getLogger("kvclient.sglang")
 
@@ -64,6 +69,7 @@ class KvcachedStorage(HiCacheStorage):
         extra = dict(storage_config.extra_config or {})
         self.socket = extra.get("socket")
         self.salt = extra.get("salt", b"")
+        self.no_insert = flag(extra, "no_insert")
         self.name = extra.get("model_name") or storage_config.model_name or "sglang-model"
         cfg = storage_config
         # An MLA model's ranks all hold the same latent KV: one namespace.
@@ -119,7 +125,7 @@ class KvcachedStorage(HiCacheStorage):
         def opened(c):
             self._kv = _client.PagedKV(c, ks, vs)
         self._rc = Reconnecting(model, self.socket, self.salt, opened, "KvcachedStorage",
-                                logger=log)
+                                logger=log, no_insert=self.no_insert)
         self._rc.get()
 
     def _client(self):
@@ -187,6 +193,18 @@ class KvcachedStorage(HiCacheStorage):
         done = self._looked_up(keys, "batch_get_v1", get, True)
         return [True] * done + [False] * (len(keys) - done)
 
+    def _alloc(self, r) -> int:
+        """Pages for the request's misses, or 0 for a reader (no_insert,
+        or a tenant the daemon makes no-insert, found out here once)."""
+        if self.no_insert:
+            return 0
+        try:
+            return r.alloc()
+        except NoInsertError as e:
+            read_only("KvcachedStorage", e, log)
+            self.no_insert = True
+            return 0
+
     def batch_set_v1(self, keys: List[str], host_indices, extra_info=None) -> List[bool]:
         """Store the host pool pages of keys: those kvcached holds already
         are left as they are, the rest copied into new pages and published.
@@ -197,7 +215,7 @@ class KvcachedStorage(HiCacheStorage):
         def put(r, hits):
             if hits >= n:
                 return hits
-            got = r.alloc()
+            got = self._alloc(r)
             if got:
                 r.scatter(self._kv, self._pages(host_indices, n)[hits:hits + got])
                 r.publish()
@@ -247,7 +265,7 @@ class KvcachedStorage(HiCacheStorage):
         def put(r, hits):
             if hits >= n:
                 return hits
-            got = r.alloc()
+            got = self._alloc(r)
             for i in range(hits, hits + got):
                 page = r.page_tensor(i).transpose(0, 1)
                 page.copy_(values[i].view(page.shape))

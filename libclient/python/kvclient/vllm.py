@@ -50,6 +50,12 @@ recomputes them.
 kvcached being unreachable never fails a request: no daemon, a lost
 connection or a full pool make the connector report 0 matched tokens and
 skip saves; it reconnects at most once a second.
+
+``"no_insert": true`` in the extra config makes the engine a reader: it
+loads what others cached and saves nothing (its Client is no-insert,
+KVC_OPEN_NO_INSERT), so none of its KV stays on the host. A tenant the
+daemon's config makes no-insert is found out at the first save and
+treated the same.
 """
 from __future__ import annotations
 
@@ -65,8 +71,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V
                                                              KVConnectorRole)
 
 from . import client as _client
-from ._engine import Reconnecting, namespace_name
-from .errors import KvcError
+from ._engine import Reconnecting, flag, namespace_name, read_only
+from .errors import KvcError, NoInsertError
 
 # Under "vllm.": vLLM's logging configuration (the "vllm" logger's handler)
 # prints it in the engine's log, with vLLM's own lines.
@@ -310,8 +316,10 @@ class KvcachedConnector(KVConnectorBase_V1):
             layers=int(mc.get_num_layers(pc)), kv_heads=int(mc.get_num_kv_heads(pc)),
             head_dim=int(mc.get_head_size()), block_tokens=T, pos=extra.get("pos", "rope"),
             tp_rank=tp_rank, tp_size=tp, pp_rank=pp_rank, pp_size=pp)
+        self.no_insert = flag(extra, "no_insert")
         self._rc = Reconnecting(self.model, extra.get("socket"), extra.get("salt", b""),
-                                self._opened, "KvcachedConnector", logger=log)
+                                self._opened, "KvcachedConnector", logger=log,
+                                no_insert=self.no_insert)
         self._rc.on_drop = self._dropped
         # Scheduler side.
         self._reqs: dict[str, _ReqState] = {}
@@ -865,7 +873,7 @@ class KvcachedConnector(KVConnectorBase_V1):
             self._say_status()
             return
         meta = self._get_connector_metadata()
-        if not meta.saves:
+        if not meta.saves or self.no_insert:
             return
         c = self._client()
         if c is None:
@@ -887,6 +895,10 @@ class KvcachedConnector(KVConnectorBase_V1):
                         for layer in range(len(self._caches)):
                             self._copy_layer(pages, segs, layer, False)
                     r.publish()
+            except NoInsertError as e:
+                read_only("KvcachedConnector", e, log)
+                self.no_insert = True
+                return
             except KvcError as e:
                 if not c.connected():
                     self._drop_client(str(e))
