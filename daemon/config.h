@@ -41,6 +41,9 @@ struct kvd_config {
 	uint32_t max_share;		/* percent of the pool one process may
 					 * pin or hold writing */
 	uint32_t hello_timeout_ms;	/* a connection's time to say HELLO */
+	uint32_t slice_timeout_ms;	/* a page several ranks write: time
+					 * for its last slice to be asked for
+					 * and published (core/slice.c) */
 	uint64_t page_size;
 	uint32_t block_tokens;
 	uint32_t max_clients;

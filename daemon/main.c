@@ -19,6 +19,7 @@
 #include "obs/events.h"
 #include "core/kvd.h"
 #include "core/restore.h"
+#include "core/slice.h"
 #include "server/server.h"
 #include "util/log.h"
 #include "pool/memcheck.h"
@@ -67,7 +68,7 @@ static int segment_open(struct kvd *d)
 	}
 	d->mark = calloc(geo.n_pages, 1);
 	d->clients = calloc(geo.max_clients, sizeof(*d->clients));
-	if (!d->mark || !d->clients) {
+	if (!d->mark || !d->clients || kvd_slice_init(d)) {
 		kvd_err("out of memory");
 		return -1;
 	}
@@ -212,6 +213,7 @@ out:
 	kvd_events_close(&d);
 	kvd_tiers_close(&d);
 	kvd_pool_close(&d.pool);
+	kvd_slice_fini(&d);
 	kvd_memfd_close(&d.seg);
 	kvd_policy_close(&d.pol);
 	free(d.mark);

@@ -88,9 +88,16 @@ static CUresult upload_and_launch(const struct kvk_module *m, enum kvk_dir dir,
 	r = kvk_cu.cuMemcpyHtoDAsync(dev, host, words * sizeof(*host), stream);
 	if (r != CUDA_SUCCESS)
 		return r;
+	memset(&p, 0, sizeof(p));
 	p.pool = pool;
 	p.half = l->half;
-	p.segs = (uint64_t)n * 2 * l->layers;
+	p.page_half = l->page_half;
+	p.rows = l->rows;
+	p.row = l->row;
+	p.page_row = l->page_row;
+	p.page_off = l->page_off;
+	p.halves = kvk_halves(l);
+	p.segs = (uint64_t)n * p.halves * l->layers;
 	p.args = dev;
 	p.layers = l->layers;
 	p.dir = dir;
@@ -125,7 +132,8 @@ int kvk_copy_launch(const struct kvk_module *m, enum kvk_dir dir,
 		    const uint32_t *pages, const int64_t *blocks, size_t n,
 		    CUstream stream)
 {
-	size_t words = 2 * (size_t)l->layers + 2 * n, j;
+	const uint32_t halves = kvk_halves(l);
+	size_t words = halves * (size_t)l->layers + 2 * n, j;
 	uint64_t *host;
 	CUdeviceptr dev;
 	CUresult r;
@@ -137,12 +145,13 @@ int kvk_copy_launch(const struct kvk_module *m, enum kvk_dir dir,
 	if (!host)
 		return -ENOMEM;
 	for (i = 0; i < l->layers; i++) {
-		host[2 * i] = kvk_tensor(l, i, 0);
-		host[2 * i + 1] = kvk_tensor(l, i, 1);
+		host[halves * i] = kvk_tensor(l, i, 0);
+		if (halves == 2)
+			host[2 * i + 1] = kvk_tensor(l, i, 1);
 	}
 	for (j = 0; j < n; j++) {
-		host[2 * l->layers + 2 * j] = (uint64_t)pages[j] * slot_bytes;
-		host[2 * l->layers + 2 * j + 1] = (uint64_t)blocks[j] * l->block_stride;
+		host[halves * l->layers + 2 * j] = (uint64_t)pages[j] * slot_bytes;
+		host[halves * l->layers + 2 * j + 1] = (uint64_t)blocks[j] * l->block_stride;
 	}
 	r = kvk_cu.cuMemAllocAsync(&dev, words * sizeof(*host), stream);
 	if (r == CUDA_ERROR_NOT_SUPPORTED) {

@@ -46,12 +46,19 @@ struct kvc {
 	uint32_t n_free_slots;
 	uint32_t nslots;
 
-	/* Page kernels (gpu.c): the model's layers and the bytes of one
-	 * block of one layer's K or V; the pool's kind and, for a cuda pool,
-	 * its import (pool above is then a device address). */
+	/* Page kernels (gpu.c): the model's layers, whether its page is one
+	 * latent (MLA) per token and layer, the bytes of one block of one
+	 * layer's K or V (or latent) in a page (every head) and of one head's
+	 * vector; this rank's heads (kvproto_part: which it moves, whether it
+	 * writes them, its slice); the pool's kind and, for a cuda pool, its
+	 * import (pool above is then a device address). */
 	uint32_t layers;
+	bool latent;
+	uint32_t kv_heads;		/* the model's */
+	struct kvproto_part part;
 	uint32_t pool_kind;		/* enum kvshm_pool_kind */
 	uint64_t half;
+	uint64_t head_bytes;
 	struct kvc_gpu *gpu;
 
 	/* Alloc-ahead (KVC_OPEN_ALLOC_AHEAD; ahead_cap 0 when off): after a

@@ -341,6 +341,25 @@ static bool zero(const uint64_t *r, size_t n)
 	return true;
 }
 
+/*
+ * Where this rank's heads sit in a page (page_ref.h): all of them, one
+ * run per segment; or its heads of each token row, block_tokens runs.
+ */
+static void page_layout(const kvc_t *c, struct kvk_layout *kl)
+{
+	memset(kl, 0, sizeof(*kl));
+	kl->page_half = c->half;
+	kl->page_row = (uint64_t)c->kv_heads * c->head_bytes;
+	kl->row = (uint64_t)c->part.heads * c->head_bytes;
+	kl->page_off = (uint64_t)c->part.head0 * c->head_bytes;
+	kl->rows = c->bt;
+	if (c->part.heads == c->kv_heads) {	/* every head: one run */
+		kl->row = kl->page_row = c->half;
+		kl->rows = 1;
+	}
+	kl->half = kl->rows * kl->row;
+}
+
 static int page_copy(struct kvc_req *r, size_t first, size_t n, const struct kvc_layout *l,
 		     const int64_t *ids, void *stream, enum kvk_dir dir)
 {
@@ -355,13 +374,16 @@ static int page_copy(struct kvc_req *r, size_t first, size_t n, const struct kvc
 	if (c->fork_gen != atomic_load_explicit(&kvc_fork_gen, memory_order_relaxed))
 		return -ECHILD;
 	if (!l || l->size != sizeof(*l) || l->flags || !zero(l->resv, 4) ||
-	    l->layers != c->layers || (n && !ids))
+	    l->layers != c->layers || (n && !ids) ||
+	    (l->kind == KVC_LAYOUT_MLA) != c->latent)
 		return -EINVAL;
+	if (dir == KVK_SCATTER && n && !c->part.writes)
+		return -EPERM;	/* another rank of its engine writes these heads */
+	page_layout(c, &kl);
 	kl.kind = l->kind;	/* the kvc_ and kvk_ kinds share their values */
 	kl.layers = l->layers;
 	kl.num_blocks = l->num_blocks;
-	kl.half = c->half;
-	kl.block_stride = l->block_stride ? l->block_stride : c->half;
+	kl.block_stride = l->block_stride ? l->block_stride : kl.half;
 	kl.k = l->k;
 	kl.v = l->kind == KVC_LAYOUT_KV ? l->v : NULL;
 	if (kvk_layout_check(&kl, NULL))
@@ -387,8 +409,8 @@ static int page_copy(struct kvc_req *r, size_t first, size_t n, const struct kvc
 	return rc;
 }
 
-_Static_assert(KVC_LAYOUT_KV == (int)KVK_LAYOUT_KV && KVC_LAYOUT_FLASH == (int)KVK_LAYOUT_FLASH,
-	       "layout kinds");
+_Static_assert(KVC_LAYOUT_KV == (int)KVK_LAYOUT_KV && KVC_LAYOUT_FLASH == (int)KVK_LAYOUT_FLASH &&
+	       KVC_LAYOUT_MLA == (int)KVK_LAYOUT_MLA, "layout kinds");
 
 int kvc_gather(struct kvc_req *r, size_t first_block, size_t n_blocks,
 	       const struct kvc_layout *l, const int64_t *engine_block_ids, void *stream)

@@ -87,6 +87,7 @@ static int short_reason(uint32_t why)
 	case KVPROTO_SHORT_SHARE: return -EDQUOT;
 	case KVPROTO_SHORT_SLOTS:
 	case KVPROTO_SHORT_POOL: return -ENOSPC;
+	case KVPROTO_SHORT_TAKEN: return -EBUSY;
 	default: return -EIO;	/* a daemon that does not say */
 	}
 }
@@ -114,6 +115,10 @@ int kvc_alloc(struct kvc_req *r)
 	r->short_err = 0;
 	if (r->hits >= r->n)
 		return 0;
+	if (!c->part.writes) {	/* another rank of its engine writes its heads */
+		r->short_err = -EPERM;
+		return 0;
+	}
 	/* No more than one PUBLISH frame can carry. */
 	fcap = (uint32_t)((KVPROTO_MAX_LEN - sizeof(struct kvproto_count)) /
 			  (sizeof(struct kvproto_pub) + (uint64_t)c->bt * 4));
@@ -270,10 +275,14 @@ int kvc_publish(struct kvc_req *r)
 		if (r->state[i] != KVC_B_WRITING)
 			continue;
 		memcpy(&pr, (char *)reply + sizeof(cnt) + k++ * sizeof(pr), sizeof(pr));
-		if (pr.status == 0 && r->slot[i] != UINT32_MAX) {
-			/* Our held slot now pins the READY page. */
+		if ((pr.status == 0 || pr.status == KVPROTO_PUB_SLICE) &&
+		    r->slot[i] != UINT32_MAX) {
+			/* Our held slot now pins the READY page, or the page
+			 * our slice is in, READY once the last slice is. */
 			r->state[i] = KVC_B_PINNED;
-			atomic_fetch_add_explicit(&c->ledger->published, 1, memory_order_relaxed);
+			if (pr.status == 0)
+				atomic_fetch_add_explicit(&c->ledger->published, 1,
+							  memory_order_relaxed);
 		} else if (pr.status == 1 && pr.page < c->n_pages && r->slot[i] != UINT32_MAX &&
 			   kvshm_ledger_pin(c->ledger, r->slot[i], c->seg, pr.page, pr.gen)) {
 			/* Lost the race to an identical block: use the winner's. */

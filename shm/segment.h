@@ -26,12 +26,16 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 13u	/* 8: remote tier counters; 9: single flight (page
+#define KVSHM_VERSION 14u	/* 8: remote tier counters; 9: single flight (page
 				 * flight, row flight, wait stats); 10: page
 				 * entries of one cache line; 11: tick timing;
 				 * 12: ledger access ring of 1024, a hit run
 				 * written deepest first; 13: page `unlisted`
-				 * (lookups find pages without the index) */
+				 * (lookups find pages without the index); 14:
+				 * namespace rows without the tensor-parallel
+				 * rank (one namespace for every TP size), with
+				 * the KV layout; page `slices` and `writers`
+				 * (pages written by several ranks) */
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -217,6 +221,12 @@ struct kvshm_stats {
 	_Atomic uint64_t ticks;
 	_Atomic uint64_t ticks_slow;
 	_Atomic uint64_t tick_hist[KVSHM_TICK_BUCKETS];
+	/* Pages several tensor-parallel ranks write (daemon/core/slice.c),
+	 * layout 14: grants of a slice of a page another rank began, and
+	 * pages given up unwhole (a rank released its slice, died, or never
+	 * came within slice-timeout-ms). */
+	_Atomic uint64_t slice_joins;
+	_Atomic uint64_t slice_dropped;
 };
 
 /*
@@ -322,6 +332,25 @@ enum kvshm_ns_kind {
 	KVSHM_NS_ENGINE = 1,
 };
 
+/*
+ * How a namespace's page holds one block's KV; part of its identity.
+ *
+ * SPLIT: a K and a V vector per KV head per token per layer, the page
+ *   [layer][k|v][token][kv_head][head_dim] (every attention with heads:
+ *   MHA, GQA, MQA). Tensor-parallel ranks each hold some of the heads.
+ * LATENT: one latent vector per token per layer and no K/V split (MLA:
+ *   DeepSeek-V2/V3/R1, Kimi K2), the page [layer][token][head_dim] with
+ *   head_dim the latent width (kv_lora_rank + rope dims); kv_heads is 1.
+ *   Every tensor-parallel rank holds all of it.
+ */
+enum kvshm_kv_layout {
+	KVSHM_KV_SPLIT = 0,
+	KVSHM_KV_LATENT = 1,
+};
+
+/* Most ranks that write one page together (kvproto_part). */
+#define KVSHM_MAX_WRITERS 32u
+
 /* A model's tensor- / pipeline-parallel part (kvc_shard, normalised). */
 struct kvshm_shard {
 	uint16_t tp_rank;
@@ -335,6 +364,12 @@ struct kvshm_shard {
  * `used` is 0, then `used` is set with a release store; readers load `used`
  * with acquire before trusting the rest. Rows are never reused while the
  * daemon lives (namespaces are few; their pages outlive their clients).
+ *
+ * The tensor-parallel rank is no part of it (since layout 14): kv_heads is
+ * the model's, all ranks together, and a page holds every head, so the
+ * ranks of an engine at any TP size share the namespace and its pages
+ * (each rank moves only its heads: kvproto_part). A pipeline stage holds
+ * other layers, so pp_rank / pp_size stay.
  */
 struct kvshm_ns {
 	_Atomic uint32_t used;
@@ -347,10 +382,14 @@ struct kvshm_ns {
 	uint32_t kind;			/* enum kvshm_ns_kind (was padding, 0) */
 	uint64_t page_bytes;		/* the namespace's own page size */
 	struct kvshm_key id;		/* hash of the fields above + model
-					 * (+ shard when sharded, + kind when
-					 * not TOKENS) */
+					 * (+ pipeline stage when staged, + kind
+					 * when not TOKENS, + layout when not
+					 * SPLIT): kvshm_ns_id */
 	char model[KVSHM_MODEL_NAME];	/* NUL-terminated */
-	struct kvshm_shard shard;	/* sizes >= 1; 0/1 0/1: not sharded */
+	uint16_t pp_rank;		/* pipeline stage, < pp_size */
+	uint16_t pp_size;		/* >= 1; 1: not staged */
+	uint16_t layout;		/* enum kvshm_kv_layout */
+	uint16_t resv;			/* 0 */
 };
 
 /* ----------------------------------------------------------- client rows */
@@ -481,9 +520,15 @@ static inline int kvshm_loc_is_slot(uint32_t loc)
  *   the READY store publishes them.
  * owner: the client id holding a WRITING page; the daemon's own bookkeeping,
  *   shown to kvstat.
- * ref: daemon-only, unused by eviction since its order lives in the
- *   daemon (daemon/policy/policy.h; clients report accesses through their
- *   ledger's access ring); kept so the layout of the entry stays.
+ * slices, writers: a page that several tensor-parallel ranks write
+ *   together (each its slice of the heads, kvproto_part) while it is
+ *   WRITING: writers is how many slices make it whole (0 for a page with
+ *   one writer, always so outside WRITING) and bit s of slices is set once
+ *   some rank was granted slice s. Relaxed stores by the daemon while the
+ *   page is WRITING (set before an announcement's flight store, cleared
+ *   when the page leaves WRITING); a lookup reads them (relaxed) to tell a
+ *   page in flight that waits for its own slice, which it must write, not
+ *   wait for (libclient/inflight.c).
  * flight: 1 while the page is WRITING and *announced*: its owner said which
  *   block it will publish there (ALLOC_KEYS), key and parent hold that
  *   block's identity and the index names the page under that key, so that
@@ -507,10 +552,10 @@ struct kvshm_page {
 	uint32_t owner;
 	struct kvshm_key key;
 	struct kvshm_key parent;
-	uint32_t ref;
+	_Atomic uint32_t slices;	/* was `ref` (unused) until layout 14 */
 	_Atomic uint32_t flight;
 	uint32_t unlisted;
-	uint32_t pad;			/* one cache line per entry (layout 10) */
+	_Atomic uint32_t writers;	/* was padding: one line per entry */
 };
 
 /* ------------------------------------------------------------ spill slots */

@@ -21,6 +21,7 @@
 #include "evict.h"
 #include "flight.h"
 #include "reply.h"
+#include "slice.h"
 #include "../util/log.h"
 #include "../tier/tier.h"
 
@@ -38,6 +39,7 @@ static int check_pages(struct kvd *d, struct kvd_client *c, const uint8_t *rec,
 		memcpy(&pg, rec + i * stride, sizeof(pg));
 		if (pg.page >= d->h->geo.n_pages || d->mark[pg.page] ||
 		    atomic_load(&pages[pg.page].state) != KVSHM_PAGE_WRITING ||
+		    kvd_slice_is(d, pg.page) ||	/* several ranks': slice.c's */
 		    pages[pg.page].owner != kvd_owner(c) ||
 		    atomic_load(&pages[pg.page].gen) != pg.gen) {
 			*bad = pg.page;
@@ -159,10 +161,29 @@ static uint32_t process_holds(struct kvd *d, struct kvd_client *c, uint32_t shar
 	return exact;
 }
 
+/* Of the first n claims, how many a slicing client would join (no free
+ * page needed for those). */
+static uint32_t joinable(const struct kvd *d, const struct kvd_client *c, const uint8_t *claims,
+			 uint32_t n)
+{
+	uint32_t k, j = 0;
+
+	for (k = 0; claims && kvd_slicing(c) && k < n; k++) {
+		struct kvproto_claim cl;
+
+		memcpy(&cl, claims + (size_t)k * sizeof(cl), sizeof(cl));
+		j += kvd_slice_joinable(d, c, &cl);
+	}
+	return j;
+}
+
 /*
  * Grant up to `asked` pages. With claims (ALLOC_KEYS), page k is announced
  * in flight as the block of claim k (shm/page.h), unless that block is in
- * the index already or the client holds max-announced pages WRITING.
+ * the index already or the client holds max-announced pages WRITING. A
+ * client that writes slices of pages several ranks write (slice.h) gets
+ * for each claim the page another rank began for the block, or a fresh
+ * one, announced; the grant stops at the first block it can have neither.
  */
 static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32_t asked,
 		       const uint8_t *claims)
@@ -170,9 +191,19 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 	struct kvshm_free *fr = kvshm_free(d->h);
 	struct kvproto_count cnt = { 0, 0 };
 	struct kvproto_pg *out;
-	uint32_t n = asked, room, k;
+	uint32_t n = asked, room, k, fresh;
 	int rc;
 
+	if (!c->part.writes) {
+		kvd_reply_error(d, c, seq, -EPERM, false,
+				"this rank reads the KV of its heads, which another rank of its engine writes (replicated heads, or an MLA latent): it publishes nothing");
+		return c->used && !c->lingering ? 0 : -1;
+	}
+	if (kvd_slicing(c) && !claims) {
+		kvd_reply_error(d, c, seq, -EINVAL, false,
+				"a rank that writes its slice of pages several ranks write asks for them with the blocks' keys (ALLOC_KEYS), not with ALLOC");
+		return c->used && !c->lingering ? 0 : -1;
+	}
 	/* Each WRITING page needs one of the client's pin slots. */
 	room = c->nslots > c->writing ? c->nslots - c->writing : 0;
 	if (n > room) {
@@ -200,13 +231,14 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 	}
 	/* Its hits so far reach the policy before anything is evicted. */
 	kvd_evict_drain(d, c);
-	if (n && fr->count < n + d->low_pages) {
+	fresh = n - joinable(d, c, claims, n);
+	if (fresh && fr->count < fresh + d->low_pages) {
 		uint32_t coming = fr->count + kvd_tiers_pending(d);
 
-		if (coming < n + d->low_pages)
-			kvd_evict(d, n + d->low_pages - coming, true);
+		if (coming < fresh + d->low_pages)
+			kvd_evict(d, fresh + d->low_pages - coming, true);
 		/* Evicted pages being spilled are free once written. */
-		if (fr->count < n)
+		if (fr->count < fresh)
 			kvd_tiers_drain(d);
 	}
 	out = malloc(sizeof(*out) * (n ? n : 1));
@@ -215,23 +247,33 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 		return 0;
 	}
 	for (k = 0; k < n; k++) {
-		if (kvshm_page_alloc(d->h, kvd_owner(c), c->ns_id, &out[k].page, &out[k].gen))
-			break;
-		if (d->damaged)	/* a hole found earlier was about its old use */
-			d->damaged[out[k].page] = 0;
+		struct kvproto_claim cl;
 		/* Announced only within max-announced: c->writing (pages it
 		 * holds WRITING, announced or not) bounds its announcements. */
-		if (claims && c->writing + k < d->cfg.max_announced) {
-			struct kvproto_claim cl;
+		bool announce = claims && c->writing + k < d->cfg.max_announced;
 
+		if (claims)
 			memcpy(&cl, claims + (size_t)k * sizeof(cl), sizeof(cl));
+		if (kvd_slicing(c)) {
+			uint32_t why = kvd_slice_grant(d, c, &cl, announce, &out[k]);
+
+			if (why) {
+				cnt.pad = why;
+				break;
+			}
+			continue;
+		}
+		if (kvshm_page_alloc(d->h, kvd_owner(c), c->ns_id, &out[k].page, &out[k].gen)) {
+			cnt.pad = KVPROTO_SHORT_POOL;
+			break;
+		}
+		if (d->damaged)	/* a hole found earlier was about its old use */
+			d->damaged[out[k].page] = 0;
+		if (announce)
 			kvshm_page_announce(d->h, out[k].page, out[k].gen, kvd_owner(c), cl.key,
 					    cl.parent);
-		}
 	}
 	c->writing += k;
-	if (k < n)
-		cnt.pad = KVPROTO_SHORT_POOL;
 	if (k < asked)
 		kvd_stat_add(&kvshm_stats(d->h)->alloc_short, 1);
 	cnt.n = k;
@@ -315,6 +357,104 @@ static int check_keys(const struct kvd *d, const struct kvd_client *c, const uin
 	return 0;
 }
 
+/*
+ * Check every (page, gen) of a slicing client's PUBLISH or FREE (keys
+ * given: PUBLISH) as check_pages does for one writer's: each names a slice
+ * the client holds open (or held, on a page given up since), at most once.
+ */
+static int check_slices(struct kvd *d, struct kvd_client *c, const uint8_t *rec, uint32_t n,
+			size_t stride, bool keys, uint32_t *bad)
+{
+	uint32_t i, k;
+	int rc = 0;
+
+	for (i = 0; i < n; i++) {
+		struct kvproto_pub pub;
+
+		memcpy(&pub, rec + i * stride, keys ? sizeof(pub) : sizeof(struct kvproto_pg));
+		if (pub.page >= d->h->geo.n_pages || d->mark[pub.page] ||
+		    kvd_slice_check(d, c, pub.page, pub.gen, keys ? &pub.key : NULL) < 0) {
+			*bad = pub.page;
+			rc = -1;
+			break;
+		}
+		d->mark[pub.page] = 1;
+	}
+	for (k = 0; k < i; k++) {
+		struct kvproto_pg pg;
+
+		memcpy(&pg, rec + k * stride, sizeof(pg));
+		d->mark[pg.page] = 0;
+	}
+	return rc;
+}
+
+/*
+ * Publish one page whole, for its owner (the client, or the rank that
+ * began a page several ranks wrote): into the index and the eviction
+ * order, offered to the tiers, announced to KV events. Returns the status
+ * of the record.
+ */
+static int publish_page(struct kvd *d, struct kvd_client *c, const struct kvproto_pub *pub,
+			const uint32_t *tokens, uint32_t owner, struct kvproto_pub_r *res)
+{
+	int st;
+
+	/* Waiters for this block (ours or another writer's) wake after. */
+	kvd_flight_note(d, pub->page);
+	kvd_flight_note_key(d, pub->key);
+	if (d->damaged && d->damaged[pub->page]) {
+		/* A client punched this page out while it was being
+		 * written: its KV is gone, never to be indexed. */
+		d->damaged[pub->page] = 0;
+		kvshm_page_free(d->h, pub->page, pub->gen, owner);
+		return -EIO;
+	}
+	/* A tier-1 copy of the block gives way to the new page. */
+	kvd_tiers_unindex(d, pub->key, pub->parent, tokens, c->ns_id);
+	st = kvshm_page_publish(d->h, pub->page, pub->gen, owner, pub->key, pub->parent, tokens,
+				&res->page, &res->gen);
+	kvd_events_published(d, pub->page, st);
+	if (st == KVSHM_PUBLISHED) {
+		/* Into the eviction order (behind its parent, the block
+		 * before it: policy.h). */
+		kvd_evict_insert(d, pub->page);
+		kvd_tiers_published(d, pub->page);
+	}
+	return st;
+}
+
+/*
+ * A slicing client's record: its slice is in (KVPROTO_PUB_SLICE: the page
+ * stays its, pinned, READY once the last slice is), or it was the last
+ * and the page is published whole; -ESTALE for a page given up since its
+ * grant, -EIO for one punched out meanwhile (given up now).
+ */
+static int publish_slice(struct kvd *d, struct kvd_client *c, const struct kvproto_pub *pub,
+			 const uint32_t *tokens, struct kvproto_pub_r *res)
+{
+	uint32_t owner;
+	int st;
+
+	if (kvd_slice_check(d, c, pub->page, pub->gen, &pub->key)) {
+		kvd_slice_release(d, c, pub->page);
+		return -ESTALE;
+	}
+	if (d->damaged && d->damaged[pub->page]) {
+		kvd_slice_release(d, c, pub->page);
+		return -EIO;
+	}
+	if (!kvd_slice_written(d, c, pub->page)) {
+		res->page = pub->page;
+		res->gen = pub->gen;
+		return KVPROTO_PUB_SLICE;
+	}
+	owner = kvshm_pages(d->h)[pub->page].owner;
+	st = publish_page(d, c, pub, tokens, owner, res);
+	kvd_slice_forget(d, pub->page);
+	return st;
+}
+
 int kvd_cache_publish(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
 		      const void *p)
 {
@@ -327,9 +467,12 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, const struct kvproto_
 	int rc;
 
 	memcpy(&cnt, p, sizeof(cnt));
-	if (check_pages(d, c, rec, cnt.n, stride, &bad)) {
+	if (kvd_slicing(c) ? check_slices(d, c, rec, cnt.n, stride, true, &bad)
+			   : check_pages(d, c, rec, cnt.n, stride, &bad)) {
 		kvd_reply_error(d, c, seq, -EINVAL, true,
-				"PUBLISH names page %u, which it does not hold WRITING at that generation",
+				kvd_slicing(c)
+				? "PUBLISH names page %u, of which it holds no slice at that generation for that block"
+				: "PUBLISH names page %u, which it does not hold WRITING at that generation",
 				bad);
 		return -1;
 	}
@@ -353,33 +496,14 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, const struct kvproto_
 
 		memcpy(&pub, rec + i * stride, sizeof(pub));
 		memcpy(tokens, rec + i * stride + sizeof(pub), (size_t)c->bt * 4);
-		/* Waiters for this block (ours or another writer's) wake after. */
-		kvd_flight_note(d, pub.page);
-		kvd_flight_note_key(d, pub.key);
-		if (d->damaged && d->damaged[pub.page]) {
-			/* A client punched this page out while it was being
-			 * written: its KV is gone, never to be indexed. */
-			d->damaged[pub.page] = 0;
-			kvshm_page_free(d->h, pub.page, pub.gen, kvd_owner(c));
-			res[i].status = -EIO;
-			c->writing--;
-			continue;
-		}
-		/* A tier-1 copy of the block gives way to the new page. */
-		kvd_tiers_unindex(d, pub.key, pub.parent, tokens, c->ns_id);
-		st = kvshm_page_publish(d->h, pub.page, pub.gen, kvd_owner(c), pub.key,
-					pub.parent, tokens, &res[i].page, &res[i].gen);
-		kvd_events_published(d, pub.page, st);
+		st = kvd_slicing(c) ? publish_slice(d, c, &pub, tokens, &res[i])
+				    : publish_page(d, c, &pub, tokens, kvd_owner(c), &res[i]);
 		res[i].status = st;
-		if (st == KVSHM_PUBLISHED) {
-			/* Into the eviction order (behind its parent, the
-			 * block before it: policy.h). */
-			kvd_evict_insert(d, pub.page);
-			kvd_tiers_published(d, pub.page);
-		}
-		if (st >= 0)	/* its page or the winner's: pinned now */
+		/* Its page, the winner's or its slice's: pinned now. */
+		if (st >= 0)
 			c->fresh++;
-		/* Published, shared or refused: the page is no longer ours. */
+		/* Published, shared, refused or a slice in: the page (or its
+		 * slice) is no longer ours to write. */
 		c->writing--;
 		collisions += st == -EEXIST;
 	}
@@ -398,11 +522,13 @@ int kvd_cache_free(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr
 {
 	const uint32_t seq = hdr->seq;
 	const uint8_t *rec = (const uint8_t *)p + sizeof(struct kvproto_count);
+	const size_t stride = sizeof(struct kvproto_pg);
 	struct kvproto_count cnt;
 	uint32_t i, bad = 0;
 
 	memcpy(&cnt, p, sizeof(cnt));
-	if (check_pages(d, c, rec, cnt.n, sizeof(struct kvproto_pg), &bad)) {
+	if (kvd_slicing(c) ? check_slices(d, c, rec, cnt.n, stride, false, &bad)
+			   : check_pages(d, c, rec, cnt.n, stride, &bad)) {
 		kvd_reply_error(d, c, seq, -EINVAL, true,
 				"FREE names page %u, which it does not hold WRITING at that generation",
 				bad);
@@ -411,7 +537,11 @@ int kvd_cache_free(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr
 	for (i = 0; i < cnt.n; i++) {
 		struct kvproto_pg pg;
 
-		memcpy(&pg, rec + i * sizeof(pg), sizeof(pg));
+		memcpy(&pg, rec + i * stride, sizeof(pg));
+		if (kvd_slicing(c)) {	/* the page can no longer be whole */
+			kvd_slice_release(d, c, pg.page);
+			continue;
+		}
 		kvd_flight_note(d, pg.page);
 		kvshm_page_free(d->h, pg.page, pg.gen, kvd_owner(c));
 	}
@@ -426,12 +556,23 @@ uint32_t kvd_cache_reclaim(struct kvd *d, const struct kvd_client *c)
 	struct kvshm_page *pages = kvshm_pages(d->h);
 	uint32_t i, n = 0, found = 0, owner = kvd_owner(c);
 
-	/* c->writing counts its WRITING pages exactly (every path that
-	 * grants or ends one updates it): a client that leaves holding none,
-	 * the common case, costs no pass over the page table, and the pass
-	 * ends at the last of them. */
+	/* c->writing counts its WRITING pages and open slices exactly (every
+	 * path that grants or ends one updates it): a client that leaves
+	 * holding none, the common case, costs no pass over the page table,
+	 * and the pass ends at the last of them. */
 	for (i = 0; i < d->h->geo.n_pages && found < c->writing; i++) {
-		if (atomic_load(&pages[i].state) != KVSHM_PAGE_WRITING || pages[i].owner != owner)
+		if (atomic_load(&pages[i].state) != KVSHM_PAGE_WRITING)
+			continue;
+		if (kvd_slice_is(d, i)) {
+			/* A page several ranks write: its slice never comes. */
+			if (kvd_slice_holds(d, c, i)) {
+				found++;
+				n++;
+				kvd_slice_release(d, c, i);
+			}
+			continue;
+		}
+		if (pages[i].owner != owner)
 			continue;
 		found++;
 		kvd_flight_note(d, i);

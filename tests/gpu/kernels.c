@@ -106,8 +106,11 @@ static void compare(const struct geo *g, uint32_t kind, uint64_t pad)
 				}
 			}
 			pool_d = up(pool_h, n_pool * slot);
-			lh = (struct kvk_layout){ kind, g->layers, nb, stride, half,
-						  (void *const *)k_h, kind == KVK_LAYOUT_KV ? (void *const *)v_h : NULL };
+			lh = (struct kvk_layout){ .kind = kind, .layers = g->layers, .num_blocks = nb,
+						  .block_stride = stride, .half = half,
+						  .k = (void *const *)k_h,
+						  .v = kind == KVK_LAYOUT_KV ? (void *const *)v_h : NULL };
+			kvk_layout_whole(&lh);
 			ld = lh;
 			ld.k = k_d;
 			ld.v = kind == KVK_LAYOUT_KV ? v_d : NULL;
