@@ -539,7 +539,7 @@ int kvd_cache_free(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr
 
 		memcpy(&pg, rec + i * stride, sizeof(pg));
 		if (kvd_slicing(c)) {	/* the page can no longer be whole */
-			kvd_slice_release(d, c, pg.page);
+			kvd_slice_release(d, c, pg.page);	/* counted as dropped */
 			continue;
 		}
 		kvd_flight_note(d, pg.page);
@@ -547,7 +547,8 @@ int kvd_cache_free(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr
 	}
 	kvd_flight_wake(d);	/* their waiters get a miss at once */
 	c->writing -= cnt.n;
-	kvd_stat_add(&kvshm_stats(d->h)->frees, cnt.n);
+	if (!kvd_slicing(c))
+		kvd_stat_add(&kvshm_stats(d->h)->frees, cnt.n);
 	return kvd_reply(d, c, KVPROTO_FREE_R, seq, &cnt, sizeof(cnt), NULL, 0);
 }
 
@@ -564,10 +565,10 @@ uint32_t kvd_cache_reclaim(struct kvd *d, const struct kvd_client *c)
 		if (atomic_load(&pages[i].state) != KVSHM_PAGE_WRITING)
 			continue;
 		if (kvd_slice_is(d, i)) {
-			/* A page several ranks write: its slice never comes. */
+			/* A page several ranks write: its slice never comes
+			 * (the page is counted as dropped when it goes). */
 			if (kvd_slice_holds(d, c, i)) {
 				found++;
-				n++;
 				kvd_slice_release(d, c, i);
 			}
 			continue;

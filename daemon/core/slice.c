@@ -104,12 +104,14 @@ static void drop(struct kvd *d, struct kvd_slices *r)
 	if (!r->dropped) {
 		r->dropped = true;
 		list_unlink(d, r);
-		kvd_stat_add(&kvshm_stats(d->h)->slice_dropped, 1);
 		kvd_flight_note(d, r->page);
 		kvshm_page_unannounce(d->h, r->page);
 	}
 	if (open_slices(r))
 		return;
+	/* Counted once, as the page goes back: beside frees and reclaims
+	 * (which count pages of one writer). */
+	kvd_stat_add(&kvshm_stats(d->h)->slice_dropped, 1);
 	kvd_flight_note(d, r->page);
 	kvshm_page_free(d->h, r->page, r->gen, p->owner);
 	rec_free(d, r);
@@ -216,6 +218,17 @@ void kvd_slice_release(struct kvd *d, const struct kvd_client *c, uint32_t page)
 	r->claimed &= ~(1u << s);
 	r->who[s] = 0;
 	drop(d, r);
+}
+
+uint32_t kvd_slice_open(const struct kvd *d, uint32_t page, uint32_t *owners)
+{
+	const struct kvd_slices *r = rec_of(d, page);
+	uint32_t s, n = 0;
+
+	for (s = 0; r && s < r->writers; s++)
+		if (open_slices(r) >> s & 1)
+			owners[n++] = r->who[s];
+	return n;
 }
 
 bool kvd_slice_holds(const struct kvd *d, const struct kvd_client *c, uint32_t page)

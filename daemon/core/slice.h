@@ -85,7 +85,12 @@ bool kvd_slice_written(struct kvd *d, const struct kvd_client *c, uint32_t page)
  */
 void kvd_slice_release(struct kvd *d, const struct kvd_client *c, uint32_t page);
 
-/* Does c hold a slice of page open (written or not: for reclaim)? */
+/* The owner ids of the slices of page granted and not yet published,
+ * into owners[] (KVSHM_MAX_WRITERS room); returns how many (0: no record).
+ * For checks that every client's WRITING count is what it holds. */
+uint32_t kvd_slice_open(const struct kvd *d, uint32_t page, uint32_t *owners);
+
+/* Does c hold a slice of page open (granted, not published: reclaim)? */
 bool kvd_slice_holds(const struct kvd *d, const struct kvd_client *c, uint32_t page);
 
 /* Has page a record (written by several ranks, still WRITING)? */
