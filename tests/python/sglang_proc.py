@@ -18,6 +18,12 @@ and the previous page's hash, as hex strings.
   set: fill pages of the host pool with KV and back them up.
   get: another host pool and slots: the leading-hit count (stopping at a
        missing key), the pages prefetched, their bytes equal to set's.
+
+With --mla the host pool is SGLang's MLATokenToKVPoolHost (layer_first:
+[layers, slots, 1, kv_lora_rank + qk_rope_head_dim]) of a model served at
+TP --tp: set backs the pages up from rank 0 (rank 0 writes an MLA
+latent) and then prefetches them as rank 1 into another host pool of the
+same process (the two ranks read one copy); get runs as rank --rank.
 """
 from __future__ import annotations
 
@@ -32,6 +38,7 @@ from kvclient.sglang import KvcachedStorage
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
 
 LAYERS, HEADS, HEAD_DIM, PAGE = 2, 2, 16, 16
+LORA, ROPE = 32, 16	# MLA: kv_lora_rank, qk_rope_head_dim
 
 
 def page_keys(tokens: list, page: int) -> list:
@@ -57,15 +64,86 @@ def page_kv(i: int) -> torch.Tensor:
     return torch.randn(2, LAYERS, PAGE, HEADS, HEAD_DIM, generator=g).to(torch.float16)
 
 
+def mla_pool(slots: int):
+    """SGLang's MLATokenToKVPoolHost (layer_first), as much as a storage
+    backend reads."""
+    return SimpleNamespace(layout="layer_first", page_size=PAGE, layer_num=LAYERS,
+                           dtype=torch.bfloat16, size=slots, kv_lora_rank=LORA,
+                           qk_rope_head_dim=ROPE,
+                           kv_buffer=torch.zeros(LAYERS, slots, 1, LORA + ROPE,
+                                                 dtype=torch.bfloat16))
+
+
+def page_latent(i: int) -> torch.Tensor:
+    """Page i's latent: [layers, page, 1, lora + rope], from a seed."""
+    g = torch.Generator().manual_seed(2000 + i)
+    return torch.randn(LAYERS, PAGE, 1, LORA + ROPE, generator=g).to(torch.bfloat16)
+
+
+def storage_config(sock: str, mla: bool = False, tp: int = 1, rank: int = 0):
+    return HiCacheStorageConfig(tp_rank=rank, tp_size=tp, pp_rank=0, pp_size=1, attn_cp_rank=0,
+                                attn_cp_size=1, is_mla_model=mla, enable_storage_metrics=False,
+                                is_page_first_layout=False,
+                                model_name="tiny-sglang-mla" if mla else "tinyllama-sglang",
+                                extra_config={"backend_name": "kvcached",
+                                              "module_path": "kvclient.sglang",
+                                              "class_name": "KvcachedStorage", "socket": sock})
+
+
+def run_mla(args, keys) -> int:
+    """The MLA host pool, ranks of one engine reading one copy."""
+    def slots_of(pages):
+        return torch.cat([torch.arange(p * PAGE, (p + 1) * PAGE) for p in pages])
+
+    def loaded(pool, pages):
+        return all(torch.equal(pool.kv_buffer[:, p * PAGE:(p + 1) * PAGE], page_latent(i))
+                   for i, p in enumerate(pages))
+    if args.mode == "set":
+        r0 = KvcachedStorage(storage_config(args.socket, True, args.tp, 0), {})
+        pool = mla_pool(args.pages * PAGE * 2)
+        pages = list(range(args.pages))[::-1]
+        for i, p in enumerate(pages):
+            pool.kv_buffer[:, p * PAGE:(p + 1) * PAGE] = page_latent(i)
+        r0.register_mem_pool_host(pool)
+        ok = r0.batch_set_v1(keys, slots_of(pages))
+        # Rank 1 of the same engine: it writes nothing, and reads the copy
+        # rank 0 wrote into a pool of its own.
+        r1 = KvcachedStorage(storage_config(args.socket, True, args.tp, 1), {})
+        pool1 = mla_pool(args.pages * PAGE * 2)
+        r1.register_mem_pool_host(pool1)
+        other = [2 * i + 1 for i in range(args.pages)]
+        got = r1.batch_get_v1(keys, slots_of(other))
+        print(f"set: stored {sum(ok)} of {len(keys)}, rank 1 loaded {sum(got)}, "
+              f"bytes equal {loaded(pool1, other)}")
+        return 0 if all(ok) and all(got) and loaded(pool1, other) else 1
+    st = KvcachedStorage(storage_config(args.socket, True, args.tp, args.rank), {})
+    pool = mla_pool(args.pages * PAGE * 4)
+    st.register_mem_pool_host(pool)
+    hits = st.batch_exists(keys)
+    pages = [3 * i + 5 for i in range(args.pages)]
+    got = st.batch_get_v1(keys[:hits], slots_of(pages))
+    flat = st.get(keys[1])
+    flat_equal = flat is not None and torch.equal(flat.view(LAYERS, PAGE, 1, LORA + ROPE),
+                                                  page_latent(1))
+    print(f"get: exists {hits}, loaded {sum(got)}, bytes equal {loaded(pool, pages[:hits])}, "
+          f"get() equal {flat_equal}")
+    return 0 if hits == len(keys) and loaded(pool, pages) and flat_equal else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=("set", "get"))
     ap.add_argument("--socket", required=True)
     ap.add_argument("--pages", type=int, default=6)
+    ap.add_argument("--mla", action="store_true", help="an MLA host pool")
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--rank", type=int, default=0)
     args = ap.parse_args()
 
     tokens = list(range(7, 7 + args.pages * PAGE))
     keys = page_keys(tokens, PAGE)
+    if args.mla:
+        return run_mla(args, keys)
     cfg = HiCacheStorageConfig(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0,
                                attn_cp_size=1, is_mla_model=False, enable_storage_metrics=False,
                                is_page_first_layout=False, model_name="tinyllama-sglang",

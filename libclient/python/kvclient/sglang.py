@@ -22,7 +22,19 @@ pages with kvclient's gather/scatter, page by page, no intermediate buffer:
 supported host layouts are ``layer_first`` (each layer's K and V viewed as
 [pages, page_size, heads, head_dim]) and ``page_first_direct`` (the same
 with a block stride); ``page_first`` keeps a page's tokens apart per layer
-and is refused, as are MLA pools (one latent vector per token, no K and V).
+and is refused.
+
+Tensor parallelism: a kvcached page holds every KV head of the model, and
+all ranks of every TP size share it: each rank moves its own heads (the
+host pool's), the ranks write each page together. The model's KV heads
+are the host pool's ``head_num`` times ``tp_size``, or the extra config's
+``kv_heads`` (needed where heads are replicated: fewer than ranks).
+
+MLA host pools (``MLATokenToKVPoolHost``: one latent vector of
+kv_lora_rank + qk_rope_head_dim per token and layer; ``layer_first``
+[layers, slots, 1, dim] or ``page_first_direct`` [pages, layers,
+page_size, 1, dim]): one copy for every rank; rank 0 writes it, every
+rank reads it.
 Written against SGLang's documented ``HiCacheStorage`` (see
 docs/ENGINES.md for the version followed); nothing here is SGLang code.
 """
@@ -63,16 +75,17 @@ class KvcachedStorage(HiCacheStorage):
         self.salt = extra.get("salt", b"")
         self.name = extra.get("model_name") or storage_config.model_name or "sglang-model"
         cfg = storage_config
-        # An MLA model's ranks all hold the same latent KV: one namespace.
-        if cfg.is_mla_model:
-            self.tp_rank, self.tp_size = 0, 1
-        else:
-            self.tp_rank, self.tp_size = cfg.tp_rank, cfg.tp_size
+        # Every rank of every TP size shares the namespace and its pages
+        # (an MLA model's ranks all read rank 0's latent).
+        self.tp_rank, self.tp_size = cfg.tp_rank, cfg.tp_size
+        self.mla = bool(cfg.is_mla_model)
+        self.kv_heads = extra.get("kv_heads")
         self.pp_rank, self.pp_size = cfg.pp_rank, cfg.pp_size
         # Context-parallel ranks hold disjoint parts of each page: apart.
         self.cp = (cfg.attn_cp_rank, cfg.attn_cp_size) if cfg.attn_cp_size > 1 else None
         self._rc: Optional[Reconnecting] = None
         self._kv = None
+        self.model: Optional[_client.Model] = None
         self.page_size = 0
 
     # -------------------------------------------------------------- setup
@@ -84,23 +97,19 @@ class KvcachedStorage(HiCacheStorage):
         pool = mem_pool_host
         layout = getattr(pool, "layout", "layer_first")
         buf = getattr(pool, "kv_buffer", None)
-        if self.config.is_mla_model or buf is None or buf.dim() < 5 or buf.shape[0] != 2:
-            raise ValueError("KvcachedStorage: MLA host pools (one latent vector per token) "
-                             "are not supported")
         if layout not in ("layer_first", "page_first_direct"):
             raise ValueError(f"KvcachedStorage: host layout {layout!r} keeps a page's tokens "
                              "apart per layer; use --hicache-mem-layout layer_first or "
                              "page_first_direct")
         ps, layers = int(pool.page_size), int(pool.layer_num)
-        heads, hd = int(pool.head_num), int(pool.head_dim)
         self.page_size = ps
-        dtype = _dtype_name(pool.dtype)
-        name = f"{self.name}/{dtype}"
-        if self.cp:
-            name += f" cp{self.cp[0]}/{self.cp[1]}"
-        if len(name.encode()) > 63:
-            b = name.encode()
-            name = b[:50].decode("utf-8", "ignore") + "~" + hashlib.sha256(b).hexdigest()[:12]
+        if self.mla:
+            return self._register_mla(pool, buf, layout, ps, layers)
+        if buf is None or buf.dim() < 5 or buf.shape[0] != 2:
+            raise ValueError("KvcachedStorage: not an MHA host pool's kv_buffer [2, layers, "
+                             "slots, heads, head_dim] (an MLA pool needs is_mla_model)")
+        heads, hd = int(pool.head_num), int(pool.head_dim)
+        name = self._ns_name(pool)
         if layout == "layer_first":	# [2, layers, slots, heads, head_dim]
             pages = buf.shape[2] // ps
             ks = [buf[0, i].view(pages, ps, heads, hd) for i in range(layers)]
@@ -108,13 +117,54 @@ class KvcachedStorage(HiCacheStorage):
         else:				# [2, pages, layers, page_size, heads, head_dim]
             ks = [buf[0, :, i] for i in range(layers)]
             vs = [buf[1, :, i] for i in range(layers)]
-        model = _client.Model(name, dtype, layers=layers, kv_heads=heads, head_dim=hd,
-                              block_tokens=ps, pos="rope", tp_rank=self.tp_rank,
+        total = int(self.kv_heads or heads * max(self.tp_size, 1))
+        model = _client.Model(name, _dtype_name(pool.dtype), layers=layers, kv_heads=total,
+                              head_dim=hd, block_tokens=ps, pos="rope", tp_rank=self.tp_rank,
                               tp_size=self.tp_size, pp_rank=self.pp_rank,
                               pp_size=self.pp_size, keys="engine")
+        if model.heads[1] != heads:
+            raise ValueError(f"KvcachedStorage: the host pool holds {heads} KV heads, rank "
+                             f"{self.tp_rank} of {self.tp_size} of a model of {total} holds "
+                             f"{model.heads[1]} (extra config kv_heads: the model's)")
+        self._open(model, lambda c: _client.PagedKV(c, ks, vs))
+
+    def _register_mla(self, pool, buf, layout, ps, layers) -> None:
+        """An MLA host pool: one latent of kv_lora_rank + qk_rope_head_dim
+        per token and layer, the same on every rank."""
+        dim = int(getattr(pool, "kv_cache_dim", 0) or
+                  int(pool.kv_lora_rank) + int(pool.qk_rope_head_dim))
+        want = 4 if layout == "layer_first" else 5
+        if buf is None or buf.dim() != want or buf.shape[-2:] != (1, dim):
+            raise ValueError(f"KvcachedStorage: MLA host pool buffer of shape "
+                             f"{None if buf is None else tuple(buf.shape)}: want "
+                             + ("[layers, slots, 1, " if layout == "layer_first"
+                                else "[pages, layers, page_size, 1, ") + f"{dim}]")
+        if layout == "layer_first":	# [layers, slots, 1, dim]
+            pages = buf.shape[1] // ps
+            ks = [buf[i].view(pages, ps, dim) for i in range(layers)]
+        else:				# [pages, layers, page_size, 1, dim]
+            ks = [buf[:, i, :, 0] for i in range(layers)]
+        model = _client.Model(self._ns_name(pool), _dtype_name(pool.dtype), layers=layers,
+                              kv_heads=1, head_dim=dim, block_tokens=ps, pos="rope",
+                              tp_rank=self.tp_rank, tp_size=self.tp_size,
+                              pp_rank=self.pp_rank, pp_size=self.pp_size, keys="engine",
+                              mla=True)
+        self._open(model, lambda c: _client.PagedKV(c, ks, layout="mla"))
+
+    def _ns_name(self, pool) -> str:
+        name = f"{self.name}/{_dtype_name(pool.dtype)}"
+        if self.cp:
+            name += f" cp{self.cp[0]}/{self.cp[1]}"
+        if len(name.encode()) > 63:
+            b = name.encode()
+            name = b[:50].decode("utf-8", "ignore") + "~" + hashlib.sha256(b).hexdigest()[:12]
+        return name
+
+    def _open(self, model, paged) -> None:
+        self.model = model
 
         def opened(c):
-            self._kv = _client.PagedKV(c, ks, vs)
+            self._kv = paged(c)
         self._rc = Reconnecting(model, self.socket, self.salt, opened, "KvcachedStorage")
         self._rc.get()
 
@@ -186,12 +236,22 @@ class KvcachedStorage(HiCacheStorage):
     def exists(self, key: str) -> bool:
         return self.batch_exists([key]) == 1
 
+    def _flat(self, page):
+        """A kvcached page as SGLang's flat page of this rank: [2, layers,
+        page_size, its heads, head_dim]; for MLA [layers, page_size, 1,
+        dim], the page itself."""
+        if self.mla:
+            return page.unsqueeze(2)
+        h0, hn = self.model.heads
+        return page[:, :, :, h0:h0 + hn].transpose(0, 1)
+
     def get(self, key: str, target_location: Optional[Any] = None,
             target_sizes: Optional[Any] = None):
         """The page of key as SGLang's flat page ([2, layers, page_size,
-        heads, head_dim] of the pool's dtype), into target_location when
-        given, else a new CPU tensor; None when not cached (host pool
-        only: the page is read through its view)."""
+        heads, head_dim] of the pool's dtype, this rank's heads; [layers,
+        page_size, 1, dim] for MLA), into target_location when given, else
+        a new CPU tensor; None when not cached (host pool only: the page is
+        read through its view)."""
         c = self._client()
         if c is None:
             return None
@@ -199,8 +259,7 @@ class KvcachedStorage(HiCacheStorage):
             with c.request_keys([key]) as r:
                 if not r.lookup():
                     return None
-                page = r.page_tensor(0)		# [layers, 2, page_size, heads, head_dim]
-                out = page.transpose(0, 1)
+                out = self._flat(r.page_tensor(0))
                 if target_location is not None:
                     target_location.view(out.shape).copy_(out)
                     return target_location
@@ -211,7 +270,8 @@ class KvcachedStorage(HiCacheStorage):
 
     def set(self, key: str, value: Optional[Any] = None,
             target_location: Optional[Any] = None, target_sizes: Optional[Any] = None) -> bool:
-        """Store SGLang's flat page value under key (host pool only)."""
+        """Store SGLang's flat page value under key (host pool only; this
+        rank's heads: the page is whole once every rank's are in)."""
         c = self._client()
         if c is None or value is None:
             return False
@@ -221,8 +281,8 @@ class KvcachedStorage(HiCacheStorage):
                     return True
                 if not r.alloc():
                     return False
-                page = r.page_tensor(0)
-                page.transpose(0, 1).copy_(value.view(page.transpose(0, 1).shape))
+                dst = self._flat(r.page_tensor(0))
+                dst.copy_(value.view(dst.shape))
                 r.publish()
                 return True
         except KvcError as e:
