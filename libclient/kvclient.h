@@ -117,8 +117,10 @@ struct kvc_shard {
  * kind is part of its identity), and a hit there is only as exact as the
  * engine's key: kvcached cannot check the tokens it never sees.
  * kvc_req_new and kvc_keys refuse a handle of this kind (-EINVAL), and
- * kvc_req_new_keys a handle of the other. Its requests report no spilled
- * or remote run (kvc_req_spilled and kvc_req_remote are 0).
+ * kvc_req_new_keys a handle of the other. Its requests find spilled and
+ * remote blocks as a token-keyed request does (kvc_req_spilled,
+ * kvc_req_remote, kvc_restore), so its blocks outlive a daemon restart
+ * on the spill and remote tiers.
  */
 #define KVC_MODEL_ENGINE_KEYS 0x1u
 

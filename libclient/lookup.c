@@ -232,8 +232,8 @@ static size_t spilled_run(const struct kvc_req *r, size_t from)
 	const struct kvshm_header *h = c->seg;
 	size_t j;
 
-	if (!h->geo.n_slots || r->flat)
-		return 0;	/* a FETCH chains its blocks: not for engine keys */
+	if (!h->geo.n_slots)
+		return 0;
 	for (j = from; j < r->n; j++) {
 		uint32_t loc = kvshm_index_find(h, r->keys[j]), gen;
 		struct kvshm_key parent = kvci_parent(r, j);
@@ -309,7 +309,7 @@ int kvc_lookup(struct kvc_req *r)
 	 * in flight there) every block may be in the remote tier: only the
 	 * daemon can ask, in the FETCH kvc_restore sends. */
 	r->t3 = missed && !r->t1 ? kvci_inflight_run(r, i) : 0;
-	r->t2 = missed && !r->t3 && !r->flat && remote_up(r->c) ? r->n - i - r->t1 : 0;
+	r->t2 = missed && !r->t3 && remote_up(r->c) ? r->n - i - r->t1 : 0;
 	if (i)
 		kvshm_ledger_hit(l, r->keys[0], (uint64_t)i * r->c->bt, r->label);
 	atomic_fetch_add_explicit(&l->lookup_tokens, r->n_tokens, memory_order_relaxed);

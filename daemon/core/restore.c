@@ -62,6 +62,10 @@ int kvd_restore(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *h
 		const void *p)
 {
 	const bool fetch = hdr->type == KVPROTO_FETCH;
+	/* An engine-keyed namespace's blocks are not chained: each one's
+	 * parent is the namespace root, which a FETCH names (the client's
+	 * root: the salt is in it). */
+	const bool flat = kvshm_ns(d->h)[c->ns_id].kind == KVSHM_NS_ENGINE;
 	const uint32_t seq = hdr->seq;
 	const uint8_t *rec;
 	struct kvshm_key parent = { 0, 0 };
@@ -119,7 +123,8 @@ int kvd_restore(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *h
 								      sizeof(struct kvshm_key))
 				    : NULL;
 		f[i].status = &rq->status[i];
-		parent = f[i].key;
+		if (!flat)
+			parent = f[i].key;
 		rq->status[i] = -ENOENT;
 		loc = kvshm_index_find(d->h, f[i].key);
 		if (loc < d->h->geo.n_pages) {

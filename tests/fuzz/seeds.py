@@ -507,6 +507,10 @@ def remote_seeds():
     full += f(HELLO, hello(name=b"second"), row=1) + f(ALLOC, alloc(40), row=1, seq=2)
     full += op(OP_TICK) * 2 + f(FETCH, fetch(list(range(8))), seq=4, fix=True)
     write("daemon_frames", "spill-fetch", full)
+    # The same for an engine-keyed namespace (SGLang's): its FETCH does
+    # not chain the blocks, each one's parent is the root the frame names.
+    eng = b"\x04" + f(HELLO, hello(flags=1)) + full[1 + len(h):]
+    write("daemon_frames", "spill-fetch-engine-keys", eng)
     # remote_val: byte 0 mode, byte 1 block tokens - 1, byte 2 secret.
     write("remote_val", "raw-empty", b"\x00\x0f\x01")
     write("remote_val", "raw-magic", b"\x00\x00\x01" + struct.pack("<QII", 0x31544F4D4552564B, 1, 1))

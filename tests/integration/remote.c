@@ -387,6 +387,69 @@ static void test_publish_on_a_hit_on_b(void **state)
 }
 
 
+/*
+ * SGLang's namespace (engine keys) after a restart: its pages went to the
+ * servers when published; the restarted host (an empty pool) finds them
+ * there through the engine's keys, each block checked against the
+ * namespace root as its parent (engine-keyed blocks are not chained),
+ * byte for byte, wherever a key sits in the asked batch.
+ */
+static void test_engine_keys_after_restart(void **state)
+{
+	struct fx *f = *state;
+	struct host a = { 0 };
+	struct kvc_model m = kvt_model();
+	struct kvc_options o = { .size = sizeof(o) };
+	static const char keys[] = "k0k1k2k3k4k5k6k7";
+	static const char back[] = "k5k2k7";
+	uint32_t lens[NB] = { 2, 2, 2, 2, 2, 2, 2, 2 };
+	struct kvc_key k[NB];
+	struct kvc_req *r;
+	kvc_t *c;
+	int i;
+
+	SKIP_IF_NEEDED(f);
+	m.flags = KVC_MODEL_ENGINE_KEYS;
+	host_start(f, &a, "a", "eng", NULL, NULL);
+	wait_up(&a, NSRV);
+	o.socket_path = a.d.sock;
+	assert_int_equal(kvc_open(&m, &o, &c), 0);
+	assert_int_equal(kvc_req_new_keys(c, keys, lens, NB, &r), 0);
+	assert_int_equal(kvc_lookup(r), 0);
+	assert_int_equal(kvc_alloc(r), NB);
+	assert_int_equal(kvc_req_keys(r, k, NB), NB);
+	for (i = 0; i < NB; i++)
+		kvt_fill(kvc_block(r, (size_t)i), kvc_page_bytes(c), k[i]);
+	assert_int_equal(kvc_publish(r), NB);
+	kvc_req_free(r);
+	WAIT_STAT(&a, remote_puts, NB);
+	kvc_close(c);
+	host_stop(&a);
+
+	host_start(f, &a, "a", "eng", NULL, NULL);
+	wait_up(&a, NSRV);
+	o.socket_path = a.d.sock;
+	assert_int_equal(kvc_open(&m, &o, &c), 0);
+	/* Three of them, out of order. */
+	assert_int_equal(kvc_req_new_keys(c, back, lens, 3, &r), 0);
+	assert_int_equal(kvc_lookup(r), 0);
+	assert_int_equal(kvc_req_remote(r), 3);
+	assert_int_equal(kvc_restore(r), 3);
+	for (i = 0; i < 3; i++)
+		if (!kvt_check(kvc_block(r, (size_t)i), kvc_page_bytes(c), k[back[2 * i + 1] - '0']))
+			fail_msg("block %d: a served page differs from what was published", i);
+	kvc_req_free(r);
+	assert_int_equal(STN(&a, remote_hits), 3);
+	assert_int_equal(STN(&a, remote_dropped), 0);
+	/* Now in the pool: all eight, the three a plain hit. */
+	assert_int_equal(kvc_req_new_keys(c, keys, lens, NB, &r), 0);
+	assert_int_equal(kvc_lookup(r), 0);	/* k0 is not in the pool yet */
+	assert_int_equal(kvc_restore(r), NB);
+	kvc_req_free(r);
+	kvc_close(c);
+	host_stop(&a);
+}
+
 /* How many times s appears in host h's log. */
 static int log_count(const struct host *h, const char *s)
 {
@@ -1045,6 +1108,7 @@ static const struct CMUnitTest tests[] = {
 	cmocka_unit_test(test_publish_on_a_hit_on_b),
 	cmocka_unit_test(test_tinylm_across_hosts),
 	cmocka_unit_test(test_kvdemo_says_remote_hits),
+	cmocka_unit_test(test_engine_keys_after_restart),
 	cmocka_unit_test(test_bad_items_dropped),
 	cmocka_unit_test(test_wrong_secret_logs_once),
 	cmocka_unit_test(test_other_version_is_a_miss),

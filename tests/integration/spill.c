@@ -147,24 +147,19 @@ static void fill(kvc_t *c, int first, int count)
 }
 
 /*
- * Look prompt p up; restore what is spilled; check every hit page's bytes
- * against the pattern its key was published with. Returns the hits and
- * sets *spilled to the run kvc_lookup reported on NVMe.
+ * Look r (prompt p, keys k) up; restore what is spilled when `restore` is
+ * set; check every hit page's bytes against the pattern its key was
+ * published with. Returns the hits and sets *spilled to the run
+ * kvc_lookup reported on NVMe.
  */
-static int get_restored(kvc_t *c, int p, size_t *spilled)
+static int lookup_checked(kvc_t *c, struct kvc_req *r, const struct kvc_key *k, int p,
+			  bool restore, size_t *spilled)
 {
-	struct kvc_key k[NB];
-	uint32_t t[NB * BT];
-	struct kvc_req *r;
-	int hits, i;
+	int hits = kvc_lookup(r), i;
 
-	prompt(t, p);
-	assert_int_equal(kvc_keys(c, t, NB * BT, NULL, 0, k, NB), NB);
-	assert_int_equal(kvc_req_new(c, t, NB * BT, NULL, 0, &r), 0);
-	hits = kvc_lookup(r);
 	assert_true(hits >= 0);
 	*spilled = kvc_req_spilled(r);
-	if (*spilled) {
+	if (restore && *spilled) {
 		/* Any prefill speed gives an answer; a glacial one always
 		 * makes restoring pay, an infinite-ish one never. */
 		assert_int_equal(kvc_restore_pays(r, 1e-3), 1);
@@ -174,8 +169,22 @@ static int get_restored(kvc_t *c, int p, size_t *spilled)
 	}
 	for (i = 0; i < hits; i++)
 		if (!kvt_check(kvc_block(r, (size_t)i), kvc_page_bytes(c), k[i]))
-			fail_msg("prompt %d block %d: restored page differs from what was published",
-				 p, i);
+			fail_msg("prompt %d block %d: page differs from what was published", p, i);
+	return hits;
+}
+
+/* Prompt p through lookup_checked, restoring. */
+static int get_restored(kvc_t *c, int p, size_t *spilled)
+{
+	struct kvc_key k[NB];
+	uint32_t t[NB * BT];
+	struct kvc_req *r;
+	int hits;
+
+	prompt(t, p);
+	assert_int_equal(kvc_keys(c, t, NB * BT, NULL, 0, k, NB), NB);
+	assert_int_equal(kvc_req_new(c, t, NB * BT, NULL, 0, &r), 0);
+	hits = lookup_checked(c, r, k, p, true, spilled);
 	kvc_req_free(r);
 	return hits;
 }
@@ -346,6 +355,103 @@ static void test_warm_restart_and_corruption(void **state)
 			ok++;
 	}
 	assert_true(ok > 0);
+	kvc_close(c);
+	assert_int_equal(kvt_daemon_stop(&f->d), 0);
+}
+
+/* The keys of an engine-keyed prompt p (SGLang's page hashes stand-in):
+ * NB keys of 10 bytes, one after another. */
+static void engine_keys(char *buf, uint32_t *lens, int p)
+{
+	int i;
+
+	for (i = 0; i < NB; i++) {
+		snprintf(buf + i * 10, 11, "p%04ub%03u", (unsigned)p % 10000u, (unsigned)i % 1000u);
+		lens[i] = 10;
+	}
+}
+
+static kvc_t *open_engine(const struct fx *f)
+{
+	struct kvc_model m = kvt_model();
+	struct kvc_options o = { .size = sizeof(o), .socket_path = f->d.sock };
+	kvc_t *c = NULL;
+
+	m.flags = KVC_MODEL_ENGINE_KEYS;
+	assert_int_equal(kvc_open(&m, &o, &c), 0);
+	return c;
+}
+
+/*
+ * Engine-keyed prompt p through lookup_checked; then, when publish is
+ * set, fill and publish the misses.
+ */
+static int engine_prompt(kvc_t *c, int p, bool restore, bool publish, size_t *spilled)
+{
+	char kb[NB * 10 + 1];
+	uint32_t lens[NB];
+	struct kvc_key k[NB];
+	struct kvc_req *r;
+	int hits, i;
+
+	engine_keys(kb, lens, p);
+	assert_int_equal(kvc_req_new_keys(c, kb, lens, NB, &r), 0);
+	assert_int_equal(kvc_req_keys(r, k, NB), NB);
+	hits = lookup_checked(c, r, k, p, restore, spilled);
+	if (publish && hits < NB) {
+		assert_true(kvc_alloc(r) > 0);
+		for (i = hits; i < NB && kvc_block(r, (size_t)i); i++)
+			kvt_fill(kvc_block(r, (size_t)i), kvc_page_bytes(c), k[i]);
+		assert_true(kvc_publish(r) > 0);
+	}
+	kvc_req_free(r);
+	return hits;
+}
+
+/*
+ * SGLang's namespace (engine keys) after a restart: its evicted pages sit
+ * on NVMe with the namespace's identity (its kind included), the restarted
+ * daemon indexes them, a lookup by the engine's keys reports them spilled
+ * wherever they sit in the batch, and a restore brings them back byte for
+ * byte, as for a token-keyed namespace.
+ */
+static void test_engine_keys_warm_restart(void **state)
+{
+	struct fx *f = *state;
+	struct kvshm_stats s;
+	size_t spilled, back = 0, whole = 0;
+	int p, hits;
+	kvc_t *c;
+
+	assert_int_equal(start(f, "4M"), 0);
+	c = open_engine(f);
+	for (p = 0; p < PROMPTS; p++)
+		assert_int_equal(engine_prompt(c, p, false, true, &spilled), 0);
+	s = settle(f);
+	assert_true(ST(s, pages_spilled) > 0);
+	/* Before the restart too: spilled engine-keyed pages come back. */
+	hits = engine_prompt(c, 0, true, false, &spilled);
+	assert_true(spilled > 0);
+	assert_int_equal(hits, NB);
+	kvc_close(c);
+	assert_int_equal(kvt_daemon_stop(&f->d), 0);
+
+	assert_int_equal(start(f, "4M"), 0);
+	s = stats_of(f);
+	assert_true(ST(s, spill_warm) > 0);
+	c = open_engine(f);
+	for (p = 1; p < PROMPTS; p++) {
+		/* What was in the pool at the stop is gone; every spilled
+		 * block is back. */
+		hits = engine_prompt(c, p, true, false, &spilled);
+		assert_int_equal(hits, spilled);
+		whole += spilled == NB;
+		back += spilled;
+	}
+	assert_true(whole > 1);
+	s = stats_of(f);
+	assert_int_equal(ST(s, restores), back);
+	assert_int_equal(ST(s, spill_dropped), 0);
 	kvc_close(c);
 	assert_int_equal(kvt_daemon_stop(&f->d), 0);
 }
@@ -632,6 +738,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_roundtrip_uring, setup_uring, teardown),
 		cmocka_unit_test_setup_teardown(test_roundtrip_threads, setup_threads, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_restart_and_corruption, setup_uring,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_engine_keys_warm_restart, setup_uring,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_publish_over_spilled, setup_uring, teardown),
 		cmocka_unit_test_setup_teardown(test_full_area_recycles_coldest, setup_uring,

@@ -9,12 +9,13 @@ here)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
-from conftest import EXAMPLES, ROOT, child_env
+from conftest import EXAMPLES, ROOT, child_env, wait_for
 
 pytest.importorskip("torch")
 
@@ -53,6 +54,22 @@ def test_vllm_two_engines(daemon_factory, block_size, copy):
     assert ns["tinyllama-vllm/float32"]["name"] == "tinyllama-vllm/float32"
     assert ns["tinyllama-vllm/float32"]["hit_blocks"] > 0
     assert ns["tinyllama-vllm/float32"]["keys"] == "tokens"
+
+
+def test_vllm_drafter_layers(daemon_factory):
+    """A speculative decoding drafter's KV caches (EAGLE, MTP: numbered
+    after the model's layers, here registered first) are not refused: one
+    log line says they are not cached, the model's layers load as without
+    them (logits bit-equal to a cold prefill), the drafter's stay as
+    they were."""
+    d = daemon_factory("--page-size", "8K")
+    a = engine("vllm_proc.py", "prefill", "--socket", d.sock, "--drafter", "1")
+    assert a.returncode == 0, a.stdout + a.stderr
+    b = engine("vllm_proc.py", "load", "--socket", d.sock, "--drafter", "1")
+    assert b.stdout.splitlines() == ["load: matched 96 errors 0 computed from 96 equal True",
+                                     "drafter: untouched True"], b.stdout + b.stderr
+    said = [ln for ln in b.stderr.splitlines() if "past the model's" in ln]
+    assert len(said) == 1 and "model.layers.2.self_attn.attn" in said[0], b.stderr
 
 
 def test_vllm_chunked_prefill(daemon_factory):
@@ -139,11 +156,15 @@ def test_sglang_mla_two_processes(daemon_factory):
     too: bytes equal, one page per key."""
     d = daemon_factory()
     a = engine("sglang_proc.py", "set", "--socket", d.sock, "--mla", "--tp", "2")
-    assert a.stdout.splitlines() == ["set: stored 6 of 6, rank 1 loaded 6, bytes equal True"], \
-        a.stdout + a.stderr
-    b = engine("sglang_proc.py", "get", "--socket", d.sock, "--mla", "--tp", "4", "--rank", "1")
-    assert b.stdout.splitlines() == ["get: exists 6, loaded 6, bytes equal True, "
-                                     "get() equal True"], b.stdout + b.stderr
+    assert a.stdout.splitlines() == ["set (v1): stored 6 of 6, rank 1 loaded 6, "
+                                     "bytes equal True"], a.stdout + a.stderr
+    flat = ("--extra-config", '{"module_path":"kvclient.sglang","class_name":"KvcachedStorage"}')
+    for extra in ((), flat):	# HiCache's two paths: interface_v1, flat pages
+        b = engine("sglang_proc.py", "get", "--socket", d.sock, "--mla", "--tp", "4",
+                   "--rank", "1", *extra)
+        assert b.stdout.splitlines() == [f"get ({'flat pages' if extra else 'v1'}): exists 6, "
+                                         "loaded 6, bytes equal True, get() equal True"], \
+            b.stdout + b.stderr
     ns = d.kvstat()["namespaces"]
     assert [(r["name"], r["pages"]) for r in ns] == \
         [("tiny-sglang-mla/bfloat16 (MLA) (engine keys)", 6)]
@@ -206,6 +227,25 @@ def test_vllm_shard_and_refusals(monkeypatch):
     assert not mw.model.writes	# rank 1: rank 0 writes the latent
     with pytest.raises(ValueError, match="MLA cache shape"):
         mw.register_kv_caches({f"l{i}": torch.zeros(2, 10, 16, 1, 16) for i in range(2)})
+
+
+def test_vllm_what_vllm_asks(monkeypatch):
+    """The connector's answers to vLLM's class-level questions: PIECEWISE
+    CUDA graphs whatever the copy mode (its loads are waited for in
+    wait_for_layer_load, which a full graph's replay skips), and no
+    reliable KV delivery for kv_both (a best-effort cache: vLLM's default
+    would be True for a producer)."""
+    stubs_on_path(monkeypatch)
+    from kvclient.vllm import KvcachedConnector
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    from vllm_proc import vllm_config
+    from engine_loop import TinyLlama
+
+    for extra in ({}, {"copy": "auto"}, {"copy": "pages"}):
+        assert KvcachedConnector.requires_piecewise_for_cudagraph(extra) is True
+    cfg = vllm_config(TinyLlama(), "m", "/nonexistent/kv.sock", 16, 16)
+    for role in KVConnectorRole:
+        assert KvcachedConnector(cfg, role).requires_kv_delivery is False
 
 
 def test_vllm_refused_by_daemon(daemon, monkeypatch, caplog):
@@ -310,6 +350,93 @@ def test_sglang_shard_and_layouts(daemon_factory, monkeypatch):
     assert away.get(keys[0]) is None and not away.exists(keys[0])
 
 
+def test_sglang_older_config_and_close(daemon, monkeypatch):
+    """A HiCacheStorageConfig of an older SGLang (bb424de: no pipeline or
+    context-parallel fields) builds a backend of one stage without
+    context parallelism that stores and finds pages; close(), which
+    HiCache calls on detach, closes its Client (the daemon sees it go),
+    after which every key is a miss and nothing raises."""
+    stubs_on_path(monkeypatch)
+    import torch
+    from dataclasses import dataclass
+    from typing import Optional
+    from kvclient.sglang import KvcachedStorage
+    from sglang_proc import HostPool, PAGE
+
+    @dataclass
+    class OldConfig:	# SGLang's HiCacheStorageConfig at bb424de
+        tp_rank: int
+        tp_size: int
+        is_mla_model: bool
+        is_page_first_layout: bool
+        model_name: Optional[str]
+        extra_config: Optional[dict] = None
+
+    st = KvcachedStorage(OldConfig(0, 1, False, False, "old", {"socket": daemon.sock}), {})
+    assert (st.pp_rank, st.pp_size, st.cp) == (0, 1, None)
+    pool = HostPool(4 * PAGE)
+    pool.kv_buffer.normal_()
+    st.register_mem_pool_host(pool)
+    slots = torch.arange(2 * PAGE)
+    assert st.batch_set_v1(["a", "b"], slots) == [True, True]
+    assert st.batch_exists(["a", "b", "c"]) == 2
+    names = {r["name"] for r in daemon.kvstat()["namespaces"]}
+    assert names == {"old/float16 (engine keys)"}
+    assert len(daemon.kvstat()["clients"]) == 1
+    st.close()
+    wait_for(lambda: not daemon.kvstat()["clients"], "the closed Client detached")
+    assert st.batch_exists(["a", "b"]) == 0
+    assert st.batch_get_v1(["a"], slots[:PAGE]) == [False]
+    assert st.batch_set_v1(["c"], slots[:PAGE]) == [False] and st.get("a") is None
+    st.close()	# twice: nothing
+
+
+def test_sglang_pages_after_daemon_restart(daemon_factory, monkeypatch, tmp_path):
+    """SGLang's pages evicted to the spill tier come back after the daemon
+    restarts: a new backend's batch_exists counts them (restoring them into
+    the pool) and batch_get_v1 copies them out, bytes equal."""
+    stubs_on_path(monkeypatch)
+    import torch
+    from kvclient.sglang import KvcachedStorage
+    from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
+    from sglang_proc import HostPool, PAGE, page_keys
+
+    n = 384	# pages: one and a half times the daemon's pool
+    args = ("--spill-dir", str(tmp_path), "--spill-size", "4M", "--eviction", "lru")
+    keys = page_keys(list(range(n * PAGE)), PAGE)
+    src = HostPool(n * PAGE)
+    src.kv_buffer.normal_()
+
+    def storage(d):
+        st = KvcachedStorage(HiCacheStorageConfig(
+            tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
+            is_mla_model=False, enable_storage_metrics=False, is_page_first_layout=False,
+            model_name="restart", extra_config={"socket": d.sock}), {})
+        return st
+
+    d = daemon_factory(*args)
+    st = storage(d)
+    st.register_mem_pool_host(src)
+    for b in range(0, n, 16):
+        assert st.batch_set_v1(keys[b:b + 16], torch.arange(b * PAGE, (b + 16) * PAGE)) == \
+            [True] * 16
+    wait_for(lambda: (lambda c: c["spills"] > 0 and c["pages_spilled"] == c["spills"])(
+        d.kvstat()["counters"]), "spill writes done")
+    st.close()
+    d.proc.terminate()	# a clean stop; its folder goes with the fixture
+    assert d.proc.wait(timeout=30) == 0
+
+    d = daemon_factory(*args)
+    st = storage(d)
+    dst = HostPool(n * PAGE)
+    st.register_mem_pool_host(dst)
+    hits = st.batch_exists(keys[:64])
+    assert hits == 64	# the oldest pages: all spilled, all back
+    assert st.batch_get_v1(keys[:hits], torch.arange(hits * PAGE)) == [True] * hits
+    assert torch.equal(dst.kv_buffer[:, :, :hits * PAGE], src.kv_buffer[:, :, :hits * PAGE])
+    st.close()
+
+
 def test_vllm_block_size_refused(daemon_factory):
     """A vLLM block size neither a multiple nor a divisor of kvcached's
     block tokens is refused with both named."""
@@ -339,18 +466,36 @@ def test_vllm_daemon_killed(daemon_factory):
         c.stdout + c.stderr
 
 
-def test_sglang_two_engines(daemon_factory):
+def documented_sglang_extra_config() -> str:
+    """The extra config of the SGLang command line in docs/ENGINES.md."""
+    text = (ROOT / "docs" / "ENGINES.md").read_text()
+    m = re.search(r"--hicache-storage-backend-extra-config '([^']*)'", text)
+    assert m, "docs/ENGINES.md has no SGLang command line"
+    return m.group(1)
+
+
+FLAT_PAGES = '{"backend_name":"kvcached","module_path":"kvclient.sglang",' \
+             '"class_name":"KvcachedStorage"}'
+
+
+@pytest.mark.parametrize("extra,path", [(None, "v1"), (FLAT_PAGES, "flat pages")])
+def test_sglang_two_engines(daemon_factory, extra, path):
     """One SGLang process backs its host pool's pages up, another
     prefetches them into other host pages: bytes equal; the leading-hit
     count stops at the first missing key; the namespace is engine-keyed,
-    apart from a token-keyed one, under the model's name in kvstat."""
+    apart from a token-keyed one, under the model's name in kvstat. The
+    extra config of docs/ENGINES.md selects HiCache's v1 path
+    (batch_get_v1/batch_set_v1); without "interface_v1" HiCache's other
+    path (batch_get/batch_set of flat pages, set_from_flat_data_page)
+    gives the same bytes."""
     d = daemon_factory()
-    a = engine("sglang_proc.py", "set", "--socket", d.sock)
-    assert a.stdout.splitlines() == ["set: stored 6 of 6, again 6"], a.stdout + a.stderr
-    b = engine("sglang_proc.py", "get", "--socket", d.sock)
+    extra = extra or documented_sglang_extra_config()
+    a = engine("sglang_proc.py", "set", "--socket", d.sock, "--extra-config", extra)
+    assert a.stdout.splitlines() == [f"set ({path}): stored 6 of 6, again 6"], a.stdout + a.stderr
+    b = engine("sglang_proc.py", "get", "--socket", d.sock, "--extra-config", extra)
     assert b.stdout.splitlines() == [
-        "get: exists 6 with a gap at 3: 3, loaded 6, bytes equal True, get() equal True, "
-        "exists(missing) False"], b.stdout + b.stderr
+        f"get ({path}): exists 6 with a gap at 3: 3, loaded 6, bytes equal True, "
+        "get() equal True, exists(missing) False"], b.stdout + b.stderr
     ns = {r["model"]: r for r in d.kvstat()["namespaces"]}
     assert ns["tinyllama-sglang/float16"]["name"] == "tinyllama-sglang/float16 (engine keys)"
     assert ns["tinyllama-sglang/float16"]["pages"] == 6

@@ -34,6 +34,11 @@ interleaving with attention).
   kill:    as load, but SIGKILLs the daemon (--daemon-pid) after the
            scheduler's promise and before the worker loads: the worker
            reports the blocks failed, the engine recomputes them.
+
+--drafter N adds N KV caches of a speculative decoding drafter (EAGLE,
+MTP), numbered after the model's layers as vLLM numbers them, registered
+first: the connector caches the model's layers only and leaves the
+drafter's alone (load prints whether they are still all zeros).
 """
 from __future__ import annotations
 
@@ -86,7 +91,7 @@ def vllm_config(lm, name, sock, block_size, kv_block_tokens, copy="auto"):
                                         rank=0),
         kv_transfer_config=SimpleNamespace(
             kv_connector="KvcachedConnector", kv_connector_module_path="kvclient.vllm",
-            kv_role="kv_both",
+            kv_role="kv_both", is_kv_producer=True,
             kv_connector_extra_config={"socket": sock, "block_tokens": kv_block_tokens,
                                        "copy": copy}))
 
@@ -143,7 +148,7 @@ def run_chunked(sched, worker, engine, prompt, block_order, chunk):
     return torch.cat(out_logits)
 
 
-def run_request(sched, worker, engine, prompt, block_order, kill_pid=None):
+def run_request(sched, worker, engine, prompt, block_order, kill_pid=None, drafter=()):
     """One prefill through both sides; returns (matched, errors, logits)."""
     bs = engine.lm.block_tokens
     req = SimpleNamespace(request_id="req-0", prompt_token_ids=prompt.tolist(),
@@ -172,6 +177,8 @@ def run_request(sched, worker, engine, prompt, block_order, kill_pid=None):
     worker.start_load_kv(SimpleNamespace())
     for i in range(engine.lm.layers):
         worker.wait_for_layer_load(f"model.layers.{i}.self_attn.attn")
+    for name in drafter:	# the drafter's forward comes after the model's
+        worker.wait_for_layer_load(name)
     errors = worker.get_block_ids_with_load_errors() if kill_pid else set()
     table = torch.tensor(ids, dtype=torch.int64)
     start = matched
@@ -180,6 +187,8 @@ def run_request(sched, worker, engine, prompt, block_order, kill_pid=None):
     logits = engine.forward(prompt, start, table)
     for i in range(engine.lm.layers):
         worker.save_kv_layer(f"model.layers.{i}.self_attn.attn", engine.cache[i], None)
+    for name in drafter:
+        worker.save_kv_layer(name, drafter[name], None)
     worker.wait_for_save()
     errors |= worker.get_block_ids_with_load_errors()
     assert worker.get_finished({"req-0"}) == (None, None)
@@ -208,6 +217,7 @@ def main() -> int:
     ap.add_argument("--kv-block-tokens", type=int, default=16, help="kvcached's")
     ap.add_argument("--daemon-pid", type=int)
     ap.add_argument("--copy", default="auto", help="the connector's copy option")
+    ap.add_argument("--drafter", type=int, default=0, help="a drafter's extra layers")
     args = ap.parse_args()
     torch.set_num_threads(1)
 
@@ -225,8 +235,10 @@ def main() -> int:
     else:	# another block table, a larger cache
         engine = NoClientEngine(lm, 2 * nb)
         order = list(range(2 * nb))[::-1]
-    worker.register_kv_caches({f"model.layers.{i}.self_attn.attn": t
-                               for i, t in enumerate(engine.cache)})
+    drafter = {f"model.layers.{lm.layers + i}.self_attn.attn": torch.zeros_like(engine.cache[0])
+               for i in range(args.drafter)}
+    worker.register_kv_caches({**drafter, **{f"model.layers.{i}.self_attn.attn": t
+                                             for i, t in enumerate(engine.cache)}})
     if args.mode == "chunked":
         logits = run_chunked(sched, worker, engine, prompt, order, args.chunk)
         cold = NoClientEngine(lm, nb)
@@ -237,12 +249,14 @@ def main() -> int:
         return 0
     matched, errors, start, logits = run_request(
         sched, worker, engine, prompt, order,
-        args.daemon_pid if args.mode == "kill" else None)
+        args.daemon_pid if args.mode == "kill" else None, drafter)
     cold = NoClientEngine(lm, nb)
     full = cold.forward(prompt, 0, torch.tensor([(3 * i + 1) % nb for i in range(nb)]))
     equal = torch.equal(logits, full[start:])
     print(f"{args.mode}: matched {matched} errors {len(errors)} computed from {start} "
           f"equal {equal}")
+    if drafter:
+        print(f"drafter: untouched {all(not t.any() for t in drafter.values())}")
     worker.shutdown()
     sched.shutdown()
     return 0 if equal else 1

@@ -6,7 +6,11 @@ Selected with::
     --enable-hierarchical-cache --hicache-storage-backend dynamic \\
     --hicache-storage-backend-extra-config '{"backend_name":"kvcached",
         "module_path":"kvclient.sglang","class_name":"KvcachedStorage",
-        "socket":"/run/kvcached/kvcached.sock"}'
+        "interface_v1":1,"socket":"/run/kvcached/kvcached.sock"}'
+
+``"interface_v1": 1`` makes HiCache call batch_get_v1/batch_set_v1 (pages
+copied straight between its host pool and kvcached's); without it HiCache
+goes through batch_get/batch_set with flat page copies, which work too.
 
 HiCache's storage tier is a key-value store of pages: SGLang names each
 page by a hash string (its own chain over the page's tokens and its
@@ -80,9 +84,13 @@ class KvcachedStorage(HiCacheStorage):
         self.tp_rank, self.tp_size = cfg.tp_rank, cfg.tp_size
         self.mla = bool(cfg.is_mla_model)
         self.kv_heads = extra.get("kv_heads")
-        self.pp_rank, self.pp_size = cfg.pp_rank, cfg.pp_size
+        # Older SGLang configs have no pipeline or context-parallel fields
+        # (before pp_rank, pp_size, attn_cp_rank, attn_cp_size): one stage,
+        # no context parallelism.
+        self.pp_rank, self.pp_size = getattr(cfg, "pp_rank", 0), getattr(cfg, "pp_size", 1)
+        cp_rank, cp_size = getattr(cfg, "attn_cp_rank", 0), getattr(cfg, "attn_cp_size", 1)
         # Context-parallel ranks hold disjoint parts of each page: apart.
-        self.cp = (cfg.attn_cp_rank, cfg.attn_cp_size) if cfg.attn_cp_size > 1 else None
+        self.cp = (cp_rank, cp_size) if cp_size > 1 else None
         self._rc: Optional[Reconnecting] = None
         self._kv = None
         self.model: Optional[_client.Model] = None
@@ -171,6 +179,14 @@ class KvcachedStorage(HiCacheStorage):
     def _client(self):
         return self._rc.get() if self._rc is not None else None
 
+    def close(self) -> None:
+        """Close the Client (SGLang's HiCache calls this when it detaches
+        the backend); every key is a miss and every write False afterwards."""
+        rc, self._rc = self._rc, None
+        self._kv = None
+        if rc is not None:
+            rc.close()
+
     def _pages(self, host_indices, n: int) -> list:
         """Host pool pages of the first token slot of each of n pages."""
         idx = host_indices[::self.page_size][:n]
@@ -178,30 +194,42 @@ class KvcachedStorage(HiCacheStorage):
 
     def _failed(self, c, call: str, e: KvcError) -> None:
         """A call failed: drop the Client if the daemon went, else log."""
-        if not c.connected():
-            self._rc.drop(str(e))
+        rc = self._rc
+        if not c.connected() and rc is not None:
+            rc.drop(str(e))
         else:
             log.warning("KvcachedStorage: %s: %s", call, e)
 
     # --------------------------------------------------- zero-copy batch
 
-    def _looked_up(self, keys: List[str], call: str, body) -> int:
-        """body(request, hits) on a request of keys after its lookup: the
-        number of leading pages it returns, or 0 when kvcached is away or
-        the call failed (logged; the Client dropped if the daemon went)."""
+    def _looked_up(self, keys: List[str], call: str, body, restore: bool) -> int:
+        """body(request, hits) on a request of keys after its lookup (and,
+        with restore, after the pages that wait on the daemon's spill or
+        remote tier came back): the number of leading pages it returns, or 0
+        when kvcached is away or the call failed (logged; the Client
+        dropped if the daemon went)."""
         c = self._client()
         if c is None or not keys:
             return 0
         try:
             with c.request_keys(keys) as r:
-                return body(r, r.lookup())
+                hits = r.lookup()
+                if restore and (r.spilled or r.remote):
+                    try:
+                        hits = r.restore()
+                    except KvcError as e:	# the tiers failed: the hits stand
+                        if not c.connected():
+                            raise
+                        log.warning("KvcachedStorage: %s: restore: %s", call, e)
+                return body(r, hits)
         except KvcError as e:
             self._failed(c, call, e)
             return 0
 
     def batch_exists(self, keys: List[str], extra_info=None) -> int:
-        """How many of keys, from the first, kvcached holds."""
-        return self._looked_up(keys, "batch_exists", lambda r, hits: hits)
+        """How many of keys, from the first, kvcached holds (pages on its
+        spill or remote tier are brought back into its pool to find out)."""
+        return self._looked_up(keys, "batch_exists", lambda r, hits: hits, True)
 
     def batch_get_v1(self, keys: List[str], host_indices, extra_info=None) -> List[bool]:
         """Copy the leading cached pages of keys into the host pool pages
@@ -210,7 +238,7 @@ class KvcachedStorage(HiCacheStorage):
             if hits:
                 r.gather(self._kv, self._pages(host_indices, hits))
             return hits
-        done = self._looked_up(keys, "batch_get_v1", get)
+        done = self._looked_up(keys, "batch_get_v1", get, True)
         return [True] * done + [False] * (len(keys) - done)
 
     def batch_set_v1(self, keys: List[str], host_indices, extra_info=None) -> List[bool]:
@@ -228,13 +256,19 @@ class KvcachedStorage(HiCacheStorage):
                 r.scatter(self._kv, self._pages(host_indices, n)[hits:hits + got])
                 r.publish()
             return hits + got
-        done = self._looked_up(keys, "batch_set_v1", put)
+        done = self._looked_up(keys, "batch_set_v1", put, False)
         return [True] * done + [False] * (n - done)
 
-    # ------------------------------------------- the older per-key API
+    # --------------------------------- flat pages (without interface_v1)
 
-    def exists(self, key: str) -> bool:
-        return self.batch_exists([key]) == 1
+    # Without "interface_v1" in the extra config SGLang's HiCache moves a
+    # page at a time through its host pool's flat pages: batch_get(keys,
+    # [get_dummy_flat_data_page() per key]) then set_from_flat_data_page
+    # for each leading page returned; batch_set(keys, [get_data_page(i)]).
+    # A flat page is [2, layers, page_size, heads, head_dim] of the pool's
+    # dtype (this rank's heads); kvcached's is [layers, 2, ..., every head]
+    # (_flat). For MLA both are [layers, page_size, (1,) dim]. One copy each
+    # way, one kvcached request per batch.
 
     def _flat(self, page):
         """A kvcached page as SGLang's flat page of this rank: [2, layers,
@@ -245,58 +279,54 @@ class KvcachedStorage(HiCacheStorage):
         h0, hn = self.model.heads
         return page[:, :, :, h0:h0 + hn].transpose(0, 1)
 
-    def get(self, key: str, target_location: Optional[Any] = None,
-            target_sizes: Optional[Any] = None):
-        """The page of key as SGLang's flat page ([2, layers, page_size,
-        heads, head_dim] of the pool's dtype, this rank's heads; [layers,
-        page_size, 1, dim] for MLA), into target_location when given, else
-        a new CPU tensor; None when not cached (host pool only: the page is
-        read through its view)."""
-        c = self._client()
-        if c is None:
-            return None
-        try:
-            with c.request_keys([key]) as r:
-                if not r.lookup():
-                    return None
-                out = self._flat(r.page_tensor(0))
-                if target_location is not None:
-                    target_location.view(out.shape).copy_(out)
-                    return target_location
-                return out.contiguous().flatten()
-        except KvcError as e:
-            log.warning("KvcachedStorage: get: %s", e)
-            return None
-
-    def set(self, key: str, value: Optional[Any] = None,
-            target_location: Optional[Any] = None, target_sizes: Optional[Any] = None) -> bool:
-        """Store SGLang's flat page value under key (host pool only; this
-        rank's heads: the page is whole once every rank's are in)."""
-        c = self._client()
-        if c is None or value is None:
-            return False
-        try:
-            with c.request_keys([key]) as r:
-                if r.lookup():
-                    return True
-                if not r.alloc():
-                    return False
-                dst = self._flat(r.page_tensor(0))
-                dst.copy_(value.view(dst.shape))
-                r.publish()
-                return True
-        except KvcError as e:
-            log.warning("KvcachedStorage: set: %s", e)
-            return False
-
     def batch_get(self, keys: List[str], target_locations: Optional[Any] = None,
                   target_sizes: Optional[Any] = None):
-        locs = target_locations if target_locations is not None else [None] * len(keys)
-        return [self.get(k, t) for k, t in zip(keys, locs)]
+        """SGLang's flat page of each of keys, into target_locations[i] when
+        given, else a new CPU tensor; None from the first key not cached on
+        (host pool only: pages are read through their views)."""
+        out: list = [None] * len(keys)
+
+        def get(r, hits):
+            for i in range(hits):
+                page = self._flat(r.page_tensor(i))	# [2, layers, ...]
+                t = target_locations[i] if target_locations is not None else None
+                if t is not None:
+                    t.view(page.shape).copy_(page)
+                    out[i] = t
+                else:
+                    out[i] = page.contiguous().flatten()
+            return hits
+        self._looked_up(keys, "batch_get", get, True)
+        return out
 
     def batch_set(self, keys: List[str], values: Optional[Any] = None,
                   target_locations: Optional[Any] = None,
                   target_sizes: Optional[Any] = None) -> bool:
-        if values is None:
+        """Store SGLang's flat pages values under keys (pages cached already
+        are left as they are); True when kvcached holds all of them."""
+        if values is None or not keys:
             return False
-        return all([self.set(k, v) for k, v in zip(keys, values)])
+        n = len(keys)
+
+        def put(r, hits):
+            if hits >= n:
+                return hits
+            got = r.alloc()
+            for i in range(hits, hits + got):
+                page = self._flat(r.page_tensor(i))	# this rank's heads
+                page.copy_(values[i].view(page.shape))
+            return r.publish() if got else hits
+        return self._looked_up(keys, "batch_set", put, False) == n
+
+    def get(self, key: str, target_location: Optional[Any] = None,
+            target_sizes: Optional[Any] = None):
+        """The flat page of key (see batch_get), or None."""
+        return self.batch_get([key], None if target_location is None else [target_location])[0]
+
+    def set(self, key: str, value: Optional[Any] = None,
+            target_location: Optional[Any] = None, target_sizes: Optional[Any] = None) -> bool:
+        """Store the flat page value under key (see batch_set)."""
+        return value is not None and self.batch_set([key], [value])
+
+    def exists(self, key: str) -> bool:
+        return self.batch_exists([key]) == 1

@@ -138,6 +138,32 @@ def _kv_heads(mc, pc) -> int:
     return int(mc.get_num_kv_heads(pc)) * int(pc.tensor_parallel_size)
 
 
+def _layer_number(name: str) -> Optional[int]:
+    """The layer index in a vLLM layer name ("model.layers.12.self_attn.attn"
+    -> 12): its last dotted part that is a number."""
+    for part in reversed(name.split(".")):
+        if part.isdigit():
+            return int(part)
+    return None
+
+
+def _model_layers(kv_caches: dict, layers: int) -> Optional[list]:
+    """The names of the model's own layers among vLLM's KV caches, in layer
+    order: all of them when there are `layers`; when there are more (an
+    EAGLE or MTP drafter's layers, which vLLM numbers after the model's),
+    the `layers` lowest-numbered. None when there are fewer."""
+    names = list(kv_caches)
+    if len(names) < layers:
+        return None
+    if len(names) == layers:
+        return names
+    nums = [_layer_number(n) for n in names]
+    if None in nums:	# unnumbered: vLLM registers the model's layers first
+        return names[:layers]
+    order = sorted(range(len(names)), key=lambda i: (nums[i], i))
+    return [names[i] for i in sorted(order[:layers])]
+
+
 def _model_name(vllm_config, extra: dict, dtype: str) -> str:
     name = extra.get("model_name")
     if not name:
@@ -305,6 +331,24 @@ class KvcachedConnector(KVConnectorBase_V1):
         self._local.pop(request.request_id, None)
         return False, None	# saves are done within the step: free the blocks now
 
+    # ------------------------------------------------ what vLLM asks of it
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config: dict) -> bool:
+        """True: the loads are waited for in wait_for_layer_load (and the
+        cuda pool's by an event on the current stream there), which a
+        replayed full CUDA graph skips; vLLM's PIECEWISE mode runs the
+        attention layers, and so these calls, outside the graphs. Every
+        copy mode waits there, so whatever extra_config says."""
+        return True
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        """False: a best-effort cache. Saves finish within their step, and
+        a save that did not happen (a request preempted, kvcached away) is
+        only a later miss, never lost KV that another engine waits for."""
+        return False
+
     # ------------------------------------------------------- worker side
 
     @classmethod
@@ -317,11 +361,19 @@ class KvcachedConnector(KVConnectorBase_V1):
         head_dim] and the FlashInfer one [num_blocks, 2, block_size,
         kv_heads, head_dim], NHD, with this rank's kv_heads; for MLA the
         MLA cache [num_blocks, block_size, head_size]."""
-        caches = list(kv_caches.values())
-        if len(caches) != self.model.layers:
-            raise ValueError(f"KvcachedConnector: {len(caches)} KV caches for a model of "
+        names = _model_layers(kv_caches, self.model.layers)
+        if names is None:
+            raise ValueError(f"KvcachedConnector: {len(kv_caches)} KV caches for a model of "
                              f"{self.model.layers} layers (hybrid models with several KV "
                              "cache groups are not supported)")
+        if len(names) < len(kv_caches):
+            extra = [n for n in kv_caches if n not in names]
+            log.warning("KvcachedConnector: %d KV cache(s) past the model's %d layers, a "
+                        "speculative decoding drafter's (%s), are not cached: a hit loads "
+                        "the model's layers only, so the drafter may propose worse tokens "
+                        "after a loaded prefix (the output is the model's either way)",
+                        len(extra), self.model.layers, ", ".join(extra))
+        caches = [kv_caches[n] for n in names]
         t = caches[0]
         inner = (self.block_size, self.model.heads[1], self.model.head_dim)
         if self.model.mla:
@@ -345,7 +397,7 @@ class KvcachedConnector(KVConnectorBase_V1):
                              f"block_size {self.block_size} equal to kvcached's block tokens "
                              f"{self.block_tokens}")
         self._caches = caches
-        self._layer_index = {name: i for i, name in enumerate(kv_caches)}
+        self._layer_index = {name: i for i, name in enumerate(names)}
         c = self._rc.c or self._client()
         if c is not None and self._kv is None:
             self._kv = self._paged(c)

@@ -31,6 +31,16 @@ class KVConnectorBase_V1(ABC):
     def role(self) -> KVConnectorRole:
         return self._role
 
+    @property
+    def requires_kv_delivery(self) -> bool:
+        # vLLM's default: a producer's KV must reach its consumer.
+        return self._kv_transfer_config.is_kv_producer
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config: dict) -> bool:
+        # vLLM's default: full CUDA graphs allowed (no layer-wise calls).
+        return False
+
     def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
         self._connector_metadata = connector_metadata
 
