@@ -25,11 +25,35 @@
 #include "../util/log.h"
 #include "../tier/tier.h"
 
-/* Check every (page, gen) of a message; mark pages to catch repeats. */
-static int check_pages(struct kvd *d, struct kvd_client *c, const uint8_t *rec,
-		       uint32_t n, size_t stride, uint32_t *bad)
+/*
+ * Does c hold the page a record names (its first bytes a struct
+ * kvproto_pg; with key, a PUBLISH record's key)? WRITING, its own, at that
+ * generation; for a client writing slices, a slice of it granted and not
+ * published (or held on a page given up since: a miss, not a lie), for
+ * the block it was granted for (slice.c).
+ */
+static bool holds(const struct kvd *d, const struct kvd_client *c, const uint8_t *rec,
+		  bool key)
 {
 	const struct kvshm_page *pages = kvshm_pages(d->h);
+	struct kvproto_pub pub;
+
+	memcpy(&pub, rec, key ? sizeof(pub) : sizeof(struct kvproto_pg));
+	if (pub.page >= d->h->geo.n_pages || d->mark[pub.page])
+		return false;
+	if (kvd_slicing(c))
+		return kvd_slice_check(d, c, pub.page, pub.gen, key ? &pub.key : NULL) >= 0;
+	return atomic_load(&pages[pub.page].state) == KVSHM_PAGE_WRITING &&
+	       !kvd_slice_is(d, pub.page) &&	/* several ranks': slice.c's */
+	       pages[pub.page].owner == kvd_owner(c) &&
+	       atomic_load(&pages[pub.page].gen) == pub.gen;
+}
+
+/* Check every record of a PUBLISH (key) or FREE with holds(); mark pages
+ * to catch repeats. */
+static int check_pages(struct kvd *d, struct kvd_client *c, const uint8_t *rec,
+		       uint32_t n, size_t stride, bool key, uint32_t *bad)
+{
 	uint32_t i, k;
 	int rc = 0;
 
@@ -37,11 +61,7 @@ static int check_pages(struct kvd *d, struct kvd_client *c, const uint8_t *rec,
 		struct kvproto_pg pg;
 
 		memcpy(&pg, rec + i * stride, sizeof(pg));
-		if (pg.page >= d->h->geo.n_pages || d->mark[pg.page] ||
-		    atomic_load(&pages[pg.page].state) != KVSHM_PAGE_WRITING ||
-		    kvd_slice_is(d, pg.page) ||	/* several ranks': slice.c's */
-		    pages[pg.page].owner != kvd_owner(c) ||
-		    atomic_load(&pages[pg.page].gen) != pg.gen) {
+		if (!holds(d, c, rec + i * stride, key)) {
 			*bad = pg.page;
 			rc = -1;
 			break;
@@ -358,38 +378,6 @@ static int check_keys(const struct kvd *d, const struct kvd_client *c, const uin
 }
 
 /*
- * Check every (page, gen) of a slicing client's PUBLISH or FREE (keys
- * given: PUBLISH) as check_pages does for one writer's: each names a slice
- * the client holds open (or held, on a page given up since), at most once.
- */
-static int check_slices(struct kvd *d, struct kvd_client *c, const uint8_t *rec, uint32_t n,
-			size_t stride, bool keys, uint32_t *bad)
-{
-	uint32_t i, k;
-	int rc = 0;
-
-	for (i = 0; i < n; i++) {
-		struct kvproto_pub pub;
-
-		memcpy(&pub, rec + i * stride, keys ? sizeof(pub) : sizeof(struct kvproto_pg));
-		if (pub.page >= d->h->geo.n_pages || d->mark[pub.page] ||
-		    kvd_slice_check(d, c, pub.page, pub.gen, keys ? &pub.key : NULL) < 0) {
-			*bad = pub.page;
-			rc = -1;
-			break;
-		}
-		d->mark[pub.page] = 1;
-	}
-	for (k = 0; k < i; k++) {
-		struct kvproto_pg pg;
-
-		memcpy(&pg, rec + k * stride, sizeof(pg));
-		d->mark[pg.page] = 0;
-	}
-	return rc;
-}
-
-/*
  * Publish one page whole, for its owner (the client, or the rank that
  * began a page several ranks wrote): into the index and the eviction
  * order, offered to the tiers, announced to KV events. Returns the status
@@ -467,8 +455,7 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, const struct kvproto_
 	int rc;
 
 	memcpy(&cnt, p, sizeof(cnt));
-	if (kvd_slicing(c) ? check_slices(d, c, rec, cnt.n, stride, true, &bad)
-			   : check_pages(d, c, rec, cnt.n, stride, &bad)) {
+	if (check_pages(d, c, rec, cnt.n, stride, true, &bad)) {
 		kvd_reply_error(d, c, seq, -EINVAL, true,
 				kvd_slicing(c)
 				? "PUBLISH names page %u, of which it holds no slice at that generation for that block"
@@ -527,8 +514,7 @@ int kvd_cache_free(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr
 	uint32_t i, bad = 0;
 
 	memcpy(&cnt, p, sizeof(cnt));
-	if (kvd_slicing(c) ? check_slices(d, c, rec, cnt.n, stride, false, &bad)
-			   : check_pages(d, c, rec, cnt.n, stride, &bad)) {
+	if (check_pages(d, c, rec, cnt.n, stride, false, &bad)) {
 		kvd_reply_error(d, c, seq, -EINVAL, true,
 				"FREE names page %u, which it does not hold WRITING at that generation",
 				bad);

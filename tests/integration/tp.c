@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "../lib/harness.h"
+#include "../lib/obswait.h"
 #include "../../libclient/observe.h"
 #include "../../shm/proto.h"
 #include "../../shm/segment.h"
@@ -70,22 +71,8 @@ static void sleep_ms(int ms)
 }
 
 static struct kvobs obs;
-
-static uint64_t stat_of(size_t off)
-{
-	return atomic_load((_Atomic uint64_t *)((char *)kvshm_stats(obs.h) + off));
-}
-#define STAT(f) stat_of(offsetof(struct kvshm_stats, f))
-
-#define UNTIL(cond)                                                            \
-	do {                                                                   \
-		int tries_ = 0;                                                \
-		while (!(cond)) {                                              \
-			if (++tries_ > LONG_MS / 5)                            \
-				fail_msg("timed out waiting for %s", #cond);   \
-			sleep_ms(5);                                           \
-		}                                                              \
-	} while (0)
+#define STAT(f) KVT_STAT(&obs, f)
+#define UNTIL(cond) KVT_UNTIL(cond, LONG_MS)
 
 /* A rank: its handle, the heads it holds, its engine cache. */
 struct rank {

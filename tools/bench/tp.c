@@ -16,7 +16,9 @@
  *              and head (the head is mixed into the key as an extra key),
  *              one writer each; any TP size reads the heads it holds.
  *
- * Kinds, in alternating slices (ROUNDS each), rank 0 of TP 2:
+ * Kinds, in alternating slices (ROUNDS each; the lookups, then the
+ * gathers, so that the gathers' copies do not leave the lookups' caches
+ * cold), rank 0 of TP 2:
  *
  *   T_SHARED   kvc_lookup of the prompt in the shared namespace, on 16
  *              requests made beforehand (kvc_req_new and kvc_req_free
@@ -252,17 +254,22 @@ void mode_tp(void)
 
 		batch(&b, t, &x);
 	}
-	/* Alternating slices: each round runs every kind once, starting
-	 * with a different one. */
+	/* Alternating slices, lookups first, then gathers (their copies
+	 * would leave the lookups' caches cold): each round runs every kind
+	 * of the phase once, starting with a different one. */
 	slice_ns = (uint64_t)(opt.seconds * 1e9 / ROUNDS / T_N);
-	for (round = 0; round < ROUNDS; round++)
-		for (j = 0; j < T_N; j++) {
-			t = (round + j) % T_N;
-			until = now_ns() + slice_ns;
-			do
-				ns[round][t] += batch(&b, t, &ops[round][t]);
-			while (now_ns() < until);
-		}
+	for (j = 0; j < 2; j++) {
+		int lo = j ? G_SHARED : T_SHARED, nk = j ? T_N - G_SHARED : G_SHARED, q;
+
+		for (round = 0; round < ROUNDS; round++)
+			for (q = 0; q < nk; q++) {
+				t = lo + (round + q) % nk;
+				until = now_ns() + slice_ns;
+				do
+					ns[round][t] += batch(&b, t, &ops[round][t]);
+				while (now_ns() < until);
+			}
+	}
 	for (t = 0; t < T_N; t++) {
 		for (round = 0; round < ROUNDS; round++)
 			rate[t][round] = (double)ops[round][t] / ((double)ns[round][t] / 1e9) /
