@@ -73,7 +73,8 @@ static void test_open_arguments(void **state)
 
 		ob.errbuf = err;
 		ob.errbuf_len = sizeof(err);
-		mb.shard.tp_size = 3;	/* 2 KV heads */
+		mb.kv_heads = 4;	/* 4 KV heads at TP 3 */
+		mb.shard.tp_size = 3;
 		assert_int_equal(kvc_open(&mb, &ob, &c), -EINVAL);
 		assert_non_null(strstr(err, "tp_size does not divide"));
 		mb.kv_heads = 64;	/* 64 ranks writing one page */
