@@ -104,7 +104,7 @@ FUZZ_CFLAGS  := -std=gnu11 -g -O1 -Wall -Wextra -Werror -MMD -MP -D_GNU_SOURCE \
 		-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
 
 .SECONDARY:
-.PHONY: all deps deps-run run tools test test-asan test-tsan check bench clean fuzz fuzz-build
+.PHONY: all deps deps-run run tools programs test test-asan test-tsan check bench clean fuzz fuzz-build
 all: $(KVCACHED) $(LIBA) $(LIBSO) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN) $(GPU_BIN) $(HELPER_BIN)
 
 # Every package: what `make test` and the benchmarks need too.
@@ -125,6 +125,7 @@ run: deps-run
 # What one runs next to the daemon: kvstat, kvdemo and libkvclient.
 tools: deps-run
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) $(BUILD)/kvstat $(KVDEMO) $(LIBSO)
+
 
 # The plain build and the ASan+UBSan build run the same suites, so every
 # run of CI also runs the sanitizers.
@@ -412,15 +413,35 @@ SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BINDIR@|$(BINDIR)|g' \
 	    -e 's|@VERSION@|$(KVC_VERSION)|g'
 
 # The documents the README and the manual pages point to, in $(DOCDIR).
-DOC_MD      := docs/INSTALL.md docs/PYTHON.md docs/ARCHITECTURE.md docs/EVENTS.md
+DOC_MD      := docs/INSTALL.md docs/PYTHON.md docs/ENGINES.md docs/ARCHITECTURE.md docs/EVENTS.md
 
-.PHONY: install uninstall
-install: all
+# What `make install` installs, and nothing else: the daemon, kvstat,
+# kvdemo, libkvclient, and the binding's fast path where python3-dev's
+# headers are there; no test and no benchmark. Building them needs only
+# `make deps-run`'s packages (docs/INSTALL.md section 1;
+# tests/integration/install builds this in a copy of the tree with the
+# test-only libraries hidden). kvbench links the peers' client libraries
+# (hiredis, OpenSSL): `make install-bench` installs it, after `make deps`.
+INSTALL_BIN := $(KVCACHED) $(BUILD)/kvstat $(KVDEMO)
+BENCH_BIN   := $(BUILD)/kvbench $(BUILD)/kvbench-gpu
+BENCH_MAN   := man/kvbench.1.in
+programs: $(INSTALL_BIN) $(LIBA) $(LIBSO) $(KVCFAST)
+
+# man/NAME.SECTION.in -> $(MANDIR)/manSECTION/NAME.SECTION, paths filled.
+install_man = for m in $(notdir $(1:%.in=%)); do \
+		sec=$${m\#\#*.}; \
+		$(SUBST) man/$$m.in >$(BUILD)/install/man/$$m && \
+		$(INSTALL) -d $(DESTDIR)$(MANDIR)/man$$sec && \
+		$(INSTALL) -m 0644 $(BUILD)/install/man/$$m $(DESTDIR)$(MANDIR)/man$$sec/$$m || exit 1; \
+	done
+
+.PHONY: install install-bench uninstall
+install: programs
 	$(E) "  INSTALL $(DESTDIR)$(PREFIX)"
 	$(Q)$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
 		$(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
 		$(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/kvcached
-	$(Q)$(INSTALL) -m 0755 $(KVCACHED) $(wildcard $(TOOLS)) $(KVDEMO) $(DESTDIR)$(BINDIR)/
+	$(Q)$(INSTALL) -m 0755 $(INSTALL_BIN) $(DESTDIR)$(BINDIR)/
 	$(Q)$(INSTALL) -m 0755 $(LIBSO) $(DESTDIR)$(LIBDIR)/$(LIBREAL)
 	$(Q)ln -sf $(LIBREAL) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	$(Q)ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libkvclient.so
@@ -435,12 +456,7 @@ install: all
 	$(Q)$(INSTALL) -m 0644 daemon/kvcached.sysusers $(DESTDIR)$(SYSUSERSDIR)/kvcached.conf
 	$(Q)$(INSTALL) -m 0644 $(BUILD)/install/kvcached.conf $(DESTDIR)$(DOCDIR)/kvcached.conf.example
 	$(Q)mkdir -p $(BUILD)/install/man
-	$(Q)for m in $(notdir $(MAN_SRC:%.in=%)); do \
-		sec=$${m##*.}; \
-		$(SUBST) man/$$m.in >$(BUILD)/install/man/$$m && \
-		$(INSTALL) -d $(DESTDIR)$(MANDIR)/man$$sec && \
-		$(INSTALL) -m 0644 $(BUILD)/install/man/$$m $(DESTDIR)$(MANDIR)/man$$sec/$$m || exit 1; \
-	done
+	$(Q)$(call install_man,$(filter-out $(BENCH_MAN),$(MAN_SRC)))
 	$(Q)pydir='$(PYTHONDIR)'; $(INSTALL) -d "$(DESTDIR)$$pydir/kvclient" && \
 		$(INSTALL) -m 0644 $(PY_PKG) "$(DESTDIR)$$pydir/kvclient/" && \
 		printf '# Written by make install: where it put libkvclient.\nLIBDIR = "%s"\n' \
@@ -456,8 +472,16 @@ install: all
 			$(DESTDIR)$(SYSCONFDIR)/kvcached/kvcached.conf; \
 	fi
 
+# kvbench and kvbench-gpu, next to the kvcached they start, and kvbench(1).
+install-bench: $(BENCH_BIN)
+	$(E) "  INSTALL $(DESTDIR)$(PREFIX) (kvbench)"
+	$(Q)$(INSTALL) -d $(DESTDIR)$(BINDIR)
+	$(Q)$(INSTALL) -m 0755 $(BENCH_BIN) $(DESTDIR)$(BINDIR)/
+	$(Q)mkdir -p $(BUILD)/install/man
+	$(Q)$(call install_man,$(BENCH_MAN))
+
 # Leaves $(SYSCONFDIR)/kvcached/kvcached.conf: it is the admin's. Quiet
-# like install (V=1 shows the commands).
+# like install (V=1 shows the commands). Removes kvbench's files too.
 uninstall:
 	$(E) "  UNINSTALL $(DESTDIR)$(PREFIX)"
 	$(Q)rm -f $(addprefix $(DESTDIR)$(BINDIR)/,kvcached kvdemo $(notdir $(TOOLS))) \

@@ -27,6 +27,9 @@
 #include "pool/memcheck.h"
 #include "tier/remote_fmt.h"
 
+#define KVD_STR_(x) #x
+#define KVD_STR(x) KVD_STR_(x)
+
 int kvd_parse_size(const char *s, uint64_t *out)
 {
 	unsigned long long v;
@@ -132,34 +135,34 @@ int kvd_parse_listen(const char *s, struct sockaddr_storage *out)
 	}
 }
 
-static int parse_ids(const char *val, bool users, struct kvd_config *cfg,
-		     const char *where)
+/* An allow list: 0, or 1 with *why naming the entry at fault. */
+static int parse_ids(const char *val, bool users, struct kvd_config *cfg, const char **why)
 {
+	static char msg[160];	/* *why's text; the parse is single-threaded */
 	char buf[1024], *save = NULL, *tok;
 	int n = 0;
 
 	if (strlen(val) >= sizeof(buf)) {
-		fprintf(stderr, "kvcached: %s: allow list too long\n", where);
-		return -1;
+		*why = "longer than 1023 bytes";
+		return 1;
 	}
 	strcpy(buf, val);
 	for (tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
 		uint32_t id;
 
 		if (n == KVD_MAX_ALLOW) {
-			fprintf(stderr, "kvcached: %s%sallow list has more than %d entries\n", where,
-				*where ? ": " : "", KVD_MAX_ALLOW);
-			return -1;
+			*why = "more than " KVD_STR(KVD_MAX_ALLOW) " entries";
+			return 1;
 		}
 		if (parse_u32(tok, 0, UINT32_MAX - 1, &id, 10)) {
 			struct passwd *pw = users ? getpwnam(tok) : NULL;
 			struct group *gr = users ? NULL : getgrnam(tok);
 
 			if (!pw && !gr) {
-				fprintf(stderr, "kvcached: %s%sallow-%s %s: no such %s\n", where,
-					*where ? ": " : "", users ? "users" : "groups", tok,
-					users ? "user" : "group");
-				return -1;
+				snprintf(msg, sizeof(msg), "no such %s '%.100s'",
+					 users ? "user" : "group", tok);
+				*why = msg;
+				return 1;
 			}
 			id = users ? pw->pw_uid : gr->gr_gid;
 		}
@@ -256,6 +259,16 @@ static int set_topic(struct kvd_config *cfg, const char *val, const char *where,
 	return 0;
 }
 
+static int set_host_medium(struct kvd_config *cfg, const char *val, const char *where,
+			   const char **why)
+{
+	(void)where;
+	if (kvd_events_medium_check(val, why))
+		return 1;
+	strcpy(cfg->kv_events_host_medium, val);
+	return 0;
+}
+
 static int set_remote(struct kvd_config *cfg, const char *val, const char *where,
 		      const char **why)
 {
@@ -292,15 +305,15 @@ static int set_remote_prefix(struct kvd_config *cfg, const char *val, const char
 static int set_users(struct kvd_config *cfg, const char *val, const char *where,
 		     const char **why)
 {
-	(void)why;
-	return parse_ids(val, true, cfg, where);
+	(void)where;
+	return parse_ids(val, true, cfg, why);
 }
 
 static int set_groups(struct kvd_config *cfg, const char *val, const char *where,
 		      const char **why)
 {
-	(void)why;
-	return parse_ids(val, false, cfg, where);
+	(void)where;
+	return parse_ids(val, false, cfg, why);
 }
 
 /* ------------------------------------------------------------ the table */
@@ -325,6 +338,8 @@ static const int v_spill_io[] = { 0, 1, 2 };
 static const char *const w_hash[] = { "uint64", "int64", "bytes", NULL };
 static const int v_hash[] = { KVD_EVENTS_HASH_UINT64, KVD_EVENTS_HASH_INT64,
 			      KVD_EVENTS_HASH_BYTES };
+static const char *const w_format[] = { "array", "map", NULL };
+static const int v_format[] = { KVD_EVENTS_FORMAT_ARRAY, KVD_EVENTS_FORMAT_MAP };
 static const char *const w_mode[] = { "bind", "connect", NULL };
 static const int v_mode[] = { 0, 1 };
 static const char *const w_eviction[] = { "lru", "s3fifo", "clock", NULL };
@@ -364,7 +379,8 @@ static const struct kvd_option options[] = {
 	{ "socket", "PATH", OPT_CUSTOM, F(socket), .set = set_socket,
 	  .help = "Unix socket (default: $KVCACHED_SOCKET, else /run/kvcached/kvcached.sock "
 		  "as root, $XDG_RUNTIME_DIR/kvcached.sock otherwise); a missing folder is "
-		  "created (mode 0755, said in the log) and removed at a clean stop" },
+		  "created (mode 0755, said in the log) and removed at a clean stop (its "
+		  "parent must exist; after a SIGKILL the folder stays and is reused)" },
 	{ "pool", "host|cuda", OPT_CUSTOM, F(pool), .set = set_pool, .def = "host",
 	  .help = "where pages live (cuda: GPU memory shared over CUDA VMM file descriptors)" },
 	{ "gpu", "N", OPT_U32, F(gpu), 0, 1023, .bad = "must be a CUDA device ordinal 0..1023",
@@ -458,6 +474,14 @@ static const struct kvd_option options[] = {
 	{ "kv-events-hash", "uint64|int64|bytes", OPT_WORD, F(kv_events_hash), .words = w_hash,
 	  .vals = v_hash, .bad = "must be uint64, int64 or bytes", .def = "uint64",
 	  .help = "block hash form: as vLLM sends it, signed (Dynamo), the 16-byte key" },
+	{ "kv-events-format", "array|map", OPT_WORD, F(kv_events_format), .words = w_format,
+	  .vals = v_format, .bad = "must be array or map", .def = "map",
+	  .help = "each event a tagged array (vLLM up to 0.23) or a map with a \"type\" "
+		  "key (vLLM 0.24 on)" },
+	{ "kv-events-host-medium", "NAME", OPT_CUSTOM, F(kv_events_host_medium),
+	  .set = set_host_medium, .def = "CPU",
+	  .help = "the medium a host pool's blocks are announced in (CPU_PINNED: SGLang's "
+		  "router; GPU: routers that credit only the device tier)" },
 	{ "kv-events-hwm", "N", OPT_U32, F(kv_events_hwm), 1, 1000000,
 	  .bad = "must be 1..1000000 batches", .def = "10000",
 	  .help = "batches queued per subscriber; more are dropped and counted" },
@@ -491,6 +515,9 @@ static const struct kvd_option options[] = {
 };
 
 #undef F
+
+#define N_OPTIONS (sizeof(options) / sizeof(options[0]))
+_Static_assert(N_OPTIONS <= KVD_CONFIG_MAX_KEYS, "struct kvd_config's src[] is too short");
 
 static const struct kvd_option *option(const char *key)
 {
@@ -615,7 +642,33 @@ int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 		else
 			fprintf(stderr, "kvcached: --%s %s: %s\n", key, val, why);
 	}
+	if (!rc) {	/* for messages after the parse: kvd_config_where */
+		struct kvd_config_src *src = &cfg->src[o - options];
+		size_t l = strlen(val);
+
+		snprintf(src->where, sizeof(src->where), "%s", *where ? where : "--");
+		if (l < sizeof(src->text))
+			memcpy(src->text, val, l + 1);
+		else	/* cut, and said to be */
+			snprintf(src->text, sizeof(src->text), "%.*s...",
+				 (int)sizeof(src->text) - 4, val);
+	}
 	return rc ? -1 : 0;
+}
+
+const char *kvd_config_where(const struct kvd_config *cfg, const char *key, char *buf,
+			     size_t len)
+{
+	const struct kvd_option *o = option(key);
+	const struct kvd_config_src *src = o ? &cfg->src[o - options] : NULL;
+
+	if (!src || !*src->where || !strcmp(src->where, "default"))
+		snprintf(buf, len, "%s %s (the default)", key, src ? src->text : "?");
+	else if (!strcmp(src->where, "--"))
+		snprintf(buf, len, "--%s %s", key, src->text);
+	else
+		snprintf(buf, len, "%s: %s %s", src->where, key, src->text);
+	return buf;
 }
 
 void kvd_config_defaults(struct kvd_config *cfg)
@@ -626,8 +679,14 @@ void kvd_config_defaults(struct kvd_config *cfg)
 	for (i = 0; i < sizeof(options) / sizeof(options[0]); i++)
 		if (options[i].def && kvd_config_set(cfg, options[i].key, options[i].def, "default"))
 			abort();	/* a row whose default it does not read */
-	if (kvproto_socket_path(cfg->socket, sizeof(cfg->socket)))
+	if (kvproto_socket_path(cfg->socket, sizeof(cfg->socket))) {
 		cfg->socket[0] = 0;
+	} else {
+		char path[sizeof(cfg->socket)];
+
+		memcpy(path, cfg->socket, sizeof(path));
+		kvd_config_set(cfg, "socket", path, "default");
+	}
 	/* Our own user, and root: root can read any process's memory
 	 * anyway, and `sudo kvstat` should simply work. */
 	cfg->allow_uid[0] = geteuid();
@@ -791,20 +850,23 @@ int kvd_config_buf(struct kvd_config *cfg, const char *buf, size_t len, const ch
 
 int kvd_config_check(struct kvd_config *cfg)
 {
+	char a[256], b[256];
 	uint64_t pages;
 
+#define WHERE(key) kvd_config_where(cfg, key, a, sizeof(a))
+#define WHERE2(key) kvd_config_where(cfg, key, b, sizeof(b))
 	if (!cfg->socket[0]) {
 		fprintf(stderr, "kvcached: socket: no path (set --socket or KVCACHED_SOCKET)\n");
 		return -1;
 	}
 	if (!cfg->page_size || cfg->page_size % 4096) {
-		fprintf(stderr, "kvcached: page-size %llu: must be a non-zero multiple of 4096\n",
-			(unsigned long long)cfg->page_size);
+		fprintf(stderr, "kvcached: %s: must be a non-zero multiple of 4096 (4K)\n",
+			WHERE("page-size"));
 		return -1;
 	}
 	if (cfg->page_size > (1ull << 30)) {
-		fprintf(stderr, "kvcached: page-size %llu: more than 1G (one I/O of the spill tier)\n",
-			(unsigned long long)cfg->page_size);
+		fprintf(stderr, "kvcached: %s: more than 1G (one I/O of the spill tier)\n",
+			WHERE("page-size"));
 		return -1;
 	}
 	if (cfg->pool_share) {
@@ -812,43 +874,46 @@ int kvd_config_check(struct kvd_config *cfg)
 		char what[128] = "";
 
 		if (kvd_mem_available(&avail, what, sizeof(what))) {
-			fprintf(stderr, "kvcached: pool-size %u%%: cannot tell the memory available (no /proc/meminfo); give a size\n",
-				cfg->pool_share);
+			fprintf(stderr, "kvcached: %s: cannot tell the memory available (no /proc/meminfo); give a size\n",
+				WHERE("pool-size"));
 			return -1;
 		}
 		cfg->pool_size = avail / 100 * cfg->pool_share / cfg->page_size * cfg->page_size;
 	}
 	pages = cfg->pool_size / cfg->page_size;
 	if (pages < 2) {
-		fprintf(stderr, "kvcached: pool-size %llu: holds fewer than 2 pages of page-size %llu\n",
-			(unsigned long long)cfg->pool_size, (unsigned long long)cfg->page_size);
+		fprintf(stderr, "kvcached: %s: %llu bytes, fewer than 2 pages of %s\n",
+			WHERE("pool-size"), (unsigned long long)cfg->pool_size,
+			WHERE2("page-size"));
 		return -1;
 	}
 	if (pages > (1u << 30)) {
-		fprintf(stderr, "kvcached: pool-size %llu: more than 2^30 pages; raise page-size\n",
-			(unsigned long long)cfg->pool_size);
+		fprintf(stderr, "kvcached: %s: more than 2^30 pages of %s; raise page-size\n",
+			WHERE("pool-size"), WHERE2("page-size"));
 		return -1;
 	}
 	if (cfg->high_watermark < cfg->low_watermark) {
-		fprintf(stderr, "kvcached: high-watermark %u: below low-watermark %u\n",
-			cfg->high_watermark, cfg->low_watermark);
+		fprintf(stderr, "kvcached: %s: below %s\n", WHERE("high-watermark"),
+			WHERE2("low-watermark"));
 		return -1;
 	}
 	if (cfg->kv_events_replay[0] && !cfg->kv_events[0]) {
-		fprintf(stderr, "kvcached: kv-events-replay %s: needs kv-events (the PUB endpoint)\n",
-			cfg->kv_events_replay);
+		fprintf(stderr, "kvcached: %s: needs kv-events (the PUB endpoint)\n",
+			WHERE("kv-events-replay"));
 		return -1;
 	}
 	if (cfg->kv_events_replay[0] && !strcmp(cfg->kv_events_replay, cfg->kv_events)) {
-		fprintf(stderr, "kvcached: kv-events-replay %s: the same endpoint as kv-events\n",
-			cfg->kv_events_replay);
+		fprintf(stderr, "kvcached: %s: the same endpoint as %s\n", WHERE("kv-events-replay"),
+			WHERE2("kv-events"));
 		return -1;
 	}
 	if (cfg->remote[0] && !cfg->remote_secret_file[0] && !cfg->remote_insecure) {
-		fprintf(stderr, "kvcached: remote %s: needs remote-secret-file (blocks are sealed with the cluster secret), or remote-insecure to run without one\n",
-			cfg->remote);
+		fprintf(stderr, "kvcached: %s: needs remote-secret-file (blocks are sealed with the cluster secret), or remote-insecure to run without one\n",
+			WHERE("remote"));
 		return -1;
 	}
+#undef WHERE
+#undef WHERE2
 	return 0;
 }
 

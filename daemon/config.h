@@ -27,8 +27,28 @@ enum kvd_events_hash {
 	KVD_EVENTS_HASH_BYTES,		/* the 16-byte key, big-endian */
 };
 
+/* How KV events encode each event (docs/EVENTS.md). */
+enum kvd_events_format {
+	KVD_EVENTS_FORMAT_ARRAY,	/* vLLM <= 0.23: ["BlockStored", hashes, ...] */
+	KVD_EVENTS_FORMAT_MAP,		/* vLLM >= 0.24: {"type": "BlockStored", ...} */
+};
+
 #define KVD_ENDPOINT 256		/* ZMQ endpoint bytes, NUL included */
+#define KVD_CONFIG_MAX_KEYS 64		/* rows of config.c's options[], at most */
+
+/*
+ * Where a setting's value came from, as kvd_config_set was told (`where`
+ * "default" or "FILE:LINE"; "--" for a flag; "" if never set), and the
+ * value as written
+ * ("6K", not 6144), so that a message after the parse names them too
+ * (kvd_config_where). Cut to the field; written by kvd_config_set only.
+ */
+struct kvd_config_src {
+	char where[160];
+	char text[48];
+};
 #define KVD_TOPIC 128			/* topic template bytes, NUL included */
+#define KVD_MEDIUM 16			/* a medium name's bytes, NUL included */
 
 struct kvd_config {
 	char socket[108];
@@ -74,6 +94,8 @@ struct kvd_config {
 	uint32_t kv_events_hwm;			/* ZMQ_SNDHWM, batches */
 	uint32_t kv_events_stall_ms;		/* full queue tolerated; 0: ever */
 	int kv_events_hash;			/* enum kvd_events_hash */
+	int kv_events_format;			/* enum kvd_events_format */
+	char kv_events_host_medium[KVD_MEDIUM];	/* a host pool's medium */
 	bool kv_events_connect;			/* connect the PUB, not bind */
 	/* Remote tier (remote.c); remote empty: none. */
 	char remote[2048];		/* "memcached:HOST:PORT,..." as given */
@@ -82,6 +104,7 @@ struct kvd_config {
 	bool remote_insecure;		/* run without a secret (warned) */
 	uint32_t remote_timeout_ms;	/* every remote operation */
 	char remote_prefix[64];		/* item keys start with it */
+	struct kvd_config_src src[KVD_CONFIG_MAX_KEYS];	/* by options[] row */
 };
 
 enum kvd_remote_write {
@@ -120,8 +143,17 @@ int kvd_config_buf(struct kvd_config *cfg, const char *buf, size_t len,
 int kvd_config_set(struct kvd_config *cfg, const char *key, const char *val,
 		   const char *where);
 
+/*
+ * Where key's value came from and how it was written, for a message about
+ * it: "FILE:LINE: key VALUE", "--key VALUE" or "key VALUE (the default)".
+ * Into buf; returns buf.
+ */
+const char *kvd_config_where(const struct kvd_config *cfg, const char *key, char *buf,
+			     size_t len);
+
 /* Cross-field checks after everything is applied; resolves a pool-size
- * share into bytes. Returns 0 or -1. */
+ * share into bytes. Returns 0 or -1 (message printed, naming where each
+ * setting involved came from: kvd_config_where). */
 int kvd_config_check(struct kvd_config *cfg);
 
 /* Parse "127.0.0.1:9464" or "[::1]:9464" (IP literals only): 0 or -EINVAL. */

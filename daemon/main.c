@@ -111,11 +111,14 @@ static int memory_fits(const struct kvd *d)
 		return 0;
 	}
 	if (need > avail) {
+		char where[256];
+
 		if (cuda)
 			kvd_err("spill staging: needs %s of host memory but %s is available (%s)",
 				gib(a, sizeof(a), need), gib(b, sizeof(b), avail), what);
 		else
-			kvd_err("pool-size %s: more than the memory available to kvcached, %s (%s); give a smaller size or a share such as --pool-size 40%%",
+			kvd_err("%s: %s, more than the memory available to kvcached, %s (%s); give a smaller size or a share such as --pool-size 40%%",
+				kvd_config_where(cfg, "pool-size", where, sizeof(where)),
 				gib(a, sizeof(a), need), gib(b, sizeof(b), avail), what);
 		return -1;
 	}
@@ -127,6 +130,7 @@ static int memory_fits(const struct kvd *d)
 
 int main(int argc, char **argv)
 {
+	char where[256];
 	struct kvd d;
 	int rc;
 
@@ -139,7 +143,6 @@ int main(int argc, char **argv)
 	if (rc)
 		return rc > 0 ? 0 : 2;
 	kvd_log_level = d.cfg.log_level;
-	rc = 1;
 	/* A same-uid process could otherwise write our memory through
 	 * /proc/<pid>/mem or ptrace: the protection against lying clients
 	 * holds only for other uids (ARCHITECTURE.md, "Trust"), but nothing
@@ -147,12 +150,19 @@ int main(int argc, char **argv)
 	 * index and every cached prompt. */
 	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
 		kvd_warn("prctl(PR_SET_DUMPABLE): %s", strerror(errno));
-	/* Before the pool, which can take seconds to reserve: a live
-	 * socket means another kvcached serves it. */
-	if (kvd_server_precheck(&d))
+	/* Before the pool, which can take seconds to reserve: a socket path
+	 * that cannot work, or a pool this host cannot hold, is a bad
+	 * setting (exit 2); a live socket means another kvcached serves it
+	 * (exit 1). */
+	rc = kvd_server_precheck(&d, kvd_config_where(&d.cfg, "socket", where, sizeof(where)));
+	if (rc) {
+		rc = rc == -EADDRINUSE ? 1 : 2;
 		goto out;
+	}
+	rc = 2;
 	if (memory_fits(&d))
 		goto out;
+	rc = 1;
 	if (segment_open(&d))
 		goto out;
 	if (kvd_pool_open(&d.pool, &d.cfg, (uint64_t)d.h->geo.n_pages * d.cfg.page_size,

@@ -273,12 +273,19 @@ static void print_json(FILE *f, const char *cpu, long ncpu, const char *kernel, 
 			fprintf(f, "null");
 		/* No figure at all (gpu without a GPU): kvcached null too. */
 		if (r->skipped && r->kv == 0)
-			fprintf(f, ",\"unit\":\"%s\",\"kvcached\":null,\"peer_kind\":\"%s\",",
-				r->unit, r->peer_kind);
+			fprintf(f, ",\"unit\":\"%s\",\"kvcached\":null,", r->unit);
 		else
-			fprintf(f, ",\"unit\":\"%s\",\"kvcached\":%.6g,\"peer_kind\":\"%s\",",
-				r->unit, r->kv, r->peer_kind);
-		if (r->skipped) {
+			fprintf(f, ",\"unit\":\"%s\",\"kvcached\":%.6g,", r->unit, r->kv);
+		/* No peer (pin): peer_kind, peer and ratio null, nothing skipped. */
+		fprintf(f, "\"peer_kind\":");
+		if (r->peer_kind)
+			json_str(f, r->peer_kind);
+		else
+			fprintf(f, "null");
+		fprintf(f, ",");
+		if (!r->peer_kind && !r->skipped) {
+			fprintf(f, "\"peer\":null,\"ratio\":null,\"skipped\":null}");
+		} else if (r->skipped) {
 			fprintf(f, "\"peer\":null,\"ratio\":null,\"skipped\":");
 			json_str(f, r->skipped);
 			fprintf(f, "}");
@@ -289,62 +296,264 @@ static void print_json(FILE *f, const char *cpu, long ncpu, const char *kernel, 
 	fprintf(f, "\n]}\n");
 }
 
-static void print_table(const char *cpu, long ncpu, const char *kernel, uint32_t tmr,
-			double wall)
-{
-	char a[32], b[64], sz[48];
-	int i, nrows;
-	const struct row *rows = bench_rows(&nrows);
+/*
+ * What the table's ops and peers are: one line each under the table for
+ * those it shows. A name ending in '*' is a prefix ("py_request*" covers
+ * every input form, "4k cached*" both flat peers); others match whole.
+ */
+static const struct legend {
+	const char *name, *text;
+} op_legend[] = {
+	{ "lookup", "kvc_lookup alone on requests made beforehand: index probe, token check, pin" },
+	{ "hash_lookup", "kvc_req_new + kvc_lookup + kvc_req_free: what an engine pays per prompt, hashing its tokens included" },
+	{ "latency", "one call timed on its own, nearest-rank percentile (hashed: hash_lookup's three calls)" },
+	{ "publish", "kvc_alloc + memcpy of a page into each granted page + kvc_publish, fresh blocks" },
+	{ "put", "publish of 16 MiB requests" },
+	{ "get", "lookup of a stored 16 MiB request, each page copied into a caller buffer" },
+	{ "pin", "lookup of a stored 16 MiB request, each page read in place (zero-copy): no peer reads in place" },
+	{ "spill-write", "pool pages evicted to the spill tier's slot files (io_uring)" },
+	{ "restore", "kvc_restore of spilled runs back into the pool, checked" },
+	{ "ttft_warm", "tinylm's time to first token of a question on a document kvcached holds" },
+	{ "ttft_miss", "the same on first sight: a miss, the full prefill, its blocks published" },
+	{ "ttft_remote", "a document prefilled on host A, asked on host B through the remote tier" },
+	{ "mac-blake2b", "keyed BLAKE2b of one 2 MiB remote item, one core" },
+	{ "mac-poly1305-seal", "item format 2's seal (XChaCha20 key, Poly1305) of one 2 MiB item" },
+	{ "mac-poly1305-check", "item format 2's check of one 2 MiB item" },
+	{ "remote-write", "the remote tier: publish on host A until its items are stored on the servers" },
+	{ "remote-fetch", "the remote tier: one kvc_restore on host B of what host A stored" },
+	{ "gather", "the cuda pool's kernel: pool pages to engine blocks, one launch" },
+	{ "scatter", "the cuda pool's kernel: engine blocks to pool pages, one launch" },
+	{ "lookup_cached_old", "the same walk as it was before issue #27, for comparison" },
+	{ "lookup_cached", "the verified lookup walk on a segment holding that many blocks" },
+	{ "py_request*", "with client.request(tokens) as r: r.lookup() from Python; tokens as array, list, numpy or torch" },
+	{ "py_added", "py_request minus the same calls from C: what the binding adds per request" },
+	{ "prefill_tokens", "tokens the engines prefilled, per trace" },
+	{ "ttft_p*", "time to first token percentile over the trace's requests" },
+	{ "requests_per_s", "requests served per second" },
+	{ "token_hit_ratio", "prompt tokens served from a cache" },
+	{ "block_hit_ratio", "prompt blocks served from a cache" },
+	{ "hot_hit_ratio", "scan: the hot documents' tokens served from a cache" },
+	{ "idle_cpu*", "the idle daemon's CPU (idle_cpu_2m: with 2 MiB pages)" },
+	{ "tick_*", "the daemon's tick, idle or while clients fill the pool" },
+	{ "fill", "blocks published per second into an empty pool" },
+	{ "alloc_pub", "kvc_alloc + kvc_publish round trips on a full pool" },
+	{ "procs_*", "with that many client processes: alloc+publish p99, daemon CPU, tick" },
+}, peer_legend[] = {
+	{ "hashtable", "an in-process open-addressing table, same keys and checks (an engine's own cache)" },
+	{ "memcpy", "single-core memcpy of the same bytes" },
+	{ "redis-get", "redis-server on a Unix socket through hiredis: one GET per block (pages: a pipelined batch)" },
+	{ "redis-mget", "redis-server: one MGET of the whole prefix" },
+	{ "redis-set", "redis-server: a pipelined batch of SETs" },
+	{ "memcached-get", "memcached through libmemcached: one get per block (pages: a multi-get; remote: raw multi-get, 4 threads)" },
+	{ "memcached-mget", "memcached: one multi-get of the whole prefix" },
+	{ "memcached-set", "memcached: a set per page (remote: raw sets of the same pages, 4 threads)" },
+	{ "odirect-*", "O_DIRECT io_uring writes or reads of the same pages, 32 in flight" },
+	{ "cold-prefill", "tinylm's prefill of the same prompt with no cache" },
+	{ "cuMemcpyDtoD", "one contiguous device copy of the same bytes" },
+	{ "hmac-sha256", "HMAC-SHA256 of the same item (item format 1's MAC, OpenSSL)" },
+	{ "C", "the same three calls from C, in kvbench, alternating slices" },
+	{ "goal 2 us", "the goal itself: the binding adds at most 2 us per request (a ratio up to 1 meets it)" },
+	{ "4k cached*", "the same walk on a segment of 4k cached blocks, alternating slices" },
+	{ "none", "no prefix cache: every engine prefills every token" },
+	{ "private-tail", "the same, evicting a prompt's tail first as vLLM does" },
+	{ "private", "a private in-process LRU in each engine, of 1/N of the memory" },
+	{ "kvcached-lru", "kvcached with eviction lru" },
+	{ "kvcached-clock", "kvcached with eviction clock" },
+	{ "kvcached-nowait", "kvcached with single flight off" },
+	{ "64MiB pool", "the same figure at the sweep's smallest point" },
+	{ "4k blocks", "the same figure with 4k blocks cached" },
+	{ "1 process", "the same figure with one client process" },
+};
 
+/* name matches pat: whole, or as a prefix where pat ends in '*'. */
+static bool name_is(const char *name, const char *pat)
+{
+	size_t n = strlen(pat);
+
+	return n && pat[n - 1] == '*' ? !strncmp(name, pat, n - 1) : !strcmp(name, pat);
+}
+
+static const char *legend_of(const struct legend *l, size_t n, const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (name_is(name, l[i].name))
+			return l[i].text;
+	return "see docs/BENCHMARKS.md";
+}
+
+/*
+ * The goals docs/BENCHMARKS.md sets, as ratios: a row that misses its
+ * goal by more than GOAL_FAR gets a sentence under it. op and peer match
+ * as legends' names do; peer, workload NULL and blocks, procs 0 mean any;
+ * latency rows (but scale's) have none.
+ */
+#define GOAL_FAR 1.25
+static const struct goal {
+	const char *mode, *op, *peer, *workload;
+	size_t blocks;
+	int procs;
+	bool at_least;		/* the ratio should be at least `ratio`, else at most */
+	double ratio;
+	const char *what;
+} goals[] = {
+	{ "lookup", "lookup", "hashtable", NULL, 0, 0, true, 0.8,
+	  "a verified lookup at 0.8 of an in-process table's rate or better" },
+	{ "lookup", "hash_lookup", "hashtable", NULL, 0, 0, true, 0.8,
+	  "a verified lookup at 0.8 of an in-process table's rate or better" },
+	{ "flat", "lookup_cached", "4k cached*", NULL, 0, 0, true, 0.8,
+	  "lookups with millions of blocks cached at 0.8 of the rate with 4k or better" },
+	{ "remote", "remote-write", "memcached-set", NULL, 0, 0, true, 0.9,
+	  "the remote tier at 0.9 of raw libmemcached or better" },
+	{ "remote", "remote-fetch", "memcached-get", NULL, 0, 0, true, 0.9,
+	  "the remote tier at 0.9 of raw libmemcached or better" },
+	{ "python", "py_request*", "C", NULL, 256, 0, false, 1.5,
+	  "a 256-block request from Python at most 1.5 times the C calls" },
+	{ "python", "py_added", NULL, NULL, 0, 0, false, 1.0,
+	  "the binding adds at most 2 us per request" },
+	{ "serve", "prefill_tokens", "private", "qa", 0, 4, false, 0.5,
+	  "4 engines prefill at most half the tokens of private caches" },
+	{ "serve", "ttft_p99", "private", "qa", 0, 4, false, 0.5,
+	  "4 engines' TTFT p99 at most half of private caches'" },
+	{ "scale", "lookup", "4k blocks", NULL, 0, 0, true, 0.8,
+	  "lookups with millions of blocks cached at 0.8 of the rate with 4k or better" },
+	{ "scale", "alloc_pub", "64MiB pool", NULL, 0, 0, false, 1.2,
+	  "alloc+publish on a full 16 GiB pool at most 1.2 times its time on 64 MiB" },
+};
+
+static const struct goal *goal_of(const struct row *r)
+{
+	size_t i;
+
+	for (i = 0; i < NELEM(goals); i++) {
+		const struct goal *g = &goals[i];
+
+		if (!strcmp(r->mode, g->mode) && name_is(r->op, g->op) &&
+		    (!g->peer || (r->peer_kind && name_is(r->peer_kind, g->peer))) &&
+		    (!g->workload || (r->workload && !strcmp(r->workload, g->workload))) &&
+		    (!g->blocks || r->blocks == g->blocks) && (!g->procs || r->procs == g->procs) &&
+		    (!r->pct || !strcmp(r->mode, "scale")))
+			return g;
+	}
+	return NULL;
+}
+
+/* A ratio with two significant digits, never an exponent: 850, 1700,
+ * 5.7, 0.10, 0.0029. */
+static void fmt_ratio(char *buf, size_t len, double x)
+{
+	double m, unit;
+	int e;
+
+	if (!(x > 0) || !isfinite(x)) {
+		snprintf(buf, len, "0");
+		return;
+	}
+	e = (int)floor(log10(x));
+	unit = pow(10, e - 1);
+	m = round(x / unit);		/* 10..100 */
+	if (m >= 100) {
+		e++;
+		unit = pow(10, e - 1);
+		m = round(x / unit);
+	}
+	snprintf(buf, len, "%.*f", e >= 1 ? 0 : 1 - e, m * unit);
+}
+
+/* What the table says before any mode runs (progress and notes follow). */
+static void print_head(const char *cpu, long ncpu, const char *kernel, uint32_t tmr)
+{
 	printf("kvbench: libkvclient %s, %ld CPUs (%s), %s\n", kvc_version_string(), ncpu, cpu,
 	       kernel);
 	printf("daemon: %s; %g s per row (%d alternating rounds, median); clock read %u ns\n",
 	       opt.socket ? opt.socket : "spawned (host pool, hugepages off)", opt.seconds,
 	       ROUNDS, tmr);
+	fflush(stdout);
+}
+
+#define COLS 6
+static void print_table(double wall)
+{
+	static const char *const head[COLS] = { "op", "size", "kvcached", "peer", "peer figure",
+						"ratio" };
+	const char *used_op[64], *used_peer[64];
+	size_t nop = 0, npeer = 0, i, j;
+	int w[COLS], k, nrows;
+	const struct row *rows = bench_rows(&nrows);
+	char (*cell)[COLS][80] = xmalloc((size_t)(nrows ? nrows : 1) * sizeof(*cell));
+
+	printf("\nload average (1 min): %.2f at start, %.2f at end; CPU time stolen by the hypervisor: %.1f%%; wall time %.1f s\n",
+	       load_start, load_end, steal_pct, wall);
 	if (opt.socket)
 		printf("kvbench's namespaces on it (kvbench-<mode>-%d): %llu pages dropped at the end\n",
 		       (int)main_pid, (unsigned long long)bench_dropped_pages);
-	printf("load average (1 min): %.2f at start, %.2f at end; CPU time stolen by the hypervisor: %.1f%%\n\n",
-	       load_start, load_end, steal_pct);
-	printf("%-12s %-24s %16s  %-14s %16s %9s\n", "op", "size", "kvcached", "peer", "peer figure",
-	       "ratio");
-	for (i = 0; i < nrows; i++) {
+	/* The cells first, then each column as wide as its widest cell. */
+	for (k = 0; k < COLS; k++)
+		w[k] = (int)strlen(head[k]);
+	for (i = 0; i < (size_t)nrows; i++) {
 		const struct row *r = &rows[i];
+		const char *op = r->pct && strcmp(r->mode, "scale") ? "latency" : r->op;
+
+		snprintf(cell[i][0], 80, "%s", op);
+		fmt_size(cell[i][1], 80, r);
+		if (r->skipped && r->kv == 0)
+			snprintf(cell[i][2], 80, "-");
+		else
+			fmt_val(cell[i][2], 80, r->kv, r->unit);
+		snprintf(cell[i][3], 80, "%s", r->peer_kind ? r->peer_kind : "-");
+		if (r->skipped)
+			snprintf(cell[i][4], 80, "skipped: %s", r->skipped);
+		else if (!r->peer_kind)
+			snprintf(cell[i][4], 80, "-");
+		else
+			fmt_val(cell[i][4], 80, r->peer, r->unit);
+		if (r->skipped)
+			cell[i][5][0] = 0;
+		else if (!r->peer_kind)
+			snprintf(cell[i][5], 80, "-");
+		else
+			fmt_ratio(cell[i][5], 80, ratio(r));
+		for (k = 0; k < COLS; k++)
+			if (!(k == 4 && r->skipped) && (int)strlen(cell[i][k]) > w[k])
+				w[k] = (int)strlen(cell[i][k]);
+		for (j = 0; j < nop && strcmp(used_op[j], op); j++)
+			;
+		if (j == nop && nop < NELEM(used_op))
+			used_op[nop++] = op;
+		for (j = 0; r->peer_kind && j < npeer && strcmp(used_peer[j], r->peer_kind); j++)
+			;
+		if (r->peer_kind && j == npeer && npeer < NELEM(used_peer))
+			used_peer[npeer++] = r->peer_kind;
+	}
+	printf("\n%-*s  %-*s  %*s  %-*s  %*s  %*s\n", w[0], head[0], w[1], head[1], w[2], head[2],
+	       w[3], head[3], w[4], head[4], w[5], head[5]);
+	for (i = 0; i < (size_t)nrows; i++) {
+		const struct row *r = &rows[i];
+		const struct goal *g = r->skipped || !r->peer_kind ? NULL : goal_of(r);
 		double x = ratio(r);
 
-		if (r->skipped && r->kv == 0)
-			snprintf(a, sizeof(a), "-");
-		else
-			fmt_val(a, sizeof(a), r->kv, r->unit);
+		printf("%-*s  %-*s  %*s  %-*s  ", w[0], cell[i][0], w[1], cell[i][1], w[2],
+		       cell[i][2], w[3], cell[i][3]);
 		if (r->skipped)
-			snprintf(b, sizeof(b), "skipped: %s", r->skipped);
+			printf("%s\n", cell[i][4]);
 		else
-			fmt_val(b, sizeof(b), r->peer, r->unit);
-		fmt_size(sz, sizeof(sz), r);
-		printf("%-12s %-24s %16s  %-14s %16s",
-		       r->pct && strcmp(r->mode, "scale") ? "latency" : r->op, sz, a,
-		       r->peer_kind, b);
-		if (r->skipped)
-			printf("\n");
-		else if (x >= 100)
-			printf(" %9.0f\n", x);
-		else if (x >= 0.01)
-			printf(" %9.3f\n", x);
-		else
-			printf(" %9.2e\n", x);
+			printf("%*s  %*s\n", w[4], cell[i][4], w[5], cell[i][5]);
+		if (g && (g->at_least ? x * GOAL_FAR < g->ratio : x > g->ratio * GOAL_FAR))
+			printf("%*s  ^ far from the goal, a ratio of %g or %s: %s\n", w[0], "",
+			       g->ratio, g->at_least ? "more" : "less", g->what);
 	}
+	free(cell);
+	printf("\nops:\n");
+	for (j = 0; j < nop; j++)
+		printf("  %-*s  %s\n", w[0], used_op[j], legend_of(op_legend, NELEM(op_legend),
+								   used_op[j]));
+	printf("peers (ratio = kvcached / peer; throughput and hit ratios: higher is better; latency,\n"
+	       "times and prefill tokens: lower is better; \"-\": no peer):\n");
+	for (j = 0; j < npeer; j++)
+		printf("  %-*s  %s\n", w[3], used_peer[j],
+		       legend_of(peer_legend, NELEM(peer_legend), used_peer[j]));
 	fputs(mode_text, stdout);
-	printf("\npeers: hashtable: in-process open-addressing table, same keys and checks;\n"
-	       "  memcpy: single-core memcpy of the same bytes; redis-*: redis-server over a\n"
-	       "  Unix socket through hiredis; memcached-*: memcached over a Unix socket\n"
-	       "  through libmemcached; cold-prefill: tinylm's prefill with no cache;\n"
-	       "  cuMemcpyDtoD: one contiguous device copy of the same bytes;\n"
-	       "  none / private / private-tail / kvcached-* (serve): no prefix cache, a\n"
-	       "  private in-process LRU of 1/N of the memory per engine (head first, or\n"
-	       "  tail first as vLLM), kvcached with another eviction policy or with\n"
-	       "  single flight off.\n"
-	       "  ratio = kvcached / peer (throughput and hit ratios: higher is better;\n"
-	       "  latency, ms and prefill tokens: lower is better). Wall time %.1f s.\n", wall);
 }
 
 /* ------------------------------------------------------------- main */
@@ -393,7 +602,8 @@ static void usage(FILE *f)
 "and the ratio.\n"
 "\n"
 "  --mode LIST      comma-separated modes to run (default: every built one)\n"
-"  --quick          short smoke run (about 10 s): fewer sizes, short rows\n"
+"  --quick          short smoke run (about 20 s on a quiet 2-core machine):\n"
+"                   fewer sizes, short rows\n"
 "  --seconds N      seconds per result row, kvcached and peers together\n"
 "                   (default 1; --quick: 0.04)\n"
 "  --json           one JSON object on stdout instead of the table\n"
@@ -593,6 +803,9 @@ int main(int argc, char **argv)
 	tmr = timer_overhead();
 	load_start = loadavg();
 	cpu_jiffies(&steal0, &total0);
+	/* The table's head first: the modes' progress and notes follow it. */
+	if (!opt.json)
+		print_head(cpu, ncpu, kernel, tmr);
 
 	for (m = 0; m < NELEM(modes); m++)
 		if (mode_on[m])
@@ -615,6 +828,6 @@ int main(int argc, char **argv)
 	if (opt.json)
 		print_json(stdout, cpu, ncpu, kernel, tmr, wall);
 	else
-		print_table(cpu, ncpu, kernel, tmr, wall);
+		print_table(wall);
 	return 0;
 }

@@ -179,11 +179,14 @@ uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id)
 			continue;
 		if (st == KVSHM_PAGE_EVICTING) {
 			kvd_policy_remove(&d->pol, i);
+			/* A BlockRemoved per block, never AllBlocksCleared:
+			 * a router that keys by pod would clear every
+			 * model of the host (docs/EVENTS.md). */
+			kvd_events_page_gone(d, i);
 			kvshm_page_evict_finish(d->h, i);
 		} else if (st != KVSHM_PAGE_FREE)
 			left++;
 	}
-	kvd_events_ns_cleared(d, ns_id);
 	return left;
 }
 

@@ -5,7 +5,11 @@
  * vLLM KV cache event, and every tick each namespace's events go out as
  * one KVEventBatch on a ZMQ PUB socket, so that a router that follows
  * vLLM's events (NVIDIA Dynamo's KV router, llm-d's KV cache manager)
- * learns which prefixes this host holds. docs/EVENTS.md has the format.
+ * learns which prefixes this host holds. Each event is written as vLLM
+ * 0.24 on writes it (a map, "type" first) or as vLLM up to 0.23 did (a
+ * tagged array), --kv-events-format. A dropped namespace is a BlockRemoved
+ * per block, never AllBlocksCleared (routers that key by pod clear the
+ * whole host on that). docs/EVENTS.md has the format.
  *
  * What it owns: the PUB and replay ROUTER sockets, one queue of pending
  * events per topic (this tick's events in the order they happened,
@@ -27,7 +31,8 @@
  * gap subscribers see) and its place in the replay ring; a subscriber
  * that stops reading for good is then left to lose batches alone
  * (pub_send). Replays are sent a bounded number of bytes at a time and
- * resume on the next tick where a peer's queue is full.
+ * resume on the next tick where a peer's queue is full; a REQ peer gets
+ * one batch per request, all a REQ socket can take.
  *
  * The main thread is the only caller; libzmq's threads never call back.
  */
@@ -68,14 +73,14 @@
 #define ZMQ_LIB "libzmq.so.5"
 
 enum { F_ANNOUNCED = 1, F_ROOT = 2 };
-enum { EV_STORED, EV_REMOVED, EV_CLEARED };
+enum { EV_STORED, EV_REMOVED };
 
 /* libzmq, as dlopen()ed: each pointer has the type zmq.h declares. */
 #define ZMQ_FUNCS(X) X(zmq_ctx_new) X(zmq_ctx_term) X(zmq_socket) X(zmq_close) \
 	X(zmq_setsockopt) X(zmq_getsockopt) X(zmq_bind) X(zmq_connect) X(zmq_send) \
 	X(zmq_msg_init) X(zmq_msg_recv) X(zmq_msg_data) X(zmq_msg_size) X(zmq_msg_more) \
 	X(zmq_msg_close) X(zmq_errno) X(zmq_strerror) X(zmq_version) X(zmq_msg_init_data) \
-	X(zmq_msg_send)
+	X(zmq_msg_send) X(zmq_msg_gets)
 struct zapi {
 #define F(n) __typeof__(n) *n;
 	ZMQ_FUNCS(F)
@@ -197,7 +202,7 @@ const char *kvd_medium_name(const struct kvd *d, enum kvd_medium m)
 {
 	switch (m) {
 	case KVD_MEDIUM_POOL:
-		return d->h->pool_kind == KVSHM_POOL_CUDA ? "GPU" : "CPU";
+		return d->h->pool_kind == KVSHM_POOL_CUDA ? "GPU" : d->cfg.kv_events_host_medium;
 	case KVD_MEDIUM_SPILL:
 		return "DISK";
 	case KVD_MEDIUM_REMOTE:
@@ -268,6 +273,23 @@ int kvd_events_topic(const char *tmpl, const char *host, const char *model, char
 	}
 	out[n] = 0;
 	return (int)n;
+}
+
+int kvd_events_medium_check(const char *name, const char **why)
+{
+	const char *p;
+
+	if (!*name || strlen(name) >= KVD_MEDIUM) {
+		*why = "must be 1..15 characters";
+		return -EINVAL;
+	}
+	for (p = name; *p; p++)
+		if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+		      (*p >= '0' && *p <= '9') || *p == '_' || *p == '-')) {
+			*why = "only letters, digits, '_' and '-'";
+			return -EINVAL;
+		}
+	return 0;
 }
 
 /* ------------------------------------------------------------- batches */
@@ -439,45 +461,117 @@ static void pack_str(msgpack_packer *pk, const char *s)
 	msgpack_pack_str_with_body(pk, s, strlen(s));
 }
 
-/* One event, as msgspec encodes vLLM's array-like tagged structs: the tag
- * first, then every field in declaration order. */
+/*
+ * An event as msgspec encodes vLLM's tagged structs (omit_defaults: the
+ * fields with a default, extra_keys, group_idx and the rest, are left
+ * out, as msgspec leaves out a default): with array_like (vLLM up to
+ * 0.23) an array of the tag and then every field in declaration order;
+ * without it (0.24 on) a map of "type" to the tag and then each field's
+ * name to its value, in the same order. ev_open starts an event of
+ * `fields` fields with its first, block_hashes (both kinds start with
+ * it); ev_key names the next field in the map form.
+ */
+static void ev_key(msgpack_packer *pk, bool map, const char *name)
+{
+	char b[32];
+	size_t n = strlen(name);
+
+	if (!map)
+		return;
+	b[0] = (char)(0xa0 | n);	/* fixstr: every name here is under 32 */
+	memcpy(b + 1, name, n);
+	pk->callback(pk->data, b, n + 1);	/* one write, not two */
+}
+
+/*
+ * Token ids as msgpack unsigned ints, encoded as msgpack-c's
+ * msgpack_pack_uint32 encodes them (fixint below 128, then uint8, uint16,
+ * uint32), but written in runs of up to 512 bytes through one callback
+ * instead of one per token: tokens are most of a batch's bytes.
+ */
+static void pack_tokens(msgpack_packer *pk, const uint32_t *t, uint32_t n)
+{
+	uint8_t b[512];
+	size_t len = 0;
+	uint32_t i;
+
+	msgpack_pack_array(pk, n);
+	for (i = 0; i < n; i++) {
+		uint32_t v = t[i];
+
+		if (len > sizeof(b) - 5) {
+			pk->callback(pk->data, (const char *)b, len);
+			len = 0;
+		}
+		if (v < 0x80) {
+			b[len++] = (uint8_t)v;
+		} else if (v < 0x100) {
+			b[len++] = 0xcc;
+			b[len++] = (uint8_t)v;
+		} else if (v < 0x10000) {
+			b[len++] = 0xcd;
+			b[len++] = (uint8_t)(v >> 8);
+			b[len++] = (uint8_t)v;
+		} else {
+			b[len++] = 0xce;
+			b[len++] = (uint8_t)(v >> 24);
+			b[len++] = (uint8_t)(v >> 16);
+			b[len++] = (uint8_t)(v >> 8);
+			b[len++] = (uint8_t)v;
+		}
+	}
+	if (len)
+		pk->callback(pk->data, (const char *)b, len);
+}
+
+static void ev_open(struct kvd *d, msgpack_packer *pk, bool map, const char *tag,
+		    uint32_t fields, const struct queue *s, const struct pev *v)
+{
+	uint32_t i;
+
+	if (map) {
+		msgpack_pack_map(pk, fields + 1);
+		pack_str(pk, "type");
+	} else {
+		msgpack_pack_array(pk, fields + 1);
+	}
+	pack_str(pk, tag);
+	ev_key(pk, map, "block_hashes");
+	msgpack_pack_array(pk, v->n);
+	for (i = 0; i < v->n; i++)
+		pack_hash(d, pk, s->keys[v->first + i]);
+}
+
+/* One event: BlockStored or BlockRemoved, in the configured form. */
 static void pack_event(struct kvd *d, msgpack_packer *pk, const struct queue *s,
 		       const struct pev *v)
 {
 	const char *medium = kvd_medium_name(d, v->medium);
-	uint32_t i, ntok = v->n * d->events->bt;
+	bool map = d->cfg.kv_events_format == KVD_EVENTS_FORMAT_MAP;
+	uint32_t ntok = v->n * d->events->bt;
 
-	switch (v->type) {
-	case EV_STORED:
-		msgpack_pack_array(pk, 8);
-		pack_str(pk, "BlockStored");
-		msgpack_pack_array(pk, v->n);		/* block_hashes */
-		for (i = 0; i < v->n; i++)
-			pack_hash(d, pk, s->keys[v->first + i]);
-		if (v->root)				/* parent_block_hash */
-			msgpack_pack_nil(pk);
-		else
-			pack_hash(d, pk, v->parent);
-		msgpack_pack_array(pk, ntok);		/* token_ids */
-		for (i = 0; i < ntok; i++)
-			msgpack_pack_uint32(pk, s->tok[v->tok + i]);
-		msgpack_pack_uint32(pk, d->events->bt);	/* block_size */
-		msgpack_pack_nil(pk);			/* lora_id */
-		pack_str(pk, medium);			/* medium */
-		msgpack_pack_nil(pk);			/* lora_name */
-		break;
-	case EV_REMOVED:
-		msgpack_pack_array(pk, 3);
-		pack_str(pk, "BlockRemoved");
-		msgpack_pack_array(pk, v->n);
-		for (i = 0; i < v->n; i++)
-			pack_hash(d, pk, s->keys[v->first + i]);
+	if (v->type == EV_REMOVED) {
+		ev_open(d, pk, map, "BlockRemoved", 2, s, v);
+		ev_key(pk, map, "medium");
 		pack_str(pk, medium);
-		break;
-	default:
-		msgpack_pack_array(pk, 1);
-		pack_str(pk, "AllBlocksCleared");
+		return;
 	}
+	ev_open(d, pk, map, "BlockStored", 7, s, v);
+	ev_key(pk, map, "parent_block_hash");
+	if (v->root)
+		msgpack_pack_nil(pk);
+	else
+		pack_hash(d, pk, v->parent);
+	ev_key(pk, map, "token_ids");
+	pack_tokens(pk, s->tok + v->tok, ntok);
+	ev_key(pk, map, "block_size");
+	msgpack_pack_uint32(pk, d->events->bt);
+	ev_key(pk, map, "lora_id");
+	msgpack_pack_nil(pk);
+	ev_key(pk, map, "medium");
+	pack_str(pk, medium);
+	ev_key(pk, map, "lora_name");
+	msgpack_pack_nil(pk);
 }
 
 /* msgpack_sbuffer_write, remembering a failed allocation. */
@@ -682,7 +776,7 @@ static void add_stored(struct kvd *d, uint32_t ns_id, enum kvd_medium m, struct 
 		last->first = s->nkeys;
 		last->n = 1;
 		last->tok = s->ntok;
-		s->bytes += 48;
+		s->bytes += 144;	/* the map form's field names too */
 	}
 	s->keys[s->nkeys++] = key;
 	memcpy(s->tok + s->ntok, tokens, (size_t)bt * sizeof(*tokens));
@@ -704,7 +798,7 @@ static void add_removed(struct kvd *d, uint32_t ns_id, enum kvd_medium m, struct
 		last->type = EV_REMOVED;
 		last->medium = (uint8_t)m;
 		last->first = s->nkeys;
-		s->bytes += 24;
+		s->bytes += 48;
 	}
 	last->n++;
 	s->keys[s->nkeys++] = key;
@@ -820,7 +914,7 @@ static void replay_pump(struct kvd *d, kvd_events_reply fn, void *arg)
 	}
 }
 
-void kvd_events_replay_frames(struct kvd *d, const struct iovec *frames, size_t n,
+void kvd_events_replay_frames(struct kvd *d, const struct iovec *frames, size_t n, bool once,
 			      kvd_events_reply fn, void *arg)
 {
 	struct kvd_events *e = d->events;
@@ -840,6 +934,28 @@ void kvd_events_replay_frames(struct kvd *d, const struct iovec *frames, size_t 
 		if (n == 3 && frames[0].iov_len && frames[0].iov_len <= 255) {
 			tmp.idlen = (uint32_t)frames[0].iov_len;
 			memcpy(tmp.id, frames[0].iov_base, tmp.idlen);
+			reply4(fn, arg, &tmp, end_seq, NULL, 0);
+		}
+		return;
+	}
+	if (once) {
+		/* A REQ socket takes one message per request, and drops
+		 * whatever else came when it sends the next: a stream would
+		 * reach it with gaps. It gets the first batch from start on
+		 * (or the end marker) and asks again from the one after,
+		 * one binary search and one send each. */
+		uint32_t k = ring_find(e, start);
+		uint8_t sb[8];
+
+		kvd_stat_add(&st_of(d)->kv_event_replays, 1);
+		tmp.idlen = (uint32_t)frames[0].iov_len;
+		memcpy(tmp.id, frames[0].iov_base, tmp.idlen);
+		if (k < e->ring_n) {
+			const struct rbatch *b = ring_at(e, k);
+
+			put_be64(sb, b->seq);
+			reply4(fn, arg, &tmp, sb, b->data, b->len);
+		} else {
 			reply4(fn, arg, &tmp, end_seq, NULL, 0);
 		}
 		return;
@@ -912,6 +1028,16 @@ static int zreply(void *arg, const struct iovec *f, size_t n)
 	return 0;
 }
 
+/* Is the peer that sent m a REQ socket? ZMTP tells each side the other's
+ * socket type at the handshake; libzmq hands it on as the "Socket-Type"
+ * property of every message it receives. */
+static bool peer_is_req(struct kvd_events *e, zmq_msg_t *m)
+{
+	const char *t = e->z.zmq_msg_gets(m, "Socket-Type");
+
+	return t && !strcmp(t, "REQ");
+}
+
 /* Read one request and answer it; false when none is waiting. At most 4
  * frames are kept; a longer request is refused, and one cut by the
  * per-service limit has its tail read and dropped by later calls. */
@@ -963,7 +1089,7 @@ static bool read_request(struct kvd *d, uint32_t *parts)
 		}
 		/* Over 4 frames: 4 passed on, refused as the wrong count. */
 		(void)over;
-		kvd_events_replay_frames(d, f, n, zreply, e);
+		kvd_events_replay_frames(d, f, n, peer_is_req(e, &m[n - 1]), zreply, e);
 	}
 	for (i = 0; i < n; i++)
 		e->z.zmq_msg_close(&m[i]);
@@ -1347,79 +1473,4 @@ void kvd_events_slot_found_(struct kvd *d, uint32_t slot, const uint32_t *tokens
 		return;
 	add_stored(d, s->ns_id, KVD_MEDIUM_SPILL, s->key, s->parent, root, tokens);
 	*slot_flags(e, slot) |= F_ANNOUNCED;
-}
-
-/* Does another namespace that publishes share row r's topic? */
-static bool topic_shared(struct kvd *d, uint32_t ns_id, const struct row *r)
-{
-	struct kvd_events *e = d->events;
-	uint32_t i;
-
-	for (i = 0; i < e->max_ns; i++) {
-		const struct row *t;
-
-		if (i == ns_id ||
-		    !atomic_load_explicit(&kvshm_ns(d->h)[i].used, memory_order_relaxed))
-			continue;
-		t = row_get(d, i);
-		if (t && t->topic_len == r->topic_len && !memcmp(t->topic, r->topic, r->topic_len))
-			return true;
-	}
-	return false;
-}
-
-void kvd_events_ns_cleared_(struct kvd *d, uint32_t ns_id)
-{
-	struct kvd_events *e = d->events;
-	const struct kvshm_page *pages = kvshm_pages(d->h);
-	const struct kvshm_slot *slots = kvshm_slots(d->h);
-	struct queue *s = queue_get(d, ns_id);
-	bool whole = s && !topic_shared(d, ns_id, &e->rows[ns_id]);
-	uint32_t i;
-
-	/*
-	 * Its own topic: one AllBlocksCleared, then what survived (pages
-	 * somebody still pins) is announced again. A topic it shares with
-	 * another namespace: AllBlocksCleared would clear that one's blocks
-	 * too in a router's view, so each block it held is removed instead.
-	 */
-	if (whole && room(d, s, 0)) {
-		struct pev *v = &s->ev[s->nev++];
-
-		memset(v, 0, sizeof(*v));
-		v->type = EV_CLEARED;
-		v->first = s->nkeys;
-		s->bytes += 20;
-	}
-	for (i = 0; i < e->n_pages; i++) {
-		const struct kvshm_page *p = &pages[i];
-		uint32_t st = atomic_load_explicit(&p->state, memory_order_relaxed);
-		bool held = (st == KVSHM_PAGE_READY || st == KVSHM_PAGE_EVICTING) &&
-			    kvshm_index_find(d->h, p->key) == i;
-
-		if (p->ns_id != ns_id || !(e->flags[i] & F_ANNOUNCED))
-			continue;
-		if (!held) {
-			if (!whole)
-				add_removed(d, ns_id, KVD_MEDIUM_POOL, p->key);
-			e->flags[i] = 0;
-		} else if (whole) {
-			e->flags[i] &= (uint8_t)~F_ANNOUNCED;
-			announce_page(d, i, e->flags[i] & F_ROOT);
-		}
-	}
-	for (i = 0; i < e->n_slots; i++) {
-		const struct kvshm_slot *sl = &slots[i];
-		bool held = atomic_load_explicit(&sl->state, memory_order_relaxed) ==
-				    KVSHM_SLOT_SPILLED &&
-			    kvshm_index_find(d->h, sl->key) == (KVSHM_LOC_SLOT | i);
-
-		if (sl->ns_id != ns_id || !(*slot_flags(e, i) & F_ANNOUNCED))
-			continue;
-		if (!held && !whole)
-			add_removed(d, ns_id, KVD_MEDIUM_SPILL, sl->key);
-		/* A survivor cannot be announced again (its tokens are on
-		 * disk only); kvd_evict_ns leaves no spilled block anyway. */
-		*slot_flags(e, i) &= held ? F_ROOT : 0;
-	}
 }

@@ -2,8 +2,10 @@
 /*
  * events.h - KV events for cluster routers: which blocks this host holds,
  * in which medium, published the way vLLM publishes its KV cache events
- * (ZMQ PUB, msgpack batches of BlockStored / BlockRemoved /
- * AllBlocksCleared; docs/EVENTS.md has the format).
+ * (ZMQ PUB, msgpack batches of BlockStored / BlockRemoved;
+ * docs/EVENTS.md has the format). A dropped namespace is a BlockRemoved
+ * per block, never AllBlocksCleared: a router that keys by pod clears
+ * every model of the host on that.
  *
  * The tiers call one-line hooks where a block enters or leaves a medium;
  * the hooks queue events, and the tick sends each topic's (by default each
@@ -27,8 +29,9 @@
 
 /*
  * Where a block lives, as the events name it (vLLM's `medium`). POOL is
- * the page pool: "GPU" for a cuda pool, "CPU" for a host pool. SPILL is
- * the NVMe spill tier ("DISK"), REMOTE a remote tier ("REMOTE").
+ * the page pool: "GPU" for a cuda pool, "CPU" (or what
+ * --kv-events-host-medium says) for a host pool. SPILL is the NVMe spill
+ * tier ("DISK"), REMOTE a remote tier ("REMOTE").
  */
 enum kvd_medium {
 	KVD_MEDIUM_POOL = 0,
@@ -36,8 +39,13 @@ enum kvd_medium {
 	KVD_MEDIUM_REMOTE = 2,
 };
 
-/* The medium's name on the wire ("GPU", "CPU", "DISK", "REMOTE"). */
+/* The medium's name on the wire: "GPU", or a host pool's
+ * (--kv-events-host-medium, "CPU" by default); "DISK"; "REMOTE". */
 const char *kvd_medium_name(const struct kvd *d, enum kvd_medium m);
+
+/* Is name a medium name (1..15 letters, digits, '_' or '-')? 0, or
+ * -EINVAL with *why. */
+int kvd_events_medium_check(const char *name, const char **why);
 
 /*
  * Start publishing: load libzmq (dlopen, only now), bind or connect the
@@ -77,10 +85,13 @@ int kvd_events_open_sink(struct kvd *d, kvd_events_sink sink, void *arg);
  * the ROUTER socket. Replies go to reply(arg, frames, n) one message at a
  * time (the identity frame first); its return value stands for the send's
  * (-EAGAIN: that peer's queue is full, the replay goes on later). With
- * frames NULL it only goes on with the replays in progress.
+ * frames NULL it only goes on with the replays in progress. once: the
+ * peer is a REQ socket, which takes one message per request: it gets the
+ * first batch from the start sequence on (or the end marker), and asks
+ * again from the next.
  */
 typedef int (*kvd_events_reply)(void *arg, const struct iovec *frames, size_t n);
-void kvd_events_replay_frames(struct kvd *d, const struct iovec *frames, size_t n,
+void kvd_events_replay_frames(struct kvd *d, const struct iovec *frames, size_t n, bool once,
 			      kvd_events_reply reply, void *arg);
 
 /*
@@ -122,7 +133,6 @@ void kvd_events_spilled_(struct kvd *d, uint32_t page, uint32_t slot);
 void kvd_events_restored_(struct kvd *d, uint32_t page, uint32_t slot);
 void kvd_events_slot_gone_(struct kvd *d, uint32_t slot);
 void kvd_events_slot_found_(struct kvd *d, uint32_t slot, const uint32_t *tokens);
-void kvd_events_ns_cleared_(struct kvd *d, uint32_t ns_id);
 
 /* A block of namespace ns_id entered / left medium m (generic). */
 static inline void kvd_events_stored(struct kvd *d, uint32_t ns_id, enum kvd_medium m,
@@ -148,8 +158,9 @@ static inline void kvd_events_published(struct kvd *d, uint32_t page, int status
 		kvd_events_published_(d, page, status);
 }
 
-/* The index is about to stop naming page (evicted, or its entry given to
- * a newer copy): it leaves the pool, if it was announced there. */
+/* The index is about to stop naming page (evicted, its namespace
+ * dropped, or its entry given to a newer copy): it leaves the pool, if it
+ * was announced there. */
 static inline void kvd_events_page_gone(struct kvd *d, uint32_t page)
 {
 	if (d->events)
@@ -171,7 +182,7 @@ static inline void kvd_events_restored(struct kvd *d, uint32_t page, uint32_t sl
 }
 
 /* The index is about to stop naming spill slot `slot` (recycled, dropped,
- * or given to a newer copy). */
+ * its namespace dropped, or given to a newer copy). */
 static inline void kvd_events_slot_gone(struct kvd *d, uint32_t slot)
 {
 	if (d->events)
@@ -184,14 +195,6 @@ static inline void kvd_events_slot_found(struct kvd *d, uint32_t slot, const uin
 {
 	if (d->events)
 		kvd_events_slot_found_(d, slot, tokens);
-}
-
-/* Namespace ns_id's blocks were dropped, in every tier (kvd_evict_ns):
- * AllBlocksCleared on its topic, then what survived (pinned) again. */
-static inline void kvd_events_ns_cleared(struct kvd *d, uint32_t ns_id)
-{
-	if (d->events)
-		kvd_events_ns_cleared_(d, ns_id);
 }
 
 #endif

@@ -62,18 +62,48 @@ static int socket_probe(const char *path)
 	return err;
 }
 
-int kvd_server_precheck(const struct kvd *d)
+int kvd_server_precheck(const struct kvd *d, const char *where)
 {
 	struct sockaddr_un sa;
+	char dir[sizeof(sa.sun_path)], *slash;
+	struct stat st;
 
 	if (strlen(d->cfg.socket) >= sizeof(sa.sun_path)) {
-		kvd_err("socket %s: longer than a Unix socket path may be (%zu bytes)",
-			d->cfg.socket, sizeof(sa.sun_path) - 1);
-		return -1;
+		kvd_err("%s: longer than a Unix socket path may be (%zu bytes)", where,
+			sizeof(sa.sun_path) - 1);
+		return -EINVAL;
+	}
+	/* prepare_path creates a missing folder, one level: one deeper, or
+	 * one it cannot create, fails now rather than after the pool. */
+	strcpy(dir, d->cfg.socket);
+	slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = 0;
+		if (stat(dir, &st) && errno == ENOENT) {
+			char parent[sizeof(dir)], *ps;
+
+			strcpy(parent, dir);
+			ps = strrchr(parent, '/');
+			if (ps)
+				*(ps == parent ? ps + 1 : ps) = 0;
+			if (!ps || stat(parent, &st) || !S_ISDIR(st.st_mode)) {
+				kvd_err("%s: folder %s does not exist, nor does %s: kvcached creates the socket's own folder only; create %s first",
+					where, dir, ps ? parent : ".", ps ? parent : dir);
+				return -EINVAL;
+			}
+			if (access(parent, W_OK | X_OK)) {
+				kvd_err("%s: folder %s does not exist and cannot be created in %s: %s",
+					where, dir, parent, strerror(errno));
+				return -EINVAL;
+			}
+		} else if (!S_ISDIR(st.st_mode)) {
+			kvd_err("%s: %s is not a folder", where, dir);
+			return -EINVAL;
+		}
 	}
 	if (!socket_probe(d->cfg.socket)) {
 		kvd_err("socket %s: another kvcached is serving it", d->cfg.socket);
-		return -1;
+		return -EADDRINUSE;
 	}
 	return 0;
 }

@@ -8,9 +8,12 @@
 
 #include "../core/kvd.h"
 
-/* Before anything is allocated: the socket path fits, and no live daemon
- * serves it. 0 or -1 (logged). */
-int kvd_server_precheck(const struct kvd *d);
+/* Before anything is allocated: the socket path fits, its folder exists or
+ * can be made (one level), and no live daemon serves it. `where` names the
+ * setting in messages (kvd_config_where: "FILE:LINE: socket PATH"). 0,
+ * -EINVAL (the setting cannot work) or -EADDRINUSE (a live daemon),
+ * logged. */
+int kvd_server_precheck(const struct kvd *d, const char *where);
 int kvd_server_open(struct kvd *d);
 int kvd_server_run(struct kvd *d);
 void kvd_server_close(struct kvd *d);

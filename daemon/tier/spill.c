@@ -669,9 +669,10 @@ void kvd_spill_forget_ns(struct kvd *d, uint32_t ns_id)
 	for (i = 0; i < sp->n; i++) {
 		if (kvshm_slots(d->h)[i].ns_id != ns_id)
 			continue;
-		if (sp->s[i].state == KVSHM_SLOT_SPILLED)
+		if (sp->s[i].state == KVSHM_SLOT_SPILLED) {
+			kvd_events_slot_gone(d, i);
 			slot_forget(d, i);
-		else if (sp->s[i].state == KVSHM_SLOT_BACKING)
+		} else if (sp->s[i].state == KVSHM_SLOT_BACKING)
 			backing_drop(d, i);
 	}
 }

@@ -105,6 +105,13 @@ static void check_fields(const struct kvd_config *c)
 	CHECK(c->kv_events_stall_ms <= 3600000);
 	CHECK(c->kv_events_hash >= KVD_EVENTS_HASH_UINT64 &&
 	      c->kv_events_hash <= KVD_EVENTS_HASH_BYTES);
+	CHECK(c->kv_events_format == KVD_EVENTS_FORMAT_ARRAY ||
+	      c->kv_events_format == KVD_EVENTS_FORMAT_MAP);
+	{
+		const char *why = NULL;
+
+		CHECK(!kvd_events_medium_check(c->kv_events_host_medium, &why));
+	}
 	if (c->metrics_listen[0]) {
 		struct sockaddr_storage a;
 
@@ -160,6 +167,8 @@ static bool cfg_eq(const struct kvd_config *a, const struct kvd_config *b)
 	       a->kv_events_buffer == b->kv_events_buffer && a->kv_events_hwm == b->kv_events_hwm &&
 	       a->kv_events_stall_ms == b->kv_events_stall_ms &&
 	       a->kv_events_hash == b->kv_events_hash &&
+	       a->kv_events_format == b->kv_events_format &&
+	       !strcmp(a->kv_events_host_medium, b->kv_events_host_medium) &&
 	       a->kv_events_connect == b->kv_events_connect &&
 	       !strcmp(a->remote, b->remote) &&
 	       a->remote_write == b->remote_write &&
@@ -240,6 +249,9 @@ static void render(const struct kvd_config *c, struct kv *kv)
 	put(kv, "kv-events-stall-ms", "%u", c->kv_events_stall_ms);
 	put(kv, "kv-events-hash", "%s", c->kv_events_hash == KVD_EVENTS_HASH_INT64 ? "int64" :
 					c->kv_events_hash == KVD_EVENTS_HASH_BYTES ? "bytes" : "uint64");
+	put(kv, "kv-events-format", "%s",
+	    c->kv_events_format == KVD_EVENTS_FORMAT_ARRAY ? "array" : "map");
+	put(kv, "kv-events-host-medium", "%s", c->kv_events_host_medium);
 	put(kv, "kv-events-mode", "%s", c->kv_events_connect ? "connect" : "bind");
 	put(kv, "remote", "%s", c->remote);
 	put(kv, "remote-write", "%s", c->remote_write == KVD_REMOTE_EVICT ? "evict" : "publish");

@@ -5,7 +5,8 @@
  * daemon encodes for any sequence of tier transitions.
  *
  * Input: byte 0 sets the hash form (bits 0-1), whether all namespaces
- * share one topic (bit 2) and the replay buffer (bits 3-5: 0..7 batches).
+ * share one topic (bit 2), the replay buffer (bits 3-5: 0..7 batches)
+ * and the encoding (bit 6: events as maps, else as arrays).
  * Then operations, one byte each with their arguments after it:
  *   0 publish  ns, blocks, seed, chained: a prompt's blocks published in
  *              namespace row ns (row 3 is rank 1 of a sharded model:
@@ -14,22 +15,27 @@
  *   2 spill    which: a READY page to a free spill slot (spill.c's steps)
  *   3 restore  which: a spilled slot back into a page
  *   4 drop     which: a spilled slot recycled (it leaves the index)
- *   5 clear    ns: the namespace's blocks dropped (forget its slots, then
- *              kvd_evict_ns, as a reclaim does)
+ *   5 clear    ns: the namespace's blocks dropped (forget its slots with
+ *              their hook, then kvd_evict_ns, as a reclaim or DROP does)
  *   6 tick     the batches go out
  *   7 replay   frames: count, then per frame a length and its bytes;
  *              then the reply verdict (0 sent, EAGAIN, EHOSTUNREACH)
+ *              and whether the peer is a REQ socket (one reply)
  *
  * Oracle: no crash, no leak. Every batch decodes strictly in the vLLM
- * schema (tests/lib/kvevents.h): BlockStored with n >= 1 hashes, n x 16
- * tokens, block size 16, medium CPU or DISK; sequence numbers count up
- * by one. A removal names a block the stream stored in that medium and
- * did not remove since. After a final tick, the blocks the stream says a
- * topic holds are exactly the blocks the index holds for its namespaces
- * (pool pages and spilled slots), muted rank excepted. A replay request
- * the parser accepts is 3 frames with an empty delimiter and an 8-byte
- * sequence; replayed batches come in increasing sequence order and each
- * decodes; the end marker has an empty payload.
+ * schema (tests/lib/kvevents.h), every event in the form configured:
+ * BlockStored with n >= 1 hashes, n x 16 tokens, block size 16, medium
+ * CPU or DISK, or BlockRemoved; never AllBlocksCleared (a router that
+ * keys by pod would clear the other namespaces too). Sequence numbers
+ * count up by one. A removal names a block the stream stored in that
+ * medium and did not remove since. After a final tick, the blocks the
+ * stream says a topic holds are exactly the blocks the index holds for
+ * its namespaces (pool pages and spilled slots), muted rank excepted, so
+ * a dropped namespace left nothing behind and took nothing of another's.
+ * A replay request the parser accepts is 3 frames with an empty
+ * delimiter and an 8-byte sequence; replayed batches come in increasing
+ * sequence order and each decodes; the end marker has an empty payload;
+ * a REQ peer gets one message per request.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -61,6 +67,7 @@ static uint32_t slot_tok[NSLOTS][BT];	/* what a spilled slot holds on "disk" */
 static struct kvshm_key last_key;
 static bool have_last;
 static uint64_t next_seq;
+static bool map_form;
 
 /* The state the stream describes, per topic: (topic, medium, hash). */
 struct held {
@@ -93,10 +100,10 @@ static void check_batch(const char *topic, const void *p, size_t len, bool apply
 		const struct kve_ev *e = &b.ev[i];
 		bool disk = !strcmp(e->medium, "DISK");
 
-		if (e->type != KVE_CLEARED) {
-			CHECK(e->n >= 1);
-			CHECK(disk || !strcmp(e->medium, "CPU"));
-		}
+		CHECK(e->type != KVE_CLEARED);
+		CHECK(e->map == map_form);
+		CHECK(e->n >= 1);
+		CHECK(disk || !strcmp(e->medium, "CPU"));
 		if (e->type == KVE_STORED)
 			CHECK(e->ntok == e->n * BT && e->block_size == BT);
 		if (!apply)
@@ -115,12 +122,6 @@ static void check_batch(const char *topic, const void *p, size_t len, bool apply
 				CHECK(at >= 0);	/* removed: was stored */
 				held[at] = held[--n_held];
 			}
-		}
-		for (k = 0; e->type == KVE_CLEARED && k < (uint32_t)n_held;) {
-			if (!strcmp(held[k].topic, topic))
-				held[k] = held[--n_held];
-			else
-				k++;
 		}
 	}
 	kve_free(&b);
@@ -145,6 +146,7 @@ struct rstate {
 	int verdict;
 	bool any;
 	uint64_t last;
+	int replies;
 };
 
 static int reply(void *arg, const struct iovec *f, size_t n)
@@ -156,6 +158,7 @@ static int reply(void *arg, const struct iovec *f, size_t n)
 
 	CHECK(n == 4 && f[1].iov_len == 0 && f[2].iov_len == 8);
 	CHECK(f[0].iov_len >= 1 && f[0].iov_len <= 255);
+	r->replies++;
 	s = f[2].iov_base;
 	for (i = 0; i < 8; i++)
 		seq = seq << 8 | s[i];
@@ -190,6 +193,8 @@ static void setup(uint8_t mode)
 	else
 		strcpy(D.cfg.kv_events_topic, "t-{model}");
 	D.cfg.kv_events_buffer = (mode >> 3) & 7;
+	map_form = mode & 64;
+	D.cfg.kv_events_format = map_form ? KVD_EVENTS_FORMAT_MAP : KVD_EVENTS_FORMAT_ARRAY;
 	CHECK(!kvshm_layout(&h, &geo));
 	D.h = calloc(1, h.segment_bytes);
 	CHECK(D.h);
@@ -319,11 +324,13 @@ static void op_clear(uint8_t nsb)
 {
 	uint32_t ns = nsb % NNS, s;
 
-	/* kvd_spill_forget_ns, which kvd_evict_ns calls first, with no
-	 * spill tier here: the namespace's slots go without a hook. */
+	/* kvd_spill_forget_ns, which kvd_evict_ns calls first (no spill
+	 * tier here): each of the namespace's slots leaves with its hook. */
 	for (s = 0; s < NSLOTS; s++)
-		if (slot_held(s) && kvshm_slots(D.h)[s].ns_id == ns)
+		if (slot_held(s) && kvshm_slots(D.h)[s].ns_id == ns) {
+			kvd_events_slot_gone(&D, s);
 			slot_forget(s);
+		}
 	CHECK(kvd_evict_ns(&D, ns) == 0);
 }
 
@@ -335,6 +342,7 @@ static void op_replay(const uint8_t **p, const uint8_t *end)
 	struct rstate r = { 0 };
 	uint64_t start;
 	const char *why;
+	bool once, ok;
 	static const int verdicts[3] = { 0, -EAGAIN, -EHOSTUNREACH };
 
 	for (i = 0; i < n; i++) {
@@ -350,16 +358,20 @@ static void op_replay(const uint8_t **p, const uint8_t *end)
 		f[i].iov_len = len;
 	}
 	r.verdict = verdicts[take(p, end) % 3];
-	if (!kvd_events_replay_parse(f, n, &start, &why)) {
+	once = take(p, end) & 1;
+	ok = !kvd_events_replay_parse(f, n, &start, &why);
+	if (ok) {
 		CHECK(n == 3 && f[1].iov_len == 0 && f[2].iov_len == 8);
 		CHECK(f[0].iov_len >= 1 && f[0].iov_len <= 255);
 	} else {
 		CHECK(why && *why);
 	}
-	kvd_events_replay_frames(&D, f, n, reply, &r);
+	kvd_events_replay_frames(&D, f, n, once, reply, &r);
+	if (ok && once)
+		CHECK(r.replies == 1);	/* a batch, or the end marker */
 	r.any = false;
 	r.verdict = 0;
-	kvd_events_replay_frames(&D, NULL, 0, reply, &r);	/* go on */
+	kvd_events_replay_frames(&D, NULL, 0, false, reply, &r);	/* go on */
 }
 
 /* After the last tick: the stream's blocks are the index's blocks. */

@@ -430,9 +430,11 @@ allow-groups = 0
     write("config", "kv-events", b"kv-events = tcp://*:5557\nkv-events-replay = tcp://*:5558\n"
           b"kv-events-buffer = 100\nkv-events-topic = kv@{host}@{model}\n"
           b"kv-events-hash = int64\nkv-events-hwm = 64\nkv-events-stall-ms = 0\n"
-          b"kv-events-mode = connect\n")
+          b"kv-events-mode = connect\nkv-events-format = array\n"
+          b"kv-events-host-medium = CPU_PINNED\n")
     write("config", "kv-events-bad", b"kv-events = udp://x:1\nkv-events-topic = a {b}\n"
-          b"kv-events-replay = ipc://\n")
+          b"kv-events-replay = ipc://\nkv-events-format = list\n"
+          b"kv-events-host-medium = host memory\n")
     write("config", "args-kv-events", b"\0--kv-events\0ipc:///tmp/ev\0--kv-events-replay="
           b"ipc:///tmp/rp\0--kv-events-hash\0bytes\0--kv-events-topic={model}")
     write("config", "args-replay-alone", b"\0--kv-events-replay\0tcp://*:1")
@@ -443,11 +445,11 @@ def ev_publish(ns, blocks, seed, chained=0):
     return bytes([0, ns, blocks - 1, seed, chained])
 
 
-def ev_replay(frames, verdict=0):
+def ev_replay(frames, verdict=0, req=0):
     out = bytes([7, len(frames)])
     for fr in frames:
         out += bytes([len(fr)]) + (b"\x00" if len(fr) > 8 else b"") + fr
-    return out + bytes([verdict])
+    return out + bytes([verdict, req])
 
 
 EV_TICK = b"\x06"
@@ -477,6 +479,17 @@ def events_seeds():
           ev_replay([b"ab", b"x", start0]) + ev_replay([b"ab", b"", b"\x00" * 7]) +
           ev_replay([b"", b"", start0]) + ev_replay([b"ab", b""]) +
           ev_replay([b"ab", b"", start0, b"more"]))
+    # Events as maps (mode bit 6): the same operations, the other encoding.
+    write("events", "map-publish-evict", b"\x40" + ev_publish(0, 6, 1) + ev_publish(1, 6, 2) +
+          ev_publish(2, 6, 3) + b"\x01\x07" + EV_TICK + b"\x02\x00" + b"\x01\x03" + EV_TICK)
+    write("events", "map-clear", b"\x41" + ev_publish(0, 4, 1) + ev_publish(1, 2, 2) +
+          EV_TICK + b"\x02\x00\x02\x01" + b"\x05\x00" + EV_TICK + ev_publish(0, 3, 4) +
+          EV_TICK)
+    # A REQ peer: one message per request, asking from the next each time.
+    write("events", "replay-req", bytes([0x40 | 7 << 3]) + ev_publish(0, 2, 1) + EV_TICK +
+          ev_publish(1, 2, 2) + EV_TICK + ev_replay([b"ab", b"", start0], 0, 1) +
+          ev_replay([b"ab", b"", b"\x00" * 7 + b"\x01"], 0, 1) +
+          ev_replay([b"ab", b"", b"\x00" * 7 + b"\x02"], 0, 1))
 
 
 # ------------------------------------------------------------ remote tier

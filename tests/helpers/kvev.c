@@ -17,6 +17,8 @@
  *                                                spilled run if any
  *   kvev flood SOCK MODEL PROMPTS SEED           PROMPTS 8-block prompts,
  *                                                as fast as it can
+ *   kvev drop SOCK MODEL                         drop the namespace's blocks
+ *                                                (kvc_drop_namespace)
  *
  * Exit status 0 when every request worked, 1 otherwise (the reason on
  * stderr). Not a test itself: the Python suite runs it.
@@ -148,11 +150,22 @@ int main(int argc, char **argv)
 		kvc_close(c);
 		if (!rc)
 			printf("{\"published\":%d}\n", prompts);
+	} else if (!strcmp(cmd, "drop") && argc == 4) {
+		c = attach(argv[2], argv[3]);
+		if (!c)
+			return 1;
+		rc = kvc_drop_namespace(c);
+		if (rc < 0)
+			fprintf(stderr, "kvev: drop %s: %s\n", argv[3], kvc_strerror(rc));
+		else
+			printf("{\"dropped\":%d}\n", rc);
+		kvc_close(c);
+		rc = rc < 0 ? rc : 0;
 	} else {
 		fprintf(stderr, "usage: kvev put SOCK MODEL NTOKENS SHARED SEED... | "
 				"models SOCK PREFIX COUNT NTOKENS | "
 				"restore SOCK MODEL NTOKENS SHARED SEED | "
-				"flood SOCK MODEL PROMPTS SEED\n");
+				"flood SOCK MODEL PROMPTS SEED | drop SOCK MODEL\n");
 		return 2;
 	}
 	fflush(stdout);

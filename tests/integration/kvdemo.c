@@ -19,7 +19,10 @@
  *     writing: kvdemo computes them, says the connection was lost, does
  *     not send the user to kvstat, and exits non-zero.
  *   - it says at the prompt when the share cap stopped it publishing, and
- *     labels every --prompt distinctly.
+ *     labels every --prompt distinctly;
+ *   - its hit ratio is the figure kvstat shows for the same run (both
+ *     truncate to one decimal), and kvstat's top prefix carries the name
+ *     kvdemo printed for the prompt that hit it last.
  *
  * The model is tiny (1 layer, width 32: 2 KiB pages of 16 tokens) so that
  * a run takes well under a second.
@@ -407,6 +410,54 @@ static void test_prompt_labels_distinct(void **state)
 	assert_string_equal(l4, "  prompt 4 (the text of prompt 1");
 }
 
+/* The line of out that starts with (after blanks) `head`, into line. */
+static void line_with(const char *out, const char *head, char *line, size_t len)
+{
+	const char *p = out;
+
+	for (;;) {
+		p = strstr(p, head);
+		assert_non_null(p);
+		if (p == out || p[-1] == '\n' || p[-1] == ' ')
+			break;
+		p++;
+	}
+	snprintf(line, len, "%.*s", (int)strcspn(p, "\n"), p);
+}
+
+static void test_hit_ratio_and_label_match_kvstat(void **state)
+{
+	const char *args[] = { "--socket", NULL, TINY, "--max-tokens", "1", "--prompt-file", f1,
+			       "--prompt-file", f2, "--prompt-file", f3, NULL };
+	const char *stat[] = { "--socket", NULL, NULL };
+	char out[32768], st[32768], line[512], demo[32], kv[32];
+	struct kvt_daemon d;
+	const char *p;
+	int rc;
+
+	(void)state;
+	assert_int_equal(kvt_daemon_start(&d, NULL), 0);
+	args[1] = stat[1] = d.sock;
+	rc = kvt_run(kvt_bin("kvdemo"), args, out, sizeof(out));
+	if (rc)
+		fail_msg("kvdemo: status %d\n%s", rc, out);
+	/* kvstat's counters come from the daemon's tick: give it one. */
+	usleep(50000);
+	rc = kvt_run(kvt_bin("kvstat"), stat, st, sizeof(st));
+	assert_int_equal(kvt_daemon_stop(&d), 0);
+	if (rc)
+		fail_msg("kvstat: status %d\n%s", rc, st);
+	p = strstr(out, "(hit ratio ");
+	assert_non_null(p);
+	assert_int_equal(sscanf(p, "(hit ratio %31[0-9.%])", demo), 1);
+	line_with(strstr(st, "HIT RATIO"), "tokens ", line, sizeof(line));
+	assert_int_equal(sscanf(line, "tokens %31s", kv), 1);
+	if (strcmp(demo, kv))
+		fail_msg("kvdemo says hit ratio %s, kvstat tokens %s:\n%s\n%s", demo, kv, out, st);
+	if (!strstr(strstr(st, "TOP PREFIXES"), " prompt 3 q3.txt "))
+		fail_msg("the top prefix is not labelled as kvdemo named its last hitter:\n%s", st);
+}
+
 static void test_mistakes_named(void **state)
 {
 	const char *bad_opt[] = { "--spawn", "--no-such-option", NULL };
@@ -437,6 +488,7 @@ int main(void)
 		cmocka_unit_test(test_external_daemon_geometry),
 		cmocka_unit_test(test_schema_example),
 		cmocka_unit_test(test_mistakes_named),
+		cmocka_unit_test(test_hit_ratio_and_label_match_kvstat),
 		cmocka_unit_test(test_daemon_killed_mid_wait),
 		cmocka_unit_test(test_share_cap_said_at_that_prompt),
 		cmocka_unit_test(test_prompt_labels_distinct),

@@ -8,7 +8,11 @@
  *   - --metrics-listen on a port another program holds fails the start
  *     with our message, and "ready:" is never logged;
  *   - a socket in a missing folder: the folder is created, the log says
- *     so, and a clean stop removes it again.
+ *     so, and a clean stop removes it again; one two folders deep is
+ *     refused before the pool;
+ *   - a bad value of every setting in a config file names the file, the
+ *     line, the key and the value as written, and exits 2, whether the
+ *     parse, the cross-field checks or the memory check finds it.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -145,12 +149,140 @@ static void test_missing_socket_folder(void **state)
 	assert_int_equal(rmdir(dir), 0);
 }
 
+/*
+ * A bad value for every key --help lists (a key without one here fails the
+ * test: add it), then values only the checks after the parse can refuse.
+ */
+static const struct bad_setting {
+	const char *key, *value, *why;
+} bad_settings[] = {
+	{ "socket", "/tmp/kvt-0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789/s",
+	  "longer than 107 bytes" },
+	{ "pool", "tpu", "must be host or cuda" },
+	{ "gpu", "1024", "0..1023" },
+	{ "pool-size", "10X", "not a size" },
+	{ "page-size", "4Q", "not a size" },
+	{ "block-tokens", "2000", "1..1024" },
+	{ "max-clients", "0", "1..4096" },
+	{ "max-per-process", "0", "1..4096" },
+	{ "max-pins", "0", "1..4194304" },
+	{ "max-announced", "-1", "0..4194304" },
+	{ "max-share", "101%", "1..100" },
+	{ "hello-timeout-ms", "0", "1..600000" },
+	{ "low-watermark", "91", "0..90" },
+	{ "high-watermark", "96", "0..95" },
+	{ "eviction", "fifo", "lru, s3fifo or clock" },
+	{ "allow-users", "root,kvt-no-such-user", "no such user 'kvt-no-such-user'" },
+	{ "allow-groups", "kvt-no-such-group", "no such group 'kvt-no-such-group'" },
+	{ "socket-mode", "0999", "octal mode" },
+	{ "hugepages", "maybe", "auto, on or off" },
+	{ "log-level", "loud", "error, warning, info or debug" },
+	{ "tick-ms", "0", "1..10000" },
+	{ "spill-dir", "relative/spill", "absolute path" },
+	{ "spill-size", "0", "non-zero" },
+	{ "spill-io", "aio", "auto, uring or threads" },
+	{ "metrics-listen", "localhost", "IP:PORT" },
+	{ "kv-events", "udp://x:1", "ZMQ endpoint" },
+	{ "kv-events-replay", "udp://x:1", "ZMQ endpoint" },
+	{ "kv-events-buffer", "1000001", "0..1000000" },
+	{ "kv-events-topic", "kv@{user}", "{host} or {model}" },
+	{ "kv-events-hash", "md5", "uint64, int64 or bytes" },
+	{ "kv-events-format", "json", "must be array or map" },
+	{ "kv-events-host-medium", "HBM!", "only letters, digits" },
+	{ "kv-events-hwm", "0", "1..1000000" },
+	{ "kv-events-stall-ms", "3600001", "0..3600000" },
+	{ "kv-events-mode", "listen", "bind or connect" },
+	{ "remote", "redis:127.0.0.1:1", "memcached" },
+	{ "remote-write", "never", "publish or evict" },
+	{ "remote-secret-file", "relative.secret", "absolute path" },
+	{ "remote-insecure", "maybe", "true or false" },
+	{ "remote-timeout-ms", "0", "1..60000" },
+	{ "remote-prefix", "a b", "letters, digits" },
+	{ "foreground", "maybe", "true or false" },
+	/* Found after the parse: by the checks, or before the pool. */
+	{ "page-size", "5000", "must be a non-zero multiple of 4096" },
+	{ "page-size", "6K", "must be a non-zero multiple of 4096" },
+	{ "page-size", "2G", "more than 1G" },
+	{ "pool-size", "4K", "fewer than 2 pages of page-size 2M (the default)" },
+	{ "pool-size", "4T", "more than the memory available to kvcached" },
+	{ "high-watermark", "3", "below low-watermark 5 (the default)" },
+	{ "kv-events-replay", "tcp://127.0.0.1:5558", "needs kv-events" },
+	{ "remote", "memcached:127.0.0.1:1", "needs remote-secret-file" },
+	{ "socket", "/tmp/kvt-no-such-dir/run/kvcached.sock", "kvcached creates the socket's own folder only" },
+};
+
+static void test_bad_setting_every_key(void **state)
+{
+	const char *help[] = { "--help", NULL };
+	char path[] = "/tmp/kvt-badconf.XXXXXX", text[512], want[512], help_out[16384];
+	char out[8192], missing[1024] = "", wrong[16384] = "";
+	const char *args[] = { "--config", path, NULL };
+	size_t i, nkeys = 0;
+	const char *h;
+	int fd, rc;
+
+	(void)state;
+	assert_int_equal(kvt_run(NULL, help, help_out, sizeof(help_out)), 0);
+	/* Every key --help lists has a bad value above. */
+	for (h = help_out; (h = strstr(h, "\n  --")); h++) {
+		char key[64];
+		bool found = false;
+
+		if (sscanf(h + 5, "%63[a-z0-9-]", key) != 1 || !strcmp(key, "config") ||
+		    !strcmp(key, "help"))
+			continue;
+		nkeys++;
+		for (i = 0; i < sizeof(bad_settings) / sizeof(bad_settings[0]); i++)
+			found |= !strcmp(bad_settings[i].key, key);
+		if (!found)
+			snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing),
+				 " %s", key);
+	}
+	if (missing[0])
+		fail_msg("keys with no bad value in tests/integration/startup.c:%s", missing);
+	assert_true(nkeys >= 40);
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	close(fd);
+	for (i = 0; i < sizeof(bad_settings) / sizeof(bad_settings[0]); i++) {
+		const struct bad_setting *b = &bad_settings[i];
+		FILE *f = fopen(path, "w");
+
+		/* Line 3; a socket of our own unless the key is the socket. */
+		assert_non_null(f);
+		snprintf(text, sizeof(text), "# kvcached test config\n%s\n%s = %s\n",
+			 strcmp(b->key, "socket") ? "socket = /tmp/kvt-badconf-nodir/kvcached.sock" :
+			 "hugepages = off", b->key, b->value);
+		assert_true(fputs(text, f) >= 0);
+		assert_int_equal(fclose(f), 0);
+		rc = kvt_run(NULL, args, out, sizeof(out));
+		snprintf(want, sizeof(want), "%s:3: %s %s: ", path, b->key, b->value);
+		/* Refused before the pool is reserved (its log line). */
+		if (rc != 2 || !strstr(out, want) || !strstr(out, b->why) ||
+		    strstr(out, "pool: host memory"))
+			snprintf(wrong + strlen(wrong), sizeof(wrong) - strlen(wrong),
+				 "%s = %s: exit %d (want 2), want \"%s...%s\" in:\n%s\n", b->key,
+				 b->value, rc, want, b->why, out);
+	}
+	unlink(path);
+	if (wrong[0])
+		fail_msg("%s", wrong);
+	/* Flags are echoed as written too. */
+	{
+		const char *a[] = { "--page-size", "6K", NULL };
+
+		assert_int_equal(kvt_run(NULL, a, out, sizeof(out)), 2);
+		assert_non_null(strstr(out, "--page-size 6K: must be a non-zero multiple of 4096"));
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_live_socket_checked_before_the_pool),
 		cmocka_unit_test(test_metrics_port_taken),
 		cmocka_unit_test(test_missing_socket_folder),
+		cmocka_unit_test(test_bad_setting_every_key),
 	};
 
 	return cmocka_run_group_tests_name("startup", tests, NULL, NULL);

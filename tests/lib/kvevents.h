@@ -1,11 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kvevents.h - a strict decoder of kvcached's KV event batches for the C
- * tests and the events fuzz target: the schema of vLLM's array-like
- * msgspec structs (docs/EVENTS.md), checked the way msgspec's decoder
- * checks it, tags, field counts and types, with nothing left over. The
- * Python suite (tests/python/test_kv_events.py) has its own copy of the
- * same rules. Uses msgpack-c's unpacker: link -lmsgpackc.
+ * kvevents.h - a strict decoder of KV event batches for the C tests and
+ * the events fuzz target, written from the field lists of vLLM's msgspec
+ * structs (docs/EVENTS.md names the versions read), in both encodings:
+ * each event a tagged array (array_like, vLLM up to 0.23) or a map with
+ * the tag under "type" (0.24 on), the batch an array either way. Checked
+ * the way msgspec's decoder checks them, tags, required fields and
+ * types, with nothing left over; stricter in one thing: a map field the
+ * structs do not declare is refused (msgspec ignores it), so the tests
+ * see kvcached send nothing else. The Python suite
+ * (tests/python/test_kv_events.py) has its own copy of the same rules.
+ * Uses msgpack-c's unpacker: link -lmsgpackc.
  */
 #ifndef KVT_KVEVENTS_H
 #define KVT_KVEVENTS_H
@@ -39,6 +44,8 @@ struct kve_ev {
 	uint64_t block_size;
 	bool has_medium;
 	char medium[32];
+	bool map;		/* written as a map (else a tagged array) */
+	uint32_t optional;	/* fields with a default that it carries */
 };
 
 struct kve_batch {
@@ -131,66 +138,182 @@ static inline int kve_hashes(const msgpack_object *o, struct kve_ev *e, const ch
 	return 0;
 }
 
+static inline bool kve_is_int(const msgpack_object *o)
+{
+	return o->type == MSGPACK_OBJECT_POSITIVE_INTEGER ||
+	       o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER;
+}
+
+/*
+ * The fields of vLLM's event structs in declaration order (kv_events.py;
+ * EVENTS.md names the commits read): the first `required` have no
+ * default; the others default to None and msgspec leaves them out when
+ * they are. The array form (array_like=True, vLLM up to 0.23) writes them
+ * by position after the tag and may end after any field from `required`
+ * on; it has no field past `array_max`. The map form (0.24 on) names them,
+ * the tag under "type".
+ */
+struct kve_kind {
+	const char *tag;
+	int type;
+	uint32_t required, array_max;
+	const char *const *fields;
+};
+
+static const char *const kve_stored_fields[] = {
+	"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium",
+	"lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind",
+	"kv_cache_spec_sliding_window", "locality", NULL,
+};
+static const char *const kve_removed_fields[] = {
+	"block_hashes", "medium", "group_idx", "locality", NULL,
+};
+static const char *const kve_no_fields[] = { NULL };
+
+static const struct kve_kind kve_kinds[] = {
+	{ "BlockStored", KVE_STORED, 7, 11, kve_stored_fields },
+	{ "BlockRemoved", KVE_REMOVED, 2, 3, kve_removed_fields },
+	{ "AllBlocksCleared", KVE_CLEARED, 0, 0, kve_no_fields },
+};
+
+#define KVE_MAXF 12
+
+/* Event o's fields into v[] by declaration index (NULL: absent). */
+static inline int kve_fields(const msgpack_object *o, struct kve_ev *e,
+			     const struct kve_kind **kind, const msgpack_object **v,
+			     const char **why)
+{
+	const msgpack_object *tag;
+	uint32_t i, k, nf;
+
+	memset(v, 0, KVE_MAXF * sizeof(*v));
+	if (o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size) {
+		tag = &o->via.array.ptr[0];
+	} else if (o->type == MSGPACK_OBJECT_MAP) {
+		e->map = true;
+		tag = NULL;
+		for (i = 0; i < o->via.map.size; i++)
+			if (kve_tag(&o->via.map.ptr[i].key, "type")) {
+				if (tag)
+					KVE_FAIL("\"type\" twice");
+				tag = &o->via.map.ptr[i].val;
+			}
+		if (!tag)
+			KVE_FAIL("an event map has no \"type\"");
+	} else {
+		KVE_FAIL("an event is neither a tagged array nor a map");
+	}
+	*kind = NULL;
+	for (k = 0; k < sizeof(kve_kinds) / sizeof(kve_kinds[0]); k++)
+		if (kve_tag(tag, kve_kinds[k].tag))
+			*kind = &kve_kinds[k];
+	if (!*kind)
+		KVE_FAIL("unknown event tag");
+	for (nf = 0; (*kind)->fields[nf]; nf++)
+		;
+	if (!e->map) {
+		uint32_t n = o->via.array.size - 1;
+
+		if (n < (*kind)->required || n > (*kind)->array_max)
+			KVE_FAIL("an array event has a wrong number of fields");
+		for (i = 0; i < n; i++)
+			v[i] = &o->via.array.ptr[i + 1];
+		return 0;
+	}
+	for (i = 0; i < o->via.map.size; i++) {
+		const msgpack_object *key = &o->via.map.ptr[i].key;
+
+		if (key->type != MSGPACK_OBJECT_STR)
+			KVE_FAIL("a map key is not a str");
+		if (kve_tag(key, "type"))
+			continue;
+		for (k = 0; k < nf && !kve_tag(key, (*kind)->fields[k]); k++)
+			;
+		if (k == nf)
+			KVE_FAIL("a field the struct does not declare");
+		if (v[k])
+			KVE_FAIL("a field twice");
+		v[k] = &o->via.map.ptr[i].val;
+	}
+	for (k = 0; k < (*kind)->required; k++)
+		if (!v[k])
+			KVE_FAIL("a field without a default is missing");
+	return 0;
+}
+
 static inline int kve_event(const msgpack_object *o, struct kve_ev *e, const char **why)
 {
-	const msgpack_object *f;
+	const struct kve_kind *kind;
+	const msgpack_object *v[KVE_MAXF];
 	char buf[64];
 	bool has;
-	uint32_t i;
+	uint32_t i, k;
 
 	memset(e, 0, sizeof(*e));
-	if (o->type != MSGPACK_OBJECT_ARRAY || !o->via.array.size)
-		KVE_FAIL("an event is not a tagged array");
-	f = o->via.array.ptr;
-	if (kve_tag(&f[0], "BlockStored")) {
-		/* tag, block_hashes, parent_block_hash, token_ids, block_size,
-		 * lora_id, medium, lora_name */
-		if (o->via.array.size != 8)
-			KVE_FAIL("BlockStored has not 7 fields");
-		e->type = KVE_STORED;
-		if (kve_hashes(&f[1], e, why))
+	if (kve_fields(o, e, &kind, v, why))
+		return -1;
+	e->type = kind->type;
+	for (k = kind->required; kind->fields[k]; k++)
+		e->optional += v[k] != NULL;
+	if (e->type == KVE_CLEARED)
+		return 0;
+	if (kve_hashes(v[0], e, why))
+		return -1;
+	if (e->type == KVE_REMOVED) {
+		/* block_hashes, medium, group_idx, locality */
+		if (kve_str(v[1], e->medium, sizeof(e->medium), &e->has_medium, why))
 			return -1;
-		if (f[2].type != MSGPACK_OBJECT_NIL) {
-			e->has_parent = true;
-			if (kve_hash(&f[2], &e->parent, why))
-				return -1;
-		}
-		if (f[3].type != MSGPACK_OBJECT_ARRAY)
-			KVE_FAIL("token_ids is not an array");
-		e->ntok = f[3].via.array.size;
-		e->tok = calloc(e->ntok ? e->ntok : 1, sizeof(*e->tok));
-		if (!e->tok)
-			KVE_FAIL("out of memory");
-		for (i = 0; i < e->ntok; i++) {
-			const msgpack_object *t = &f[3].via.array.ptr[i];
-
-			if (t->type != MSGPACK_OBJECT_POSITIVE_INTEGER || t->via.u64 > UINT32_MAX)
-				KVE_FAIL("a token id is not an int in 0..2^32-1");
-			e->tok[i] = (uint32_t)t->via.u64;
-		}
-		if (f[4].type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-			KVE_FAIL("block_size is not a positive int");
-		e->block_size = f[4].via.u64;
-		if (f[5].type != MSGPACK_OBJECT_NIL && f[5].type != MSGPACK_OBJECT_POSITIVE_INTEGER &&
-		    f[5].type != MSGPACK_OBJECT_NEGATIVE_INTEGER)
-			KVE_FAIL("lora_id is not an int or None");
-		if (kve_str(&f[6], e->medium, sizeof(e->medium), &e->has_medium, why) ||
-		    kve_str(&f[7], buf, sizeof(buf), &has, why))
+		if (v[2] && v[2]->type != MSGPACK_OBJECT_NIL && !kve_is_int(v[2]))
+			KVE_FAIL("group_idx is not an int or None");
+		if (v[3] && kve_str(v[3], buf, sizeof(buf), &has, why))
 			return -1;
-	} else if (kve_tag(&f[0], "BlockRemoved")) {
-		if (o->via.array.size != 3)
-			KVE_FAIL("BlockRemoved has not 2 fields");
-		e->type = KVE_REMOVED;
-		if (kve_hashes(&f[1], e, why) ||
-		    kve_str(&f[2], e->medium, sizeof(e->medium), &e->has_medium, why))
-			return -1;
-	} else if (kve_tag(&f[0], "AllBlocksCleared")) {
-		if (o->via.array.size != 1)
-			KVE_FAIL("AllBlocksCleared has fields");
-		e->type = KVE_CLEARED;
-	} else {
-		KVE_FAIL("unknown event tag");
+		return 0;
 	}
+	/* block_hashes, parent_block_hash, token_ids, block_size, lora_id,
+	 * medium, lora_name, extra_keys, group_idx, kv_cache_spec_kind,
+	 * kv_cache_spec_sliding_window, locality */
+	if (v[1]->type != MSGPACK_OBJECT_NIL) {
+		e->has_parent = true;
+		if (kve_hash(v[1], &e->parent, why))
+			return -1;
+	}
+	if (v[2]->type != MSGPACK_OBJECT_ARRAY)
+		KVE_FAIL("token_ids is not an array");
+	e->ntok = v[2]->via.array.size;
+	e->tok = calloc(e->ntok ? e->ntok : 1, sizeof(*e->tok));
+	if (!e->tok)
+		KVE_FAIL("out of memory");
+	for (i = 0; i < e->ntok; i++) {
+		const msgpack_object *t = &v[2]->via.array.ptr[i];
+
+		if (t->type != MSGPACK_OBJECT_POSITIVE_INTEGER || t->via.u64 > UINT32_MAX)
+			KVE_FAIL("a token id is not an int in 0..2^32-1");
+		e->tok[i] = (uint32_t)t->via.u64;
+	}
+	if (v[3]->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+		KVE_FAIL("block_size is not a positive int");
+	e->block_size = v[3]->via.u64;
+	if (v[4]->type != MSGPACK_OBJECT_NIL && !kve_is_int(v[4]))
+		KVE_FAIL("lora_id is not an int or None");
+	if (kve_str(v[5], e->medium, sizeof(e->medium), &e->has_medium, why) ||
+	    kve_str(v[6], buf, sizeof(buf), &has, why))
+		return -1;
+	if (v[7] && v[7]->type != MSGPACK_OBJECT_NIL) {
+		if (v[7]->type != MSGPACK_OBJECT_ARRAY)
+			KVE_FAIL("extra_keys is not an array or None");
+		for (i = 0; i < v[7]->via.array.size; i++) {
+			int t = v[7]->via.array.ptr[i].type;
+
+			if (t != MSGPACK_OBJECT_NIL && t != MSGPACK_OBJECT_ARRAY)
+				KVE_FAIL("an extra_keys entry is not a tuple or None");
+		}
+	}
+	for (k = 8; k <= 10; k += 2)	/* group_idx, kv_cache_spec_sliding_window */
+		if (v[k] && v[k]->type != MSGPACK_OBJECT_NIL && !kve_is_int(v[k]))
+			KVE_FAIL("group_idx or the sliding window is not an int or None");
+	if ((v[9] && kve_str(v[9], buf, sizeof(buf), &has, why)) ||
+	    (v[11] && kve_str(v[11], buf, sizeof(buf), &has, why)))
+		return -1;
 	return 0;
 }
 

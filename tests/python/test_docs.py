@@ -16,6 +16,7 @@
 - The shared-memory layout version the docs show is KVSHM_VERSION.
 - The manual pages `make` builds lint clean: groff -ww finds nothing, and
   man --warnings renders them without a word.
+- docs/INSTALL.md's package list is what `make deps-run` installs.
 """
 from __future__ import annotations
 
@@ -201,3 +202,19 @@ def test_man_page_lints_clean(page):
                          text=True, env=env, timeout=30)
     assert out.returncode == 0 and not out.stderr, "man --warnings: %s" % out.stderr
     assert len(out.stdout) > 200
+
+
+def test_install_lists_the_run_packages():
+    """docs/INSTALL.md's package list is tools/install-deps' RUN_PKGS, the
+    packages `make deps-run` installs and all `make install` needs
+    (tests/integration/install builds it with the test-only ones hidden)."""
+    deps = (ROOT / "tools" / "install-deps").read_text()
+    run = []
+    for m in re.finditer(r'^RUN_PKGS="(?:\$RUN_PKGS )?([^"]*)"$', deps, re.M):
+        run += m[1].split()
+    assert len(run) >= 8, run
+    md = (ROOT / "docs" / "INSTALL.md").read_text()
+    m = re.search(r"<!-- run-packages: tools/install-deps RUN_PKGS -->\n`([^`]*)`", md)
+    assert m, "docs/INSTALL.md lost its run-packages line"
+    assert m[1].split() == run
+    assert "make deps-run" in md and "make install" in md

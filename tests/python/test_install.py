@@ -106,7 +106,11 @@ def test_pip_install_without_a_library_says_what_to_do(venv):
     out = pip(venv, "install", "--no-index", "--no-cache-dir", str(PKG),
               KVCLIENT_LIB=str(venv / "nonexistent" / "libkvclient.so"))
     assert out.returncode != 0
-    assert "build it first (make tools)" in out.stdout + out.stderr, out.stdout + out.stderr
+    text = out.stdout + out.stderr
+    assert "build it first (make tools)" in text, text
+    # The message alone, not under a traceback (issue #38).
+    assert "Traceback" not in text, text
+    assert "kvclient: " + str(venv / "nonexistent" / "libkvclient.so") in text, text
 
 
 def test_backend_version_is_the_header_version():

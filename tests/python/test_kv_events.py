@@ -4,15 +4,18 @@
 A real kvcached is started on a private socket with --kv-events on ipc://
 endpoints, real clients (tests/helpers/kvev.c, on libkvclient) publish,
 and subscribers written with Debian's python3-zmq decode every batch the
-way vLLM's msgspec decoder would for the schema kvcached follows: strict
-tags, field order and count, and types (decode_batch below).
+way vLLM's msgspec decoder would, from the field lists of vLLM's structs
+in both encodings: strict tags, fields and types (decode_batch below).
 
 What it shows: a BlockStored for every published block (hashes chained,
-the prompt's token ids); the three hash forms; a BlockRemoved for every
-eviction; a removal plus a store with medium DISK for every spilled block
-and the reverse for a restore; AllBlocksCleared when a namespace's blocks
-are dropped; a late subscriber that replays from sequence 0 rebuilding
-the same set of blocks; a flood with a subscriber that never reads, where
+the prompt's token ids); the three hash forms; both encodings (tagged
+arrays, maps); a BlockRemoved for every eviction; a removal plus a store
+with medium DISK for every spilled block and the reverse for a restore;
+a namespace dropped or reclaimed as one BlockRemoved per block, never
+AllBlocksCleared, so that a router that keys by pod (as llm-d does) keeps
+the other models' blocks; the host pool's medium name; a late subscriber
+that replays from sequence 0 rebuilding the same set of blocks, and a
+REQ socket that replays one batch per request; a flood with a subscriber that never reads, where
 the clients never stall and the dropped batches are counted (and the
 sequence gap shows, and replay fills it); and that the daemon maps no
 libzmq, nor any msgpack library, without --kv-events.
@@ -20,6 +23,7 @@ libzmq, nor any msgpack library, without --kv-events.
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -70,10 +74,105 @@ def _str(x):
     return type(x) is str
 
 
+# The fields of vLLM's event structs in declaration order, each with the
+# check of its type, as vllm/distributed/kv_events.py declares them
+# (docs/EVENTS.md names the versions read); the first REQUIRED have no
+# default, the others default to None and msgspec leaves them out when
+# they are. The array form (array_like=True, vLLM up to 0.23) writes them
+# by position after the tag, ending anywhere from REQUIRED on, with none
+# past ARRAY_MAX (locality came with the map form); the map form (0.24
+# on) names them, the tag under "type".
+def _hashes(x):
+    if type(x) is not list:
+        raise SchemaError("block_hashes is not an array")
+    return [_hash(h) for h in x]
+
+
+def _tokens(x):
+    if type(x) is not list or not all(_int(t) for t in x):
+        raise SchemaError("token_ids is not an array of int")
+    return x
+
+
+def _size(x):
+    if not _int(x):
+        raise SchemaError("block_size is not an int")
+    return x
+
+
+def _extra_keys(x):
+    if x is not None and (type(x) is not list or
+                          not all(k is None or type(k) is list for k in x)):
+        raise SchemaError("extra_keys is not a list of tuples or None")
+    return x
+
+
+KINDS = {
+    "BlockStored": (7, 11, [
+        ("block_hashes", _hashes),
+        ("parent_block_hash", lambda x: None if x is None else _hash(x)),
+        ("token_ids", _tokens),
+        ("block_size", _size),
+        ("lora_id", lambda x: _opt(x, _int, "lora_id")),
+        ("medium", lambda x: _opt(x, _str, "medium")),
+        ("lora_name", lambda x: _opt(x, _str, "lora_name")),
+        ("extra_keys", _extra_keys),
+        ("group_idx", lambda x: _opt(x, _int, "group_idx")),
+        ("kv_cache_spec_kind", lambda x: _opt(x, _str, "kv_cache_spec_kind")),
+        ("kv_cache_spec_sliding_window", lambda x: _opt(x, _int, "sliding window")),
+        ("locality", lambda x: _opt(x, _str, "locality")),
+    ]),
+    "BlockRemoved": (2, 3, [
+        ("block_hashes", _hashes),
+        ("medium", lambda x: _opt(x, _str, "medium")),
+        ("group_idx", lambda x: _opt(x, _int, "group_idx")),
+        ("locality", lambda x: _opt(x, _str, "locality")),
+    ]),
+    "AllBlocksCleared": (0, 0, []),
+}
+
+
+def decode_event(ev):
+    """One event, a tagged array or a tagged map, as msgspec decodes
+    vLLM's structs: {"type", every field (None where left out), "form",
+    "carried": the defaulted fields it carried}. Stricter than msgspec in
+    one thing: a map field no struct declares is refused (msgspec ignores
+    it), so the tests see kvcached send nothing else."""
+    if type(ev) is list and ev and type(ev[0]) is str:
+        form, tag, vals = "array", ev[0], ev[1:]
+    elif type(ev) is dict:
+        form, tag = "map", ev.get("type")
+        if type(tag) is not str:
+            raise SchemaError("event map %r has no str \"type\"" % (ev,))
+    else:
+        raise SchemaError("event %r is neither a tagged array nor a map" % (ev,))
+    if tag not in KINDS:
+        raise SchemaError("unknown tag %r" % (tag,))
+    required, array_max, fields = KINDS[tag]
+    names = [n for n, _ in fields]
+    if form == "array":
+        if not required <= len(vals) <= array_max:
+            raise SchemaError("%s with %d fields" % (tag, len(vals)))
+        got = dict(zip(names, vals))
+    else:
+        got = {k: v for k, v in ev.items() if k != "type"}
+        unknown = set(got) - set(names)
+        if unknown:
+            raise SchemaError("%s with fields no struct declares: %r" % (tag, unknown))
+        missing = [n for n in names[:required] if n not in got]
+        if missing:
+            raise SchemaError("%s without %r" % (tag, missing))
+    d = {"type": tag, "form": form, "carried": sorted(set(got) & set(names[required:]))}
+    for name, check in fields:
+        d[name] = check(got[name]) if name in got else None
+    return d
+
+
 def decode_batch(payload):
-    """Decode one payload as msgspec decodes vLLM's KVEventBatch with
-    array_like=True, tag=True structs (the vLLM 0.14 schema): returns
-    {"ts", "data_parallel_rank", "events": [dict, ...]}."""
+    """Decode one payload as msgspec decodes vLLM's KVEventBatch: the
+    batch an array [ts, events, data_parallel_rank] (rank omitted when
+    None), each event either form. Returns {"ts", "data_parallel_rank",
+    "events": [dict, ...]}."""
     try:
         obj = msgpack.unpackb(payload, raw=False, use_list=True, strict_map_key=True)
     except msgpack.ExtraData as e:
@@ -87,49 +186,40 @@ def decode_batch(payload):
     if type(events) is not list:
         raise SchemaError("events is not an array")
     _opt(rank, _int, "data_parallel_rank")
-    out = []
-    for ev in events:
-        if type(ev) is not list or not ev or type(ev[0]) is not str:
-            raise SchemaError("event %r is not a tagged array" % (ev,))
-        tag = ev[0]
-        if tag == "BlockStored":
-            if len(ev) != 8:
-                raise SchemaError("BlockStored with %d fields" % (len(ev) - 1))
-            _, hashes, parent, tokens, size, lora_id, medium, lora_name = ev
-            if type(hashes) is not list or type(tokens) is not list:
-                raise SchemaError("block_hashes or token_ids is not an array")
-            d = {"type": tag, "block_hashes": [_hash(h) for h in hashes],
-                 "parent_block_hash": None if parent is None else _hash(parent),
-                 "token_ids": tokens, "block_size": size,
-                 "lora_id": _opt(lora_id, _int, "lora_id"),
-                 "medium": _opt(medium, _str, "medium"),
-                 "lora_name": _opt(lora_name, _str, "lora_name")}
-            if not all(_int(t) for t in tokens) or not _int(size):
-                raise SchemaError("token_ids or block_size is not int")
-        elif tag == "BlockRemoved":
-            if len(ev) != 3:
-                raise SchemaError("BlockRemoved with %d fields" % (len(ev) - 1))
-            if type(ev[1]) is not list:
-                raise SchemaError("block_hashes is not an array")
-            d = {"type": tag, "block_hashes": [_hash(h) for h in ev[1]],
-                 "medium": _opt(ev[2], _str, "medium")}
-        elif tag == "AllBlocksCleared":
-            if len(ev) != 1:
-                raise SchemaError("AllBlocksCleared with fields")
-            d = {"type": tag}
-        else:
-            raise SchemaError("unknown tag %r" % (tag,))
-        out.append(d)
-    return {"ts": ts, "data_parallel_rank": rank, "events": out}
+    return {"ts": ts, "data_parallel_rank": rank, "events": [decode_event(e) for e in events]}
+
+
+def as_map(ev):
+    """The map form of an array-form event (vLLM 0.24 on)."""
+    tag, vals = ev[0], ev[1:]
+    return dict([("type", tag)] + list(zip([n for n, _ in KINDS[tag][2]], vals)))
 
 
 def test_decoder_is_strict():
-    """The decoder refuses what msgspec would: a wrong tag, count or type."""
+    """The decoder takes every event kind in both forms, and the fields
+    newer vLLM carries, and refuses what msgspec would: a wrong tag,
+    count or type, a missing field; and a map field no struct declares."""
     good = ["BlockStored", [1], None, [1] * BT, BT, None, "CPU", None]
-    decode_batch(msgpack.packb([1.0, [good], 0]))
+    removed = ["BlockRemoved", [1, b"\x01" * 16], "GPU"]
+    for ev in (good, removed, ["AllBlocksCleared"],
+               good + [[None], 0, "full_attention"],      # vLLM 0.23 array, defaults set
+               removed + [0]):
+        for form in (ev, as_map(ev)):
+            b = decode_batch(msgpack.packb([1.0, [form], 0]))
+            d = b["events"][0]
+            assert d["type"] == ev[0]
+            assert d["form"] == ("map" if form is not ev else "array")
+            assert len(d["carried"]) == len(ev) - 1 - KINDS[ev[0]][0]
+    # vLLM 0.26's map, as a subscriber received it (kthena issue #1535).
+    d = decode_event({"type": "BlockStored", "block_hashes": [15760518052499183552],
+                      "parent_block_hash": None, "token_ids": [1] * BT, "block_size": BT,
+                      "lora_id": None, "medium": "GPU", "lora_name": None,
+                      "extra_keys": [None], "group_idx": 0,
+                      "kv_cache_spec_kind": "full_attention"})
+    assert d["carried"] == ["extra_keys", "group_idx", "kv_cache_spec_kind"]
     bad = [
         [1.0, [good[:-1]], 0],                       # a field short
-        [1.0, [good + [None]], 0],                   # a field too many
+        [1.0, [good + [None] * 5], 0],               # past what any vLLM declares
         [1.0, [["BlockStore"] + good[1:]], 0],       # unknown tag
         [1.0, [good[:1] + ["x"] + good[2:]], 0],     # hashes not an array
         [1.0, [good[:2] + [1.5] + good[3:]], 0],     # parent a float
@@ -139,6 +229,13 @@ def test_decoder_is_strict():
         [1.0, [["AllBlocksCleared", 1]], 0],
         [1.0, [good], "0"],
         [1.0, [good[:4] + [True] + good[5:]], 0],    # a bool for an int
+        [1.0, [dict(as_map(good), pod="x")], 0],     # a field no struct declares
+        [1.0, [{k: v for k, v in as_map(good).items() if k != "medium"}], 0],
+        [1.0, [{k: v for k, v in as_map(good).items() if k != "type"}], 0],
+        [1.0, [dict(as_map(good), type="Stored")], 0],
+        [1.0, [dict(as_map(good), group_idx="0")], 0],
+        [1.0, [dict(as_map(removed), block_hashes=[1.5])], 0],
+        {"ts": 1.0, "events": [good], "data_parallel_rank": 0},  # the batch a map
     ]
     for b in bad:
         with pytest.raises(SchemaError):
@@ -324,7 +421,8 @@ def key_hash(key_hex, form="uint64"):
 
 def state_from(events, media=None):
     """Replay events into {(medium, hash)}; checks each removal names a
-    block the stream stored before (in that medium)."""
+    block the stream stored before (in that medium). kvcached never sends
+    AllBlocksCleared (a router that keys by pod would clear the host)."""
     held = set()
     for _, _, ev in events:
         if ev["type"] == "BlockStored":
@@ -335,8 +433,39 @@ def state_from(events, media=None):
                 assert (ev["medium"], h) in held, "removed before stored: %r" % (h,)
                 held.discard((ev["medium"], h))
         else:
-            held.clear()
+            raise AssertionError("kvcached sent %r" % (ev,))
     return held
+
+
+class PodIndex:
+    """An index kept the way llm-d's KV cache manager keeps it (pool.go of
+    llm-d/llm-d-kv-cache, as read; docs/EVENTS.md): the pod and the model
+    come from the topic, kv@<pod>@<model>; a stored block is an entry
+    (pod, tier) under (model, hash), the tier the medium in lower case; a
+    BlockRemoved drops that pod's entry of that tier; AllBlocksCleared
+    drops every entry of the pod, every model and tier
+    (p.index.Clear(ctx, podIdentifier))."""
+
+    def __init__(self):
+        self.entries = {}
+
+    def apply(self, topic, batch):
+        _, pod, model = topic.split("@")
+        for ev in batch["events"]:
+            tier = (ev.get("medium") or "GPU").lower()
+            if ev["type"] == "BlockStored":
+                for h in ev["block_hashes"]:
+                    self.entries.setdefault((model, h), set()).add((pod, tier))
+            elif ev["type"] == "BlockRemoved":
+                for h in ev["block_hashes"]:
+                    self.entries.get((model, h), set()).discard((pod, tier))
+            else:
+                for e in self.entries.values():
+                    e -= {x for x in e if x[0] == pod}
+
+    def held(self, pod, model):
+        return {h for (m, h), e in self.entries.items()
+                if m == model and any(p == pod for p, _ in e)}
 
 
 # ------------------------------------------------------------ the tests
@@ -511,21 +640,146 @@ def test_spill_medium_and_late_replay(tmp, ctx):
         assert d.counters()["counters"]["kv_event_replays"] >= 1
 
 
-def test_all_blocks_cleared_when_a_namespace_is_dropped(tmp, ctx):
-    with publishing(tmp, ctx) as (d, sub):
+def test_reclaimed_namespace_is_removed_block_by_block(tmp, ctx):
+    with publishing(tmp, ctx, pool="1M") as (d, sub):    # nothing evicted for room
         # The probe took a row; 64 more models fill the table and the
         # last one takes over the row of a model without clients.
         d.kvev("models", "m", 64, 32)
         sub.drain()
-        cleared = [(s, t) for s, t, ev in sub.events() if ev["type"] == "AllBlocksCleared"]
-        assert len(cleared) == 1
-        seq, topic = cleared[0]
-        before = [ev for s, t, ev in sub.events() if t == topic and s < seq]
-        assert any(ev["type"] == "BlockStored" for ev in before)
-        # Nothing of that namespace is held after it.
-        held = state_from((s, t, ev) for s, t, ev in sub.events() if t == topic)
-        assert not held
-        assert "replaces" in d.log_text()
+        gone = re.search(r"replaces (\S+), which had no clients", d.log_text()).group(1)
+        topic = "kv@%s@%s" % (socket.gethostname(), gone)
+        # Its blocks, and only its, left the stream: each with a
+        # BlockRemoved on its own topic (state_from refuses
+        # AllBlocksCleared).
+        topics = {t for _, t, _ in sub.events()}
+        emptied = [t for t in topics
+                   if not state_from((s, t2, ev) for s, t2, ev in sub.events() if t2 == t)]
+        assert emptied == [topic]
+        stored = sum(len(ev["block_hashes"]) for _, t, ev in sub.events()
+                     if t == topic and ev["type"] == "BlockStored")
+        removed = sum(len(ev["block_hashes"]) for _, t, ev in sub.events()
+                      if t == topic and ev["type"] == "BlockRemoved")
+        assert stored == removed >= 1
+
+
+def test_drop_leaves_other_models_to_a_pod_keyed_router(tmp, ctx):
+    """Two models publish on one host, then one drops its namespace (as
+    kvbench does when it is done): a router that keys by pod, as llm-d
+    does, still holds every block of the other model, and nothing of the
+    dropped one, in any tier. (kvcached sent AllBlocksCleared on the
+    dropped model's topic, and llm-d clears the whole pod on that.)"""
+    spill = os.path.join(tmp, "spill")
+    with publishing(tmp, ctx, "--spill-dir", spill, "--spill-size", "1M",
+                    pool="256K") as (d, sub):               # 64 pages
+        # Model a: 80 blocks, so that its oldest go to DISK; then model b,
+        # whose 8 blocks push 8 more of a's out.
+        for seed in range(0, 20, 5):
+            d.kvev("put", "kvt-a", 64, 0, *range(300 + seed, 305 + seed))
+        b = d.kvev("put", "kvt-b", 64, 0, 401, 402)
+        c = sub.drain()
+        assert c["spills"] > 0
+        host = socket.gethostname()
+        b_blocks = {key_hash(k) for p in b for k in p["keys"]}
+        ta, tb = "kv@%s@kvt-a" % host, "kv@%s@kvt-b" % host
+        index = PodIndex()
+        for seq in sorted(sub.batches):
+            index.apply(*sub.batches[seq])
+        assert index.held(host, "kvt-b") == b_blocks
+        a_before = state_from(ev for ev in sub.events() if ev[1] == ta)
+        assert {m for m, _ in a_before} == {"CPU", "DISK"}
+        mark = max(sub.batches) + 1
+
+        assert d.kvev("drop", "kvt-a")[0]["dropped"] > 0
+        sub.drain()
+        for seq in sorted(sub.batches):
+            if seq >= mark:
+                index.apply(*sub.batches[seq])
+        assert index.held(host, "kvt-b") == b_blocks
+        assert index.held(host, "kvt-a") == set()
+        # The drop: one BlockRemoved per block model a held, on its own
+        # topic, in the medium it was in; nothing on model b's.
+        dropped = [(t, ev) for _, t, ev in sub.events(mark)]
+        assert {t for t, _ in dropped} == {ta}
+        assert all(ev["type"] == "BlockRemoved" for _, ev in dropped)
+        assert {(ev["medium"], h) for _, ev in dropped
+                for h in ev["block_hashes"]} == a_before
+        assert state_from(ev for ev in sub.events() if ev[1] == ta) == set()
+
+
+@pytest.mark.parametrize("form", ["array", "map"])
+def test_both_encodings(tmp, ctx, form):
+    """--kv-events-format: every event of a run (stores, evictions, spills,
+    a drop) in the form asked for, decoded by the struct-field decoder,
+    carrying no defaulted field; map is the default."""
+    spill = os.path.join(tmp, "spill")
+    args = ["--spill-dir", spill, "--spill-size", "1M"]
+    if form == "array":
+        args += ["--kv-events-format", "array"]
+    with publishing(tmp, ctx, *args, pool="256K") as (d, sub):
+        for seed in range(0, 20, 5):
+            d.kvev("put", "kvt-tiny", 64, 0, *range(500 + seed, 505 + seed))
+        d.kvev("drop", "kvt-tiny")
+        sub.drain()
+        kinds = {(ev["type"], ev["medium"]) for _, _, ev in sub.events()}
+        assert kinds >= {("BlockStored", "CPU"), ("BlockRemoved", "CPU"),
+                         ("BlockStored", "DISK"), ("BlockRemoved", "DISK")}
+        for _, _, ev in sub.events():
+            assert ev["form"] == form and ev["carried"] == []
+        assert state_from(ev for ev in sub.events() if ev[1].endswith("@kvt-tiny")) == set()
+
+
+def test_host_medium(tmp, ctx):
+    """--kv-events-host-medium names the host pool's medium (CPU_PINNED:
+    SGLang's router's name); the spill tier stays DISK."""
+    spill = os.path.join(tmp, "spill")
+    with publishing(tmp, ctx, "--kv-events-host-medium", "CPU_PINNED", "--spill-dir", spill,
+                    "--spill-size", "1M", pool="256K") as (d, sub):
+        for seed in range(0, 20, 5):
+            d.kvev("put", "kvt-tiny", 64, 0, *range(600 + seed, 605 + seed))
+        sub.drain()
+        assert {ev["medium"] for _, _, ev in sub.events()} == {"CPU_PINNED", "DISK"}
+
+
+def test_replay_with_a_req_socket(tmp, ctx):
+    """vLLM's example subscriber asks the replay socket with a REQ socket,
+    which takes one message per request and drops what else arrived when
+    it sends the next. Asking from the sequence after each one it got, it
+    gets every batch the DEALER replay does, in order, then the end
+    marker. (kvcached streamed the whole answer to it, and ignored its
+    next request while that ran: past 64 batches it got gaps.)"""
+    with publishing(tmp, ctx, pool="1M") as (d, sub):
+        # More batches than the 64 messages a replay peer may have queued:
+        # a streamed answer is still being sent when the next request comes.
+        # (A batch per tick: floods until there are enough of them.)
+        for i in range(50):
+            if max(sub.batches) > 80:
+                break
+            flood = subprocess.Popen([KVEV, "flood", d.sock, "kvt-tiny", "500", str(700 + i)],
+                                     stdout=subprocess.PIPE, text=True)
+            while flood.poll() is None:
+                sub.recv_some(5)
+            assert flood.wait(timeout=60) == 0
+            sub.drain()
+        want = replay(ctx, d, 0)
+        assert len(want) > 80
+        s = ctx.socket(zmq.REQ)
+        s.connect(d.rp)
+        got, nxt = {}, 0
+        try:
+            while True:
+                s.send(nxt.to_bytes(8, "big"))
+                assert s.poll(5000), "no answer to a REQ replay request"
+                seq, payload = s.recv_multipart()
+                seq = int.from_bytes(seq, "big")
+                if seq == END:
+                    assert payload == b""
+                    break
+                assert seq == nxt, "asked from %d, got %d" % (nxt, seq)
+                got[seq] = decode_batch(payload)
+                nxt = seq + 1
+        finally:
+            s.close(linger=0)
+        assert got == want
 
 
 def test_flood_with_a_subscriber_that_never_reads(tmp, ctx):

@@ -209,6 +209,8 @@ static void test_defaults(void **state)
 	assert_string_equal(cfg.kv_events_topic, "kv@{host}@{model}");
 	assert_int_equal(cfg.kv_events_buffer, 10000);
 	assert_int_equal(cfg.kv_events_hash, KVD_EVENTS_HASH_UINT64);
+	assert_int_equal(cfg.kv_events_format, KVD_EVENTS_FORMAT_MAP);	/* vLLM 0.24 on */
+	assert_string_equal(cfg.kv_events_host_medium, "CPU");
 	assert_false(cfg.kv_events_connect);
 	/* The defaults pass the checks. */
 	assert_int_equal(kvd_config_check(&cfg), 0);
@@ -331,6 +333,10 @@ static void test_set_good(void **state)
 	assert_int_equal(cfg.kv_events_hash, KVD_EVENTS_HASH_INT64);
 	GOOD("kv-events-hash", "bytes");
 	assert_int_equal(cfg.kv_events_hash, KVD_EVENTS_HASH_BYTES);
+	GOOD("kv-events-format", "array");
+	assert_int_equal(cfg.kv_events_format, KVD_EVENTS_FORMAT_ARRAY);
+	GOOD("kv-events-host-medium", "CPU_PINNED");
+	assert_string_equal(cfg.kv_events_host_medium, "CPU_PINNED");
 	GOOD("kv-events-mode", "connect");
 	assert_true(cfg.kv_events_connect);
 	GOOD("kv-events", "");		/* off again */
@@ -410,6 +416,10 @@ static void test_set_bad(void **state)
 		{ "kv-events-hwm", "0" },
 		{ "kv-events-stall-ms", "-1" },
 		{ "kv-events-hash", "int" },
+		{ "kv-events-format", "tuple" },
+		{ "kv-events-host-medium", "" },
+		{ "kv-events-host-medium", "host memory" },
+		{ "kv-events-host-medium", "CPU_PINNED_MEMORY" },
 		{ "kv-events-mode", "listen" },
 	};
 	struct kvd_config cfg, before;

@@ -9,11 +9,14 @@
  * and the previous block's hash after it, the prompt's tokens, block
  * size, medium and None LoRA fields; the three hash forms; eviction;
  * spill, slot loss and restore as a removal from one medium plus a store
- * in the other; a namespace dropped (AllBlocksCleared on its own topic,
- * per-block removals on a shared one); a muted shard rank; large batches
- * split; dropped batches counted with their sequence number spent and
+ * in the other; a namespace dropped (per-block removals on its own topic
+ * and on a shared one, never AllBlocksCleared); a muted shard rank; large
+ * batches split; dropped batches counted with their sequence number spent and
  * kept for replay; replay from a sequence, its bounds, refusals and
- * resumption; topic templates; a reused namespace row.
+ * resumption, and for a REQ peer one batch per request; topic templates;
+ * a reused namespace row; both encodings (tagged arrays, maps), the
+ * test decoder on every event kind of both and on what it must refuse;
+ * the host pool's medium name.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -376,29 +379,38 @@ static void test_spill_restore(void **state)
 	kve_free(&b);
 }
 
+/* A dropped namespace: a BlockRemoved for each of its blocks on its own
+ * topic, never AllBlocksCleared (a router that keys by pod, as llm-d
+ * does, clears every model of the host on that), nothing on another's. */
 static void test_ns_cleared(void **state)
 {
-	struct kvshm_key k[4];
+	struct kvshm_key k[4], kb[2];
 	struct kve_batch b;
-	char topic_b[512];
+	uint32_t i;
 
 	(void)state;
 	ns_add(0, "model-a", 0);
 	ns_add(1, "model-b", 0);
 	publish(0, 1, 4, k, NULL);
-	publish(1, 2, 2, k, NULL);
+	publish(1, 2, 2, kb, NULL);
 	kvd_events_tick(&D);
 	assert_int_equal(n_out, 2);
-	strcpy(topic_b, out[1].topic);
 	assert_int_equal(kvd_evict_ns(&D, 0), 0);
 	kvd_events_tick(&D);
 	assert_int_equal(n_out, 3);
 	assert_non_null(strstr(out[2].topic, "model-a"));
 	b = decode(2);
 	assert_int_equal(b.n, 1);
-	assert_int_equal(b.ev[0].type, KVE_CLEARED);
+	assert_int_equal(b.ev[0].type, KVE_REMOVED);
+	assert_string_equal(b.ev[0].medium, "CPU");
+	assert_int_equal(b.ev[0].n, 4);
+	for (i = 0; i < 4; i++)
+		assert_true(hash_is(&b.ev[0].hash[i], k[i]));
 	kve_free(&b);
-	(void)topic_b;
+	/* Dropped again: nothing left to remove, nothing sent. */
+	assert_int_equal(kvd_evict_ns(&D, 0), 0);
+	kvd_events_tick(&D);
+	assert_int_equal(n_out, 3);
 }
 
 static void test_ns_cleared_shared_topic(void **state)
@@ -427,12 +439,277 @@ static void test_ns_cleared_shared_topic(void **state)
 	kvd_events_tick(&D);
 	assert_int_equal(n_out, 2);
 	b = decode(1);
-	/* AllBlocksCleared would clear model-b too: removals instead. */
+	/* Removals of model-a's blocks alone: model-b's stay. */
 	for (i = 0; i < b.n; i++)
 		assert_int_equal(b.ev[i].type, KVE_REMOVED);
 	assert_int_equal(b.n, 1);
 	assert_int_equal(b.ev[0].n, 4);
 	kve_free(&b);
+}
+
+/* Both encodings: every event of a tick (a chain stored, a block removed)
+ * as a tagged array or as a map with "type", nothing with a default
+ * carried; the first key of a map is "type", as msgspec writes it. */
+static void test_forms(void **state)
+{
+	static const uint8_t map_head[] = { 0x88, 0xa4, 't', 'y', 'p', 'e', 0xab, 'B', 'l',
+					    'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd' };
+	struct kvshm_key k[3];
+	struct kve_batch b;
+	int form;
+	uint32_t i;
+
+	(void)state;
+	for (form = KVD_EVENTS_FORMAT_ARRAY; form <= KVD_EVENTS_FORMAT_MAP; form++) {
+		teardown(NULL);
+		setup_with(NULL, KVD_EVENTS_HASH_UINT64, 10);
+		D.cfg.kv_events_format = form;
+		ns_add(0, "m", 0);
+		publish(0, 5, 3, k, NULL);
+		assert_int_equal(kvd_evict(&D, 1, true), 1);
+		kvd_events_tick(&D);
+		assert_int_equal(n_out, 1);
+		b = decode(0);
+		assert_int_equal(b.n, 2);
+		assert_int_equal(b.ev[0].type, KVE_STORED);
+		assert_int_equal(b.ev[0].n, 3);
+		assert_int_equal(b.ev[1].type, KVE_REMOVED);
+		assert_int_equal(b.ev[1].n, 1);
+		for (i = 0; i < b.n; i++) {
+			assert_int_equal(b.ev[i].map, form == KVD_EVENTS_FORMAT_MAP);
+			assert_int_equal(b.ev[i].optional, 0);
+			assert_string_equal(b.ev[i].medium, "CPU");
+		}
+		kve_free(&b);
+		/* [ts (float64), [event, ...], 0]: the event starts at 12. */
+		assert_int_equal(out[0].p[0], 0x93);
+		assert_int_equal(out[0].p[1], 0xcb);
+		if (form == KVD_EVENTS_FORMAT_MAP)
+			assert_memory_equal(out[0].p + 11, map_head, sizeof(map_head));
+		else
+			assert_memory_equal(out[0].p + 11, "\x98\xab" "BlockStored", 13);
+	}
+}
+
+/* Token ids are written as msgpack-c's msgpack_pack_uint32 writes them
+ * (fixint, uint8, uint16, uint32 at their bounds), byte for byte. */
+static void test_token_bytes(void **state)
+{
+	static const uint32_t v[BT] = { 0, 1, 127, 128, 255, 256, 65535, 65536, 70000,
+					UINT32_MAX, 4242, 16777216, 12, 200, 300, 2000000 };
+	struct kvshm_key root = kvshm_key_root(kvshm_ns(D.h)[0].id, NULL, 0), k;
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	uint32_t page, gen, w, wg, i;
+	struct kve_batch b;
+
+	(void)state;
+	ns_add(0, "m", 0);
+	root = kvshm_key_root(kvshm_ns(D.h)[0].id, NULL, 0);
+	kvshm_key_chain(root, (struct kvshm_key){ 0, 0 }, v, BT, BT, &k);
+	assert_int_equal(kvshm_page_alloc(D.h, 1, 0, &page, &gen), 0);
+	kvd_events_published(&D, page, kvshm_page_publish(D.h, page, gen, 1, k, root, v, &w, &wg));
+	kvd_events_tick(&D);
+	b = decode(0);
+	assert_int_equal(b.ev[0].ntok, BT);
+	assert_memory_equal(b.ev[0].tok, v, sizeof(v));
+	kve_free(&b);
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_array(&pk, BT);
+	for (i = 0; i < BT; i++)
+		msgpack_pack_uint32(&pk, v[i]);
+	assert_non_null(memmem(out[0].p, out[0].len, sb.data, sb.size));
+	msgpack_sbuffer_destroy(&sb);
+}
+
+/* Pack an event for the decoder tests: fields as msgpack-c packs them. */
+static size_t pack_obj(uint8_t *buf, size_t cap, void (*fn)(msgpack_packer *pk))
+{
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	size_t n;
+
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_array(&pk, 3);
+	msgpack_pack_double(&pk, 1.5);
+	fn(&pk);
+	msgpack_pack_int(&pk, 0);
+	assert_true(sb.size <= cap);
+	memcpy(buf, sb.data, sb.size);
+	n = sb.size;
+	msgpack_sbuffer_destroy(&sb);
+	return n;
+}
+
+static void str(msgpack_packer *pk, const char *s)
+{
+	msgpack_pack_str_with_body(pk, s, strlen(s));
+}
+
+static void ev_cleared_array(msgpack_packer *pk)
+{
+	msgpack_pack_array(pk, 1);
+	msgpack_pack_array(pk, 1);
+	str(pk, "AllBlocksCleared");
+}
+
+static void ev_cleared_map(msgpack_packer *pk)
+{
+	msgpack_pack_array(pk, 1);
+	msgpack_pack_map(pk, 1);
+	str(pk, "type");
+	str(pk, "AllBlocksCleared");
+}
+
+/* vLLM 0.26's BlockStored of a full-attention group: extra_keys,
+ * group_idx and kv_cache_spec_kind set, the type key last. */
+static void ev_stored_map_full(msgpack_packer *pk)
+{
+	msgpack_pack_array(pk, 1);
+	msgpack_pack_map(pk, 11);
+	str(pk, "block_hashes");
+	msgpack_pack_array(pk, 1);
+	msgpack_pack_uint64(pk, 7);
+	str(pk, "parent_block_hash");
+	msgpack_pack_nil(pk);
+	str(pk, "token_ids");
+	msgpack_pack_array(pk, 1);
+	msgpack_pack_uint32(pk, 3);
+	str(pk, "block_size");
+	msgpack_pack_uint32(pk, 1);
+	str(pk, "lora_id");
+	msgpack_pack_nil(pk);
+	str(pk, "medium");
+	str(pk, "GPU");
+	str(pk, "lora_name");
+	msgpack_pack_nil(pk);
+	str(pk, "extra_keys");
+	msgpack_pack_array(pk, 1);
+	msgpack_pack_nil(pk);
+	str(pk, "group_idx");
+	msgpack_pack_uint32(pk, 0);
+	str(pk, "kv_cache_spec_kind");
+	str(pk, "full_attention");
+	str(pk, "type");
+	str(pk, "BlockStored");
+}
+
+/* A BlockRemoved map with a field no struct declares. */
+static void ev_removed_map_extra(msgpack_packer *pk)
+{
+	msgpack_pack_array(pk, 1);
+	msgpack_pack_map(pk, 4);
+	str(pk, "type");
+	str(pk, "BlockRemoved");
+	str(pk, "block_hashes");
+	msgpack_pack_array(pk, 0);
+	str(pk, "medium");
+	msgpack_pack_nil(pk);
+	str(pk, "pod");
+	str(pk, "x");
+}
+
+/* A BlockRemoved map without medium (it has no default). */
+static void ev_removed_map_short(msgpack_packer *pk)
+{
+	msgpack_pack_array(pk, 1);
+	msgpack_pack_map(pk, 2);
+	str(pk, "type");
+	str(pk, "BlockRemoved");
+	str(pk, "block_hashes");
+	msgpack_pack_array(pk, 0);
+}
+
+/* An array BlockRemoved of vLLM 0.23: group_idx after medium. */
+static void ev_removed_array_group(msgpack_packer *pk)
+{
+	msgpack_pack_array(pk, 1);
+	msgpack_pack_array(pk, 4);
+	str(pk, "BlockRemoved");
+	msgpack_pack_array(pk, 1);
+	msgpack_pack_int64(pk, -5);
+	str(pk, "GPU");
+	msgpack_pack_uint32(pk, 1);
+}
+
+/* ... and one field past what any version declares. */
+static void ev_removed_array_long(msgpack_packer *pk)
+{
+	msgpack_pack_array(pk, 1);
+	msgpack_pack_array(pk, 5);
+	str(pk, "BlockRemoved");
+	msgpack_pack_array(pk, 0);
+	str(pk, "GPU");
+	msgpack_pack_uint32(pk, 1);
+	msgpack_pack_uint32(pk, 1);
+}
+
+/* The test decoder, which follows vLLM's field lists, takes every event
+ * kind in both forms (AllBlocksCleared too, which kvcached never sends),
+ * the defaulted fields of newer vLLM, and refuses what msgspec would,
+ * and a map field no struct declares. */
+static void test_decoder(void **state)
+{
+	static void (*const good[])(msgpack_packer *) = {
+		ev_cleared_array, ev_cleared_map, ev_stored_map_full, ev_removed_array_group,
+	};
+	static void (*const bad[])(msgpack_packer *) = {
+		ev_removed_map_extra, ev_removed_map_short, ev_removed_array_long,
+	};
+	uint8_t buf[512];
+	struct kve_batch b;
+	const char *why;
+	size_t i, n;
+
+	(void)state;
+	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		n = pack_obj(buf, sizeof(buf), good[i]);
+		why = NULL;
+		if (kve_decode(buf, n, &b, &why))
+			fail_msg("good event %zu refused: %s", i, why);
+		assert_int_equal(b.n, 1);
+		assert_int_equal(b.ev[0].map, i == 1 || i == 2);
+		assert_int_equal(b.ev[0].type,
+				 i < 2 ? KVE_CLEARED : i == 2 ? KVE_STORED : KVE_REMOVED);
+		assert_int_equal(b.ev[0].optional, i == 2 ? 3 : i == 3 ? 1 : 0);
+		kve_free(&b);
+	}
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		n = pack_obj(buf, sizeof(buf), bad[i]);
+		why = NULL;
+		assert_int_equal(kve_decode(buf, n, &b, &why), -1);
+		assert_non_null(why);
+	}
+}
+
+/* --kv-events-host-medium names a host pool's medium; a cuda pool's is
+ * GPU whatever it says. */
+static void test_host_medium(void **state)
+{
+	struct kvshm_key k[1];
+	struct kve_batch b;
+	const char *why = NULL;
+
+	(void)state;
+	strcpy(D.cfg.kv_events_host_medium, "CPU_PINNED");
+	ns_add(0, "m", 0);
+	publish(0, 1, 1, k, NULL);
+	kvd_events_tick(&D);
+	b = decode(0);
+	assert_string_equal(b.ev[0].medium, "CPU_PINNED");
+	kve_free(&b);
+	D.h->pool_kind = KVSHM_POOL_CUDA;
+	assert_string_equal(kvd_medium_name(&D, KVD_MEDIUM_POOL), "GPU");
+	assert_string_equal(kvd_medium_name(&D, KVD_MEDIUM_SPILL), "DISK");
+	assert_string_equal(kvd_medium_name(&D, KVD_MEDIUM_REMOTE), "REMOTE");
+	D.h->pool_kind = KVSHM_POOL_HOST;
+	assert_int_equal(kvd_events_medium_check("GPU", &why), 0);
+	assert_int_equal(kvd_events_medium_check("", &why), -EINVAL);
+	assert_int_equal(kvd_events_medium_check("CPU PINNED", &why), -EINVAL);
+	assert_non_null(strstr(why, "letters"));
+	assert_int_equal(kvd_events_medium_check("ABCDEFGHIJKLMNOP", &why), -EINVAL);
 }
 
 static void test_muted_stage(void **state)
@@ -532,7 +809,18 @@ static void replay_req(struct rcap *r, uint64_t start, size_t seqlen, size_t del
 
 	for (i = 7; i >= 0; i--, start >>= 8)
 		s[i] = (uint8_t)start;
-	kvd_events_replay_frames(&D, f, 3, rcap_fn, r);
+	kvd_events_replay_frames(&D, f, 3, false, rcap_fn, r);
+}
+
+static void replay_once(struct rcap *r, uint64_t start)
+{
+	uint8_t s[8];
+	struct iovec f[3] = { { "ab\x01", 3 }, { NULL, 0 }, { s, 8 } };
+	int i;
+
+	for (i = 7; i >= 0; i--, start >>= 8)
+		s[i] = (uint8_t)start;
+	kvd_events_replay_frames(&D, f, 3, true, rcap_fn, r);
 }
 
 static void test_drops_and_replay(void **state)
@@ -583,11 +871,25 @@ static void test_drops_and_replay(void **state)
 	replay_req(&r, 0, 8, 0);
 	assert_int_equal(r.n, 2);
 	r.eagain_after = 0;
-	kvd_events_replay_frames(&D, NULL, 0, rcap_fn, &r);
+	kvd_events_replay_frames(&D, NULL, 0, false, rcap_fn, &r);
 	assert_int_equal(r.n, 5);
 	assert_int_equal(r.seq[2], 4);
 	assert_int_equal(r.seq[4], UINT64_MAX);
-	kvd_events_replay_frames(&D, NULL, 0, rcap_fn, &r);	/* done: nothing */
+	kvd_events_replay_frames(&D, NULL, 0, false, rcap_fn, &r);	/* done: nothing */
+	assert_int_equal(r.n, 5);
+
+	/* A REQ peer takes one message per request: the first batch from
+	 * its start on, then it asks from the next; END past the last. It
+	 * holds no replay slot. */
+	memset(&r, 0, sizeof(r));
+	for (i = 0; i < 5; i++)
+		replay_once(&r, i ? r.seq[i - 1] + 1 : 0);
+	assert_int_equal(r.n, 5);
+	for (i = 0; i < 4; i++)
+		assert_int_equal(r.seq[i], 2 + i);
+	assert_int_equal(r.seq[4], UINT64_MAX);
+	assert_int_equal(atomic_load(&kvshm_stats(D.h)->kv_event_replays), 9);
+	kvd_events_replay_frames(&D, NULL, 0, false, rcap_fn, &r);
 	assert_int_equal(r.n, 5);
 
 	/* Malformed: refused, counted, and a REQ peer still gets END. */
@@ -748,6 +1050,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_spill_restore, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ns_cleared, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ns_cleared_shared_topic, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_forms, setup, teardown),
+		cmocka_unit_test(test_decoder),
+		cmocka_unit_test_setup_teardown(test_token_bytes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_host_medium, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_muted_stage, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_big_batches, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_drops_and_replay, setup, teardown),

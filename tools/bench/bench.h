@@ -52,7 +52,8 @@ struct row {
 	size_t page_bytes;
 	const char *pct;	/* latency percentile, else NULL */
 	const char *unit;	/* blocks/s, ns, GB/s */
-	const char *peer_kind;	/* hashtable, memcpy, redis-get, ... */
+	const char *peer_kind;	/* hashtable, memcpy, redis-get, ...; NULL: none
+				 * (pin: no peer reads in place) */
 	double kv, peer;
 	const char *skipped;
 	const char *workload;	/* serve: "qa" or "chat"; else NULL */

@@ -477,8 +477,9 @@ int try_open_flags(const char *sock, const struct kvc_model *m, uint32_t flags, 
 	int rc = kvc_open(m, &o, c);
 
 	/* Attached, with a warning: its pages are much smaller than the
-	 * daemon's (an external one). Said once per model name. */
-	if (!rc && errlen && err[0]) {
+	 * daemon's. Said once per model name, and only of the user's daemon
+	 * (--socket): kvbench sized its own. */
+	if (!rc && errlen && err[0] && opt.socket) {
 		static char said[8][64];
 		int i;
 

@@ -394,7 +394,7 @@ out:
 		unlink(files[i]);
 		free(tok[i]);
 	}
-	kvc_close(c);
+	bench_close(c);	/* on a user's daemon: drops what this mode published */
 	if (!opt.socket)
 		daemon_stop(true);
 }

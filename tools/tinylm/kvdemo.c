@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -100,6 +101,13 @@ static void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt,
 	exit(2);
 }
 
+/* A hit ratio in percent as kvstat shows it: one decimal, truncated, so
+ * that 100.0% means nothing was missed and both print the same figure. */
+static double pct(uint64_t hit, uint64_t total)
+{
+	return total ? floor(1000.0 * (double)hit / (double)total + 1e-9) / 10 : 0.0;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -122,7 +130,8 @@ static void usage(FILE *f)
 "                       also the processes of multi and group (default 3)\n"
 "  --compare-cold       also run each prompt with no cache and check that its\n"
 "                       logits are bitwise those of the cached run\n"
-"  --max-tokens N       tokens generated per answer (default 16; --gen N)\n"
+"  --max-tokens N, --gen N\n"
+"                       tokens generated per answer (default 16)\n"
 "  --socket PATH        kvcached's socket (default $KVCACHED_SOCKET, else the\n"
 "                       default path)\n"
 "  --spawn              start a private kvcached for the run (the one next to\n"
@@ -145,7 +154,6 @@ static void usage(FILE *f)
 "  --group-docs N       documents in the group batch (default 4; questions:\n"
 "                       --questions)\n"
 "  --group-doc-tokens N their length (default 512)\n"
-"  --gen N              tokens generated per answer (default 16)\n"
 "  --schema FILE        prompt-module schema (default: a built-in one); then:\n"
 "  --modules A,B,...    the modules a prompt names (default: the first of\n"
 "                       each union and every other module)\n"
@@ -623,8 +631,8 @@ static void run_qa(kvc_t *c)
 	       cm * 1e3, opt.cold_runs, wm * 1e3, opt.questions, wm / cm, cm / wm);
 	printf("  CPU time of the same: cold %.1f ms, warm %.1f ms: warm/cold = %.4f\n", ccm * 1e3,
 	       wcm * 1e3, wcm / ccm);
-	printf("  tokens reused %zu of %zu (hit ratio %.3f); warm logits bitwise equal to the cold run's: %d of %d%s\n",
-	       reused, total, total ? (double)reused / total : 0.0, same, checked,
+	printf("  tokens reused %zu of %zu (hit ratio %.1f%%); warm logits bitwise equal to the cold run's: %d of %d%s\n",
+	       reused, total, pct(reused, total), same, checked,
 	       same == checked ? "" : "  <-- MISMATCH");
 	if (same != checked)
 		failures++;
@@ -672,8 +680,8 @@ static void run_chat(kvc_t *c)
 		if (n < cap)
 			tok[n++] = TLM_BYTE0 + '\n';
 	}
-	printf("  tokens reused %zu of %zu (hit ratio %.3f)\n", reused, total,
-	       total ? (double)reused / total : 0.0);
+	printf("  tokens reused %zu of %zu (hit ratio %.1f%%)\n", reused, total,
+	       pct(reused, total));
 	tlm_state_free(&s);
 	free(tok);
 }
@@ -786,8 +794,8 @@ static void run_multi(void)
 		hit += slots[i].hit;
 		tokens += slots[i].tokens;
 	}
-	printf("  tokens reused %llu of %llu (hit ratio %.3f)\n", (unsigned long long)hit,
-	       (unsigned long long)tokens, tokens ? (double)hit / tokens : 0.0);
+	printf("  tokens reused %llu of %llu (hit ratio %.1f%%)\n", (unsigned long long)hit,
+	       (unsigned long long)tokens, pct(hit, tokens));
 	munmap(slots, opt.procs * 2 * sizeof(*slots));
 	free(shared_doc);
 }
@@ -931,8 +939,8 @@ static void run_modules(kvc_t *c)
 		total += plan.n;
 		tlm_plan_free(&plan);
 	}
-	printf("  tokens reused %zu of %zu (hit ratio %.3f); cached compositions %s uncached prefills at the same positions\n",
-	       reused, total, total ? (double)reused / total : 0.0,
+	printf("  tokens reused %zu of %zu (hit ratio %.1f%%); cached compositions %s uncached prefills at the same positions\n",
+	       reused, total, pct(reused, total),
 	       bad ? "DIFFER FROM" : "bitwise equal to");
 	failures += bad;
 	tlm_state_free(&s);
@@ -1048,9 +1056,9 @@ static void run_group(void)
 			hit += slots[i].hit;
 			tok += slots[i].tokens;
 		}
-		printf("  %-28s hit ratio %.3f (%llu of %llu tokens reused), batch wall time %.2f s\n",
+		printf("  %-28s hit ratio %.1f%% (%llu of %llu tokens reused), batch wall time %.2f s\n",
 		       pass ? "kvc_group order (leaders 1st):" : "arrival order:",
-		       tok ? (double)hit / tok : 0.0, (unsigned long long)hit,
+		       pct(hit, tok), (unsigned long long)hit,
 		       (unsigned long long)tok, tlm_now() - t0);
 		if (pass)
 			printf("  (%d groups; order:", groups);
@@ -1286,7 +1294,8 @@ static void run_prompt(kvc_t *c, struct tlm_state *s, int i, int proc)
 
 	if (!warm || !cold || !gw || !gc)
 		die("out of memory");
-	snprintf(label, sizeof(label), "prompt:%d", i + 1);
+	/* What kvstat's TOP PREFIXES shows: the name this output gives it. */
+	snprintf(label, sizeof(label), "prompt %d %s", i + 1, pname[i]);
 	r = answer(s, c, ptok[i], plen[i], label, 0, gw, opt.gen, warm);
 	pr->ttft = r.ttft;
 	pr->tokens = r.tokens;
@@ -1294,7 +1303,7 @@ static void run_prompt(kvc_t *c, struct tlm_state *s, int i, int proc)
 	if (opt.prompt_procs > 1)
 		snprintf(procs, sizeof(procs), ", process %d", proc);
 	printf("  prompt %d (%s%s): %zu tokens, %zu hit tokens (%.1f%%%s), TTFT %.1f ms", i + 1,
-	       pname[i], procs, r.tokens, r.hit, 100.0 * (double)r.hit / (double)r.tokens,
+	       pname[i], procs, r.tokens, r.hit, pct(r.hit, r.tokens),
 	       hit_tiers(&r), r.ttft * 1e3);
 	/* A failed alloc or publish is said once, as the reason it published
 	 * fewer blocks than it computed. */
@@ -1381,9 +1390,9 @@ static void run_prompts(kvc_t *c)
 		cold += psh->r[i].cold;
 		differ += psh->r[i].differ;
 	}
-	printf("  tokens %llu, hit tokens %llu (hit ratio %.3f), TTFT total %.1f ms",
-	       (unsigned long long)tokens, (unsigned long long)hit,
-	       tokens ? (double)hit / (double)tokens : 0.0, warm * 1e3);
+	printf("  tokens %llu, hit tokens %llu (hit ratio %.1f%%), TTFT total %.1f ms",
+	       (unsigned long long)tokens, (unsigned long long)hit, pct(hit, tokens),
+	       warm * 1e3);
 	if (opt.compare_cold)
 		printf(" (cold %.1f ms); cached runs %s their cold runs", cold * 1e3,
 		       differ ? "DIFFER FROM" : "bitwise equal to");

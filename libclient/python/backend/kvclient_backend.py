@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import ctypes
+import functools
 import hashlib
 import os
 import re
@@ -137,10 +138,24 @@ def _record_line(path: str, data: bytes) -> str:
 
 # ---- PEP 517 hooks -------------------------------------------------------
 
+def _said(hook):
+    """A BuildError ends the build with its message alone: SystemExit
+    prints it and no traceback, so pip shows it as the build's whole
+    output (issue #38: it was buried under one)."""
+    @functools.wraps(hook)
+    def run(*args, **kwargs):
+        try:
+            return hook(*args, **kwargs)
+        except BuildError as e:
+            raise SystemExit(f"kvclient: {e}") from None
+    return run
+
+
 def get_requires_for_build_wheel(config_settings=None):
     return []
 
 
+@_said
 def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
     v = version()
     di = Path(metadata_directory) / _dist_info(v)
@@ -149,6 +164,7 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
     return di.name
 
 
+@_said
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     v = version()
     files = _files(v)

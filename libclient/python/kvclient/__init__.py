@@ -34,7 +34,7 @@ from .client import Client, Model, PagedKV, PosKind, Request
 from .errors import (ClientClosedError, ConnectionLostError, DeviceMemoryError,
                      ForkedHandleError, GeometryError, InFlightError, InvalidArgumentError,
                      KeyCollisionError,
-                     KvcError, NoDaemonError, NoDeviceError, NoPageError, NoSpaceError,
+                     KvcError, KvcWarning, NoDaemonError, NoDeviceError, NoPageError, NoSpaceError,
                      NotSupportedError, NotTrustedError, OutOfMemoryError, ProtocolError,
                      QuotaError, ReadOnlyBlockError, RequestReleasedError, RequestStateError,
                      TensorDeviceError, TensorError, TooBigError, TooManyClientsError,
@@ -48,7 +48,7 @@ __version__ = "0.2.0"
 __all__ = [
     "Client", "Model", "PagedKV", "PosKind", "Request", "version", "version_info",
     "library_path", "LibraryNotFound",
-    "KvcError", "ClientClosedError", "ConnectionLostError", "DeviceMemoryError",
+    "KvcError", "KvcWarning", "ClientClosedError", "ConnectionLostError", "DeviceMemoryError",
     "ForkedHandleError", "GeometryError", "InFlightError", "InvalidArgumentError", "KeyCollisionError",
     "NoDaemonError", "NoDeviceError", "NoPageError", "NoSpaceError", "NotSupportedError",
     "NotTrustedError", "OutOfMemoryError", "ProtocolError", "QuotaError", "ReadOnlyBlockError",

@@ -24,6 +24,7 @@ import ctypes
 import enum
 import errno as _errno
 import os
+import warnings
 from ctypes import byref, c_char, c_void_p
 from typing import Any
 
@@ -31,7 +32,7 @@ from . import _buffers as _b
 from . import _lib as _L
 from .errors import (ClientClosedError, DeviceMemoryError, ForkedHandleError,
                      InvalidArgumentError,
-                     KvcError, NoPageError, NotSupportedError,
+                     KvcError, KvcWarning, NoPageError, NotSupportedError,
                      RequestReleasedError, RequestStateError, TensorDeviceError, TensorError,
                      TooBigError, WrongDeviceError, error_class)
 
@@ -306,13 +307,21 @@ class Client:
     InvalidArgumentError, and, for a cuda pool, NotSupportedError or
     NoDeviceError.
 
+    An open that succeeds may still have something to say: the daemon's
+    warning (the model's pages fill at most half of the pool's, so most of
+    every page it takes stays unused) is ``Client.warning`` (None when
+    there is none) and, unless ``warn=False``, a ``kvclient.KvcWarning``
+    through the ``warnings`` module. The engine adapters pass
+    ``warn=False`` and put it in the engine's log instead.
+
     Use it as a context manager, or call close(); a Client belongs to the
     process that opened it (a forked child gets ForkedHandleError from
     every call and opens its own).
     """
 
     def __init__(self, model: Model, socket: str | os.PathLike | None = None,
-                 salt: bytes | str = b"", max_pins: int = 0, alloc_ahead: bool = False):
+                 salt: bytes | str = b"", max_pins: int = 0, alloc_ahead: bool = False,
+                 warn: bool = True):
         if not isinstance(model, Model):
             raise TypeError("model must be a kvclient.Model")
         L = _L.lib()
@@ -341,6 +350,10 @@ class Client:
                     f"attach to kvcached at {where}")
             raise _error(rc, "kvc_open", reason, what)
         self._h = h
+        # kvc_open's errbuf on success: empty, or the daemon's warning.
+        self.warning: str | None = eb.value.decode("utf-8", "replace") or None
+        if self.warning and warn:
+            warnings.warn(f"kvclient: {self.warning}", KvcWarning, stacklevel=2)
         self._pid = os.getpid()
         self._fork = _fork_gen[0]
         self._live: set[int] = set()	# C requests not yet freed

@@ -28,6 +28,13 @@ class KvcError(OSError):
         return (type(self), (self.errno, self.strerror, self.reason))
 
 
+class KvcWarning(UserWarning):
+    """What a call that succeeded has to say (``warnings.warn``): the
+    daemon's warning when a Client opens, for now that the model's pages
+    fill at most half of the pool's (kvc_open's errbuf on success). The
+    Client keeps the text in ``Client.warning``."""
+
+
 class NoDaemonError(KvcError, ConnectionError):
     """No kvcached listens at the socket path (ENOENT, ECONNREFUSED)."""
 

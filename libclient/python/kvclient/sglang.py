@@ -44,14 +44,13 @@ docs/ENGINES.md for the version followed); nothing here is SGLang code.
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import Any, List, Optional
 
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
 
 from . import client as _client
-from ._engine import Reconnecting
+from ._engine import Reconnecting, namespace_name
 from .errors import KvcError
 
 log = logging.getLogger("kvclient.sglang")
@@ -160,20 +159,16 @@ class KvcachedStorage(HiCacheStorage):
         self._open(model, lambda c: _client.PagedKV(c, ks, layout="mla"))
 
     def _ns_name(self, pool) -> str:
-        name = f"{self.name}/{_dtype_name(pool.dtype)}"
-        if self.cp:
-            name += f" cp{self.cp[0]}/{self.cp[1]}"
-        if len(name.encode()) > 63:
-            b = name.encode()
-            name = b[:50].decode("utf-8", "ignore") + "~" + hashlib.sha256(b).hexdigest()[:12]
-        return name
+        return namespace_name(self.name, _dtype_name(pool.dtype),
+                              f" cp{self.cp[0]}/{self.cp[1]}" if self.cp else "")
 
     def _open(self, model, paged) -> None:
         self.model = model
 
         def opened(c):
             self._kv = paged(c)
-        self._rc = Reconnecting(model, self.socket, self.salt, opened, "KvcachedStorage")
+        self._rc = Reconnecting(model, self.socket, self.salt, opened, "KvcachedStorage",
+                                logger=log)
         self._rc.get()
 
     def _client(self):

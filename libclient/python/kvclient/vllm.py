@@ -49,7 +49,7 @@ skip saves; it reconnects at most once a second.
 """
 from __future__ import annotations
 
-import hashlib
+import inspect
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -60,10 +60,12 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V
                                                              KVConnectorRole)
 
 from . import client as _client
-from ._engine import Reconnecting
+from ._engine import Reconnecting, namespace_name
 from .errors import KvcError
 
-log = logging.getLogger("kvclient.vllm")
+# Under "vllm.": vLLM's logging configuration (the "vllm" logger's handler)
+# prints it in the engine's log, with vLLM's own lines.
+log = logging.getLogger("vllm.kvclient")
 
 __all__ = ["KvcachedConnector", "KvcachedConnectorMetadata"]
 
@@ -165,22 +167,39 @@ def _model_layers(kv_caches: dict, layers: int) -> Optional[list]:
 
 
 def _model_name(vllm_config, extra: dict, dtype: str) -> str:
+    """extra's model_name, else vLLM's model and its revision
+    ("meta-llama/Llama-3.1-8B@main"), then "/" and the KV dtype."""
     name = extra.get("model_name")
     if not name:
         mc = vllm_config.model_config
         rev = getattr(mc, "revision", None)
-        name = f"{mc.model}{'@' + rev if rev else ''}/{dtype}"
-    b = name.encode()
-    if len(b) > 63:	# keep it unique: a digest of the whole name at the end
-        name = b[:50].decode("utf-8", "ignore") + "~" + hashlib.sha256(b).hexdigest()[:12]
-    return name
+        name = f"{mc.model}{'@' + rev if rev else ''}"
+    return namespace_name(name, dtype)
+
+
+def _base_takes_kv_cache_config() -> bool:
+    """Does this vLLM's KVConnectorBase_V1.__init__ take kv_cache_config
+    (vLLM since about v0.11), or only (vllm_config, role) (before)?"""
+    try:
+        params = list(inspect.signature(KVConnectorBase_V1.__init__).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    pos = [p for p in params[1:] if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(pos) >= 3 or any(p.kind == p.VAR_POSITIONAL for p in params)
 
 
 class KvcachedConnector(KVConnectorBase_V1):
     """kvcached as vLLM's KV connector (see the module docstring)."""
 
+    # The base's constructor as this vLLM has it: the older one takes two
+    # arguments and refuses a third.
+    _BASE_3_ARGS = _base_takes_kv_cache_config()
+
     def __init__(self, vllm_config, role, kv_cache_config=None):
-        super().__init__(vllm_config, role, kv_cache_config)
+        if self._BASE_3_ARGS:
+            super().__init__(vllm_config, role, kv_cache_config)
+        else:
+            super().__init__(vllm_config, role)
         ktc = vllm_config.kv_transfer_config
         extra = dict(getattr(ktc, "kv_connector_extra_config", None) or {})
         mc, cc, pc = vllm_config.model_config, vllm_config.cache_config, vllm_config.parallel_config
@@ -213,7 +232,7 @@ class KvcachedConnector(KVConnectorBase_V1):
             head_dim=head_dim, block_tokens=T, pos=extra.get("pos", "rope"),
             tp_rank=tp_rank, tp_size=tp, pp_rank=pp_rank, pp_size=pp, mla=mla)
         self._rc = Reconnecting(self.model, extra.get("socket"), extra.get("salt", b""),
-                                self._opened, "KvcachedConnector")
+                                self._opened, "KvcachedConnector", logger=log)
         self._rc.on_drop = self._dropped
         # Scheduler side.
         self._reqs: dict[str, _ReqState] = {}
