@@ -169,6 +169,7 @@ static const struct bad_setting {
 	{ "max-announced", "-1", "0..4194304" },
 	{ "max-share", "101%", "1..100" },
 	{ "hello-timeout-ms", "0", "1..600000" },
+	{ "slice-timeout-ms", "0", "1..3600000" },
 	{ "low-watermark", "91", "0..90" },
 	{ "high-watermark", "96", "0..95" },
 	{ "eviction", "fifo", "lru, s3fifo or clock" },

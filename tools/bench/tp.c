@@ -48,6 +48,9 @@
 #define HEADS	8
 #define HD	128
 #define BATCH	16		/* requests a lookup batch: 4096 pins */
+/* Pages of 64 KiB (or more) the three layouts take, with room to spare:
+ * a daemon kvbench did not start without them is skipped. */
+#define NEED_PAGES (2 * (NB + NB + HEADS * NB))
 
 enum { T_SHARED, T_RANK, T_HEADS, G_SHARED, G_HEADS, T_N };
 
@@ -202,6 +205,22 @@ void mode_tp(void)
 	mh = model_of(n_heads, 1, 1, 0);
 	if (!sock)	/* 64 KiB slots: 256 + 256 + 2048 pages (a head's uses 8 KiB) */
 		sock = daemon_start("tp", "64K", "192M");
+	if (opt.socket) {	/* a daemon kvbench did not start: room for it all? */
+		struct kvc_stats st;
+		char err[256] = "";
+		kvc_t *c = NULL;
+		int rc = try_open(sock, &ms, &c, err, sizeof(err));
+
+		if (!rc && (ck(kvc_stats(c, &st), "kvc_stats"), st.pages_total < NEED_PAGES))
+			snprintf(err, sizeof(err), "the pool has %llu pages, %d needed",
+				 (unsigned long long)st.pages_total, NEED_PAGES);
+		if (c)
+			kvc_close(c);
+		if (rc || *err) {
+			fprintf(stderr, "kvbench: tp: skipped: %s\n", *err ? err : kvc_strerror(rc));
+			return;
+		}
+	}
 	b.shared = open_model(sock, &ms);
 	r1 = open_model(sock, &m1);
 	b.rank = open_model(sock, &mr);
