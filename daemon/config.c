@@ -436,7 +436,8 @@ static const struct kvd_option options[] = {
 	  .help = "socket file mode" },
 	{ "hugepages", "auto|on|off", OPT_WORD, F(hugepages), .words = w_hugepages,
 	  .vals = v_hugepages, .bad = "must be auto, on or off", .def = "auto",
-	  .help = "hugetlb pages for the host pool" },
+	  .help = "2 MiB pages for the host pool and the segment: auto (hugetlb if reserved, "
+		  "else shmem THP, else 4 KiB), on (hugetlb or fail), off (4 KiB)" },
 	{ "log-level", "error|warning|info|debug", OPT_WORD, F(log_level), .words = w_log,
 	  .vals = v_log, .bad = "must be error, warning, info or debug", .def = "info",
 	  .help = "what the log shows" },

@@ -12,6 +12,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "../shm/mapping.h"
 #include "../shm/segment.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -28,11 +29,24 @@
 #include "tier/remote.h"
 #include "tier/spill.h"
 
+/* The segment on shmem transparent huge pages: hugepages not off, a
+ * segment of 2 MiB at least, and a kernel that does not deny them. */
+static bool segment_thp(const struct kvd_config *cfg, uint64_t bytes)
+{
+	char thp[32];
+
+	kvd_thp_shmem_mode(thp, sizeof(thp));
+	return cfg->hugepages != KVD_HUGE_OFF && bytes >= KVSHM_HUGE_BYTES && thp[0] &&
+	       strcmp(thp, "deny");
+}
+
 static int segment_open(struct kvd *d)
 {
 	struct kvshm_geometry geo = { 0 };
 	struct kvshm_header h;
+	struct kvd_memfd_fill fill;
 	int64_t slots = kvd_spill_slots(&d->cfg);
+	uint64_t seg_huge = 0;
 	int rc;
 
 	if (slots < 0)
@@ -50,15 +64,26 @@ static int segment_open(struct kvd *d)
 		kvd_err("segment: geometry out of range");
 		return -1;
 	}
-	rc = kvd_memfd_create(&d->seg, "kvcached-segment", h.segment_bytes, false);
+	/* Every lookup reads it at random: on 2 MiB pages where the kernel
+	 * gives them as for the pool (shmem THP; the hugetlb reserve is the
+	 * pool's), so that its buckets and page entries cost fewer TLB
+	 * misses and every client fewer page tables. */
+	rc = kvd_memfd_create(&d->seg, "kvcached-segment", h.segment_bytes,
+			      segment_thp(&d->cfg, h.segment_bytes) ? KVD_MEM_THP : KVD_MEM_SMALL);
+	if (!rc)
+		rc = kvd_memfd_fill(&d->seg, 0, &fill);
 	if (rc) {
 		kvd_err("segment: cannot reserve %llu bytes: %s",
 			(unsigned long long)h.segment_bytes, strerror(-rc));
 		return -1;
 	}
+	if (kvd_memfd_huge_bytes(&d->seg, &seg_huge))
+		seg_huge = fill.collapsed * KVSHM_HUGE_BYTES;
 	h.pool_kind = strcmp(d->cfg.pool, "cuda") ? KVSHM_POOL_HOST : KVSHM_POOL_CUDA;
 	d->h = d->seg.base;
 	kvshm_init(d->h, &h);
+	atomic_store_explicit(&kvshm_stats(d->h)->segment_huge_bytes, seg_huge,
+			      memory_order_relaxed);
 	/* From here on only our existing mapping can write it. */
 	rc = kvd_memfd_seal(&d->seg, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE |
 				     F_SEAL_SEAL);
@@ -128,6 +153,21 @@ static int memory_fits(const struct kvd *d)
 	return 0;
 }
 
+/* What the pool is made of, for kvstat and /metrics (segment.h). */
+static void pool_stats(struct kvd *d)
+{
+	struct kvshm_stats *st = kvshm_stats(d->h);
+	enum kvshm_pool_backing b = kvd_pool_backing(&d->pool);
+
+	atomic_store_explicit(&st->pool_backing, b, memory_order_relaxed);
+	atomic_store_explicit(&st->pool_memory_page_bytes,
+			      b == KVSHM_BACKING_NONE ? 0 :
+			      b == KVSHM_BACKING_SMALL ? 4096 : KVSHM_HUGE_BYTES,
+			      memory_order_relaxed);
+	atomic_store_explicit(&st->pool_huge_bytes, d->pool.huge_bytes, memory_order_relaxed);
+	atomic_store_explicit(&st->pool_prefault_ns, d->pool.prefault_ns, memory_order_relaxed);
+}
+
 int main(int argc, char **argv)
 {
 	char where[256];
@@ -163,11 +203,22 @@ int main(int argc, char **argv)
 	if (memory_fits(&d))
 		goto out;
 	rc = 1;
+	/* The segment and the pool are faulted in before READY=1: a big pool
+	 * of 4 KiB pages on a slow host can take minutes, past systemd's
+	 * default start timeout. Ask for 10 s per GiB and a minute more. */
+	{
+		char st[64];
+
+		snprintf(st, sizeof(st), "EXTEND_TIMEOUT_USEC=%llu",
+			 (unsigned long long)(60 + d.cfg.pool_size / (1ull << 30) * 10) * 1000000ull);
+		kvd_notify(st);
+	}
 	if (segment_open(&d))
 		goto out;
 	if (kvd_pool_open(&d.pool, &d.cfg, (uint64_t)d.h->geo.n_pages * d.cfg.page_size,
 			  d.cfg.page_size))
 		goto out;
+	pool_stats(&d);
 	/* Before the spill tier: its warm restart announces what it finds. */
 	if (kvd_events_open(&d))
 		goto out;
@@ -214,7 +265,6 @@ int main(int argc, char **argv)
 	if (d.watchdog_usec)
 		kvd_info("systemd watchdog: pinging every %llu ms",
 			 (unsigned long long)d.watchdog_usec / 2000);
-	kvd_pool_prefault(&d.pool);
 	rc = kvd_server_run(&d) ? 1 : 0;
 	kvd_notify("STOPPING=1");
 out:

@@ -21,6 +21,7 @@
 
 #include "client_int.h"
 #include "connect.h"
+#include "../shm/mapping.h"
 #include "../shm/key.h"
 
 static int send_all(int fd, const void *buf, size_t len)
@@ -396,8 +397,10 @@ static int map_fd(int fd, uint64_t want, int prot, void **out)
 
 	if (fd < 0 || fstat(fd, &st) || (uint64_t)st.st_size < want || !want)
 		return -EPROTO;
-	p = mmap(NULL, want, prot, MAP_SHARED, fd, 0);
-	if (p == MAP_FAILED)
+	/* At a 2 MiB boundary, so that the daemon's 2 MiB pages are mapped
+	 * whole here too (shm/mapping.h). */
+	p = kvshm_map(fd, want, prot);
+	if (!p)
 		return -errno;
 	*out = p;
 	return 0;

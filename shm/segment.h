@@ -26,12 +26,13 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 14u	/* 8: remote tier counters; 9: single flight (page
+#define KVSHM_VERSION 15u	/* 8: remote tier counters; 9: single flight (page
 				 * flight, row flight, wait stats); 10: page
 				 * entries of one cache line; 11: tick timing;
 				 * 12: ledger access ring of 1024, a hit run
 				 * written deepest first; 13: page `unlisted`
-				 * (lookups find pages without the index); 14:
+				 * (lookups find pages without the index);
+				 * 14: pool and segment backing stats; 15:
 				 * namespace rows without the tensor-parallel
 				 * rank (one namespace for every TP size), with
 				 * the KV layout; page `slices` and `writers`
@@ -221,12 +222,31 @@ struct kvshm_stats {
 	_Atomic uint64_t ticks;
 	_Atomic uint64_t ticks_slow;
 	_Atomic uint64_t tick_hist[KVSHM_TICK_BUCKETS];
+	/* The memory under the pool and the segment (daemon/pool/pool_host.c,
+	 * daemon/main.c) as the kernel reported it to the daemon once both
+	 * were faulted in: written once by its main thread, relaxed stores,
+	 * before the socket listens (a client's punch may split a 2 MiB page
+	 * later; these do not follow). Layout 14. */
+	_Atomic uint64_t pool_backing;		/* enum kvshm_pool_backing */
+	_Atomic uint64_t pool_memory_page_bytes;/* 2 MiB (hugetlb, THP), 4 KiB; 0: cuda */
+	_Atomic uint64_t pool_huge_bytes;	/* of the pool, in 2 MiB pages */
+	_Atomic uint64_t pool_prefault_ns;	/* faulting the pool in took */
+	_Atomic uint64_t segment_huge_bytes;	/* of the segment, in 2 MiB pages */
 	/* Pages several tensor-parallel ranks write (daemon/core/slice.c),
-	 * layout 14: grants of a slice of a page another rank began, and
+	 * layout 15: grants of a slice of a page another rank began, and
 	 * pages given up unwhole (a rank released its slice, died, or never
 	 * came within slice-timeout-ms). */
 	_Atomic uint64_t slice_joins;
 	_Atomic uint64_t slice_dropped;
+};
+
+/* What the pool's memory is made of (kvshm_stats.pool_backing). */
+enum kvshm_pool_backing {
+	KVSHM_BACKING_NONE = 0,		/* a cuda pool: GPU memory */
+	KVSHM_BACKING_SMALL = 1,	/* normal 4 KiB pages */
+	KVSHM_BACKING_THP = 2,		/* shmem transparent huge pages: 2 MiB,
+					 * pool_huge_bytes of it */
+	KVSHM_BACKING_HUGETLB = 3,	/* hugetlb pages, 2 MiB */
 };
 
 /*
@@ -365,7 +385,7 @@ struct kvshm_shard {
  * with acquire before trusting the rest. Rows are never reused while the
  * daemon lives (namespaces are few; their pages outlive their clients).
  *
- * The tensor-parallel rank is no part of it (since layout 14): kv_heads is
+ * The tensor-parallel rank is no part of it (since layout 15): kv_heads is
  * the model's, all ranks together, and a page holds every head, so the
  * ranks of an engine at any TP size share the namespace and its pages
  * (each rank moves only its heads: kvproto_part). A pipeline stage holds
@@ -552,7 +572,7 @@ struct kvshm_page {
 	uint32_t owner;
 	struct kvshm_key key;
 	struct kvshm_key parent;
-	_Atomic uint32_t slices;	/* was `ref` (unused) until layout 14 */
+	_Atomic uint32_t slices;	/* was `ref` (unused) until layout 15 */
 	_Atomic uint32_t flight;
 	uint32_t unlisted;
 	_Atomic uint32_t writers;	/* was padding: one line per entry */

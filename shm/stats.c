@@ -22,6 +22,19 @@ const struct kvshm_metric kvshm_metrics[] = {
 	M("kvcached_pool_pages", "gauge", NULL, "state=\"spilled\"", "pages_spilled", pages_spilled),
 	M("kvcached_index_entries", "gauge", "Blocks in the shared index.", NULL, "index_entries",
 	  index_entries),
+	M("kvcached_pool_backing", "gauge",
+	  "What the host pool's memory is: 1 normal 4 KiB pages, 2 shmem transparent huge "
+	  "pages, 3 hugetlb pages; 0 a cuda pool.", NULL, "pool_backing", pool_backing),
+	M("kvcached_pool_memory_page_bytes", "gauge",
+	  "Kernel page size the host pool is made of: 2097152 (hugetlb, shmem THP) or 4096; "
+	  "0 for a cuda pool.", NULL, "pool_memory_page_bytes", pool_memory_page_bytes),
+	M("kvcached_pool_huge_bytes", "gauge",
+	  "Bytes of the host pool in 2 MiB pages, as the kernel mapped them once the pool was "
+	  "faulted in (the daemon's /proc/self/smaps).", NULL, "pool_huge_bytes",
+	  pool_huge_bytes),
+	M("kvcached_segment_huge_bytes", "gauge",
+	  "Bytes of the shared segment (index, page table) in 2 MiB pages, read as for the "
+	  "pool.", NULL, "segment_huge_bytes", segment_huge_bytes),
 	M("kvcached_pins", "gauge", "Pin slots in use over all clients.", NULL, "pins", pins),
 	M("kvcached_clients", "gauge", "Clients attached now.", NULL, "clients_attached",
 	  clients_attached),
@@ -246,6 +259,7 @@ int kvshm_snap_take(const struct kvshm_header *h, struct kvshm_snap *s)
 
 	memset(s, 0, sizeof(*s));
 	s->geo = h->geo;
+	s->segment_bytes = h->segment_bytes;
 	s->pool_kind = h->pool_kind;
 	s->daemon_pid = h->daemon_pid;
 	s->start_time_ns = h->start_time_ns;
@@ -501,6 +515,10 @@ size_t kvshm_prometheus(const struct kvshm_snap *s, char *buf, size_t len)
 	family(&o, "kvcached_start_time_seconds", "gauge",
 	       "When the daemon started, in seconds since the epoch.");
 	put(&o, "kvcached_start_time_seconds %.3f\n", (double)s->start_time_ns / 1e9);
+	family(&o, "kvcached_pool_prefault_seconds", "gauge",
+	       "How long faulting the host pool in took at start (before the daemon served).");
+	put(&o, "kvcached_pool_prefault_seconds %.3f\n",
+	    (double)s->v[KVSHM_STAT_ID(pool_prefault_ns)] / 1e9);
 	for (k = 0; k < kvshm_n_metrics; k++) {
 		const struct kvshm_metric *m = &kvshm_metrics[k];
 

@@ -38,6 +38,7 @@ struct kvshm_snap_client {
 
 struct kvshm_snap {
 	struct kvshm_geometry geo;
+	uint64_t segment_bytes;
 	uint32_t pool_kind;
 	int32_t daemon_pid;
 	uint64_t start_time_ns;

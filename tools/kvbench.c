@@ -236,11 +236,11 @@ static void print_json(FILE *f, const char *cpu, long ncpu, const char *kernel, 
 	fprintf(f, ",\"kernel\":");
 	json_str(f, kernel);
 	fprintf(f, "},\"config\":{\"seconds_per_row\":%g,\"quick\":%s,\"daemon\":\"%s\","
-	       "\"block_tokens\":%d,\"rounds\":%d,\"lookup_page_bytes\":4096,"
+	       "\"hugepages\":\"%s\",\"block_tokens\":%d,\"rounds\":%d,\"lookup_page_bytes\":4096,"
 	       "\"publish_page_bytes\":%zu,\"timer_overhead_ns\":%u,\"wall_seconds\":%.1f,"
 	       "\"loadavg_start\":%.2f,\"loadavg_end\":%.2f,\"steal_pct\":%.1f",
 	       opt.seconds, opt.quick ? "true" : "false", opt.socket ? "external" : "spawned",
-	       BT, ROUNDS, publish_page_bytes, tmr, wall, load_start, load_end, steal_pct);
+	       opt.hugepages ? opt.hugepages : "off", BT, ROUNDS, publish_page_bytes, tmr, wall, load_start, load_end, steal_pct);
 	fputs(mode_json, f);
 	fputs(",\"modes\":[", f);
 	for (m = 0, k = 0; m < NELEM(modes); m++)
@@ -464,11 +464,14 @@ static void fmt_ratio(char *buf, size_t len, double x)
 /* What the table says before any mode runs (progress and notes follow). */
 static void print_head(const char *cpu, long ncpu, const char *kernel, uint32_t tmr)
 {
+	char sz[48];
+
 	printf("kvbench: libkvclient %s, %ld CPUs (%s), %s\n", kvc_version_string(), ncpu, cpu,
 	       kernel);
+	snprintf(sz, sizeof(sz), "spawned (host pool, hugepages %s)",
+		 opt.hugepages ? opt.hugepages : "off");
 	printf("daemon: %s; %g s per row (%d alternating rounds, median); clock read %u ns\n",
-	       opt.socket ? opt.socket : "spawned (host pool, hugepages off)", opt.seconds,
-	       ROUNDS, tmr);
+	       opt.socket ? opt.socket : sz, opt.seconds, ROUNDS, tmr);
 	fflush(stdout);
 }
 
@@ -619,6 +622,9 @@ static void usage(FILE *f)
 "  --serve-workloads LIST  serve: qa, chat, scan, qa-big (default qa,chat,scan;\n"
 "                          qa-big: 256 MiB of KV, 2048-token documents)\n"
 "  --serve-rounds N serve: traces per point, 1 to 8 (default 3; --quick: 1)\n"
+"  --hugepages MODE the daemons kvbench starts get --hugepages MODE (auto,\n"
+"                   on or off; default off, so that figures compare across\n"
+"                   hosts whatever huge pages they allow)\n"
 "  --scale-max-pool SIZE  scale: largest pool to start (default 16G; sizes\n"
 "                   MemAvailable cannot hold with 2 GiB to spare are\n"
 "                   skipped, saying so)\n"
@@ -684,6 +690,7 @@ static void parse_args(int argc, char **argv)
 		{ "serve-workloads", required_argument, NULL, 'W' },
 		{ "serve-rounds", required_argument, NULL, 'R' },
 		{ "scale-max-pool", required_argument, NULL, 'X' },
+		{ "hugepages", required_argument, NULL, 'H' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -749,6 +756,11 @@ static void parse_args(int argc, char **argv)
 			scale_max_pool = v << (*end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0);
 			break;
 		}
+		case 'H':
+			if (strcmp(optarg, "auto") && strcmp(optarg, "on") && strcmp(optarg, "off"))
+				bad_usage("--hugepages %s: must be auto, on or off", optarg);
+			opt.hugepages = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);

@@ -146,6 +146,13 @@ static const char *pool_kind(uint32_t k)
 	return k == KVSHM_POOL_HOST ? "host" : k == KVSHM_POOL_CUDA ? "cuda" : "unknown";
 }
 
+/* enum kvshm_pool_backing: the JSON name. */
+static const char *backing_name(uint64_t b)
+{
+	return b == KVSHM_BACKING_SMALL ? "4k" : b == KVSHM_BACKING_THP ? "thp" :
+	       b == KVSHM_BACKING_HUGETLB ? "hugetlb" : "none";
+}
+
 /*
  * A spill tier is configured when it has slots: spill_enabled drops to 0
  * when the tier degrades (writes stopped after an error), while its slots,
@@ -378,9 +385,13 @@ static void print_json(FILE *f, const struct kvobs *o, const struct kvshm_snap *
 	fprintf(f, ",\"counted_seconds\":%.3f,\"heartbeat\":%llu,", counted,
 		(unsigned long long)s->heartbeat);
 	fprintf(f, "\"pool\":{\"bytes\":%llu,\"page_bytes\":%llu,\"pages\":%u,\"block_tokens\":%u,"
-		"\"kind\":\"%s\"},",
+		"\"kind\":\"%s\",\"backing\":\"%s\",\"memory_page_bytes\":%llu,\"huge_bytes\":%llu,"
+		"\"prefault_seconds\":%.3f,\"segment_bytes\":%llu,\"segment_huge_bytes\":%llu},",
 		(unsigned long long)g->pool_bytes, (unsigned long long)g->page_bytes, g->n_pages,
-		g->block_tokens, pool_kind(s->pool_kind));
+		g->block_tokens, pool_kind(s->pool_kind), backing_name(V(s, pool_backing)),
+		(unsigned long long)V(s, pool_memory_page_bytes),
+		(unsigned long long)V(s, pool_huge_bytes), (double)V(s, pool_prefault_ns) / 1e9,
+		(unsigned long long)s->segment_bytes, (unsigned long long)V(s, segment_huge_bytes));
 	fprintf(f, "\"pages\":{\"free\":%llu,\"writing\":%llu,\"ready\":%llu,\"pinned\":%llu,"
 		"\"spilled\":%llu},",
 		(unsigned long long)V(s, pages_free), (unsigned long long)V(s, pages_writing),
@@ -663,6 +674,36 @@ static void print_namespaces(FILE *f, const struct kvshm_snap *s)
 			fprintf(f, "! %s\n", safe(out, sizeof(out), msg));
 }
 
+/*
+ * MEMORY: what the kernel made the host pool and the segment of, as the
+ * daemon read it back once they were faulted in, and what faulting the
+ * pool in cost at start.
+ */
+static void memory_line(FILE *f, const struct kvshm_snap *s)
+{
+	uint64_t b = V(s, pool_backing), huge = V(s, pool_huge_bytes);
+	uint64_t pool = s->geo.pool_bytes, seg = V(s, segment_huge_bytes);
+	double secs = (double)V(s, pool_prefault_ns) / 1e9;
+	char b1[32];
+
+	if (b == KVSHM_BACKING_NONE)
+		return;
+	fprintf(f, "memory   pool ");
+	if (b == KVSHM_BACKING_SMALL)
+		fprintf(f, "in 4 KiB pages");
+	else
+		fprintf(f, "%.0f%% in 2 MiB pages (%s)", pool ? 100.0 * (double)huge / (double)pool : 0,
+			b == KVSHM_BACKING_HUGETLB ? "hugetlb" : "shmem THP");
+	fprintf(f, ", faulted in at start in %.2f s (%.2f s/GiB); segment %s: ", secs,
+		pool ? secs / ((double)pool / (1ull << 30)) : 0,
+		fmt_bytes(b1, sizeof(b1), s->segment_bytes));
+	if (seg)
+		fprintf(f, "%.0f%% in 2 MiB pages\n",
+			s->segment_bytes ? 100.0 * (double)seg / (double)s->segment_bytes : 0);
+	else
+		fprintf(f, "in 4 KiB pages\n");
+}
+
 static void print_text(FILE *f, const struct kvshm_snap *s, const struct interval *iv,
 		       const struct watch *w)
 {
@@ -685,6 +726,7 @@ static void print_text(FILE *f, const struct kvshm_snap *s, const struct interva
 		pool_kind(s->pool_kind), fmt_bytes(b1, sizeof(b1), g->pool_bytes), g->n_pages,
 		fmt_bytes(b2, sizeof(b2), g->page_bytes), g->block_tokens,
 		(unsigned long long)V(s, index_entries));
+	memory_line(f, s);
 	fprintf(f, "clients  %llu attached, %llu accepted, %llu refused, %llu dropped; %llu pins\n",
 		(unsigned long long)V(s, clients_attached), (unsigned long long)V(s, clients_total),
 		(unsigned long long)V(s, clients_refused), (unsigned long long)V(s, clients_dropped),

@@ -273,8 +273,8 @@ void kvd_evict_tick(struct kvd *d)
 	 * a slice of it per tick is scanned to find where (see Trust in
 	 * ARCHITECTURE.md for how long a hole can go unseen): 256 MiB of
 	 * 4 KiB pages, whose page table mincore walks entry by entry
-	 * (~0.25 ms), or 2 GiB of huge pages. */
-	kvd_pool_holes(&d->pool, d->pool.mem.huge ? 2048ull << 20 : 256ull << 20, on_holes, d);
+	 * (~0.25 ms), or 2 GiB of 2 MiB pages. */
+	kvd_pool_holes(&d->pool, kvd_pool_hole_slice(&d->pool), on_holes, d);
 	/* Pages being spilled are as good as free: they will be soon. */
 	uint32_t free_now = kvshm_free(d->h)->count + kvd_tiers_pending(d);
 

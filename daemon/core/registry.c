@@ -170,7 +170,13 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, const struct kvproto
 				    "namespace table full: 64 models have clients attached");
 
 	nslots = hi->max_pins && hi->max_pins < d->cfg.max_pins ? hi->max_pins : d->cfg.max_pins;
-	rc = kvd_memfd_create(&c->ledger, "kvcached-ledger", kvshm_ledger_bytes(nslots), false);
+	rc = kvd_memfd_create(&c->ledger, "kvcached-ledger", kvshm_ledger_bytes(nslots),
+			      KVD_MEM_SMALL);
+	if (!rc) {
+		rc = kvd_memfd_reserve(&c->ledger);
+		if (rc)
+			kvd_memfd_close(&c->ledger);
+	}
 	if (!rc)
 		rc = kvd_memfd_seal(&c->ledger, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
 	if (rc) {

@@ -3,8 +3,8 @@
  * memcheck.h - how much memory kvcached may take before the kernel's OOM
  * killer steps in, checked before the pool is touched.
  *
- * A pool larger than that would not fail cleanly: posix_fallocate of a
- * memfd in a small memory cgroup invokes the cgroup's OOM killer (which
+ * A pool larger than that would not fail cleanly: faulting in a memfd
+ * in a small memory cgroup invokes the cgroup's OOM killer (which
  * may pick another process first), and past MemAvailable the whole host
  * starts killing. So the daemon compares what it is about to reserve with
  * the least of MemAvailable and, for every memory cgroup above it (v2

@@ -23,10 +23,10 @@ struct kvd_pool {
 	struct kvd_memfd mem;	/* host pool */
 	uint64_t bytes;
 	uint64_t page_bytes;	/* slot bytes (kvd_pool_open sets it) */
-	pthread_t prefault_thread;
-	bool prefaulting;
-	atomic_bool stop_prefault;
-	atomic_bool prefault_done;	/* every page faulted in (pool_host.c) */
+	/* Host pool, as kvd_pool_host_open found it once faulted in (the
+	 * segment's stats show them, with kvd_pool_backing). */
+	uint64_t huge_bytes;		/* of bytes, in 2 MiB pages */
+	uint64_t prefault_ns;		/* faulting it in took this long */
 	struct kvd_pool_cuda *cuda;	/* cuda pool (pool_cuda.c), else NULL */
 	uint64_t hole_cursor;		/* kvd_pool_holes: next offset */
 	unsigned char *hole_vec;	/* kvd_pool_holes: mincore vector */
@@ -41,13 +41,27 @@ int kvd_pool_open(struct kvd_pool *p, const struct kvd_config *cfg, uint64_t byt
 		  uint64_t page_bytes);
 
 /*
- * Host pool: a memfd of `bytes`, hugetlb pages when the mode allows and
- * some are reserved, else normal pages with transparent-hugepage advice
- * and one log line saying so. Sealed against growing and shrinking so a
+ * Host pool: a memfd of `bytes` in 2 MiB pages wherever the kernel gives
+ * them (mode auto): hugetlb pages when enough are reserved (or may be
+ * overcommitted), else shmem transparent huge pages, else normal 4 KiB
+ * pages; mode on: hugetlb or fail; off: 4 KiB pages. Faulted in whole
+ * before it returns, on one thread per CPU (kvd_memfd_fill), and the
+ * share of 2 MiB pages is read back from the kernel (/proc/self/smaps);
+ * one log line says what was obtained, how long faulting in took and,
+ * for a large pool left on 4 KiB pages, what that costs and which
+ * setting would change it. Sealed against growing and shrinking so a
  * client cannot make the daemon's mapping fault. Returns 0 or -errno,
  * having logged the reason.
  */
 int kvd_pool_host_open(struct kvd_pool *p, uint64_t bytes, enum kvd_hugepages mode);
+
+/* What the pool is made of, for the segment's stats. */
+enum kvshm_pool_backing kvd_pool_backing(const struct kvd_pool *p);
+
+/* Bytes of the pool kvd_pool_holes looks at per call (its slice): 2 GiB
+ * of 2 MiB pages, whose page-table entries mincore reads 512 at a time,
+ * or 256 MiB of 4 KiB pages. */
+uint64_t kvd_pool_hole_slice(const struct kvd_pool *p);
 
 /*
  * Find pages of a host pool that were punched out (fallocate PUNCH_HOLE or
@@ -63,9 +77,6 @@ int kvd_pool_host_open(struct kvd_pool *p, uint64_t bytes, enum kvd_hugepages mo
  */
 uint32_t kvd_pool_holes(struct kvd_pool *p, uint64_t max_bytes,
 			void (*fn)(uint32_t first, uint32_t n, void *arg), void *arg);
-
-/* Fault the whole pool in on a background thread (see pool_host.c). */
-void kvd_pool_prefault(struct kvd_pool *p);
 
 /*
  * Cuda pool: GPU memory from the CUDA driver's VMM API on device `gpu`,

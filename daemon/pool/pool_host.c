@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: MIT
 /*
  * pool_host.c - the host-memory pool: a memfd in DRAM, the default where
- * no GPU is present and a real DRAM tier where one is.
+ * no GPU is present and a real DRAM tier where one is; on 2 MiB pages
+ * wherever the kernel gives them, faulted in before the daemon serves.
  */
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -17,44 +17,127 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
+#include "../../shm/mapping.h"
 #include "../util/log.h"
 #include "pool.h"
 
-#define HUGE_2M (2ull << 20)
+#define HUGE_2M KVSHM_HUGE_BYTES
+
+static const char *size_str(char *buf, size_t len, uint64_t b)
+{
+	if (b >= 1ull << 30)
+		snprintf(buf, len, "%.1f GiB", (double)b / (1ull << 30));
+	else
+		snprintf(buf, len, "%.1f MiB", (double)b / (1ull << 20));
+	return buf;
+}
+
+/*
+ * The start-up line: what the pool is made of, how long faulting it in
+ * took, and for a large pool on 4 KiB pages what that costs and which
+ * setting would change it. `why`: why not (more) 2 MiB pages; `fix`: the
+ * setting, or NULL.
+ */
+static void say_backing(const struct kvd_pool *p, const struct kvd_memfd_fill *fill,
+			const char *thp, const char *why, const char *fix, bool asked_off)
+{
+	char sz[32], pt[32], what[256], cost[512] = "";
+	uint64_t small = p->bytes - p->huge_bytes;
+	double secs = (double)fill->ns / 1e9, gib = (double)p->bytes / (1ull << 30);
+	double pct = 100.0 * (double)p->huge_bytes / (double)p->bytes;
+	bool costly = small >= (1ull << 30) && !asked_off;
+
+	if (p->mem.kind == KVD_MEM_HUGETLB)
+		snprintf(what, sizeof(what), "%.0f%% in 2 MiB pages (hugetlb)", pct);
+	else if (p->huge_bytes)
+		snprintf(what, sizeof(what), "%.0f%% in 2 MiB pages (shmem transparent huge pages, shmem_enabled %s%s)%s%s",
+			 pct, thp, strcmp(thp, "never") ? "" : ", made by MADV_COLLAPSE",
+			 small ? ", the rest in 4 KiB pages: " : "", small ? why : "");
+	else
+		snprintf(what, sizeof(what), "in 4 KiB pages (%s)", why);
+	if (costly)
+		snprintf(cost, sizeof(cost), "; at this size every client that maps all of it builds %s of page tables, and every start faults in %llu pages%s%s",
+			 size_str(pt, sizeof(pt), small / 512),
+			 (unsigned long long)(small / 4096), fix ? "; for 2 MiB pages: " : "",
+			 fix ? fix : "");
+	kvd_log(costly ? KVD_LOG_WARN : KVD_LOG_INFO,
+		"pool: %s of host memory: %s; faulting it in took %.2f s (%.2f s/GiB, %u thread%s, %.2f s of CPU)%s",
+		size_str(sz, sizeof(sz), p->bytes), what, secs, gib > 0 ? secs / gib : 0,
+		fill->threads, fill->threads == 1 ? "" : "s", (double)fill->cpu_ns / 1e9, cost);
+}
 
 int kvd_pool_host_open(struct kvd_pool *p, uint64_t bytes, enum kvd_hugepages mode)
 {
+	static const char reserve[] = "reserve hugetlb pages (vm.nr_hugepages; docs/INSTALL.md, big hosts)";
+	char thp[32], why[160] = "", fix[256] = "";
+	struct kvd_memfd_fill fill;
 	int rc = -EINVAL;
 
 	memset(p, 0, sizeof(*p));
 	p->kind = KVSHM_POOL_HOST;
 	p->bytes = bytes;
 	p->mem.fd = -1;
-	if (mode != KVD_HUGE_OFF) {
-		if (bytes % HUGE_2M == 0)
-			rc = kvd_memfd_create(&p->mem, "kvcached-pool", bytes, true);
-		if (rc) {
-			if (mode == KVD_HUGE_ON) {
-				kvd_err("pool: hugetlb pages requested but not available for %llu bytes (%s); reserve them in /proc/sys/vm/nr_hugepages or set hugepages = auto",
-					(unsigned long long)bytes, strerror(-rc));
-				return rc;
-			}
-			/* Not an error: the normal case on a host that
-			 * reserved none. Said as such. */
-			kvd_info("pool: hugepages = auto: using normal memory (transparent huge pages advised) because %s; that is fine (reserve hugetlb pages in /proc/sys/vm/nr_hugepages for fewer TLB misses, or set hugepages = off to skip the try)",
-				 bytes % HUGE_2M ? "the pool size is not a multiple of 2 MiB" :
-				 rc == -ENOSPC || rc == -ENOMEM ? "no hugetlb pages are reserved for it" :
-				 strerror(-rc));
-		}
+	kvd_thp_shmem_mode(thp, sizeof(thp));
+	if (mode != KVD_HUGE_OFF && bytes % HUGE_2M == 0)
+		rc = kvd_memfd_create(&p->mem, "kvcached-pool", bytes, KVD_MEM_HUGETLB);
+	if (rc && mode == KVD_HUGE_ON) {
+		kvd_err("pool: hugetlb pages requested but not available for %llu bytes (%s); reserve them in /proc/sys/vm/nr_hugepages or set hugepages = auto",
+			(unsigned long long)bytes,
+			bytes % HUGE_2M ? "the pool size is not a multiple of 2 MiB" : strerror(-rc));
+		return rc;
 	}
+	/* No hugetlb pages: shmem transparent huge pages, which need no
+	 * reservation (kvd_memfd_fill). */
+	if (rc && mode == KVD_HUGE_AUTO && bytes >= HUGE_2M && thp[0] && strcmp(thp, "deny"))
+		rc = kvd_memfd_create(&p->mem, "kvcached-pool", bytes, KVD_MEM_THP);
 	if (rc) {
-		rc = kvd_memfd_create(&p->mem, "kvcached-pool", bytes, false);
+		rc = kvd_memfd_create(&p->mem, "kvcached-pool", bytes, KVD_MEM_SMALL);
 		if (rc) {
 			kvd_err("pool: cannot reserve %llu bytes of host memory: %s",
 				(unsigned long long)bytes, strerror(-rc));
 			return rc;
 		}
-		madvise(p->mem.base, bytes, MADV_HUGEPAGE);
+		if (mode == KVD_HUGE_OFF) {
+			snprintf(why, sizeof(why), "hugepages = off");
+			snprintf(fix, sizeof(fix), "hugepages = auto");
+		} else if (bytes < HUGE_2M) {
+			snprintf(why, sizeof(why), "the pool is smaller than 2 MiB");
+		} else if (!thp[0]) {
+			snprintf(why, sizeof(why), "no hugetlb pages reserved, and this kernel has no transparent huge pages");
+			snprintf(fix, sizeof(fix), "%s", reserve);
+		} else {
+			snprintf(why, sizeof(why), "no hugetlb pages reserved, and shmem_enabled is %s", thp);
+			snprintf(fix, sizeof(fix), "%s, or set shmem_enabled to advise", reserve);
+		}
+	}
+	rc = kvd_memfd_fill(&p->mem, 0, &fill);
+	if (rc) {
+		kvd_err("pool: cannot fault in %llu bytes of host memory: %s",
+			(unsigned long long)bytes, strerror(-rc));
+		kvd_memfd_close(&p->mem);
+		return rc;
+	}
+	p->prefault_ns = fill.ns;
+	/* The kernel's word on what it gave, not ours. */
+	if (kvd_memfd_huge_bytes(&p->mem, &p->huge_bytes)) {
+		p->huge_bytes = p->mem.kind == KVD_MEM_HUGETLB ? bytes : fill.collapsed * HUGE_2M;
+		kvd_debug("pool: cannot read /proc/self/smaps; counting the 2 MiB pages made");
+	}
+	if (p->huge_bytes > bytes)
+		p->huge_bytes = bytes;
+	if (p->mem.kind == KVD_MEM_THP && p->huge_bytes < bytes) {
+		int e = fill.collapse_err;
+
+		if (e)
+			snprintf(why, sizeof(why), "MADV_COLLAPSE: %s", strerror(e));
+		else
+			snprintf(why, sizeof(why), "the pool's size is not a multiple of 2 MiB");
+		if (e == EINVAL && !strcmp(thp, "never"))
+			snprintf(fix, sizeof(fix), "set shmem_enabled to advise (this kernel cannot collapse shmem: before Linux 6.1), or %s",
+				 reserve);
+		else if (e)
+			snprintf(fix, sizeof(fix), "%s at boot (memory is too fragmented for 2 MiB pages now)",
+				 reserve);
 	}
 	rc = kvd_memfd_seal(&p->mem, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
 	if (rc) {
@@ -62,10 +145,22 @@ int kvd_pool_host_open(struct kvd_pool *p, uint64_t bytes, enum kvd_hugepages mo
 		kvd_memfd_close(&p->mem);
 		return rc;
 	}
-	/* The kernel's memory pages, not the pool's KV pages (page-size). */
-	kvd_info("pool: host memory, %llu bytes, backed by %s memory pages", (unsigned long long)bytes,
-		 p->mem.huge ? "2 MiB hugetlb" : "4 KiB (or transparent huge)");
+	say_backing(p, &fill, thp, why, fix[0] ? fix : NULL, mode == KVD_HUGE_OFF);
 	return 0;
+}
+
+enum kvshm_pool_backing kvd_pool_backing(const struct kvd_pool *p)
+{
+	if (p->kind != KVSHM_POOL_HOST)
+		return KVSHM_BACKING_NONE;
+	if (p->mem.kind == KVD_MEM_HUGETLB)
+		return KVSHM_BACKING_HUGETLB;
+	return p->huge_bytes ? KVSHM_BACKING_THP : KVSHM_BACKING_SMALL;
+}
+
+uint64_t kvd_pool_hole_slice(const struct kvd_pool *p)
+{
+	return p->mem.kind == KVD_MEM_SMALL ? 256ull << 20 : 2048ull << 20;
 }
 
 /* Back [off, off + len) with memory again and report its pool pages. */
@@ -114,13 +209,17 @@ static bool pool_short(const struct kvd_pool *p)
 uint32_t kvd_pool_holes(struct kvd_pool *p, uint64_t max_bytes,
 			void (*fn)(uint32_t first, uint32_t n, void *arg), void *arg)
 {
-	const uint64_t base = 4096, kpage = p->mem.huge ? HUGE_2M : base;
+	/* A THP pool's 2 MiB page can lose 4 KiB of itself (where the
+	 * kernel splits it on a punch), so it is looked at in 4 KiB pages
+	 * as a normal one. */
+	const uint64_t base = 4096, kpage = p->mem.kind == KVD_MEM_HUGETLB ? HUGE_2M : base;
 	uint64_t off = p->hole_cursor, n, i, run = 0;
 	uint32_t found = 0;
 
-	/* Until the pool is faulted in, untouched pages read as holes. */
+	/* The pool was faulted in whole when it opened: a missing page is
+	 * a hole. */
 	if (p->kind != KVSHM_POOL_HOST || p->mem.fd < 0 || !p->page_bytes ||
-	    !atomic_load(&p->prefault_done) || max_bytes < kpage || !pool_short(p))
+	    max_bytes < kpage || !pool_short(p))
 		return 0;
 	max_bytes -= max_bytes % kpage;
 	if (!p->hole_vec) {
@@ -154,7 +253,8 @@ uint32_t kvd_pool_holes(struct kvd_pool *p, uint64_t max_bytes,
 		}
 		while (run) {
 			uint64_t h = off + (i - run) * kpage, e = off + i * kpage;
-			off_t data = p->mem.huge ? (off_t)e : lseek(p->mem.fd, (off_t)h, SEEK_DATA);
+			off_t data = p->mem.kind == KVD_MEM_HUGETLB ? (off_t)e :
+				     lseek(p->mem.fd, (off_t)h, SEEK_DATA);
 
 			if (data < 0 || (uint64_t)data > e)	/* ENXIO: a hole to the end */
 				data = (off_t)e;
@@ -170,44 +270,6 @@ uint32_t kvd_pool_holes(struct kvd_pool *p, uint64_t max_bytes,
 	return found;
 }
 
-/*
- * fallocate reserves the memory but leaves every page to be zeroed on its
- * first touch: measured here, a fresh pool takes its first writes at
- * ~0.4 GB/s against ~10 GB/s after. A background thread faults it all in
- * (MADV_POPULATE_WRITE never changes contents, so clients may already be
- * writing), 64 MiB at a time so that shutdown can stop it promptly.
- * Best effort: kernels before 5.14 lack MADV_POPULATE_WRITE.
- */
-static void *prefault(void *arg)
-{
-	struct kvd_pool *p = arg;
-	uint64_t off, chunk = 64ull << 20;
-
-	for (off = 0; off < p->bytes && !atomic_load(&p->stop_prefault); off += chunk) {
-		uint64_t n = p->bytes - off < chunk ? p->bytes - off : chunk;
-
-		if (madvise((char *)p->mem.base + off, n, MADV_POPULATE_WRITE)) {
-			kvd_debug("pool: MADV_POPULATE_WRITE: %s (pages fault in on first use)",
-				  strerror(errno));
-			return NULL;
-		}
-	}
-	if (off >= p->bytes) {
-		kvd_debug("pool: all %llu bytes faulted in", (unsigned long long)p->bytes);
-		atomic_store(&p->prefault_done, true);
-	}
-	return NULL;
-}
-
-void kvd_pool_prefault(struct kvd_pool *p)
-{
-	/* hugetlb fallocate already allocated every page, but our mapping
-	 * is populated too, so that mincore shows a punched-out one. */
-	if (p->kind != KVSHM_POOL_HOST)
-		return;
-	p->prefaulting = !pthread_create(&p->prefault_thread, NULL, prefault, p);
-}
-
 int kvd_pool_fd(const struct kvd_pool *p)
 {
 	return p->mem.fd;
@@ -215,11 +277,6 @@ int kvd_pool_fd(const struct kvd_pool *p)
 
 void kvd_pool_close(struct kvd_pool *p)
 {
-	if (p->prefaulting) {
-		atomic_store(&p->stop_prefault, true);
-		pthread_join(p->prefault_thread, NULL);
-		p->prefaulting = false;
-	}
 	kvd_memfd_close(&p->mem);
 	free(p->hole_vec);
 	p->hole_vec = NULL;

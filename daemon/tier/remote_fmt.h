@@ -18,7 +18,7 @@
  *
  * Versions: 1 (HMAC-SHA256, 32-byte MAC, no nonce), 2 (XChaCha20-
  * Poly1305), 3 (this: the namespace identity without the tensor-parallel
- * rank, with the pipeline stage and KV layout, layout 14). The magic
+ * rank, with the pipeline stage and KV layout, layout 15). The magic
  * and version sit first in every version, so an item of another version is
  * told apart before anything else is read from it, and refused as a miss
  * (KVD_RVAL_VERSION_OTHER, counted in remote_stale).

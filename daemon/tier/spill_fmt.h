@@ -25,7 +25,7 @@
 
 #define KVD_AREA_MAGIC   0x41455241504b564bull	/* "KVKPAREA" */
 #define KVD_SLOT_MAGIC   0x314c4c495053564bull	/* "KVSPILL1" */
-#define KVD_SPILL_VERSION 2u	/* 2: the namespace identity of layout 14
+#define KVD_SPILL_VERSION 2u	/* 2: the namespace identity of layout 15
 				 * (no tensor-parallel rank; stage, layout) */
 #define KVD_SPILL_ALIGN  4096u
 

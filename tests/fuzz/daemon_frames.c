@@ -209,7 +209,7 @@ static void setup_once(void)
 	geo.n_slots = N_SLOTS;
 	geo.n_buckets = kvshm_buckets_for(N_PAGES + N_SLOTS);
 	CHECK(!kvshm_layout(&h, &geo));
-	CHECK(!kvd_memfd_create(&seg, "fuzz-segment", h.segment_bytes, false));
+	CHECK(!kvd_memfd_create(&seg, "fuzz-segment", h.segment_bytes, KVD_MEM_SMALL));
 	snprintf(spill_dir, sizeof(spill_dir), "/dev/shm/kvfuzz-spill.XXXXXX");
 	if (!mkdtemp(spill_dir)) {
 		snprintf(spill_dir, sizeof(spill_dir), "/tmp/kvfuzz-spill.XXXXXX");
@@ -220,7 +220,7 @@ static void setup_once(void)
 
 	d.pool.kind = KVSHM_POOL_HOST;
 	d.pool.bytes = (uint64_t)N_PAGES * PAGE_BYTES;
-	CHECK(!kvd_memfd_create(&d.pool.mem, "fuzz-pool", d.pool.bytes, false));
+	CHECK(!kvd_memfd_create(&d.pool.mem, "fuzz-pool", d.pool.bytes, KVD_MEM_SMALL));
 
 	d.clients = calloc(MAX_CLIENTS, sizeof(*d.clients));
 	d.mark = calloc(N_PAGES, 1);

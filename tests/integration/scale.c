@@ -89,8 +89,8 @@ static void test_idle_daemon_stays_idle(void **state)
 	}
 	assert_int_equal(kvt_daemon_start(dp, args), 0);
 	d = *dp;
-	/* Idle means after the pre-fault thread is done (the hole scan
-	 * starts then): the pool resident in the daemon. */
+	/* Idle means with the pool resident in the daemon (faulted in
+	 * before it serves, since issue #40). */
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)d.pid);
 	t0 = now_ms();
 	while (kvt_proc_kb(path, "RssShmem:") << 10 < (2ull << 30) && now_ms() - t0 < 120000)

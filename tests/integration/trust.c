@@ -543,6 +543,31 @@ static void test_punched_hugetlb_pages(void **state)
 	fclose(f);
 }
 
+/* The same on a pool of shmem transparent huge pages (issue #40): a
+ * punched 2 MiB page is a hole like any other. (A punch of part of one
+ * may only zero it in place: ARCHITECTURE.md, Trust; unit/pool.) */
+static void test_punched_thp_pages(void **state)
+{
+	const char *args[] = { "--page-size", "2M", "--pool-size", "16M", "--hugepages", "auto",
+			       NULL };
+	struct kvt_daemon d;
+	kvc_t *c;
+
+	(void)state;
+	assert_int_equal(kvt_daemon_start(&d, args), 0);
+	if (ST(&d, pool_backing) != KVSHM_BACKING_THP) {
+		print_message("skip: the pool is not on shmem THP here (backing %llu)\n",
+			      (unsigned long long)ST(&d, pool_backing));
+		assert_int_equal(kvt_daemon_stop(&d), 0);
+		skip();
+	}
+	c = kvt_open(&d, NULL);
+	assert_non_null(c);
+	punch_and_check(&d, c, 700, 2u << 20);
+	kvc_close(c);
+	assert_int_equal(kvt_daemon_stop(&d), 0);
+}
+
 /* Run kvcached as uid (and gid) `as`, socket in a fresh folder it owns;
  * d->pid, d->sock, d->dir, d->log filled as kvt_daemon_start does. */
 static int start_as(struct kvt_daemon *d, uid_t as, const char *dir_path,
@@ -1082,6 +1107,7 @@ int main(void)
 		cmocka_unit_test(test_forged_publish_over_spilled_block),
 		cmocka_unit_test(test_punched_pages_are_never_served),
 		cmocka_unit_test(test_punched_hugetlb_pages),
+		cmocka_unit_test(test_punched_thp_pages),
 		cmocka_unit_test(test_daemon_memory_closed_to_same_uid),
 		cmocka_unit_test(test_hijacked_fallback_folder_refused),
 		cmocka_unit_test(test_oversized_pool_refused),

@@ -165,7 +165,9 @@ int kvt_daemon_start(struct kvt_daemon *d, const char *const *args)
 		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
 		_exit(127);
 	}
-	for (i = 0; i < 1000; i++) {	/* up to 10 s */
+	/* Up to 60 s: the pool is faulted in before the socket listens, a
+	 * second or more per GiB on a loaded VM. */
+	for (i = 0; i < 6000; i++) {
 		int st;
 
 		if (kvproto_can_connect(d->sock))

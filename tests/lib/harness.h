@@ -29,7 +29,8 @@ const char *kvt_bin(const char *name);
 /*
  * Start kvcached on a private socket with a small host pool: 4 KiB pages
  * (the tiny test model) unless args set page-size, plus the NULL-terminated
- * extra args. Waits until the socket accepts. Returns 0 or -1.
+ * extra args. Waits until the socket accepts (up to 60 s). Returns 0 or
+ * -1.
  */
 int kvt_daemon_start(struct kvt_daemon *d, const char *const *args);
 /*

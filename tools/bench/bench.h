@@ -32,6 +32,7 @@ struct bench_opt {
 	bool json;
 	const char *daemon;	/* kvcached binary (NULL: next to kvbench) */
 	const char *socket;	/* a running daemon, or NULL */
+	const char *hugepages;	/* spawned daemons' --hugepages (default off) */
 };
 extern struct bench_opt opt;
 extern pid_t main_pid;

@@ -361,7 +361,8 @@ const char *daemon_start_args(const char *name, const char *page_size, const cha
 {
 	/* One benchmark process may fill the whole pool (max-share). */
 	const char *argv[32] = { dmn.path, "--socket", dmn.sock, "--page-size", page_size,
-				 "--pool-size", pool_size, "--hugepages", "off",
+				 "--pool-size", pool_size, "--hugepages",
+				 opt.hugepages ? opt.hugepages : "off",
 				 "--max-share", "100", NULL };
 	int i, st, n = 11;
 
@@ -375,7 +376,8 @@ const char *daemon_start_args(const char *name, const char *page_size, const cha
 	snprintf(dmn.sock, sizeof(dmn.sock), "%s/%s.sock", run_dir(), name);
 	snprintf(dmn.log, sizeof(dmn.log), "%s/%s.log", run_dir(), name);
 	dmn.pid = bench_spawn(argv, dmn.log, SIGTERM);
-	for (i = 0; i < 1000; i++) {	/* up to 10 s */
+	/* Up to 60 s: the pool is faulted in before the socket listens. */
+	for (i = 0; i < 6000; i++) {
 		if (kvproto_can_connect(dmn.sock))
 			return dmn.sock;
 		if (waitpid(dmn.pid, &st, WNOHANG) == dmn.pid) {
@@ -387,7 +389,7 @@ const char *daemon_start_args(const char *name, const char *page_size, const cha
 		}
 		sleep_ms(10);
 	}
-	die("kvcached did not accept connections on %s within 10 s", dmn.sock);
+	die("kvcached did not accept connections on %s within 60 s", dmn.sock);
 }
 
 /* SIGTERM, wait (SIGKILL after 5 s), remove its files. */

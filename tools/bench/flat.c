@@ -32,17 +32,23 @@
  * each prompt on a run of pages, as a fresh pool hands them out), down (a
  * run downwards) or scatter (no block next to its parent's, as after much
  * churn in a daemon's free list: the walk cannot guess and finds every
- * block through the index).
+ * block through the index). KVBENCH_FLAT_VS=4k compares page sizes
+ * instead (issue #40): each row is N blocks on a memfd in 2 MiB shmem
+ * pages, made as the daemon makes its segment (mapped at a 2 MiB
+ * boundary, one fault and MADV_COLLAPSE per 2 MiB), against the same N
+ * blocks on 4 KiB pages, alternating slices (op "lookup_cached_2m").
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "../../shm/index.h"
 #include "../../shm/key.h"
 #include "../../shm/ledger.h"
+#include "../../shm/mapping.h"
 #include "../../shm/page.h"
 #include "../../shm/prefix.h"
 #include "../../shm/segment.h"
@@ -74,12 +80,37 @@ static void prompt_tokens(uint32_t *t, size_t prompt, size_t n)
 		t[i] = (uint32_t)(prompt << 12 | i);
 }
 
-static void *shared_map(size_t bytes)
+static size_t flat_huge_bytes, flat_huge_asked;	/* KVBENCH_FLAT_VS: made, asked */
+
+/* Shared memory of `bytes`; shmem2m: a memfd in 2 MiB pages where the
+ * kernel collapses them (else its 4 KiB pages; the mode's text says how
+ * much it collapsed). */
+static void *shared_map(size_t bytes, bool shmem2m)
 {
 	bool huge = getenv("KVBENCH_FLAT_HUGE") != NULL;
-	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-		       (huge ? MAP_PRIVATE : MAP_SHARED) | MAP_ANONYMOUS, -1, 0);
+	size_t off;
+	void *p;
+	int fd;
 
+	if (shmem2m) {
+		fd = memfd_create("kvbench-flat", MFD_CLOEXEC);
+		if (fd < 0 || ftruncate(fd, (off_t)bytes))
+			die("flat: memfd of %zu MiB: %s", bytes >> 20, strerror(errno));
+		p = kvshm_map(fd, bytes, PROT_READ | PROT_WRITE);
+		close(fd);
+		if (!p)
+			die("flat: mmap of %zu MiB: %s", bytes >> 20, strerror(errno));
+		flat_huge_asked += bytes;
+		for (off = 0; off + KVSHM_HUGE_BYTES <= bytes; off += KVSHM_HUGE_BYTES) {
+			((volatile char *)p)[off] = 0;
+			if (madvise((char *)p + off, KVSHM_HUGE_BYTES, 25 /* MADV_COLLAPSE */))
+				break;
+			flat_huge_bytes += KVSHM_HUGE_BYTES;
+		}
+		return p;
+	}
+	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		 (huge ? MAP_PRIVATE : MAP_SHARED) | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
 		die("flat: mmap of %zu MiB: %s", bytes >> 20, strerror(errno));
 	if (huge)
@@ -87,8 +118,9 @@ static void *shared_map(size_t bytes)
 	return p;
 }
 
-/* A segment of `blocks` READY, indexed pages (blocks a multiple of 256). */
-static void seg_build(struct flat_seg *s, size_t blocks)
+/* A segment of `blocks` READY, indexed pages (blocks a multiple of 256),
+ * on 2 MiB shmem pages when shmem2m. */
+static void seg_build(struct flat_seg *s, size_t blocks, bool shmem2m)
 {
 	struct kvshm_geometry geo = {
 		.page_bytes = 4096, .n_pages = (uint32_t)blocks, .block_tokens = BT,
@@ -110,7 +142,7 @@ static void seg_build(struct flat_seg *s, size_t blocks)
 	if (kvshm_layout(&hd, &geo))
 		die("flat: no segment layout for %zu blocks", blocks);
 	s->bytes = hd.segment_bytes;
-	s->base = shared_map(s->bytes);
+	s->base = shared_map(s->bytes, shmem2m);
 	kvshm_init(s->base, &hd);
 	s->h = s->base;
 	s->blocks = blocks;
@@ -137,7 +169,7 @@ static void seg_build(struct flat_seg *s, size_t blocks)
 		}
 	}
 	s->lbytes = kvshm_ledger_bytes(FLAT_PROMPT);
-	s->l = shared_map(s->lbytes);
+	s->l = shared_map(s->lbytes, false);
 	kvshm_ledger_init(s->l, FLAT_PROMPT, 1, FLAT_NS);
 }
 
@@ -235,6 +267,48 @@ static double slice_rate(struct flat_batch *fb, struct flat_seg *s, size_t block
 	return (double)n * 1e9 / (double)t;
 }
 
+/* The median rates of walks on x and on y, in ROUNDS alternating slices
+ * after a warm-up of each. */
+static void alternate(struct flat_batch *fb, struct flat_seg *x, struct flat_seg *y,
+		      size_t blocks, bool old, uint64_t slice, double *rx, double *ry)
+{
+	double a[ROUNDS], b[ROUNDS];
+	int r;
+
+	slice_rate(fb, x, blocks, old, slice / 4);	/* warm */
+	slice_rate(fb, y, blocks, old, slice / 4);
+	for (r = 0; r < ROUNDS; r++) {
+		a[r] = slice_rate(fb, x, blocks, old, slice);
+		b[r] = slice_rate(fb, y, blocks, old, slice);
+	}
+	*rx = median(a, ROUNDS);
+	*ry = median(b, ROUNDS);
+}
+
+/* KVBENCH_FLAT_VS=4k: N blocks on 2 MiB pages against the same on 4 KiB. */
+static void flat_vs_4k(struct flat_batch *fb, const size_t *sizes, size_t nsizes, uint64_t slice)
+{
+	static const size_t lens[] = { 16, 256 };
+	struct flat_seg small, huge;
+	size_t i, b;
+
+	for (i = 1; i < nsizes; i++) {
+		seg_build(&small, sizes[i], false);
+		seg_build(&huge, sizes[i], true);
+		for (b = 0; b < NELEM(lens); b++) {
+			double rh, rs;
+
+			alternate(fb, &huge, &small, lens[b], false, slice, &rh, &rs);
+			add_row(&(struct row){ "flat", "lookup_cached_2m", 1, sizes[i], 4096, NULL,
+					       "blocks/s",
+					       lens[b] == 16 ? "4 KiB pages, 16 blk" : "4 KiB pages, 256 blk",
+					       rh, rs, NULL });
+		}
+		seg_free(&huge);
+		seg_free(&small);
+	}
+}
+
 void mode_flat(void)
 {
 	static const size_t full[] = { 4096, 65536, 1 << 20, 4 << 20 };
@@ -255,25 +329,29 @@ void mode_flat(void)
 
 	for (k = 0; k < FLAT_PROMPT; k++)
 		fb->slot[k] = (uint32_t)k;
-	seg_build(&small, sizes[0]);
+	if (getenv("KVBENCH_FLAT_VS")) {
+		if (strcmp(getenv("KVBENCH_FLAT_VS"), "4k"))
+			die("flat: KVBENCH_FLAT_VS is 4k, not \"%s\"", getenv("KVBENCH_FLAT_VS"));
+		flat_vs_4k(fb, sizes, nsizes, slice);
+		free(fb);
+		snprintf(mode_text, sizeof(mode_text),
+			 "flat: rows are blocks cached (the size column) on 2 MiB shmem pages (%zu of %zu MiB collapsed), each against the same on 4 KiB pages\n",
+			 flat_huge_bytes >> 20, flat_huge_asked >> 20);
+		return;
+	}
+	seg_build(&small, sizes[0], false);
 	for (i = 1; i < nsizes; i++) {
-		seg_build(&big, sizes[i]);
+		seg_build(&big, sizes[i], false);
 		for (b = 0; b < NELEM(lens); b++) {
 			for (k = 0; k < 2; k++) {
-				double rb[ROUNDS], rs[ROUNDS];
-				int r;
+				double rb, rs;
 
-				slice_rate(fb, &big, lens[b], k, slice / 4);	/* warm */
-				slice_rate(fb, &small, lens[b], k, slice / 4);
-				for (r = 0; r < ROUNDS; r++) {
-					rb[r] = slice_rate(fb, &big, lens[b], k, slice);
-					rs[r] = slice_rate(fb, &small, lens[b], k, slice);
-				}
+				alternate(fb, &big, &small, lens[b], k, slice, &rb, &rs);
 				add_row(&(struct row){ "flat", k ? "lookup_cached_old" : "lookup_cached",
 						       1, sizes[i], 4096, NULL, "blocks/s",
 						       lens[b] == 16 ? "4k cached, 16 blk"
 								     : "4k cached, 256 blk",
-						       median(rb, ROUNDS), median(rs, ROUNDS), NULL });
+						       rb, rs, NULL });
 			}
 		}
 		seg_free(&big);

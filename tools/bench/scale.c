@@ -64,7 +64,7 @@ static const struct {
 /* ---- the daemon, seen from outside */
 
 /* CPU time (ns) of each thread of pid: tid[i], ns[i]; returns how many.
- * Threads come and go (the pool's pre-fault thread ends), so a window's
+ * Threads come and go (the metrics thread, tier workers), so a window's
  * CPU is the sum over the threads present at both ends. */
 #define MAX_TASKS 64
 static int cpu_tasks(pid_t pid, int *tid, uint64_t *ns)
@@ -154,8 +154,9 @@ static void seen_since(const struct seen *s, double *cpu_pct, double *tick_p99_u
 	}
 }
 
-/* The daemon pre-faults its pool on a thread: wait until it is resident
- * (up to a minute), so that idle means idle. */
+/* The daemon faults its pool in before it serves (issue #40; before, on
+ * a thread after): check that it is resident (waiting up to a minute),
+ * so that idle means idle. */
 static void wait_resident(const struct seen *s, uint64_t bytes)
 {
 	char path[64];
