@@ -515,6 +515,10 @@ static const struct kvd_option options[] = {
 	{ "hello-timeout-ms", "N", OPT_U32, F(hello_timeout_ms), 1, 600000,
 	  .bad = "must be 1..600000", .def = "5000",
 	  .help = "time to send HELLO, then the connection is dropped" },
+	{ "slice-timeout-ms", "N", OPT_U32, F(slice_timeout_ms), 1, 3600000,
+	  .bad = "must be 1..3600000", .def = "10000",
+	  .help = "a page the tensor-parallel ranks of an engine write together (each its "
+		  "heads): time for every rank's slice to come, then the page is given up" },
 	{ "low-watermark", "PCT", OPT_U32, F(low_watermark), 0, 90,
 	  .bad = "must be a percentage 0..90 (5 or 5%)", .def = "5",
 	  .help = "evict when free pages fall below PCT%", .live = true },

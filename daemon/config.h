@@ -79,6 +79,9 @@ struct kvd_config {
 	struct kvd_tenant_cfg tenants[KVD_MAX_TENANTS];
 	uint32_t n_tenants;
 	uint32_t hello_timeout_ms;	/* a connection's time to say HELLO */
+	uint32_t slice_timeout_ms;	/* a page several ranks write: time
+					 * for its last slice to be asked for
+					 * and published (core/slice.c) */
 	uint64_t page_size;
 	uint32_t block_tokens;
 	uint32_t max_clients;

@@ -24,6 +24,7 @@
 #include "core/pin.h"
 #include "core/quota.h"
 #include "core/restore.h"
+#include "core/slice.h"
 #include "reload.h"
 #include "server/server.h"
 #include "util/log.h"
@@ -97,7 +98,7 @@ static int segment_open(struct kvd *d)
 	}
 	d->mark = calloc(geo.n_pages, 1);
 	d->clients = calloc(geo.max_clients, sizeof(*d->clients));
-	if (!d->mark || !d->clients) {
+	if (!d->mark || !d->clients || kvd_slice_init(d)) {
 		kvd_err("out of memory");
 		return -1;
 	}
@@ -311,6 +312,7 @@ out:
 	kvd_events_close(&d);
 	kvd_tiers_close(&d);
 	kvd_pool_close(&d.pool);
+	kvd_slice_fini(&d);
 	kvd_memfd_close(&d.seg);
 	kvd_policy_close(&d.pol);
 	free(d.mark);

@@ -22,13 +22,21 @@
 /* Kernel parameters (passed by value; pointers are device addresses). */
 struct kvk_copy_params {
 	uint64_t pool;		/* pool base (of the first layer copied) */
-	uint64_t half;		/* bytes of one block of one K or V tensor */
-	uint64_t segs;		/* n x layers x 2 */
-	uint64_t tensors;	/* uint64 [layers x 2]: K and V bases per layer */
+	uint64_t half;		/* bytes of one block of one engine tensor */
+	uint64_t page_half;	/* bytes of one layer's K or V in a page */
+	uint64_t rows;		/* runs per segment (page_ref.h) */
+	uint64_t row;		/* bytes of one run */
+	uint64_t page_row;	/* bytes between runs in a page */
+	uint64_t page_off;	/* the rank's run within a page row */
+	uint64_t segs;		/* n x layers x halves */
+	uint64_t tensors;	/* uint64 [layers x halves]: K and V (or latent)
+				 * bases per layer */
 	uint64_t offs;		/* uint64 [n x 2]: page offset in the pool, block
 				 * offset in the engine tensors */
 	uint32_t layers;
+	uint32_t halves;	/* 2 (K and V) or 1 (MLA latent) */
 	uint32_t dir;		/* enum kvk_dir */
+	uint32_t pad;
 };
 
 struct kvk_csum_params {
@@ -100,6 +108,7 @@ int kvk_copy_launch(const struct kvk_module *m, enum kvk_dir dir,
 struct kvk_args {
 	CUdeviceptr dev;
 	uint32_t layers;
+	uint32_t halves;	/* words per layer: 2 (K and V) or 1 (latent) */
 	int sync;		/* a plain allocation: wait for the stream, then free */
 };
 

@@ -138,7 +138,8 @@ int kvk_args_upload(const struct kvk_module *m, const struct kvk_layout *l,
 		    uint64_t slot_bytes, const uint32_t *pages, const int64_t *blocks,
 		    size_t n, CUstream stream, struct kvk_args *a)
 {
-	size_t words = 2 * (size_t)l->layers + 2 * n, j;
+	const uint32_t halves = kvk_halves(l);
+	size_t words = halves * (size_t)l->layers + 2 * n, j;
 	uint64_t *host;
 	CUresult r;
 	uint32_t i;
@@ -148,12 +149,13 @@ int kvk_args_upload(const struct kvk_module *m, const struct kvk_layout *l,
 	if (!host)
 		return -ENOMEM;
 	for (i = 0; i < l->layers; i++) {
-		host[2 * i] = kvk_tensor(l, i, 0);
-		host[2 * i + 1] = kvk_tensor(l, i, 1);
+		host[halves * i] = kvk_tensor(l, i, 0);
+		if (halves == 2)
+			host[2 * i + 1] = kvk_tensor(l, i, 1);
 	}
 	for (j = 0; j < n; j++) {
-		host[2 * l->layers + 2 * j] = (uint64_t)pages[j] * slot_bytes;
-		host[2 * l->layers + 2 * j + 1] = (uint64_t)blocks[j] * l->block_stride;
+		host[halves * l->layers + 2 * j] = (uint64_t)pages[j] * slot_bytes;
+		host[halves * l->layers + 2 * j + 1] = (uint64_t)blocks[j] * l->block_stride;
 	}
 	r = args_alloc(m, &a->dev, words * sizeof(*host), stream);
 	if (r == CUDA_ERROR_NOT_SUPPORTED) {
@@ -171,6 +173,7 @@ int kvk_args_upload(const struct kvk_module *m, const struct kvk_layout *l,
 		return cu_errno(r);
 	}
 	a->layers = l->layers;
+	a->halves = halves;
 	return 0;
 }
 
@@ -185,11 +188,20 @@ int kvk_copy_run(const struct kvk_module *m, enum kvk_dir dir, const struct kvk_
 		return 0;
 	if (first >= a->layers || count > a->layers - first)
 		return -EINVAL;
-	p.pool = pool + 2ull * first * l->half;
+	memset(&p, 0, sizeof(p));
+	p.halves = kvk_halves(l);
+	if (p.halves != a->halves)
+		return -EINVAL;
+	p.pool = pool + (uint64_t)p.halves * first * l->page_half;
 	p.half = l->half;
-	p.segs = (uint64_t)n * 2 * count;
-	p.tensors = a->dev + 2ull * first * sizeof(uint64_t);
-	p.offs = a->dev + 2ull * a->layers * sizeof(uint64_t);
+	p.page_half = l->page_half;
+	p.rows = l->rows;
+	p.row = l->row;
+	p.page_row = l->page_row;
+	p.page_off = l->page_off;
+	p.segs = (uint64_t)n * p.halves * count;
+	p.tensors = a->dev + (uint64_t)p.halves * first * sizeof(uint64_t);
+	p.offs = a->dev + (uint64_t)p.halves * a->layers * sizeof(uint64_t);
 	p.layers = count;
 	p.dir = dir;
 	return cu_errno(kvk_cu.cuLaunchKernel(m->copy, grid_for(p.segs), 1, 1, KVK_THREADS, 1, 1,
@@ -325,7 +337,8 @@ static size_t check_words(const struct kvk_layout *l, int ordinal, uint64_t *w)
 	n = 6;
 	for (i = 0; i < l->layers; i++) {
 		if (w)
-			w[n] = kvk_tensor(l, i, 0), w[n + 1] = kvk_tensor(l, i, 1);
+			w[n] = kvk_tensor(l, i, 0),
+			w[n + 1] = kvk_halves(l) == 2 ? kvk_tensor(l, i, 1) : 0;
 		n += 2;
 	}
 	return n;
@@ -373,6 +386,7 @@ int kvk_copy_pieces(enum kvk_dir dir, const struct kvk_layout *l, uint8_t *pool_
 		    uint64_t slot_bytes, const uint32_t *pages, const int64_t *blocks,
 		    size_t n, CUstream stream)
 {
+	uint64_t t;
 	size_t j;
 	uint32_t i;
 	int s;
@@ -381,16 +395,18 @@ int kvk_copy_pieces(enum kvk_dir dir, const struct kvk_layout *l, uint8_t *pool_
 		uint8_t *page = pool_host + (uint64_t)pages[j] * slot_bytes;
 
 		for (i = 0; i < l->layers; i++)
-			for (s = 0; s < 2; s++) {
-				uint8_t *h = page + (2ull * i + (uint64_t)s) * l->half;
-				CUdeviceptr d = kvk_tensor(l, i, s) + (uint64_t)blocks[j] * l->block_stride;
-				CUresult r = dir == KVK_GATHER
-						     ? kvk_cu.cuMemcpyHtoDAsync(d, h, l->half, stream)
-						     : kvk_cu.cuMemcpyDtoHAsync(h, d, l->half, stream);
+			for (s = 0; s < (int)kvk_halves(l); s++)
+				for (t = 0; t < l->rows; t++) {
+					uint8_t *h = page + kvk_page_off(l, i, s) + t * l->page_row;
+					CUdeviceptr d = kvk_tensor(l, i, s) +
+							(uint64_t)blocks[j] * l->block_stride + t * l->row;
+					CUresult r = dir == KVK_GATHER
+							     ? kvk_cu.cuMemcpyHtoDAsync(d, h, l->row, stream)
+							     : kvk_cu.cuMemcpyDtoHAsync(h, d, l->row, stream);
 
-				if (r != CUDA_SUCCESS)
-					return cu_errno(r);
-			}
+					if (r != CUDA_SUCCESS)
+						return cu_errno(r);
+				}
 	}
 	return 0;
 }

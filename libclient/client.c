@@ -342,7 +342,8 @@ static int check_model(const struct kvc_model *m)
 {
 	size_t nl;
 
-	if (!m || m->size != sizeof(*m) || (m->flags & ~KVC_MODEL_ENGINE_KEYS) || !m->name ||
+	if (!m || m->size != sizeof(*m) || (m->flags & ~(KVC_MODEL_ENGINE_KEYS | KVC_MODEL_MLA)) ||
+	    !m->name ||
 	    !zero_resv(m->resv, 3) ||
 	    m->shard.tp_rank >= (m->shard.tp_size ? m->shard.tp_size : 1) ||
 	    m->shard.pp_rank >= (m->shard.pp_size ? m->shard.pp_size : 1))
@@ -358,7 +359,8 @@ static void hello_of(const struct kvc_model *m, const struct kvc_options *o,
 {
 	memset(hi, 0, sizeof(*hi));
 	hi->version = KVPROTO_VERSION;
-	hi->flags = m->flags & KVC_MODEL_ENGINE_KEYS ? KVPROTO_HELLO_ENGINE_KEYS : 0;
+	hi->flags = (m->flags & KVC_MODEL_ENGINE_KEYS ? KVPROTO_HELLO_ENGINE_KEYS : 0) |
+		    (m->flags & KVC_MODEL_MLA ? KVPROTO_HELLO_LATENT : 0);
 	if (o && (o->flags & KVC_OPEN_NO_INSERT))
 		hi->flags |= KVPROTO_HELLO_NO_INSERT;
 	if (o && o->salt_len) {
@@ -436,12 +438,19 @@ static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options 
 	int fds[KVC_MAX_FDS], nfds = 0, rc, i;
 	void *reply = NULL, *p;
 	uint32_t rlen;
-	const char *why;
+	const char *why = "";
 
 	for (i = 0; i < KVC_MAX_FDS; i++)
 		fds[i] = -1;
 	/* Geometry first: a bad model is -EINVAL whether a daemon runs or not. */
 	hello_of(m, o, &hi);
+	if (kvproto_part(hi.kv_heads, hi.flags & KVPROTO_HELLO_LATENT, &hi.shard, &c->part, &why)) {
+		if (o && o->errbuf && o->errbuf_len)
+			snprintf(o->errbuf, o->errbuf_len,
+				 "%u KV heads, tensor-parallel rank %u of %u: %s", hi.kv_heads,
+				 hi.shard.tp_rank, hi.shard.tp_size, why);
+		return -EINVAL;
+	}
 	if (kvproto_hello_ns(&hi, &ns))
 		return -EINVAL;
 	/* Whom we reach is checked before any token leaves this process. */
@@ -473,7 +482,10 @@ static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options 
 	c->page_bytes = hr.ns_page_bytes;
 	c->pool_kind = hr.pool_kind;
 	c->layers = ns.layers;
-	c->half = (uint64_t)ns.block_tokens * ns.kv_heads * ns.head_dim * ns.dtype_bytes;
+	c->latent = ns.layout == KVSHM_KV_LATENT;
+	c->kv_heads = ns.kv_heads;
+	c->head_bytes = (uint64_t)ns.head_dim * ns.dtype_bytes;
+	c->half = (uint64_t)ns.block_tokens * ns.kv_heads * c->head_bytes;
 
 	if ((rc = map_fd(fds[0], hr.segment_bytes, PROT_READ, &p)))
 		goto out;
@@ -576,7 +588,10 @@ int kvc_open(const struct kvc_model *model, const struct kvc_options *opts,
 	pthread_mutex_init(&c->io_lock, NULL);
 	pthread_mutex_init(&c->slot_lock, NULL);
 	rc = attach(c, model, opts);
-	if (!rc && opts && (opts->flags & KVC_OPEN_ALLOC_AHEAD)) {
+	/* Not for a rank writing slices: its pages come block by block,
+	 * each joined to the page its engine's other ranks write. */
+	if (!rc && opts && (opts->flags & KVC_OPEN_ALLOC_AHEAD) && c->part.writers == 1 &&
+	    c->part.writes) {
 		/* At most 1/16 of the pool and a quarter of our pin slots. */
 		c->ahead_cap = c->n_pages / 16 < c->nslots / 4 ? c->n_pages / 16 : c->nslots / 4;
 		if (c->ahead_cap > KVPROTO_MAX_COUNT)
@@ -674,6 +689,15 @@ size_t kvc_page_bytes(const kvc_t *c)
 size_t kvc_block_tokens(const kvc_t *c)
 {
 	return c ? c->bt : 0;
+}
+
+int kvc_heads(const kvc_t *c, uint32_t *first, uint32_t *count)
+{
+	if (!c || !first || !count)
+		return -EINVAL;
+	*first = c->part.head0;
+	*count = c->part.heads;
+	return c->part.writes;
 }
 
 int kvc_stats(const kvc_t *c, struct kvc_stats *out)

@@ -58,12 +58,19 @@ struct kvc {
 	uint32_t rows_used;
 	uint32_t tcache;
 
-	/* Page kernels (gpu.c): the model's layers and the bytes of one
-	 * block of one layer's K or V; the pool's kind and, for a cuda pool,
-	 * its import (pool above is then a device address). */
+	/* Page kernels (gpu.c): the model's layers, whether its page is one
+	 * latent (MLA) per token and layer, the bytes of one block of one
+	 * layer's K or V (or latent) in a page (every head) and of one head's
+	 * vector; this rank's heads (kvproto_part: which it moves, whether it
+	 * writes them, its slice); the pool's kind and, for a cuda pool, its
+	 * import (pool above is then a device address). */
 	uint32_t layers;
+	bool latent;
+	uint32_t kv_heads;		/* the model's */
+	struct kvproto_part part;
 	uint32_t pool_kind;		/* enum kvshm_pool_kind */
 	uint64_t half;
+	uint64_t head_bytes;
 	struct kvc_gpu *gpu;
 	/* Host pool, GPU engines (hostmap.c): made once, by the first
 	 * kvc_gpu_prepare, and published (release) for the copies that read

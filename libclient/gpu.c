@@ -47,7 +47,7 @@ static struct kvk_layout layers_of(const struct kvk_layout *l, uint32_t first, u
 	s.k = l->k + first;
 	s.v = l->v ? l->v + first : NULL;
 	s.layers = n;
-	*pool_off = 2ull * first * l->half;
+	*pool_off = (uint64_t)kvk_halves(l) * first * l->page_half;
 	return s;
 }
 
@@ -439,6 +439,25 @@ static bool zero(const uint64_t *r, size_t n)
 	return true;
 }
 
+/*
+ * Where this rank's heads sit in a page (page_ref.h): all of them, one
+ * run per segment; or its heads of each token row, block_tokens runs.
+ */
+static void page_layout(const kvc_t *c, struct kvk_layout *kl)
+{
+	memset(kl, 0, sizeof(*kl));
+	kl->page_half = c->half;
+	kl->page_row = (uint64_t)c->kv_heads * c->head_bytes;
+	kl->row = (uint64_t)c->part.heads * c->head_bytes;
+	kl->page_off = (uint64_t)c->part.head0 * c->head_bytes;
+	kl->rows = c->bt;
+	if (c->part.heads == c->kv_heads) {	/* every head: one run */
+		kl->row = kl->page_row = c->half;
+		kl->rows = 1;
+	}
+	kl->half = kl->rows * kl->row;
+}
+
 static int page_copy(struct kvc_req *r, size_t first, size_t n, const struct kvc_layout *l,
 		     const int64_t *ids, const struct kvc_copy_opts *o, enum kvk_dir dir)
 {
@@ -460,18 +479,21 @@ static int page_copy(struct kvc_req *r, size_t first, size_t n, const struct kvc
 		o = &none;
 	if (!l || l->size != sizeof(*l) || (l->flags & ~(uint32_t)KVC_LAYOUT_DEVICE) ||
 	    l->resv32 || !zero(l->resv, 3) || l->layers != c->layers || (n && !ids) ||
-	    (l->flags & KVC_LAYOUT_DEVICE ? l->device < 0 : l->device != 0))
+	    (l->flags & KVC_LAYOUT_DEVICE ? l->device < 0 : l->device != 0) ||
+	    (l->kind == KVC_LAYOUT_MLA) != c->latent)
 		return -EINVAL;
 	if (o->size != sizeof(*o) || o->flags || !zero(o->resv, 4) || o->first_layer >= c->layers ||
 	    o->layers > c->layers - o->first_layer)
 		return -EINVAL;
+	if (dir == KVK_SCATTER && n && !c->part.writes)
+		return -EPERM;	/* another rank of its engine writes these heads */
 	l0 = o->first_layer;
 	nl = o->layers ? o->layers : c->layers - l0;
+	page_layout(c, &kl);
 	kl.kind = l->kind;	/* the kvc_ and kvk_ kinds share their values */
 	kl.layers = l->layers;
 	kl.num_blocks = l->num_blocks;
-	kl.half = c->half;
-	kl.block_stride = l->block_stride ? l->block_stride : c->half;
+	kl.block_stride = l->block_stride ? l->block_stride : kl.half;
 	kl.k = l->k;
 	kl.v = l->kind == KVC_LAYOUT_KV ? l->v : NULL;
 	if (kvk_layout_check(&kl, NULL))
@@ -500,8 +522,8 @@ static int page_copy(struct kvc_req *r, size_t first, size_t n, const struct kvc
 	return 0;
 }
 
-_Static_assert(KVC_LAYOUT_KV == (int)KVK_LAYOUT_KV && KVC_LAYOUT_FLASH == (int)KVK_LAYOUT_FLASH,
-	       "layout kinds");
+_Static_assert(KVC_LAYOUT_KV == (int)KVK_LAYOUT_KV && KVC_LAYOUT_FLASH == (int)KVK_LAYOUT_FLASH &&
+	       KVC_LAYOUT_MLA == (int)KVK_LAYOUT_MLA, "layout kinds");
 
 int kvc_gather(struct kvc_req *r, size_t first_block, size_t n_blocks,
 	       const struct kvc_layout *l, const int64_t *engine_block_ids, void *stream)

@@ -29,7 +29,9 @@
  *
  * Page layout inside a block's page: [layer][k|v][token][kv_head][head_dim]
  * in the declared dtype, page bytes = block_tokens x layers x 2 x kv_heads x
- * head_dim x dtype_bytes (kvc_page_bytes()).
+ * head_dim x dtype_bytes (kvc_page_bytes()), every KV head of the model
+ * whatever its tensor-parallel size; for an MLA model (KVC_MODEL_MLA)
+ * [layer][token][head_dim], one latent vector per token and layer.
  */
 #ifndef KVCLIENT_H
 #define KVCLIENT_H
@@ -81,10 +83,22 @@ enum kvc_pos_kind {
 /*
  * Which part of a model parallelised across processes this client holds:
  * tensor-parallel rank of tp_size ranks, pipeline stage pp_rank of
- * pp_size stages. A rank's KV covers only its heads (or its layers), so
- * the shard is part of the namespace: rank 0 and rank 1 of one model
- * never share a block, two processes of the same rank do. All zero (the
- * default) means not sharded, the same as tp 0 of 1 and pp 0 of 1.
+ * pp_size stages. All zero (the default) means not sharded, the same as
+ * tp 0 of 1 and pp 0 of 1.
+ *
+ * Tensor-parallel ranks share the namespace and its pages, at every TP
+ * size: a page holds every KV head of the model (kvc_model.kv_heads is the
+ * model's), and each rank moves only its own heads (kvc_heads; kvc_gather
+ * and kvc_scatter copy those). With tp_size <= kv_heads (tp_size dividing
+ * them) rank r holds heads [r x kv_heads / tp_size, (r + 1) x kv_heads /
+ * tp_size) and the ranks of an engine write each page together, each its
+ * slice (kvc_publish); with tp_size > kv_heads (kv_heads dividing it) the
+ * heads are replicated, rank r holds head r / (tp_size / kv_heads), and
+ * only the first rank of each head writes it, so each head is stored once.
+ * An MLA model's ranks all hold the whole latent: rank 0 writes, all read.
+ * So a prompt an engine at TP 2 published is a hit for one at TP 1, 4 or
+ * 8. A pipeline stage holds other layers: the stage is part of the
+ * namespace, and each stage has its own pages.
  */
 struct kvc_shard {
 	uint16_t tp_rank;	/* < tp_size */
@@ -110,6 +124,19 @@ struct kvc_shard {
  */
 #define KVC_MODEL_ENGINE_KEYS 0x1u
 
+/*
+ * kvc_model.flags: KVC_MODEL_MLA declares multi-head latent attention
+ * (DeepSeek-V2/V3/R1, Kimi K2 and their kin): one latent vector of
+ * head_dim elements per token per layer (kv_lora_rank plus the rope
+ * dimensions: vLLM's MLA cache, one [num_blocks, block_tokens, head_dim]
+ * tensor per layer; SGLang's MLA host pool) and no K/V split; kv_heads
+ * must be 1. The page is [layer][token][head_dim]. Every tensor-parallel
+ * rank holds all of it: rank 0 publishes, every rank reads the same
+ * pages (kvc_heads says 0 for the others), so the pool holds one copy,
+ * not one per rank. An MLA namespace is never the same as a K/V one.
+ */
+#define KVC_MODEL_MLA 0x2u
+
 /* Longest engine key, in bytes. */
 #define KVC_MAX_ENGINE_KEY 1024
 
@@ -121,11 +148,11 @@ struct kvc_shard {
  */
 struct kvc_model {
 	uint32_t size;		/* sizeof(struct kvc_model) */
-	uint32_t flags;		/* KVC_MODEL_ENGINE_KEYS or 0 */
+	uint32_t flags;		/* KVC_MODEL_ENGINE_KEYS, KVC_MODEL_MLA or 0 */
 	const char *name;	/* model name and revision, 1..63 bytes */
 	uint32_t dtype_bytes;	/* 1 (fp8), 2 (fp16/bf16), 4 (fp32) or 8 */
-	uint32_t layers;	/* 1..4096 */
-	uint32_t kv_heads;	/* 1..4096 */
+	uint32_t layers;	/* 1..4096 (of this pipeline stage) */
+	uint32_t kv_heads;	/* 1..4096: the model's, all TP ranks' (1: MLA) */
 	uint32_t head_dim;	/* 1..65536 */
 	uint32_t block_tokens;	/* must equal the daemon's block-tokens */
 	uint32_t pos_kind;	/* enum kvc_pos_kind */
@@ -140,7 +167,9 @@ struct kvc_model {
  * answer; the next kvc_alloc takes its pages from there, so a steady
  * stream of prefills pays one round trip per request instead of two. The
  * pages are this handle's, unusable by others, until it uses them or
- * closes: meant for an engine that publishes continuously.
+ * closes: meant for an engine that publishes continuously. Ignored by a
+ * tensor-parallel rank that writes a slice of pages its engine's ranks
+ * write together (their pages are granted block by block, to every rank).
  */
 #define KVC_OPEN_ALLOC_AHEAD 0x1u
 
@@ -204,7 +233,10 @@ struct kvc_options {
  * library was built without CUDA, or there is no usable CUDA driver or
  * VMM support here), -ENODEV (the pool's GPU is not visible to this
  * process, e.g. CUDA_VISIBLE_DEVICES), -EIO (importing or mapping the
- * pool failed); errbuf says which.
+ * pool failed); errbuf says which. -EINVAL also for a shard kv_heads do
+ * not split into (tp_size and kv_heads neither dividing the other, an MLA
+ * model with kv_heads other than 1, more than 32 ranks writing one page);
+ * errbuf says which.
  *
  * A handle belongs to the process that opened it: after fork() the child
  * gets -ECHILD from every call on an inherited handle (and its kvc_close
@@ -419,7 +451,13 @@ int kvc_wait(struct kvc_req *r, int timeout_ms);
  * round trip. Returns how many were granted, starting at the first missed
  * block; fewer than asked when the pool is full of pinned pages, this
  * handle's pin slots run out, or the blocks would not fit one PUBLISH
- * message (16 MiB of records). Errors: -EINVAL (NULL, state), -ENOTCONN
+ * message (16 MiB of records). A tensor-parallel rank whose engine's
+ * ranks write each page together (kvc_shard) is granted, per block, the
+ * page another rank of its engine began (for its own slice) or a new one;
+ * its grant stops at a block it can have neither of (cached meanwhile, or
+ * being written by ranks of another TP size, or its slice taken). A rank
+ * that writes nothing (replicated heads, an MLA rank other than 0) is
+ * granted none: 0 at once, kvc_req_short_reason -EPERM. Errors: -EINVAL (NULL, state), -ENOTCONN
  * (daemon gone), -ECHILD, -ENOMEM, -EPROTO / -EBADMSG (a reply that does
  * not parse), or an error the daemon sent: -EDQUOT (this process, its
  * tenant or its namespace holds its share of the pool; nothing granted),
@@ -445,9 +483,12 @@ int kvc_alloc(struct kvc_req *r);
  * namespace's share: kvc_req_message names it when nothing was granted),
  * -ENOSPC no free page (the pool is
  * full of pinned or half-written pages) or no free pin slot of this
- * handle, -EMSGSIZE more blocks than one PUBLISH message carries, -EIO a
- * kvcached too old to say; or the error kvc_alloc returned. -EINVAL for a
- * NULL request. Pure memory work.
+ * handle, -EMSGSIZE more blocks than one PUBLISH message carries,
+ * -EBUSY (a rank writing slices) the next block was cached meanwhile, or
+ * is being written by ranks of another tensor-parallel size, or its slice
+ * by another rank, -EPERM this rank writes nothing (replicated heads, an
+ * MLA rank other than 0), -EIO a kvcached too old to say; or the error
+ * kvc_alloc returned. -EINVAL for a NULL request. Pure memory work.
  */
 int kvc_req_short_reason(const struct kvc_req *r);
 
@@ -478,9 +519,13 @@ int64_t kvc_block_page(const struct kvc_req *r, size_t i);
 /*
  * Publish every granted block, in one round trip. A block some other
  * client published first is replaced by that client's page (identical
- * KV); a block refused (index full, key collision) loses its page.
- * Returns the number of blocks of the request that are now cached and
- * pinned (hits included). Errors: -EINVAL (NULL, nothing granted),
+ * KV); a block refused (index full, key collision) loses its page. A
+ * tensor-parallel rank whose engine's ranks write each page together
+ * publishes its slice (its heads): the page stays pinned for it and
+ * becomes a hit for everyone when the last rank's slice is published
+ * (within kvcached's slice-timeout-ms, else the page is given up and the
+ * block is a miss). Returns the number of blocks of the request that are
+ * now cached, or have this rank's slice in, and pinned (hits included). Errors: -EINVAL (NULL, nothing granted),
  * -ENOTCONN, -ECHILD, -ENOMEM, -EPROTO / -EBADMSG, or an error the daemon
  * sent.
  */
@@ -518,6 +563,10 @@ enum kvc_layout_kind {
 	 * kv_heads, head_dim] (K then V: vLLM's FlashAttention layout);
 	 * v is unused (NULL). */
 	KVC_LAYOUT_FLASH = 2,
+	/* An MLA model (KVC_MODEL_MLA): per layer l, one tensor k[l] of
+	 * [num_blocks, block_tokens, head_dim], the latent (vLLM's MLA
+	 * cache); v is unused (NULL). */
+	KVC_LAYOUT_MLA = 3,
 };
 
 /* struct kvc_layout flags. */
@@ -538,8 +587,10 @@ enum kvc_layout_flag {
  * An engine's paged KV cache. The tensors are host pointers for a host
  * pool (device pointers with KVC_LAYOUT_DEVICE) and device pointers (on
  * kvc_pool_device's GPU) for a cuda pool. Within one block the engine's
- * layout must be dense, [block_tokens, kv_heads, head_dim]; between
- * blocks it may be padded (block_stride).
+ * layout must be dense, [block_tokens, kv_heads, head_dim] with kv_heads
+ * this rank's (kvc_heads: the count), or [block_tokens, head_dim] for MLA;
+ * between blocks it may be padded (block_stride). KV and FLASH are for K/V
+ * models, MLA for MLA models.
  */
 struct kvc_layout {
 	uint32_t size;		/* sizeof(struct kvc_layout) */
@@ -548,7 +599,7 @@ struct kvc_layout {
 	uint32_t layers;	/* must equal the model's layers */
 	uint64_t num_blocks;	/* blocks in each engine tensor, >= 1 */
 	/* Bytes from one block to the next in a tensor; 0 means dense
-	 * (block_tokens x kv_heads x head_dim x dtype_bytes). */
+	 * (block_tokens x this rank's kv_heads x head_dim x dtype_bytes). */
 	uint64_t block_stride;
 	void *const *k;		/* [layers]: K (or the FLASH tensor) per layer */
 	void *const *v;		/* [layers]: V per layer (KVC_LAYOUT_KV) */
@@ -562,8 +613,9 @@ struct kvc_layout {
  * n_blocks) from their pool pages into the engine's cache, block
  * first_block + j into engine block engine_block_ids[j] (any order, need
  * not be contiguous; for a gather they must be distinct), all layers, K
- * and V, in one pass: for hits after kvc_lookup (or any block with a
- * page).
+ * and V (or the latent), in one pass: for hits after kvc_lookup (or any
+ * block with a page). Only this rank's heads move (kvc_heads): the engine
+ * tensors hold those, the page all of the model's.
  *
  * Host pool and host tensors: runs on the calling thread and is done on
  * return; `stream` is ignored. Cuda pool: queued as one kernel launch on
@@ -579,7 +631,8 @@ struct kvc_layout {
  *
  * Returns 0. Errors: -EINVAL (NULL request or layout while n_blocks > 0,
  * NULL ids, a layout with a wrong size, unknown kind, flags or resv not
- * zero, layers other than the model's, num_blocks 0, block_stride smaller
+ * zero, a K/V kind for an MLA model or MLA for a K/V one, layers other
+ * than the model's, num_blocks 0, block_stride smaller
  * than a block, a NULL tensor; the run past the request's blocks; an
  * engine block id outside 0..num_blocks-1), -ENOENT (a block of the run
  * has no page), -ECHILD (handle inherited across fork), -ENOMEM,
@@ -606,7 +659,8 @@ int kvc_gather(struct kvc_req *r, size_t first_block, size_t n_blocks,
  * and before kvc_req_free of a request whose granted pages it wrote (they
  * go back to the daemon, which hands them out again).
  * Errors: those of kvc_gather, and -EPERM for a block that is a hit or
- * already published (its page is shared and read-only).
+ * already published (its page is shared and read-only), and for every
+ * block of a rank that writes nothing (kvc_heads returned 0).
  */
 int kvc_scatter(struct kvc_req *r, size_t first_block, size_t n_blocks,
 		const struct kvc_layout *l, const int64_t *engine_block_ids,
@@ -795,6 +849,16 @@ int kvc_connected(kvc_t *c);
 
 /* Bytes of one page of this handle's namespace, and of a pool slot. */
 size_t kvc_page_bytes(const kvc_t *c);
+
+/*
+ * This handle's KV heads in a page: heads [*first, *first + *count) of
+ * the model's kv_heads (all of them when not tensor-parallel; 0 and 1 for
+ * MLA), the ones kvc_gather and kvc_scatter move. Returns 1 when this
+ * rank writes them (it publishes), 0 when another rank of its engine
+ * does and it only reads (replicated heads, an MLA rank other than 0),
+ * -EINVAL for NULL arguments.
+ */
+int kvc_heads(const kvc_t *c, uint32_t *first, uint32_t *count);
 /* Tokens per block. */
 size_t kvc_block_tokens(const kvc_t *c);
 

@@ -108,6 +108,7 @@ static int short_reason(uint32_t why)
 	case KVPROTO_SHORT_SHARE: return -EDQUOT;
 	case KVPROTO_SHORT_SLOTS:
 	case KVPROTO_SHORT_POOL: return -ENOSPC;
+	case KVPROTO_SHORT_TAKEN: return -EBUSY;
 	default: return -EIO;	/* a daemon that does not say */
 	}
 }
@@ -140,6 +141,10 @@ int kvc_alloc(struct kvc_req *r)
 		r->short_err = -EROFS;
 		return kvci_req_why(r, -EROFS,
 				    "this handle was opened with KVC_OPEN_NO_INSERT: it reads the cache and never publishes");
+	}
+	if (!c->part.writes) {	/* another rank of its engine writes its heads */
+		r->short_err = -EPERM;
+		return 0;
 	}
 	/* No more than one PUBLISH frame can carry. */
 	fcap = (uint32_t)((KVPROTO_MAX_LEN - sizeof(struct kvproto_count)) /
@@ -301,10 +306,13 @@ int kvc_publish(struct kvc_req *r)
 		if (r->state[i] != KVC_B_WRITING)
 			continue;
 		memcpy(&pr, (char *)reply + sizeof(cnt) + k++ * sizeof(pr), sizeof(pr));
-		if (pr.status == 0 && r->slot[i] != UINT32_MAX) {
-			/* Our held slot now pins the READY page. */
+		if ((pr.status == 0 || pr.status == KVPROTO_PUB_SLICE) &&
+		    r->slot[i] != UINT32_MAX) {
+			/* Our held slot now pins the READY page, or the page
+			 * our slice is in, READY once the last slice is. */
 			r->state[i] = KVC_B_PINNED;
-			KVCI_COUNT(c, kvci_thr(c), published, 1);
+			if (pr.status == 0)
+				KVCI_COUNT(c, kvci_thr(c), published, 1);
 		} else if (pr.status == 1 && pr.page < c->n_pages && r->slot[i] != UINT32_MAX &&
 			   kvshm_ledger_pin(c->ledger, r->slot[i], c->seg, pr.page, pr.gen)) {
 			/* Lost the race to an identical block: use the winner's. */

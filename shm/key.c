@@ -22,9 +22,11 @@ static struct kvshm_key from_xxh(XXH128_hash_t x)
 
 struct kvshm_key kvshm_ns_id(const struct kvshm_ns *ns)
 {
-	/* Canonical bytes: fixed-width fields in a fixed order, then model. */
+	/* Canonical bytes: fixed-width fields in a fixed order, then model.
+	 * No tensor-parallel rank or size: every TP size of a model is one
+	 * namespace (its pages hold all heads). */
 	uint64_t buf[8 + KVSHM_MODEL_NAME / 8 + 1];
-	bool sharded = ns->shard.tp_size > 1 || ns->shard.pp_size > 1;
+	bool staged = ns->pp_size > 1;
 	size_t n;
 
 	memset(buf, 0, sizeof(buf));
@@ -40,11 +42,12 @@ struct kvshm_key kvshm_ns_id(const struct kvshm_ns *ns)
 	memcpy(&buf[8], ns->model, n);
 	if (ns->kind != KVSHM_NS_TOKENS)	/* a namespace of engine keys: */
 		buf[0] ^= (uint64_t)ns->kind << 56;	/* never a token one's id */
-	if (!sharded)	/* the identity an unsharded model always had */
+	if (ns->layout != KVSHM_KV_SPLIT)	/* a latent (MLA) page: never */
+		buf[0] ^= (uint64_t)ns->layout << 48;	/* a K/V one's id */
+	if (!staged)	/* the identity an unstaged model always had */
 		return from_xxh(XXH3_128bits(buf, sizeof(buf) - 8));
-	buf[8 + KVSHM_MODEL_NAME / 8] = (uint64_t)ns->shard.tp_rank |
-		(uint64_t)ns->shard.tp_size << 16 | (uint64_t)ns->shard.pp_rank << 32 |
-		(uint64_t)ns->shard.pp_size << 48;
+	buf[8 + KVSHM_MODEL_NAME / 8] = (uint64_t)ns->pp_rank << 32 |
+		(uint64_t)ns->pp_size << 48;
 	return from_xxh(XXH3_128bits(buf, sizeof(buf)));
 }
 

@@ -30,7 +30,13 @@
  */
 extern uint64_t kvshm_key_test_mask;
 
-/* The identity of a namespace from its geometry and model name. */
+/*
+ * The identity of a namespace from its geometry, model name, kind, KV
+ * layout and pipeline stage. Since layout 16 no tensor-parallel rank or
+ * size: a model at TP 1, 2, 4 or 8 is one namespace with one id, so one
+ * root and one key chain per prompt and salt; an unstaged model of the
+ * SPLIT layout keeps the id it always had.
+ */
 struct kvshm_key kvshm_ns_id(const struct kvshm_ns *ns);
 
 /* The root parent of a chain: namespace id mixed with an optional salt. */

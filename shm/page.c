@@ -49,6 +49,22 @@ static void bump_gen(struct kvshm_page *p)
 	atomic_thread_fence(memory_order_release);
 }
 
+/* A page written by one rank, or not WRITING: no slices. */
+static void slices_clear(struct kvshm_page *p)
+{
+	atomic_store_explicit(&p->writers, 0, memory_order_relaxed);
+	atomic_store_explicit(&p->slices, 0, memory_order_relaxed);
+}
+
+void kvshm_page_slices(struct kvshm_header *h, uint32_t page, uint32_t writers,
+		       uint32_t slices)
+{
+	struct kvshm_page *p = &kvshm_pages(h)[page];
+
+	atomic_store_explicit(&p->writers, writers, memory_order_relaxed);
+	atomic_store_explicit(&p->slices, slices, memory_order_relaxed);
+}
+
 static bool in_flight(const struct kvshm_page *p)
 {
 	return atomic_load_explicit(&p->flight, memory_order_relaxed) != 0;
@@ -93,7 +109,7 @@ static void to_free(struct kvshm_header *h, uint32_t page)
 	set_state(p, KVSHM_PAGE_FREE);
 	__atomic_store_n(&p->owner, 0, RELAXED);
 	__atomic_store_n(&p->unlisted, 0, RELAXED);
-	p->ref = 0;
+	slices_clear(p);
 	fr->page[fr->count++] = page;
 	stat_add(h, &st->pages_free, 1);
 	if (old == KVSHM_PAGE_WRITING)
@@ -121,7 +137,7 @@ int kvshm_page_alloc(struct kvshm_header *h, uint32_t owner, uint32_t ns_id,
 	__atomic_store_n(&p->ns_id, ns_id, __ATOMIC_RELAXED);
 	/* Whose key space it is in, the caller says (kvshm_page_set_tenant). */
 	__atomic_store_n(&p->tenant, KVSHM_TENANT_NONE, __ATOMIC_RELAXED);
-	p->ref = 0;
+	slices_clear(p);
 	set_state(p, KVSHM_PAGE_WRITING);
 	stat_add(h, &st->pages_free, -1);
 	stat_add(h, &st->pages_writing, 1);
@@ -179,7 +195,7 @@ static void make_ready(struct kvshm_header *h, struct kvshm_page *p)
 	struct kvshm_stats *st = kvshm_stats(h);
 
 	__atomic_store_n(&p->owner, 0, RELAXED);
-	p->ref = 1;
+	slices_clear(p);
 	set_state(p, KVSHM_PAGE_READY);
 	stat_add(h, &st->pages_writing, -1);
 	stat_add(h, &st->pages_ready, 1);
@@ -356,7 +372,7 @@ int kvshm_page_restore(struct kvshm_header *h, uint32_t page, uint32_t gen,
 	/* READY before the index names the page: a reader that finds it
 	 * through the index sees it whole. */
 	__atomic_store_n(&p->owner, 0, RELAXED);
-	p->ref = 1;
+	slices_clear(p);
 	set_state(p, KVSHM_PAGE_READY);
 	kvshm_index_move(h, key, KVSHM_LOC_SLOT | slot, page);
 	stat_add(h, &st->pages_writing, -1);

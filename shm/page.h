@@ -42,6 +42,16 @@ enum kvshm_publish {
 	KVSHM_PUBLISH_DUP = 1,	/* an equal block was there first: page freed */
 };
 
+/*
+ * Writer: a WRITING page that `writers` ranks write together (kvproto_part)
+ * has slices `slices` granted: stores both (relaxed) for lookups to read
+ * (kvshm_page_inflight). Before the page is announced, so that a reader
+ * that sees it in flight sees them; both are cleared when it leaves
+ * WRITING.
+ */
+void kvshm_page_slices(struct kvshm_header *h, uint32_t page, uint32_t writers,
+		       uint32_t slices);
+
 /* Writer: pop a free page, make it WRITING for owner. -ENOSPC if none. */
 int kvshm_page_alloc(struct kvshm_header *h, uint32_t owner, uint32_t ns_id,
 		     uint32_t *page, uint32_t *gen);
@@ -233,7 +243,11 @@ static inline bool kvshm_page_verify(const struct kvshm_header *h, uint32_t page
 /*
  * Reader (inline, the client's lookup): is `page` (from kvshm_index_find)
  * announced in flight in namespace ns_id as exactly this key and parent,
- * by an owner other than `not_owner`? On success *owner is the writer's
+ * by an owner other than `not_owner`, and not a page the caller itself
+ * must help write? A caller that writes slice `slice` of pages of
+ * `writers` slices (writers > 1; 0 otherwise) must not wait for a page of
+ * that many slices whose slice `slice` nobody was granted yet: it is its
+ * own to write (its kvc_alloc joins it). On success *owner is the writer's
  * owner id (client row owner - 1): wait on that row's flight word. The
  * tokens are not known until the publish; the waiter verifies them when
  * it pins the published page (kvshm_page_verify).
@@ -241,7 +255,7 @@ static inline bool kvshm_page_verify(const struct kvshm_header *h, uint32_t page
 static inline bool kvshm_page_inflight(const struct kvshm_header *h, uint32_t page,
 				       uint32_t ns_id, struct kvshm_key key,
 				       struct kvshm_key parent, uint32_t not_owner,
-				       uint32_t *owner)
+				       uint32_t writers, uint32_t slice, uint32_t *owner)
 {
 	const struct kvshm_page *p;
 	uint32_t g, o;
@@ -259,6 +273,10 @@ static inline bool kvshm_page_inflight(const struct kvshm_header *h, uint32_t pa
 	    !kvshm_key_eq(kvshm_load_key(&p->key), key) ||
 	    !kvshm_key_eq(kvshm_load_key(&p->parent), parent))
 		return false;
+	if (writers > 1 &&
+	    atomic_load_explicit(&p->writers, memory_order_relaxed) == writers &&
+	    !(atomic_load_explicit(&p->slices, memory_order_relaxed) >> slice & 1))
+		return false;	/* ours to join, not to wait for */
 	atomic_thread_fence(memory_order_acquire);
 	if (atomic_load_explicit(&p->gen, memory_order_relaxed) != g ||
 	    !atomic_load_explicit(&p->flight, memory_order_relaxed))

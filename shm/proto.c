@@ -355,22 +355,69 @@ int kvproto_socket_path(char *buf, size_t len)
 	return 0;
 }
 
+int kvproto_part(uint32_t kv_heads, bool latent, const struct kvshm_shard *shard,
+		 struct kvproto_part *out, const char **why)
+{
+	uint32_t tp = shard->tp_size ? shard->tp_size : 1, r = shard->tp_rank;
+	const char *w = NULL;
+
+	memset(out, 0, sizeof(*out));
+	if (r >= tp)
+		w = "tp_rank is not below tp_size";
+	else if (!kv_heads)
+		w = "0 KV heads";
+	else if (latent && kv_heads != 1)
+		w = "a latent (MLA) model declares 1 KV head";
+	else if (latent) {
+		out->heads = 1;
+		out->writers = 1;
+		out->writes = r == 0;
+	} else if (tp <= kv_heads) {
+		if (kv_heads % tp)
+			w = "tp_size does not divide the model's KV heads";
+		out->heads = kv_heads / tp;
+		out->head0 = r * out->heads;
+		out->slice = r;
+		out->writers = tp;
+		out->writes = true;
+	} else {
+		if (tp % kv_heads)
+			w = "the model's KV heads do not divide tp_size";
+		out->heads = 1;
+		out->head0 = r / (tp / kv_heads);
+		out->slice = out->head0;
+		out->writers = kv_heads;
+		out->writes = r % (tp / kv_heads) == 0;
+	}
+	if (!w && out->writers > KVSHM_MAX_WRITERS)
+		w = "more than 32 ranks would write slices of one page";
+	if (w) {
+		if (why)
+			*why = w;
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int kvproto_hello_ns(const struct kvproto_hello *hi, struct kvshm_ns *ns)
 {
+	const bool latent = hi->flags & KVPROTO_HELLO_LATENT;
 	uint64_t pb = hi->block_tokens;
-	const uint64_t f[5] = { hi->layers, 2, hi->kv_heads, hi->head_dim, hi->dtype_bytes };
+	const uint64_t f[5] = { hi->layers, latent ? 1 : 2, hi->kv_heads, hi->head_dim,
+				hi->dtype_bytes };
 	size_t nl = strnlen(hi->model, KVSHM_MODEL_NAME);
+	struct kvproto_part part;
 	int i;
 
-	if ((hi->flags & ~(KVPROTO_HELLO_ENGINE_KEYS | KVPROTO_HELLO_NO_INSERT)) || !nl ||
-	    nl == KVSHM_MODEL_NAME || hi->pos_kind > KVSHM_POS_MAX || hi->max_share > 100 ||
+	if ((hi->flags & ~(KVPROTO_HELLO_ENGINE_KEYS | KVPROTO_HELLO_NO_INSERT | KVPROTO_HELLO_LATENT)) ||
+	    !nl || nl == KVSHM_MODEL_NAME || hi->pos_kind > KVSHM_POS_MAX || hi->max_share > 100 ||
 	    hi->salt_len > KVPROTO_MAX_SALT ||
 	    (hi->dtype_bytes != 1 && hi->dtype_bytes != 2 && hi->dtype_bytes != 4 &&
 	     hi->dtype_bytes != 8) ||
 	    !hi->layers || hi->layers > 4096 || !hi->kv_heads || hi->kv_heads > 4096 ||
 	    !hi->head_dim || hi->head_dim > 65536 || !hi->block_tokens ||
 	    hi->block_tokens > KVSHM_MAX_BLOCK_TOKENS ||
-	    hi->shard.tp_rank >= (hi->shard.tp_size ? hi->shard.tp_size : 1) ||
+	    kvproto_part(hi->kv_heads, latent, &hi->shard, &part, NULL) ||
 	    hi->shard.pp_rank >= (hi->shard.pp_size ? hi->shard.pp_size : 1))
 		return -EINVAL;
 	for (i = 0; i < 5; i++)
@@ -383,11 +430,11 @@ int kvproto_hello_ns(const struct kvproto_hello *hi, struct kvshm_ns *ns)
 	ns->block_tokens = hi->block_tokens;
 	ns->pos_kind = hi->pos_kind;
 	ns->kind = hi->flags & KVPROTO_HELLO_ENGINE_KEYS ? KVSHM_NS_ENGINE : KVSHM_NS_TOKENS;
+	ns->layout = latent ? KVSHM_KV_LATENT : KVSHM_KV_SPLIT;
 	ns->page_bytes = pb;
 	memcpy(ns->model, hi->model, nl);
-	ns->shard = hi->shard;
-	ns->shard.tp_size = hi->shard.tp_size ? hi->shard.tp_size : 1;
-	ns->shard.pp_size = hi->shard.pp_size ? hi->shard.pp_size : 1;
+	ns->pp_rank = hi->shard.pp_rank;
+	ns->pp_size = hi->shard.pp_size ? hi->shard.pp_size : 1;
 	ns->id = kvshm_ns_id(ns);
 	return 0;
 }
@@ -403,10 +450,12 @@ int kvproto_ns_declared(const struct kvshm_ns *ns, struct kvshm_ns *out)
 	hi.head_dim = ns->head_dim;
 	hi.block_tokens = ns->block_tokens;
 	hi.pos_kind = ns->pos_kind;
-	hi.shard = ns->shard;
-	if (ns->kind > KVSHM_NS_ENGINE)
+	hi.shard.pp_rank = ns->pp_rank;
+	hi.shard.pp_size = ns->pp_size;
+	if (ns->kind > KVSHM_NS_ENGINE || ns->layout > KVSHM_KV_LATENT || ns->resv)
 		return -EINVAL;
-	hi.flags = ns->kind == KVSHM_NS_ENGINE ? KVPROTO_HELLO_ENGINE_KEYS : 0;
+	hi.flags = (ns->kind == KVSHM_NS_ENGINE ? KVPROTO_HELLO_ENGINE_KEYS : 0) |
+		   (ns->layout == KVSHM_KV_LATENT ? KVPROTO_HELLO_LATENT : 0);
 	memcpy(hi.model, ns->model, sizeof(hi.model));
 	return kvproto_hello_ns(&hi, out);
 }

@@ -98,7 +98,10 @@
  * extra-keys digest (56 bytes), which the daemon needs to recompute keys;
  * 4: HELLO carries the salt (the daemon recomputes keys in the client's
  * own key space, shm/key.h, and knows its tenant), the no-insert flag and
- * a share of the pool the client asks to be held to. */
+ * a share of the pool the client asks to be held to; HELLO's kv_heads are
+ * the model's (every tensor-parallel rank's together) and the shard says
+ * which a rank holds; KVPROTO_HELLO_LATENT; PUBLISH_R status
+ * KVPROTO_PUB_SLICE. */
 #define KVPROTO_VERSION 4u
 #define KVPROTO_MAX_LEN (16u << 20)	/* largest payload either side sends */
 #define KVPROTO_MAX_COUNT 65536u	/* records per message */
@@ -225,20 +228,22 @@ struct kvproto_hdr {
 };
 
 /* HELLO flags: the namespace's blocks are named by the engine's keys
- * (enum kvshm_ns_kind KVSHM_NS_ENGINE), not by token chains. */
+ * (enum kvshm_ns_kind KVSHM_NS_ENGINE), not by token chains; its page
+ * holds one latent vector per token per layer (KVSHM_KV_LATENT: MLA). */
 #define KVPROTO_HELLO_ENGINE_KEYS 0x1u
 /* The client looks up and reads, and never publishes (KVC_OPEN_NO_INSERT):
  * the daemon refuses its ALLOCs. */
 #define KVPROTO_HELLO_NO_INSERT 0x2u
+#define KVPROTO_HELLO_LATENT 0x4u
 /* Longest salt a HELLO carries (KVC_MAX_SALT). */
 #define KVPROTO_MAX_SALT 256u
 
 struct kvproto_hello {
 	uint32_t version;
-	uint32_t flags;		/* KVPROTO_HELLO_ENGINE_KEYS or 0 */
+	uint32_t flags;		/* KVPROTO_HELLO_* or 0 */
 	uint32_t dtype_bytes;
 	uint32_t layers;
-	uint32_t kv_heads;
+	uint32_t kv_heads;	/* the model's, all tensor-parallel ranks' */
 	uint32_t head_dim;
 	uint32_t block_tokens;
 	uint32_t pos_kind;
@@ -282,6 +287,9 @@ struct kvproto_count {
 #define KVPROTO_SHORT_SHARE 1u	/* the process's max-share of the pool */
 #define KVPROTO_SHORT_SLOTS 2u	/* the client's pin slots */
 #define KVPROTO_SHORT_POOL 3u	/* no free page (all pinned or being written) */
+#define KVPROTO_SHORT_TAKEN 4u	/* a rank writing slices: the next block is
+				 * cached, or written by ranks of another
+				 * layout, or its slice is taken (slice.h) */
 
 struct kvproto_alloc {
 	uint32_t n;		/* pages wanted, 1..KVPROTO_MAX_COUNT */
@@ -316,8 +324,14 @@ struct kvproto_pub {
 	struct kvshm_key extra;
 };
 
+/* PUBLISH_R status of a rank's slice of a page several ranks write: the
+ * slice is in, the page becomes READY when the last slice is (it stays
+ * the caller's, pinned; kvproto_part). */
+#define KVPROTO_PUB_SLICE 2
+
 struct kvproto_pub_r {
-	int32_t status;		/* 0 published, 1 dup (page = winner), -errno */
+	int32_t status;		/* 0 published, 1 dup (page = winner),
+				 * KVPROTO_PUB_SLICE, -errno */
 	uint32_t page;
 	uint32_t gen;
 	uint32_t pad;
@@ -487,11 +501,12 @@ _Static_assert(sizeof(struct kvproto_pin) == 40, "pin");
  * 1, 2, 4 or 8 bytes, layers and kv heads 1..4096, head dim 1..65536,
  * block tokens 1..KVSHM_MAX_BLOCK_TOKENS, a known position kind, no flag
  * but KVPROTO_HELLO_ENGINE_KEYS (which makes the namespace's kind ENGINE)
- * and KVPROTO_HELLO_NO_INSERT, max_share 0..100, salt_len at most
- * KVPROTO_MAX_SALT, a
- * non-empty NUL-terminated model name; page bytes computed with overflow
- * checked. Fills the identity fields, page_bytes and id of *ns (`used` is
- * left 0). Returns 0 or -EINVAL.
+ * and KVPROTO_HELLO_NO_INSERT, and KVPROTO_HELLO_LATENT (layout LATENT:
+ * kv heads 1, no K/V split), max_share 0..100, salt_len at most
+ * KVPROTO_MAX_SALT, a shard kvproto_part takes, a non-empty NUL-terminated
+ * model name; page bytes computed with overflow checked. Fills the
+ * identity fields (the pipeline stage, never the tensor-parallel rank),
+ * page_bytes and id of *ns (`used` is left 0). Returns 0 or -EINVAL.
  */
 int kvproto_hello_ns(const struct kvproto_hello *hi, struct kvshm_ns *ns);
 
@@ -509,9 +524,44 @@ bool kvproto_page_waste(char *buf, size_t len, const char *model, uint64_t ns_pa
 			uint64_t slot);
 
 /*
+ * A tensor-parallel rank's part of a namespace's pages (the same
+ * arithmetic on both ends of the socket). A page holds every KV head of
+ * the model; a rank holds heads [head0, head0 + heads) of them:
+ *
+ *   SPLIT, tp <= kv_heads: kv_heads / tp heads each (tp divides kv_heads),
+ *     every rank writes its own: slice = tp_rank, writers = tp.
+ *   SPLIT, tp > kv_heads: heads replicated, one each (kv_heads divides
+ *     tp), ranks tp_rank / (tp / kv_heads) hold head that; the first rank
+ *     of each such group writes it (one copy per head): writers = kv_heads.
+ *   LATENT (MLA, kv_heads 1): every rank holds the whole latent; rank 0
+ *     writes it, the others only read: writers = 1.
+ *
+ * A page with writers > 1 is written by that many ranks, each granted its
+ * slice of the same page (daemon/core/slice.c), and becomes READY when the
+ * last slice is published. writers is at most KVSHM_MAX_WRITERS.
+ */
+struct kvproto_part {
+	uint32_t head0;		/* first KV head this rank holds */
+	uint32_t heads;		/* how many (all of them: 1 for LATENT) */
+	uint32_t slice;		/* its slice of a page, < writers (if writes) */
+	uint32_t writers;	/* slices that make a page whole, >= 1 */
+	bool writes;		/* false: a replica; it reads, never publishes */
+};
+
+/*
+ * The part of a rank declaring `kv_heads` (the model's), `latent`
+ * (KVPROTO_HELLO_LATENT) and shard (sizes 0 or 1: not sharded). Returns 0,
+ * or -EINVAL with *why (if not NULL) naming the problem: tp_rank not below
+ * tp_size, kv_heads and tp_size that do not divide one another, a latent
+ * model with kv_heads other than 1, more than KVSHM_MAX_WRITERS writers.
+ */
+int kvproto_part(uint32_t kv_heads, bool latent, const struct kvshm_shard *shard,
+		 struct kvproto_part *out, const char **why);
+
+/*
  * A namespace identity read from outside (a spill slot, a remote item):
- * into *out, the namespace a HELLO declaring ns's geometry, model and
- * shard gives (page bytes and id recomputed, the rest zeroed as in a row).
+ * into *out, the namespace a HELLO declaring ns's geometry, model, layout
+ * and pipeline stage gives (page bytes and id recomputed, the rest zeroed as in a row).
  * Returns 0, or -EINVAL when no HELLO could declare it.
  */
 int kvproto_ns_declared(const struct kvshm_ns *ns, struct kvshm_ns *out);

@@ -35,7 +35,11 @@
 				 * 14: pool and segment backing stats; 15:
 				 * ledger counters in rows, one per thread; 16:
 				 * keys carry their root, tenants, pinned
-				 * prefixes, the settings a reload changes */
+				 * prefixes, the settings a reload changes;
+				 * namespace rows without the tensor-parallel
+				 * rank (one namespace for every TP size), with
+				 * the KV layout; page `slices` and `writers`
+				 * (pages written by several ranks) */
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -102,7 +106,7 @@ struct kvshm_header {
 	uint32_t ns_stats_bytes;	/* sizeof(struct kvshm_ns_stats) */
 	uint32_t pad1;
 	uint64_t off_ns_stats;		/* max_ns entries */
-	/* Since layout 15: tenants and pinned prefixes (KVSHM_TENANTS and
+	/* Since layout 16: tenants and pinned prefixes (KVSHM_TENANTS and
 	 * KVSHM_PINNED rows). */
 	uint32_t tenant_bytes;		/* sizeof(struct kvshm_tenant) */
 	uint32_t pinned_bytes;		/* sizeof(struct kvshm_pinned) */
@@ -237,7 +241,7 @@ struct kvshm_stats {
 	_Atomic uint64_t pool_huge_bytes;	/* of the pool, in 2 MiB pages */
 	_Atomic uint64_t pool_prefault_ns;	/* faulting the pool in took */
 	_Atomic uint64_t segment_huge_bytes;	/* of the segment, in 2 MiB pages */
-	/* Layout 15. The settings a reload (SIGHUP) may change, as in force
+	/* Layout 16. The settings a reload (SIGHUP) may change, as in force
 	 * now (daemon/reload.c), and how often that happened. */
 	_Atomic uint64_t cfg_low_watermark;	/* percent */
 	_Atomic uint64_t cfg_high_watermark;	/* percent */
@@ -257,6 +261,12 @@ struct kvshm_stats {
 	_Atomic uint64_t pinned_pages;		/* pages they hold resident */
 	_Atomic uint64_t pins_expired;		/* TTL pins that ran out */
 	_Atomic uint64_t operator_drops;	/* drops of a namespace or tenant */
+	/* Pages several tensor-parallel ranks write (daemon/core/slice.c),
+	 * layout 16: grants of a slice of a page another rank began, and
+	 * pages given up unwhole (a rank released its slice, died, or never
+	 * came within slice-timeout-ms). */
+	_Atomic uint64_t slice_joins;
+	_Atomic uint64_t slice_dropped;
 };
 
 /* What the pool's memory is made of (kvshm_stats.pool_backing). */
@@ -339,7 +349,7 @@ struct kvshm_ns_stats {
 	 * (shm/page.c). clients: attached with it now. */
 	_Atomic uint64_t pages;
 	_Atomic uint64_t clients;
-	/* Layout 15. held: pages its clients pin or write, as its
+	/* Layout 16. held: pages its clients pin or write, as its
 	 * namespace-share counts them (daemon/core/quota.c), refreshed each
 	 * tick; refused: ALLOCs refused for that share (a counter). */
 	_Atomic uint64_t held;
@@ -449,6 +459,25 @@ enum kvshm_ns_kind {
 	KVSHM_NS_ENGINE = 1,
 };
 
+/*
+ * How a namespace's page holds one block's KV; part of its identity.
+ *
+ * SPLIT: a K and a V vector per KV head per token per layer, the page
+ *   [layer][k|v][token][kv_head][head_dim] (every attention with heads:
+ *   MHA, GQA, MQA). Tensor-parallel ranks each hold some of the heads.
+ * LATENT: one latent vector per token per layer and no K/V split (MLA:
+ *   DeepSeek-V2/V3/R1, Kimi K2), the page [layer][token][head_dim] with
+ *   head_dim the latent width (kv_lora_rank + rope dims); kv_heads is 1.
+ *   Every tensor-parallel rank holds all of it.
+ */
+enum kvshm_kv_layout {
+	KVSHM_KV_SPLIT = 0,
+	KVSHM_KV_LATENT = 1,
+};
+
+/* Most ranks that write one page together (kvproto_part). */
+#define KVSHM_MAX_WRITERS 32u
+
 /* A model's tensor- / pipeline-parallel part (kvc_shard, normalised). */
 struct kvshm_shard {
 	uint16_t tp_rank;
@@ -462,6 +491,12 @@ struct kvshm_shard {
  * `used` is 0, then `used` is set with a release store; readers load `used`
  * with acquire before trusting the rest. Rows are never reused while the
  * daemon lives (namespaces are few; their pages outlive their clients).
+ *
+ * The tensor-parallel rank is no part of it (since layout 16): kv_heads is
+ * the model's, all ranks together, and a page holds every head, so the
+ * ranks of an engine at any TP size share the namespace and its pages
+ * (each rank moves only its heads: kvproto_part). A pipeline stage holds
+ * other layers, so pp_rank / pp_size stay.
  */
 struct kvshm_ns {
 	_Atomic uint32_t used;
@@ -474,10 +509,14 @@ struct kvshm_ns {
 	uint32_t kind;			/* enum kvshm_ns_kind (was padding, 0) */
 	uint64_t page_bytes;		/* the namespace's own page size */
 	struct kvshm_key id;		/* hash of the fields above + model
-					 * (+ shard when sharded, + kind when
-					 * not TOKENS) */
+					 * (+ pipeline stage when staged, + kind
+					 * when not TOKENS, + layout when not
+					 * SPLIT): kvshm_ns_id */
 	char model[KVSHM_MODEL_NAME];	/* NUL-terminated */
-	struct kvshm_shard shard;	/* sizes >= 1; 0/1 0/1: not sharded */
+	uint16_t pp_rank;		/* pipeline stage, < pp_size */
+	uint16_t pp_size;		/* >= 1; 1: not staged */
+	uint16_t layout;		/* enum kvshm_kv_layout */
+	uint16_t resv;			/* 0 */
 };
 
 /* ----------------------------------------------------------- client rows */
@@ -608,9 +647,15 @@ static inline int kvshm_loc_is_slot(uint32_t loc)
  *   the READY store publishes them.
  * owner: the client id holding a WRITING page; the daemon's own bookkeeping,
  *   shown to kvstat.
- * ref: daemon-only, unused by eviction since its order lives in the
- *   daemon (daemon/policy/policy.h; clients report accesses through their
- *   ledger's access ring); kept so the layout of the entry stays.
+ * slices, writers: a page that several tensor-parallel ranks write
+ *   together (each its slice of the heads, kvproto_part) while it is
+ *   WRITING: writers is how many slices make it whole (0 for a page with
+ *   one writer, always so outside WRITING) and bit s of slices is set once
+ *   some rank was granted slice s. Relaxed stores by the daemon while the
+ *   page is WRITING (set before an announcement's flight store, cleared
+ *   when the page leaves WRITING); a lookup reads them (relaxed) to tell a
+ *   page in flight that waits for its own slice, which it must write, not
+ *   wait for (libclient/inflight.c).
  * flight: 1 while the page is WRITING and *announced*: its owner said which
  *   block it will publish there (ALLOC_KEYS), key and parent hold that
  *   block's identity and the index names the page under that key, so that
@@ -634,14 +679,15 @@ struct kvshm_page {
 	uint32_t owner;
 	struct kvshm_key key;
 	struct kvshm_key parent;
-	uint32_t ref;
+	_Atomic uint32_t slices;	/* was `ref` (unused) until layout 16 */
 	_Atomic uint32_t flight;
-	uint32_t unlisted;
+	uint16_t unlisted;
 	/* The tenant row (struct kvshm_tenant) whose key space the block is
 	 * in, KVSHM_TENANT_NONE when not known (a spilled block found at a
-	 * start). Written like ns_id, while the page is WRITING; layout 15
-	 * (was padding: one cache line per entry since layout 10). */
-	uint32_t tenant;
+	 * start). Written like ns_id, while the page is WRITING; layout 16
+	 * (`unlisted` and `tenant` share what was one 4-byte field). */
+	uint16_t tenant;
+	_Atomic uint32_t writers;	/* was padding: one line per entry */
 };
 
 /* ------------------------------------------------------------ spill slots */
@@ -670,7 +716,7 @@ struct kvshm_slot {
 	_Atomic uint32_t state;
 	_Atomic uint32_t gen;
 	uint32_t ns_id;
-	uint32_t tenant;	/* as the page's (layout 15; KVSHM_TENANT_NONE after a start) */
+	uint32_t tenant;	/* as the page's (layout 16; KVSHM_TENANT_NONE after a start) */
 	struct kvshm_key key;
 	struct kvshm_key parent;
 };

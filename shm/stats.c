@@ -248,6 +248,12 @@ const struct kvshm_metric kvshm_metrics[] = {
 	  "result=\"applied\"", "reloads", reloads),
 	M("kvcached_reloads_total", "counter", NULL, "result=\"refused\"", "reload_errors",
 	  reload_errors),
+	M("kvcached_slice_joins_total", "counter",
+	  "Pages a tensor-parallel rank joined to write its slice of heads (a page several ranks write).",
+	  NULL, "slice_joins", slice_joins),
+	M("kvcached_slice_dropped_total", "counter",
+	  "Pages several ranks were writing, given up before the last slice: a rank released its slice, died, or did not come within slice-timeout-ms.",
+	  NULL, "slice_dropped", slice_dropped),
 };
 #undef M
 const size_t kvshm_n_metrics = sizeof(kvshm_metrics) / sizeof(kvshm_metrics[0]);
@@ -275,12 +281,10 @@ static void ns_name(const struct kvshm_ns *ns, char *out)
 {
 	int n = snprintf(out, KVSHM_NS_NAME, "%s", ns->model);
 
-	if (ns->shard.tp_size > 1)
-		n += snprintf(out + n, KVSHM_NS_NAME - n, " tp%u/%u",
-			      ns->shard.tp_rank, ns->shard.tp_size);
-	if (ns->shard.pp_size > 1 && n < KVSHM_NS_NAME)
-		n += snprintf(out + n, KVSHM_NS_NAME - n, " pp%u/%u",
-			      ns->shard.pp_rank, ns->shard.pp_size);
+	if (ns->pp_size > 1)
+		n += snprintf(out + n, KVSHM_NS_NAME - n, " pp%u/%u", ns->pp_rank, ns->pp_size);
+	if (ns->layout == KVSHM_KV_LATENT && n < KVSHM_NS_NAME)
+		n += snprintf(out + n, KVSHM_NS_NAME - n, " (MLA)");
 	if (ns->kind == KVSHM_NS_ENGINE && n < KVSHM_NS_NAME)
 		snprintf(out + n, KVSHM_NS_NAME - n, " (engine keys)");
 }

@@ -47,7 +47,7 @@ struct kvshm_snap {
 	uint32_t n_ns;
 	struct kvshm_ns *ns;		/* rows in use, model NUL-terminated */
 	struct kvshm_ns_stats *ns_st;	/* per row: its statistics */
-	char (*ns_name)[KVSHM_NS_NAME];	/* per row: model, and its shard if any */
+	char (*ns_name)[KVSHM_NS_NAME];	/* per row: model, its stage, layout, kind */
 	uint32_t n_clients;
 	struct kvshm_snap_client *clients;
 	uint32_t n_top;			/* sorted, most hit tokens first */
@@ -79,7 +79,9 @@ int kvshm_snap_take(const struct kvshm_header *h, struct kvshm_snap *s);
 void kvshm_snap_free(struct kvshm_snap *s);
 
 /* Display name of namespace id in a snapshot: the model name, followed
- * by " tpR/N" and " ppR/N" for a sharded model ("?" if unknown). */
+ * by " ppR/N" for a pipeline stage, " (MLA)" for a latent page and
+ * " (engine keys)" for an engine-keyed namespace ("?" if unknown). One
+ * name for every tensor-parallel rank and size: they share the namespace. */
 const char *kvshm_snap_model(const struct kvshm_snap *s, uint32_t ns_id);
 
 /*

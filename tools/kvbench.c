@@ -34,6 +34,10 @@
  *            shared kvcached pool (single flight on) against no cache,
  *            a private cache per process of 1/N of the memory, and
  *            kvcached with single flight off.
+ *   tp       (bench/tp.c)      a TP 2 rank's lookup and gather on pages of
+ *            every head (readable at any TP size) against a namespace per
+ *            rank (the layout before) and a page per KV head; index
+ *            entries and pages per block of each.
  *   scale    (bench/scale.c)   the daemon's cost against its pool size
  *            (64 MiB..16 GiB), cached blocks (4k..4M) and attached client
  *            processes (1..32): idle CPU, tick p99, verified lookups,
@@ -97,6 +101,7 @@ static const struct mode modes[] = {
 	{ "remote", mode_remote, "remote tier between two hosts vs raw memcached; cross-host TTFT" },
 	{ "gpu", mode_gpu, "gather/scatter kernels GB/s vs cuMemcpyDtoD (skipped: no GPU)" },
 	{ "flat", mode_flat, "verified lookup rate with 64k..4M blocks cached vs 4k cached" },
+	{ "tp", mode_tp, "TP ranks on shared pages vs a namespace per rank, a page per head" },
 	{ "python", mode_python, "the Python binding per request vs the same calls from C" },
 	{ "serve", mode_serve, "N tinylm engines serving: kvcached vs no cache, private caches" },
 	{ "scale", mode_scale, "daemon cost vs pool size, cached blocks, clients (only when named)" },
@@ -644,7 +649,7 @@ static void parse_modes(const char *list)
 			if (!strcmp(tok, modes[m].name))
 				break;
 		if (m == NELEM(modes))
-			bad_usage("--mode %s: unknown mode (modes: lookup, publish, pages, spill, ttft, gpu, python, serve)",
+			bad_usage("--mode %s: unknown mode (modes: lookup, publish, pages, spill, ttft, remote, gpu, flat, tp, python, serve, scale)",
 				  tok);
 		if (!modes[m].fn)
 			bad_usage("--mode %s: not built into this kvbench (no tools/bench/%s.c)",

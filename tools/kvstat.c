@@ -1014,6 +1014,10 @@ static void print_text(FILE *f, const struct kvshm_snap *s, const struct interva
 		(unsigned long long)V(s, waits), (unsigned long long)V(s, wait_served),
 		(unsigned long long)V(s, wait_timeouts), (unsigned long long)V(s, wait_lost),
 		(unsigned long long)V(s, wait_tokens), (unsigned long long)V(s, pages_in_flight));
+	if (V(s, slice_joins) || V(s, slice_dropped))
+		fprintf(f, "tp slices      %llu joined by another rank; %llu pages given up unwhole\n",
+			(unsigned long long)V(s, slice_joins),
+			(unsigned long long)V(s, slice_dropped));
 
 	for (i = 0; i < s->n_clients; i++) {
 		int a = (int)strlen(s->clients[i].comm);

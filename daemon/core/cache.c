@@ -22,14 +22,39 @@
 #include "flight.h"
 #include "quota.h"
 #include "reply.h"
+#include "slice.h"
 #include "../util/log.h"
 #include "../tier/tier.h"
 
-/* Check every (page, gen) of a message; mark pages to catch repeats. */
-static int check_pages(struct kvd *d, struct kvd_client *c, const uint8_t *rec,
-		       uint32_t n, size_t stride, uint32_t *bad)
+/*
+ * Does c hold the page a record names (its first bytes a struct
+ * kvproto_pg; with key, a PUBLISH record's key)? WRITING, its own, at that
+ * generation; for a client writing slices, a slice of it granted and not
+ * published (or held on a page given up since: a miss, not a lie), for
+ * the block it was granted for (slice.c).
+ */
+static bool holds(const struct kvd *d, const struct kvd_client *c, const uint8_t *rec,
+		  bool key)
 {
 	const struct kvshm_page *pages = kvshm_pages(d->h);
+	struct kvproto_pub pub;
+
+	memcpy(&pub, rec, key ? sizeof(pub) : sizeof(struct kvproto_pg));
+	if (pub.page >= d->h->geo.n_pages || d->mark[pub.page])
+		return false;
+	if (kvd_slicing(c))
+		return kvd_slice_check(d, c, pub.page, pub.gen, key ? &pub.key : NULL) >= 0;
+	return atomic_load(&pages[pub.page].state) == KVSHM_PAGE_WRITING &&
+	       !kvd_slice_is(d, pub.page) &&	/* several ranks': slice.c's */
+	       pages[pub.page].owner == kvd_owner(c) &&
+	       atomic_load(&pages[pub.page].gen) == pub.gen;
+}
+
+/* Check every record of a PUBLISH (key) or FREE with holds(); mark pages
+ * to catch repeats. */
+static int check_pages(struct kvd *d, struct kvd_client *c, const uint8_t *rec,
+		       uint32_t n, size_t stride, bool key, uint32_t *bad)
+{
 	uint32_t i, k;
 	int rc = 0;
 
@@ -37,10 +62,7 @@ static int check_pages(struct kvd *d, struct kvd_client *c, const uint8_t *rec,
 		struct kvproto_pg pg;
 
 		memcpy(&pg, rec + i * stride, sizeof(pg));
-		if (pg.page >= d->h->geo.n_pages || d->mark[pg.page] ||
-		    atomic_load(&pages[pg.page].state) != KVSHM_PAGE_WRITING ||
-		    pages[pg.page].owner != kvd_owner(c) ||
-		    atomic_load(&pages[pg.page].gen) != pg.gen) {
+		if (!holds(d, c, rec + i * stride, key)) {
 			*bad = pg.page;
 			rc = -1;
 			break;
@@ -158,10 +180,29 @@ static uint32_t process_holds(struct kvd *d, struct kvd_client *c, uint32_t shar
 	return exact;
 }
 
+/* Of the first n claims, how many a slicing client would join (no free
+ * page needed for those). */
+static uint32_t joinable(const struct kvd *d, const struct kvd_client *c, const uint8_t *claims,
+			 uint32_t n)
+{
+	uint32_t k, j = 0;
+
+	for (k = 0; claims && kvd_slicing(c) && k < n; k++) {
+		struct kvproto_claim cl;
+
+		memcpy(&cl, claims + (size_t)k * sizeof(cl), sizeof(cl));
+		j += kvd_slice_joinable(d, c, &cl);
+	}
+	return j;
+}
+
 /*
  * Grant up to `asked` pages. With claims (ALLOC_KEYS), page k is announced
  * in flight as the block of claim k (shm/page.h), unless that block is in
- * the index already or the client holds max-announced pages WRITING.
+ * the index already or the client holds max-announced pages WRITING. A
+ * client that writes slices of pages several ranks write (slice.h) gets
+ * for each claim the page another rank began for the block, or a fresh
+ * one, announced; the grant stops at the first block it can have neither.
  */
 static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32_t asked,
 		       const uint8_t *claims)
@@ -169,7 +210,7 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 	struct kvshm_free *fr = kvshm_free(d->h);
 	struct kvproto_count cnt = { 0, 0 };
 	struct kvproto_pg *out;
-	uint32_t n = asked, room, k;
+	uint32_t n = asked, room, k, fresh;
 	int rc;
 
 	if (kvd_quota_no_insert(d, c)) {
@@ -186,6 +227,16 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 			kvd_reply_error(d, c, seq, -EROFS, false,
 					"tenant %s is no-insert in kvcached's config: its clients read the cache and never publish",
 					row ? row->name : "?");
+		return c->used && !c->lingering ? 0 : -1;
+	}
+	if (!c->part.writes) {
+		kvd_reply_error(d, c, seq, -EPERM, false,
+				"this rank reads the KV of its heads, which another rank of its engine writes (replicated heads, or an MLA latent): it publishes nothing");
+		return c->used && !c->lingering ? 0 : -1;
+	}
+	if (kvd_slicing(c) && !claims) {
+		kvd_reply_error(d, c, seq, -EINVAL, false,
+				"a rank that writes its slice of pages several ranks write asks for them with the blocks' keys (ALLOC_KEYS), not with ALLOC");
 		return c->used && !c->lingering ? 0 : -1;
 	}
 	/* Each WRITING page needs one of the client's pin slots. */
@@ -232,13 +283,14 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 	}
 	/* Its hits so far reach the policy before anything is evicted. */
 	kvd_evict_drain(d, c);
-	if (n && fr->count < n + d->low_pages) {
+	fresh = n - joinable(d, c, claims, n);
+	if (fresh && fr->count < fresh + d->low_pages) {
 		uint32_t coming = fr->count + kvd_tiers_pending(d);
 
-		if (coming < n + d->low_pages)
-			kvd_evict(d, n + d->low_pages - coming, true);
+		if (coming < fresh + d->low_pages)
+			kvd_evict(d, fresh + d->low_pages - coming, true);
 		/* Evicted pages being spilled are free once written. */
-		if (fr->count < n)
+		if (fr->count < fresh)
 			kvd_tiers_drain(d);
 	}
 	out = malloc(sizeof(*out) * (n ? n : 1));
@@ -247,24 +299,34 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 		return 0;
 	}
 	for (k = 0; k < n; k++) {
-		if (kvshm_page_alloc(d->h, kvd_owner(c), c->ns_id, &out[k].page, &out[k].gen))
+		struct kvproto_claim cl;
+		/* Announced only within max-announced: c->writing (pages it
+		 * holds WRITING, announced or not) bounds its announcements. */
+		bool announce = claims && c->writing + k < d->cfg.max_announced;
+
+		if (claims)
+			memcpy(&cl, claims + (size_t)k * sizeof(cl), sizeof(cl));
+		if (kvd_slicing(c)) {
+			uint32_t why = kvd_slice_grant(d, c, &cl, announce, &out[k]);
+
+			if (why) {
+				cnt.pad = why;
+				break;
+			}
+			continue;
+		}
+		if (kvshm_page_alloc(d->h, kvd_owner(c), c->ns_id, &out[k].page, &out[k].gen)) {
+			cnt.pad = KVPROTO_SHORT_POOL;
 			break;
+		}
 		kvshm_page_set_tenant(d->h, out[k].page, c->tenant);
 		if (d->damaged)	/* a hole found earlier was about its old use */
 			d->damaged[out[k].page] = 0;
-		/* Announced only within max-announced: c->writing (pages it
-		 * holds WRITING, announced or not) bounds its announcements. */
-		if (claims && c->writing + k < d->cfg.max_announced) {
-			struct kvproto_claim cl;
-
-			memcpy(&cl, claims + (size_t)k * sizeof(cl), sizeof(cl));
+		if (announce)
 			kvshm_page_announce(d->h, out[k].page, out[k].gen, kvd_owner(c), cl.key,
 					    cl.parent);
-		}
 	}
 	kvd_quota_writing(d, c, k);
-	if (k < n)
-		cnt.pad = KVPROTO_SHORT_POOL;
 	if (k < asked)
 		kvd_stat_add(&kvshm_stats(d->h)->alloc_short, 1);
 	cnt.n = k;
@@ -350,6 +412,72 @@ static int check_keys(const struct kvd *d, const struct kvd_client *c, const uin
 	return 0;
 }
 
+/*
+ * Publish one page whole, for its owner (the client, or the rank that
+ * began a page several ranks wrote): into the index and the eviction
+ * order, offered to the tiers, announced to KV events. Returns the status
+ * of the record.
+ */
+static int publish_page(struct kvd *d, struct kvd_client *c, const struct kvproto_pub *pub,
+			const uint32_t *tokens, uint32_t owner, struct kvproto_pub_r *res)
+{
+	int st;
+
+	/* Waiters for this block (ours or another writer's) wake after. */
+	kvd_flight_note(d, pub->page);
+	kvd_flight_note_key(d, pub->key);
+	if (d->damaged && d->damaged[pub->page]) {
+		/* A client punched this page out while it was being
+		 * written: its KV is gone, never to be indexed. */
+		d->damaged[pub->page] = 0;
+		kvshm_page_free(d->h, pub->page, pub->gen, owner);
+		return -EIO;
+	}
+	/* A tier-1 copy of the block gives way to the new page. */
+	kvd_tiers_unindex(d, pub->key, pub->parent, tokens, c->ns_id);
+	st = kvshm_page_publish(d->h, pub->page, pub->gen, owner, pub->key, pub->parent, tokens,
+				&res->page, &res->gen);
+	kvd_events_published(d, pub->page, st);
+	if (st == KVSHM_PUBLISHED) {
+		/* Into the eviction order (behind its parent, the block
+		 * before it: policy.h). */
+		kvd_evict_insert(d, pub->page);
+		kvd_tiers_published(d, pub->page);
+	}
+	return st;
+}
+
+/*
+ * A slicing client's record: its slice is in (KVPROTO_PUB_SLICE: the page
+ * stays its, pinned, READY once the last slice is), or it was the last
+ * and the page is published whole; -ESTALE for a page given up since its
+ * grant, -EIO for one punched out meanwhile (given up now).
+ */
+static int publish_slice(struct kvd *d, struct kvd_client *c, const struct kvproto_pub *pub,
+			 const uint32_t *tokens, struct kvproto_pub_r *res)
+{
+	uint32_t owner;
+	int st;
+
+	if (kvd_slice_check(d, c, pub->page, pub->gen, &pub->key)) {
+		kvd_slice_release(d, c, pub->page);
+		return -ESTALE;
+	}
+	if (d->damaged && d->damaged[pub->page]) {
+		kvd_slice_release(d, c, pub->page);
+		return -EIO;
+	}
+	if (!kvd_slice_written(d, c, pub->page)) {
+		res->page = pub->page;
+		res->gen = pub->gen;
+		return KVPROTO_PUB_SLICE;
+	}
+	owner = kvshm_pages(d->h)[pub->page].owner;
+	st = publish_page(d, c, pub, tokens, owner, res);
+	kvd_slice_forget(d, pub->page);
+	return st;
+}
+
 int kvd_cache_publish(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
 		      const void *p)
 {
@@ -362,9 +490,11 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, const struct kvproto_
 	int rc;
 
 	memcpy(&cnt, p, sizeof(cnt));
-	if (check_pages(d, c, rec, cnt.n, stride, &bad)) {
+	if (check_pages(d, c, rec, cnt.n, stride, true, &bad)) {
 		kvd_reply_error(d, c, seq, -EINVAL, true,
-				"PUBLISH names page %u, which it does not hold WRITING at that generation",
+				kvd_slicing(c)
+				? "PUBLISH names page %u, of which it holds no slice at that generation for that block"
+				: "PUBLISH names page %u, which it does not hold WRITING at that generation",
 				bad);
 		return -1;
 	}
@@ -388,35 +518,16 @@ int kvd_cache_publish(struct kvd *d, struct kvd_client *c, const struct kvproto_
 
 		memcpy(&pub, rec + i * stride, sizeof(pub));
 		memcpy(tokens, rec + i * stride + sizeof(pub), (size_t)c->bt * 4);
-		/* Waiters for this block (ours or another writer's) wake after. */
-		kvd_flight_note(d, pub.page);
-		kvd_flight_note_key(d, pub.key);
-		if (d->damaged && d->damaged[pub.page]) {
-			/* A client punched this page out while it was being
-			 * written: its KV is gone, never to be indexed. */
-			d->damaged[pub.page] = 0;
-			kvshm_page_free(d->h, pub.page, pub.gen, kvd_owner(c));
-			res[i].status = -EIO;
-			kvd_quota_writing(d, c, -1);
-			continue;
-		}
-		/* A tier-1 copy of the block gives way to the new page. */
-		kvd_tiers_unindex(d, pub.key, pub.parent, tokens, c->ns_id);
-		st = kvshm_page_publish(d->h, pub.page, pub.gen, kvd_owner(c), pub.key,
-					pub.parent, tokens, &res[i].page, &res[i].gen);
-		kvd_events_published(d, pub.page, st);
+		st = kvd_slicing(c) ? publish_slice(d, c, &pub, tokens, &res[i])
+				    : publish_page(d, c, &pub, tokens, kvd_owner(c), &res[i]);
 		res[i].status = st;
-		if (st == KVSHM_PUBLISHED) {
-			/* Into the eviction order (behind its parent, the
-			 * block before it: policy.h). */
-			kvd_evict_insert(d, pub.page);
-			kvd_tiers_published(d, pub.page);
-		}
-		if (st >= 0) {	/* its page or the winner's: pinned now */
+		/* Its page, the winner's or its slice's: pinned now. */
+		if (st >= 0) {
 			c->fresh++;
 			kvd_quota_fresh(d, c, 1);
 		}
-		/* Published, shared or refused: the page is no longer ours. */
+		/* Published, shared, refused or a slice in: the page (or its
+		 * slice) is no longer ours to write. */
 		kvd_quota_writing(d, c, -1);
 		collisions += st == -EEXIST;
 	}
@@ -435,11 +546,12 @@ int kvd_cache_free(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr
 {
 	const uint32_t seq = hdr->seq;
 	const uint8_t *rec = (const uint8_t *)p + sizeof(struct kvproto_count);
+	const size_t stride = sizeof(struct kvproto_pg);
 	struct kvproto_count cnt;
 	uint32_t i, bad = 0;
 
 	memcpy(&cnt, p, sizeof(cnt));
-	if (check_pages(d, c, rec, cnt.n, sizeof(struct kvproto_pg), &bad)) {
+	if (check_pages(d, c, rec, cnt.n, stride, false, &bad)) {
 		kvd_reply_error(d, c, seq, -EINVAL, true,
 				"FREE names page %u, which it does not hold WRITING at that generation",
 				bad);
@@ -448,13 +560,18 @@ int kvd_cache_free(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr
 	for (i = 0; i < cnt.n; i++) {
 		struct kvproto_pg pg;
 
-		memcpy(&pg, rec + i * sizeof(pg), sizeof(pg));
+		memcpy(&pg, rec + i * stride, sizeof(pg));
+		if (kvd_slicing(c)) {	/* the page can no longer be whole */
+			kvd_slice_release(d, c, pg.page);	/* counted as dropped */
+			continue;
+		}
 		kvd_flight_note(d, pg.page);
 		kvshm_page_free(d->h, pg.page, pg.gen, kvd_owner(c));
 	}
 	kvd_flight_wake(d);	/* their waiters get a miss at once */
 	kvd_quota_writing(d, c, -(int64_t)cnt.n);
-	kvd_stat_add(&kvshm_stats(d->h)->frees, cnt.n);
+	if (!kvd_slicing(c))
+		kvd_stat_add(&kvshm_stats(d->h)->frees, cnt.n);
 	return kvd_reply(d, c, KVPROTO_FREE_R, seq, &cnt, sizeof(cnt), NULL, 0);
 }
 
@@ -463,12 +580,23 @@ uint32_t kvd_cache_reclaim(struct kvd *d, const struct kvd_client *c)
 	struct kvshm_page *pages = kvshm_pages(d->h);
 	uint32_t i, n = 0, found = 0, owner = kvd_owner(c);
 
-	/* c->writing counts its WRITING pages exactly (every path that
-	 * grants or ends one updates it): a client that leaves holding none,
-	 * the common case, costs no pass over the page table, and the pass
-	 * ends at the last of them. */
+	/* c->writing counts its WRITING pages and open slices exactly (every
+	 * path that grants or ends one updates it): a client that leaves
+	 * holding none, the common case, costs no pass over the page table,
+	 * and the pass ends at the last of them. */
 	for (i = 0; i < d->h->geo.n_pages && found < c->writing; i++) {
-		if (atomic_load(&pages[i].state) != KVSHM_PAGE_WRITING || pages[i].owner != owner)
+		if (atomic_load(&pages[i].state) != KVSHM_PAGE_WRITING)
+			continue;
+		if (kvd_slice_is(d, i)) {
+			/* A page several ranks write: its slice never comes
+			 * (the page is counted as dropped when it goes). */
+			if (kvd_slice_holds(d, c, i)) {
+				found++;
+				kvd_slice_release(d, c, i);
+			}
+			continue;
+		}
+		if (pages[i].owner != owner)
 			continue;
 		found++;
 		kvd_flight_note(d, i);

@@ -48,7 +48,10 @@ bool kvd_flight_taken(struct kvd *d, const struct kvd_client *c,
 
 	if (loc >= d->h->geo.n_pages)
 		return false;
-	if (kvshm_page_inflight(d->h, loc, c->ns_id, cl->key, cl->parent, kvd_owner(c), &owner))
+	/* A page of ranks writing slices that waits for this client's own
+	 * slice is not taken: its ALLOC joins it (slice.c). */
+	if (kvshm_page_inflight(d->h, loc, c->ns_id, cl->key, cl->parent, kvd_owner(c),
+				c->part.writers, c->part.slice, &owner))
 		return true;
 	/* Published since the caller's lookup: it can pin it (the tokens,
 	 * which a claim does not carry, are the client's to verify). */

@@ -7,7 +7,8 @@
 
 #include "kvd.h"
 
-/* Is the claimed block in flight by a client other than c, or cached? */
+/* Is the claimed block in flight by a client other than c (and not a page
+ * of ranks writing slices that c is to join), or cached? */
 bool kvd_flight_taken(struct kvd *d, const struct kvd_client *c,
 		      const struct kvproto_claim *cl);
 /* Before a page may leave flight (publish, free, reclaim): note its

@@ -13,8 +13,8 @@
  *
  * Only the state lives here, with the few inline helpers that read it;
  * each module declares its functions in its own header (server.h,
- * reply.h, registry.h, cache.h, restore.h, evict.h, flight.h, nsstat.h,
- * top.h, drop.h; tier.h for the tiers).
+ * reply.h, registry.h, cache.h, restore.h, evict.h, flight.h, slice.h,
+ * nsstat.h, top.h, drop.h; tier.h for the tiers).
  */
 #ifndef KVD_H
 #define KVD_H
@@ -52,7 +52,11 @@ struct kvd_client {
 	gid_t gid;
 	uint32_t ns_id;
 	uint32_t bt;
-	uint32_t writing;	/* pages this client holds WRITING */
+	/* Its tensor-parallel part (HELLO's shard): which slice of a page it
+	 * writes, of how many (slice.c), or that it only reads. */
+	struct kvproto_part part;
+	uint32_t writing;	/* pages this client holds WRITING (a slice of a
+				 * page several ranks write counts while open) */
 	/* Its key space: the root of its chains, from its namespace and the
 	 * salt its HELLO carried (shm/key.h); every key it publishes is
 	 * recomputed under it (cache.c). */
@@ -158,6 +162,11 @@ struct kvd {
 	uint8_t *damaged;		/* n_pages: punched out by a client (evict.c),
 					 * NULL until the first hole */
 	struct kvd_policy pol;		/* pool pages' eviction order (policy.h) */
+	/* Pages several tensor-parallel ranks write (slice.c): a record per
+	 * such page while WRITING (n_pages pointers), and the records not
+	 * given up, oldest first, for the tick's timeout. */
+	struct kvd_slices **slices;
+	struct kvd_slices *slice_old, *slice_new;
 	uint32_t low_pages, high_pages;
 
 	uint64_t ticks;

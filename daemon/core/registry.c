@@ -127,6 +127,7 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, const struct kvproto
 	struct kvshm_ns ns;
 	struct kvshm_client_row *row;
 	char msg[400];
+	const char *why = "";
 	uint64_t pb;
 	uint32_t nslots;
 	int nsid, fds[3], nfds, rc;
@@ -141,6 +142,12 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, const struct kvproto
 			 hi->version, KVPROTO_VERSION);
 		return refuse_hello(d, c, seq, -EPROTO, msg);
 	}
+	if (kvproto_part(hi->kv_heads, hi->flags & KVPROTO_HELLO_LATENT, &hi->shard, &c->part,
+			 &why)) {
+		snprintf(msg, sizeof(msg), "HELLO: %u KV heads, tensor-parallel rank %u of %u: %s",
+			 hi->kv_heads, hi->shard.tp_rank, hi->shard.tp_size, why);
+		return refuse_hello(d, c, seq, -EINVAL, msg);
+	}
 	if (kvproto_hello_ns(hi, &ns))
 		return refuse_hello(d, c, seq, -EINVAL,
 				    "HELLO: model name, flags, dtype or geometry out of range");
@@ -153,9 +160,10 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, const struct kvproto
 	pb = ns.page_bytes;
 	if (pb > d->h->geo.page_bytes) {
 		snprintf(msg, sizeof(msg),
-			 "geometry: model %s needs %llu-byte pages (%u tokens x %u layers x 2 x %u kv heads x %u head dim x %u bytes) but the pool's pages are %llu bytes (page-size)",
-			 ns.model, (unsigned long long)pb, ns.block_tokens, ns.layers, ns.kv_heads,
-			 ns.head_dim, ns.dtype_bytes, (unsigned long long)d->h->geo.page_bytes);
+			 "geometry: model %s needs %llu-byte pages (%u tokens x %u layers x %u x %u kv heads x %u head dim x %u bytes: every head of the model, whatever its tensor-parallel size) but the pool's pages are %llu bytes (page-size)",
+			 ns.model, (unsigned long long)pb, ns.block_tokens, ns.layers,
+			 ns.layout == KVSHM_KV_LATENT ? 1 : 2, ns.kv_heads, ns.head_dim,
+			 ns.dtype_bytes, (unsigned long long)d->h->geo.page_bytes);
 		return refuse_hello(d, c, seq, -EMEDIUMTYPE, msg);
 	}
 	nsid = kvd_ns_get(d, &ns, true);

@@ -657,9 +657,10 @@ static struct row *row_get(struct kvd *d, uint32_t ns_id)
 		model[sizeof(model) - 1] = 0;
 		r->known = true;
 		r->id = ns->id;
-		/* One rank speaks for a sharded model, as vLLM's scheduler
-		 * does for its workers: the others hold the same prefixes. */
-		r->muted = ns->shard.tp_rank > 0 || ns->shard.pp_rank > 0 ||
+		/* One stage speaks for a pipelined model, as vLLM's
+		 * scheduler does for its workers: the others hold the same
+		 * prefixes. (Tensor-parallel ranks share one namespace.) */
+		r->muted = ns->pp_rank > 0 ||
 			/* An engine-keyed namespace's "tokens" are digests
 			 * of the engine's keys: no router can use them. */
 			ns->kind != KVSHM_NS_TOKENS;

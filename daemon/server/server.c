@@ -41,6 +41,7 @@
 #include "../core/reply.h"
 #include "../core/restore.h"
 #include "../core/census.h"
+#include "../core/slice.h"
 #include "server.h"
 #include "../tier/tier.h"
 #include "../util/log.h"
@@ -636,6 +637,7 @@ static void tick(struct kvd *d)
 	kvd_evict_tick(d);
 	kvd_tiers_tick(d);
 	kvd_registry_tick(d);
+	kvd_slice_tick(d);
 	kvd_nsstat_tick(d);
 	kvd_pin_tick(d);
 	kvd_quota_tick(d);

@@ -16,7 +16,9 @@
  * (--remote-insecure) the key is a fixed one: the MAC still catches
  * damage, and authenticates nothing.
  *
- * Versions: 1 (HMAC-SHA256, 32-byte MAC, no nonce), 2 (this). The magic
+ * Versions: 1 (HMAC-SHA256, 32-byte MAC, no nonce), 2 (XChaCha20-
+ * Poly1305), 3 (this: the namespace identity without the tensor-parallel
+ * rank, with the pipeline stage and KV layout, layout 15). The magic
  * and version sit first in every version, so an item of another version is
  * told apart before anything else is read from it, and refused as a miss
  * (KVD_RVAL_VERSION_OTHER, counted in remote_stale).
@@ -39,7 +41,7 @@
 #include "../../shm/segment.h"
 
 #define KVD_RVAL_MAGIC   0x31544f4d4552564bull	/* "KVREMOT1" */
-#define KVD_RVAL_VERSION 2u
+#define KVD_RVAL_VERSION 3u
 #define KVD_RVAL_MAC     16u	/* Poly1305 tag */
 #define KVD_RVAL_NONCE   24u	/* XChaCha20 nonce */
 /* Longest item key: prefix, two colons, two 32-digit keys, NUL. */

@@ -26,7 +26,9 @@
 #define KVD_AREA_MAGIC   0x41455241504b564bull	/* "KVKPAREA" */
 #define KVD_SLOT_MAGIC   0x314c4c495053564bull	/* "KVSPILL1" */
 /* 2: block keys carry their chain's root (shm/key.h): a file of version 1
- * holds blocks under keys no lookup computes any more, and starts empty. */
+ * holds blocks under keys no lookup computes any more, and starts empty;
+ * the namespace identity of segment layout 16 (no tensor-parallel rank;
+ * stage, layout). */
 #define KVD_SPILL_VERSION 2u
 #define KVD_SPILL_ALIGN  4096u
 

@@ -24,8 +24,12 @@
  *              and the (key, parent) of some ALLOC_KEYS claims and PUBLISH
  *              records replaced by those of a page in flight or cached
  *              now, so that it reaches announcements taken, taken over and
- *              refused for single flight
- *   TICK       kvd_evict_tick + kvd_registry_tick, as the timer does
+ *              refused for single flight; and some claims' keys made the
+ *              keys a PUBLISH of their tokens gives, so that ranks writing
+ *              slices of one page reach its publish (fix_claim_key)
+ *   TICK       kvd_evict_tick + kvd_registry_tick + kvd_slice_tick, as
+ *              the timer does (slice-timeout-ms is 0: a page several ranks
+ *              write is given up at the next tick unless whole)
  *   HANGUP     the client closes its socket (do_read's hang-up path)
  *   EXIT       a lingering client's process exits (the pidfd event)
  *   PIN, LEDGER, TOUCH, HIT
@@ -90,6 +94,7 @@
 #include "../../daemon/core/registry.h"
 #include "../../daemon/core/reply.h"
 #include "../../daemon/core/restore.h"
+#include "../../daemon/core/slice.h"
 #include "../../daemon/server/server.h"
 #include "../../daemon/util/log.h"
 #include "../../daemon/tier/spill.h"
@@ -246,8 +251,13 @@ static void reset(uint32_t bt, bool spill, int eviction)
 {
 	struct kvshm_geometry geo = { 0 };
 	struct kvshm_header h;
-	struct kvd keep = d;
+	struct kvd keep;
 
+	/* The last input's page records (none are left: it ended with every
+	 * page free or READY) go with their table, while its segment says
+	 * how many pages there were. */
+	kvd_slice_fini(&d);
+	keep = d;
 	geo.page_bytes = PAGE_BYTES;
 	geo.n_pages = N_PAGES;
 	geo.block_tokens = bt;
@@ -286,6 +296,10 @@ static void reset(uint32_t bt, bool spill, int eviction)
 	d.low_pages = (uint32_t)((uint64_t)N_PAGES * d.cfg.low_watermark / 100);
 	d.high_pages = (uint32_t)((uint64_t)N_PAGES * d.cfg.high_watermark / 100);
 	kvd_quota_configure(&d);
+	/* Pages several ranks write: given up at the next TICK unless whole
+	 * (ranks join between two ticks). */
+	CHECK(kvd_slice_init(&d) == 0);
+	d.cfg.slice_timeout_ms = 0;
 	spill_on = spill;
 	if (spill) {
 		/* A fresh area every input: nothing carries over between runs. */
@@ -454,7 +468,10 @@ NO_COVERAGE static void check_replies(uint32_t row, const struct req *rq)
 				memcpy(&pg, p + sizeof(cnt) + i * sizeof(pg), sizeof(pg));
 				CHECK(pg.page < N_PAGES);
 				CHECK(atomic_load(&pages[pg.page].state) == KVSHM_PAGE_WRITING);
-				CHECK(pages[pg.page].owner == kvd_owner(c));
+				/* Its own, or (a rank writing a slice) one it
+				 * holds a slice of. */
+				CHECK(pages[pg.page].owner == kvd_owner(c) ||
+				      (kvd_slicing(c) && kvd_slice_holds(&d, c, pg.page)));
 				CHECK(atomic_load(&pages[pg.page].gen) == pg.gen);
 				CHECK(!d.mark[pg.page]);	/* no page twice */
 				d.mark[pg.page] = 1;
@@ -476,7 +493,10 @@ NO_COVERAGE static void check_replies(uint32_t row, const struct req *rq)
 
 				memcpy(&r, p + sizeof(cnt) + i * sizeof(r), sizeof(r));
 				CHECK(r.status == KVSHM_PUBLISHED || r.status == KVSHM_PUBLISH_DUP ||
-				      r.status == -EEXIST || r.status == -ENOSPC);
+				      r.status == -EEXIST || r.status == -ENOSPC ||
+				      /* a slice in; a page given up, or punched */
+				      (kvd_slicing(c) && (r.status == KVPROTO_PUB_SLICE ||
+							  r.status == -ESTALE || r.status == -EIO)));
 				if (r.status >= 0)
 					CHECK(r.page < N_PAGES);
 			}
@@ -617,10 +637,23 @@ NO_COVERAGE static void check_state(void)
 		CHECK(!d.mark[i]);	/* message scratch is clean between messages */
 		CHECK(s <= KVSHM_PAGE_EVICTING);
 		count[s]++;
-		if (s == KVSHM_PAGE_WRITING) {
+		if (s == KVSHM_PAGE_WRITING && kvd_slice_is(&d, i)) {
+			/* Written by several ranks: each open slice is its
+			 * rank's (the rank that began it may have left). */
+			uint32_t who[KVSHM_MAX_WRITERS], k, m = kvd_slice_open(&d, i, who);
+
+			for (k = 0; k < m; k++) {
+				CHECK(who[k] >= 1 && who[k] <= MAX_CLIENTS);
+				CHECK(kvd_pins_count(&d.clients[who[k] - 1]));
+				CHECK(kvd_slicing(&d.clients[who[k] - 1]));
+				CHECK(pages[i].ns_id == d.clients[who[k] - 1].ns_id);
+				owned[who[k] - 1]++;
+			}
+		} else if (s == KVSHM_PAGE_WRITING) {
 			uint32_t o = pages[i].owner;
 			const struct kvd_client *c;
 
+			CHECK(!atomic_load(&pages[i].writers));
 			CHECK(o >= 1 && o <= MAX_CLIENTS);
 			c = &d.clients[o - 1];
 			/* Only a client that said HELLO and still counts holds one. */
@@ -751,7 +784,8 @@ NO_COVERAGE static void check_state(void)
 		CHECK(top->n == 0);
 	}
 	CHECK(st->allocs + base_writing == st->publishes + st->publish_dups + st->publish_refused +
-			    st->frees + st->reclaimed + count[KVSHM_PAGE_WRITING]);
+			    st->frees + st->reclaimed + st->slice_dropped +
+			    count[KVSHM_PAGE_WRITING]);
 	/* A READY page was published or restored; it leaves by eviction
 	 * (to a slot or not). */
 	CHECK(st->publishes + st->restores + base_ready == st->evictions + count[KVSHM_PAGE_READY]);
@@ -1100,6 +1134,29 @@ static void fix_key(uint8_t *r, struct kvshm_key root)
 }
 
 /*
+ * A claim whose key's low bits are 3 gets the key a PUBLISH record of the
+ * same parent, tokens tok..tok + bt - 1 (tok: the key's high word) and
+ * extra digest {2, 0} is given by fix_key under the client's root: so that ranks that claim a
+ * block (each its slice) can then publish it under the key they claimed,
+ * as the daemon demands. True if it did.
+ */
+static bool fix_claim_key(uint8_t *r, struct kvshm_key root)
+{
+	const uint32_t bt = d.h->geo.block_tokens;
+	uint32_t tokens[KVSHM_MAX_BLOCK_TOKENS], i;
+	struct kvproto_claim cl;
+
+	memcpy(&cl, r, sizeof(cl));
+	if ((cl.key.lo & 3) != 3)
+		return false;
+	for (i = 0; i < bt; i++)
+		tokens[i] = (uint32_t)cl.key.hi + i;
+	cl.key = kvshm_key_block(root, cl.parent, tokens, bt, (struct kvshm_key){ 2, 0 });
+	memcpy(r, &cl, sizeof(cl));
+	return true;
+}
+
+/*
  * Up to n records `stride` bytes apart made a chain of cached blocks:
  * record i's key the key of a READY page whose parent is record i-1's (the
  * first's: root), picked among such pages by the record's low byte; its
@@ -1206,9 +1263,12 @@ static void fix_records(struct peer *pr, struct kvshm_key root, const struct kvp
 	}
 	if (h->type == KVPROTO_ALLOC_KEYS && h->len >= sizeof(struct kvproto_alloc)) {
 		n = (h->len - sizeof(struct kvproto_alloc)) / sizeof(struct kvproto_claim);
-		for (i = 0; i < n; i++)
-			fix_identity(p + sizeof(struct kvproto_alloc) + i * sizeof(struct kvproto_claim),
-				     sizeof(struct kvshm_key));
+		for (i = 0; i < n; i++) {
+			uint8_t *r = p + sizeof(struct kvproto_alloc) + i * sizeof(struct kvproto_claim);
+
+			if (!fix_claim_key(r, root))
+				fix_identity(r, sizeof(struct kvshm_key));
+		}
 		return;
 	}
 	if (!pr->n_granted || h->len < sizeof(struct kvproto_count))
@@ -1390,6 +1450,7 @@ static void run_ops(struct in *in)
 		case OP_TICK:
 			kvd_evict_tick(&d);
 			kvd_registry_tick(&d);
+			kvd_slice_tick(&d);
 			kvd_nsstat_tick(&d);
 			kvd_server_drop_closing(&d);
 			if (d.ticks <= 3)	/* rendering is slow; the end checks too */
@@ -1484,6 +1545,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	pump(-1, NULL);
 	/* Prefix pins end with the daemon, as in main(). */
 	kvd_pin_forget(&d, UINT32_MAX, UINT32_MAX);
+	/* Pages whose slices did not all come are given up at the next tick. */
+	kvd_slice_tick(&d);
 	/* The spill tier stops as main() stops it: writes in flight finish. */
 	kvd_spill_close(&d);
 	check_state();

@@ -61,22 +61,31 @@ static void check_hello(const uint8_t *p)
 	struct kvproto_hello hi;
 	struct kvshm_ns ns;
 	size_t nl;
-	bool dtype_ok, want;
+	bool dtype_ok, want, latent;
+	uint32_t tp;
 	int rc;
 
 	memcpy(&hi, p, sizeof(hi));
 	nl = strnlen(hi.model, sizeof(hi.model));
 	dtype_ok = hi.dtype_bytes == 1 || hi.dtype_bytes == 2 || hi.dtype_bytes == 4 ||
 		   hi.dtype_bytes == 8;
-	want = (hi.flags & ~(KVPROTO_HELLO_ENGINE_KEYS | KVPROTO_HELLO_NO_INSERT)) == 0 && nl > 0 &&
+	tp = hi.shard.tp_size ? hi.shard.tp_size : 1;
+	latent = hi.flags & KVPROTO_HELLO_LATENT;
+	want = (hi.flags & ~(KVPROTO_HELLO_ENGINE_KEYS | KVPROTO_HELLO_NO_INSERT |
+			     KVPROTO_HELLO_LATENT)) == 0 && nl > 0 &&
 	       nl < sizeof(hi.model) && dtype_ok && hi.max_share <= 100 &&
 	       hi.salt_len <= KVPROTO_MAX_SALT &&
 	       hi.layers >= 1 && hi.layers <= 4096 && hi.kv_heads >= 1 && hi.kv_heads <= 4096 &&
 	       hi.head_dim >= 1 && hi.head_dim <= 65536 && hi.block_tokens >= 1 &&
 	       hi.block_tokens <= KVSHM_MAX_BLOCK_TOKENS && hi.pos_kind <= KVSHM_POS_MAX &&
 	       /* a rank below its size (0 meaning 1) */
-	       hi.shard.tp_rank < (hi.shard.tp_size ? hi.shard.tp_size : 1) &&
-	       hi.shard.pp_rank < (hi.shard.pp_size ? hi.shard.pp_size : 1);
+	       hi.shard.tp_rank < tp &&
+	       hi.shard.pp_rank < (hi.shard.pp_size ? hi.shard.pp_size : 1) &&
+	       /* heads a TP size splits or replicates evenly, at most 32
+		* ranks writing one page; a latent page has 1 KV head */
+	       (latent ? hi.kv_heads == 1 :
+		tp <= hi.kv_heads ? hi.kv_heads % tp == 0 && tp <= 32 :
+				     tp % hi.kv_heads == 0 && hi.kv_heads <= 32);
 	memset(&ns, 0xa5, sizeof(ns));
 	rc = kvproto_hello_ns(&hi, &ns);
 	CHECK(rc == 0 || rc == -EINVAL);
@@ -85,8 +94,9 @@ static void check_hello(const uint8_t *p)
 		return;
 	/* 128-bit product: the claim is that 64 bits never overflow here. */
 	{
-		unsigned __int128 pb = (unsigned __int128)hi.block_tokens * hi.layers * 2 *
-				       hi.kv_heads * hi.head_dim * hi.dtype_bytes;
+		unsigned __int128 pb = (unsigned __int128)hi.block_tokens * hi.layers *
+				       (latent ? 1 : 2) * hi.kv_heads * hi.head_dim *
+				       hi.dtype_bytes;
 
 		CHECK(pb == ns.page_bytes);
 	}
@@ -114,9 +124,33 @@ static void check_hello(const uint8_t *p)
 		CHECK(kvproto_hello_ns(&other, &ns2) == 0);
 		CHECK(kvshm_key_eq(ns.id, ns2.id));
 	}
-	/* The shard, validated and normalised (sizes at least 1). */
-	CHECK(ns.shard.tp_size >= 1 && ns.shard.tp_rank < ns.shard.tp_size &&
-	      ns.shard.pp_size >= 1 && ns.shard.pp_rank < ns.shard.pp_size);
+	/* The stage, validated and normalised (size at least 1); the layout
+	 * what the flags say; no tensor-parallel rank or size in it: every
+	 * rank of every TP size declares the unsharded namespace. */
+	CHECK(ns.pp_size >= 1 && ns.pp_rank < ns.pp_size && ns.resv == 0);
+	CHECK(ns.layout == (latent ? KVSHM_KV_LATENT : KVSHM_KV_SPLIT));
+	{
+		struct kvproto_hello one = hi;
+		struct kvshm_ns ns1;
+		struct kvproto_part pt;
+		uint32_t r = hi.shard.tp_rank;
+
+		one.shard.tp_rank = 0;
+		one.shard.tp_size = 1;
+		CHECK(kvproto_hello_ns(&one, &ns1) == 0);
+		CHECK(kvshm_key_eq(ns.id, ns1.id) && ns.page_bytes == ns1.page_bytes);
+		/* The rank's heads, recomputed. */
+		CHECK(kvproto_part(hi.kv_heads, latent, &hi.shard, &pt, NULL) == 0);
+		if (latent)
+			CHECK(pt.head0 == 0 && pt.heads == 1 && pt.writers == 1 && pt.writes == (r == 0));
+		else if (tp <= hi.kv_heads)
+			CHECK(pt.heads * tp == hi.kv_heads && pt.head0 == r * pt.heads &&
+			      pt.writers == tp && pt.slice == r && pt.writes);
+		else
+			CHECK(pt.heads == 1 && pt.head0 == r / (tp / hi.kv_heads) &&
+			      pt.writers == hi.kv_heads && pt.writes == (r % (tp / hi.kv_heads) == 0));
+		CHECK(pt.head0 + pt.heads <= hi.kv_heads && pt.writers <= KVSHM_MAX_WRITERS);
+	}
 	for (size_t i = nl; i < sizeof(ns.model); i++)
 		CHECK(ns.model[i] == 0);
 }

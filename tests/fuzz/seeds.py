@@ -81,6 +81,17 @@ def alloc_keys(recs, flags=0):
     return out
 
 
+def alloc_real_keys(recs, flags=0):
+    """ALLOC_KEYS claiming the blocks of chain() records under the keys
+    their PUBLISH records get from FRAME_FIX (key lo 3, hi the first token:
+    daemon_frames' fix_claim_key), so that a rank can publish what it
+    claimed: for ranks writing slices of one page."""
+    out = struct.pack("<II", len(recs), flags)
+    for _page, _gen, _key, parent, tok in recs:
+        out += struct.pack("<QQQQ", 3, tok, parent, parent * 7 + 1 if parent else 0)
+    return out
+
+
 def keys(ks):
     return struct.pack("<II", len(ks), 0) + b"".join(
         struct.pack("<QQ", k, (k * 0x9E3779B97F4A7C15) % (1 << 64)) for k in ks)
@@ -155,7 +166,16 @@ def proto_seeds():
     # Engine-keyed namespaces (KVPROTO_HELLO_ENGINE_KEYS), and a flag no
     # HELLO may carry.
     write("proto", "hello-engine-keys", bt16 + frame(HELLO, hello(flags=1)))
-    write("proto", "hello-bad-flags", bt16 + frame(HELLO, hello(flags=3)))
+    write("proto", "hello-bad-flags", bt16 + frame(HELLO, hello(flags=8)))
+    # Tensor-parallel ranks and MLA (issue #33): rank 1 of 2 over 2 heads,
+    # an MLA latent (one KV head), a split no rank can make, and a
+    # PUBLISH_R of a slice (status 2) and of a page given up (-ESTALE).
+    write("proto", "hello-tp", bt16 + frame(HELLO, hello(kv=2, shard=(1, 2, 0, 0))))
+    write("proto", "hello-mla", bt16 + frame(HELLO, hello(flags=4, shard=(3, 4, 0, 0))))
+    write("proto", "hello-bad-split", bt16 + frame(HELLO, hello(kv=3, shard=(0, 2, 0, 0))))
+    write("proto", "publish-slice-replies", bt16 +
+          frame(PUBLISH_R, struct.pack("<II", 2, 0) + struct.pack("<iIII", 2, 5, 1, 0) +
+                struct.pack("<iIII", -116, 0, 0, 0)))
     # cuda pool hand-over: POOL, and POOL_R with 3 chunks of 4 MiB at 2 MiB
     # granularity holding a 10 MiB pool.
     write("proto", "pool", bt16 + frame(POOL, struct.pack("<II", 1, 0)) +
@@ -185,6 +205,7 @@ def proto_seeds():
 
 
 # ---------------------------------------------------------- daemon_frames
+TP0, TP1 = (0, 2, 0, 0), (1, 2, 0, 0)
 OP_FRAME, OP_FIX, OP_TICK, OP_HANGUP, OP_PIN, OP_LEDGER = 0, 7, 9, 10, 11, 12
 OP_TOUCH, OP_HIT, OP_EXIT = 13, 14, 15
 
@@ -195,6 +216,52 @@ def op(kind, row=0, linger=False):
 
 def f(typ, payload=b"", row=0, seq=1, fix=False, linger=False, **kw):
     return op(OP_FIX if fix else OP_FRAME, row, linger) + frame(typ, payload, seq, **kw)
+
+
+def tp_seeds(bt16):
+    """Tensor-parallel ranks writing slices of one page (issue #33)."""
+    c = chain(3)
+    # Rank 0 of 2 begins three pages, rank 1 joins them, both publish:
+    # each page READY at its last slice. Then the unsharded model hits.
+    two = bt16 + f(HELLO, hello(kv=2, shard=TP0)) + \
+        f(ALLOC_KEYS, alloc_real_keys(c), seq=2, fix=True)
+    two += f(HELLO, hello(kv=2, shard=TP1, name=b"rank1"), row=1) + \
+        f(ALLOC_KEYS, alloc_real_keys(c), row=1, seq=2, fix=True)
+    two += f(PUBLISH, pub(c), seq=3, fix=True) + f(PUBLISH, pub(c), row=1, seq=3, fix=True)
+    two += op(OP_TICK) + f(HELLO, hello(kv=2, name=b"tp1"), row=2) + f(BYE) + \
+        f(BYE, row=1) + f(BYE, row=2)
+    write("daemon_frames", "tp-slices", two)
+    # Rank 1 frees its slices unwritten: the pages are given up once rank
+    # 0's publish of them is answered (-ESTALE).
+    fr = bt16 + f(HELLO, hello(kv=2, shard=TP0)) + \
+        f(ALLOC_KEYS, alloc_real_keys(c), seq=2, fix=True)
+    fr += f(HELLO, hello(kv=2, shard=TP1, name=b"rank1"), row=1) + \
+        f(ALLOC_KEYS, alloc_real_keys(c), row=1, seq=2, fix=True)
+    fr += f(FREE, pgs([(0, 0), (1, 0), (2, 0)]), row=1, seq=3, fix=True) + \
+        f(PUBLISH, pub(c), seq=3, fix=True) + op(OP_TICK)
+    write("daemon_frames", "tp-slice-freed", fr)
+    # Rank 0 alone: its slices in, rank 1 never comes (given up at the
+    # tick); rank 1 hangs up holding its slices in another run.
+    to = bt16 + f(HELLO, hello(kv=2, shard=TP0)) + \
+        f(ALLOC_KEYS, alloc_real_keys(c), seq=2, fix=True) + \
+        f(PUBLISH, pub(c), seq=3, fix=True) + op(OP_TICK)
+    write("daemon_frames", "tp-slice-timeout", to)
+    hu = bt16 + f(HELLO, hello(kv=2, shard=TP0)) + \
+        f(ALLOC_KEYS, alloc_real_keys(c), seq=2, fix=True)
+    hu += f(HELLO, hello(kv=2, shard=TP1, name=b"rank1"), row=1, linger=True) + \
+        f(ALLOC_KEYS, alloc_real_keys(c), row=1, seq=2, fix=True) + op(OP_HANGUP, row=1) + \
+        f(PUBLISH, pub(c), seq=3, fix=True) + op(OP_EXIT, row=1) + op(OP_TICK)
+    write("daemon_frames", "tp-rank-exits", hu)
+    # A replica rank (2 heads at TP 4, rank 1) and an MLA rank 1 ask for
+    # pages: refused, not dropped; a plain ALLOC of a slicing rank too.
+    rep = bt16 + f(HELLO, hello(kv=2, shard=(1, 4, 0, 0))) + f(ALLOC_KEYS, alloc_keys(c), seq=2)
+    rep += f(HELLO, hello(flags=4, shard=(1, 4, 0, 0), name=b"mla1"), row=1) + \
+        f(ALLOC, alloc(2), row=1, seq=2)
+    rep += f(HELLO, hello(kv=2, shard=TP0, name=b"rank0"), row=2) + f(ALLOC, alloc(2), row=2, seq=2)
+    rep += f(HELLO, hello(flags=4, shard=(0, 4, 0, 0), name=b"mla0"), row=3) + \
+        f(ALLOC_KEYS, alloc_real_keys(c), row=3, seq=2, fix=True) + \
+        f(PUBLISH, pub(c), row=3, seq=3, fix=True)
+    write("daemon_frames", "tp-replicas-and-mla", rep)
 
 
 def daemon_seeds():
@@ -212,8 +279,9 @@ def daemon_seeds():
         f(PUBLISH, pub(chain(3)), seq=3, fix=True)
     eng += f(HELLO, hello(name=b"second"), row=1) + f(ALLOC, alloc(3), row=1, seq=2) + \
         f(PUBLISH, pub(chain(3)), row=1, seq=3, fix=True) + op(OP_TICK)
-    eng += f(HELLO, hello(name=b"third", flags=2), row=2)
+    eng += f(HELLO, hello(name=b"third", flags=8), row=2)
     write("daemon_frames", "engine-keys-and-tokens", eng)
+    tp_seeds(bt16)
     # RESTORE with no spill tier: every key is simply not spilled.
     write("daemon_frames", "restore", bt16 + h + f(ALLOC, alloc(2), seq=2) +
           f(PUBLISH, pub(chain(2)), seq=3, fix=True) +

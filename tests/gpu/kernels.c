@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
  * kernels.c (GPU) - the CUDA page kernels against their CPU reference, on
- * a real GPU: gather and scatter in both engine layouts for the same odd
- * geometries the CPU tests use (1 layer, head_dim 1 to 256, dtype 2 and 4,
- * padded strides, partial runs, scattered engine block ids), compared
- * byte for byte with kvk_ref_copy on host copies of the same bytes; and
+ * a real GPU: gather and scatter in the engine layouts (KV, FLASH, and
+ * MLA's one latent per token and layer) for the same odd geometries the
+ * CPU tests use (1 layer, head_dim 1 to 256, dtype 2 and 4, padded
+ * strides, partial runs, scattered engine block ids), for an engine that
+ * holds every head and for each tensor-parallel rank's heads of a page
+ * (the run per token row), compared byte for byte with kvk_ref_copy on
+ * host copies of the same bytes; and
  * the device checksum against kvk_ref_checksum for aligned, unaligned and
  * odd-length pages. Skips, saying why, where there is no usable GPU.
  */
@@ -68,14 +71,20 @@ struct geo {
 	uint32_t layers, kv_heads, head_dim, bt, dt;
 };
 
-/* One geometry, one layout, one padding: gather then scatter, GPU vs CPU;
- * a partial run in one launch, the whole run one launch per layer. */
-static void compare(const struct geo *g, uint32_t kind, uint64_t pad)
+/*
+ * One geometry, one layout, one padding, the engine holding heads [h0, h0
+ * + hn) of the page's: gather then scatter, GPU vs CPU; a partial run in
+ * one launch, the whole run one launch per layer.
+ */
+static void compare_heads(const struct geo *g, uint32_t kind, uint64_t pad, uint32_t h0,
+			  uint32_t hn)
 {
 	const uint32_t pages[] = { 9, 2, 5, 0 };
 	const int64_t blocks[] = { 6, 0, 3, 7 };
-	const uint64_t half = (uint64_t)g->bt * g->kv_heads * g->head_dim * g->dt;
-	const uint64_t slot = half * 2 * g->layers + 8, n_pool = 10, nb = 8;
+	const uint64_t head = (uint64_t)g->head_dim * g->dt, halves = kind == KVK_LAYOUT_MLA ? 1 : 2;
+	const uint64_t page_half = (uint64_t)g->bt * g->kv_heads * head;
+	const uint64_t half = (uint64_t)g->bt * hn * head;
+	const uint64_t slot = page_half * halves * g->layers + 8, n_pool = 10, nb = 8;
 	const uint64_t stride = half + pad, tb = nb * stride * (kind == KVK_LAYOUT_FLASH ? 2 : 1);
 	uint8_t *pool_h = malloc(n_pool * slot), *pool_g = malloc(n_pool * slot);
 	uint8_t **k_h = calloc(g->layers, sizeof(void *)), **v_h = calloc(g->layers, sizeof(void *));
@@ -104,8 +113,18 @@ static void compare(const struct geo *g, uint32_t kind, uint64_t pad)
 				}
 			}
 			pool_d = up(pool_h, n_pool * slot);
-			lh = (struct kvk_layout){ kind, g->layers, nb, stride, half,
-						  (void *const *)k_h, kind == KVK_LAYOUT_KV ? (void *const *)v_h : NULL };
+			lh = (struct kvk_layout){ .kind = kind, .layers = g->layers, .num_blocks = nb,
+						  .block_stride = stride, .half = half,
+						  .k = (void *const *)k_h,
+						  .v = kind == KVK_LAYOUT_KV ? (void *const *)v_h : NULL };
+			kvk_layout_whole(&lh);
+			lh.page_half = page_half;
+			if (hn < g->kv_heads) {	/* a rank's heads: a run per token */
+				lh.rows = g->bt;
+				lh.row = hn * head;
+				lh.page_row = g->kv_heads * head;
+				lh.page_off = h0 * head;
+			}
 			ld = lh;
 			ld.k = k_d;
 			ld.v = kind == KVK_LAYOUT_KV ? v_d : NULL;
@@ -151,6 +170,17 @@ static void compare(const struct geo *g, uint32_t kind, uint64_t pad)
 	free(v_d);
 }
 
+/* Every head, then (K/V pages) each rank's heads of every split of them. */
+static void compare(const struct geo *g, uint32_t kind, uint64_t pad)
+{
+	uint32_t tp, r;
+
+	compare_heads(g, kind, pad, 0, g->kv_heads);
+	for (tp = 2; kind != KVK_LAYOUT_MLA && tp <= g->kv_heads; tp++)
+		for (r = 0; g->kv_heads % tp == 0 && r < tp; r++)
+			compare_heads(g, kind, pad, r * (g->kv_heads / tp), g->kv_heads / tp);
+}
+
 static const struct geo geos[] = {
 	{ 1, 1, 64, 16, 2 }, { 1, 2, 128, 16, 4 }, { 3, 2, 64, 16, 2 }, { 2, 1, 256, 8, 2 },
 	{ 2, 3, 128, 4, 4 }, { 1, 1, 1, 1, 2 }, { 5, 1, 3, 3, 2 }, { 4, 8, 128, 16, 2 },
@@ -169,6 +199,27 @@ static void test_copy_matches_reference(void **state)
 		compare(&geos[i], KVK_LAYOUT_FLASH, 0);
 		compare(&geos[i], KVK_LAYOUT_KV, 24);
 		compare(&geos[i], KVK_LAYOUT_FLASH, 5);	/* unaligned blocks */
+	}
+#endif
+}
+
+static void test_mla_copy_matches_reference(void **state)
+{
+	(void)state;
+	SKIP_IF_NO_GPU();
+#ifdef KVC_HAVE_CUDA
+	for (size_t i = 0; i < sizeof(geos) / sizeof(geos[0]); i++) {
+		struct geo g = geos[i];
+
+		g.kv_heads = 1;	/* one latent per token and layer */
+		compare(&g, KVK_LAYOUT_MLA, 0);
+		compare(&g, KVK_LAYOUT_MLA, 6);
+	}
+	{
+		/* DeepSeek-V3's latent: kv_lora_rank 512 + rope 64, bf16. */
+		const struct geo ds = { 2, 1, 576, 16, 2 };
+
+		compare(&ds, KVK_LAYOUT_MLA, 0);
 	}
 #endif
 }
@@ -227,6 +278,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_copy_matches_reference),
+		cmocka_unit_test(test_mla_copy_matches_reference),
 		cmocka_unit_test(test_checksum_matches_reference),
 	};
 

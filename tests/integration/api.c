@@ -37,7 +37,8 @@ static void test_open_arguments(void **state)
 		assert_null(c); \
 	} while (0)
 	BAD_MODEL(size, 8);
-	BAD_MODEL(flags, 2);	/* 1 is KVC_MODEL_ENGINE_KEYS */
+	BAD_MODEL(flags, 4);	/* 1 is KVC_MODEL_ENGINE_KEYS, 2 KVC_MODEL_MLA */
+	BAD_MODEL(flags, KVC_MODEL_MLA);	/* an MLA model has 1 KV head, not 2 */
 	BAD_MODEL(name, NULL);
 	BAD_MODEL(name, "");
 	BAD_MODEL(name, "a-model-name-that-is-much-longer-than-sixty-three-bytes-allowed-here");
@@ -62,6 +63,28 @@ static void test_open_arguments(void **state)
 		mb.shard.pp_size = 4;
 		mb.shard.pp_rank = 4;
 		assert_int_equal(kvc_open(&mb, &o, &c), -EINVAL);
+	}
+	{
+		/* Heads a tensor-parallel size does not split: refused before
+		 * connecting, with the reason. */
+		struct kvc_model mb = m;
+		struct kvc_options ob = o;
+		char err[200] = "";
+
+		ob.errbuf = err;
+		ob.errbuf_len = sizeof(err);
+		mb.kv_heads = 4;	/* 4 KV heads at TP 3 */
+		mb.shard.tp_size = 3;
+		assert_int_equal(kvc_open(&mb, &ob, &c), -EINVAL);
+		assert_non_null(strstr(err, "tp_size does not divide"));
+		mb.kv_heads = 64;	/* 64 ranks writing one page */
+		mb.shard.tp_size = 64;
+		assert_int_equal(kvc_open(&mb, &ob, &c), -EINVAL);
+		assert_non_null(strstr(err, "more than 32 ranks"));
+		mb.kv_heads = 3;	/* 3 heads at TP 4 */
+		mb.shard.tp_size = 4;
+		assert_int_equal(kvc_open(&mb, &ob, &c), -EINVAL);
+		assert_non_null(strstr(err, "do not divide tp_size"));
 	}
 	{
 		struct kvc_options ob = o;

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "../lib/harness.h"
+#include "../lib/obswait.h"
 #include "../lib/tlm_fixture.h"
 #include "../../shm/key.h"
 #include "../../shm/proto.h"
@@ -66,23 +67,10 @@ static kvc_t *open_tiny(const struct kvt_daemon *d)
 
 /* The daemon's stats, through an observer mapping kept for the test. */
 static struct kvobs obs;
-
-static uint64_t stat_of(size_t off)
-{
-	return atomic_load((_Atomic uint64_t *)((char *)kvshm_stats(obs.h) + off));
-}
-#define STAT(f) stat_of(offsetof(struct kvshm_stats, f))
+#define STAT(f) KVT_STAT(&obs, f)
 
 /* Poll (the daemon folds ledgers every 5 ms tick) until cond, or fail. */
-#define UNTIL(cond)                                                            \
-	do {                                                                   \
-		int tries_ = 0;                                                \
-		while (!(cond)) {                                              \
-			if (++tries_ > LONG_MS / 5)                            \
-				fail_msg("timed out waiting for %s", #cond);   \
-			sleep_ms(5);                                           \
-		}                                                              \
-	} while (0)
+#define UNTIL(cond) KVT_UNTIL(cond, LONG_MS)
 
 /* ---- a prefill in a child process, reporting back through a pipe ---- */
 

@@ -172,6 +172,7 @@ static const struct bad_setting {
 	{ "namespace-share", "200%", "1..100" },
 	{ "tenant", "acme salt=x share=0", "share= must be a percentage" },
 	{ "hello-timeout-ms", "0", "1..600000" },
+	{ "slice-timeout-ms", "0", "1..3600000" },
 	{ "low-watermark", "91", "0..90" },
 	{ "high-watermark", "96", "0..95" },
 	{ "eviction", "fifo", "lru, s3fifo or clock" },

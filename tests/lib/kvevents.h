@@ -385,9 +385,10 @@ out:
 /*
  * A namespace row of the tests' tiny geometry (16-token blocks, 1 layer,
  * 2 kv heads of 32, 2-byte dtype) for `model`, as a HELLO makes it; with
- * tp_rank > 0 it is that rank of 2. `used` is set. Returns 0 or -EINVAL.
+ * pp_rank > 0 it is that pipeline stage of 2 (tensor-parallel ranks share
+ * the unsharded namespace). `used` is set. Returns 0 or -EINVAL.
  */
-static inline int kve_test_ns(struct kvshm_ns *ns, const char *model, uint16_t tp_rank)
+static inline int kve_test_ns(struct kvshm_ns *ns, const char *model, uint16_t pp_rank)
 {
 	struct kvproto_hello hi;
 	int rc;
@@ -400,10 +401,9 @@ static inline int kve_test_ns(struct kvshm_ns *ns, const char *model, uint16_t t
 	hi.block_tokens = 16;
 	hi.pos_kind = KVSHM_POS_ROPE;
 	snprintf(hi.model, sizeof(hi.model), "%s", model);
-	if (tp_rank) {
-		hi.shard.tp_rank = tp_rank;
-		hi.shard.tp_size = 2;
-		hi.shard.pp_size = 1;
+	if (pp_rank) {
+		hi.shard.pp_rank = pp_rank;
+		hi.shard.pp_size = 2;
 	}
 	rc = kvproto_hello_ns(&hi, ns);
 	if (!rc)

@@ -31,6 +31,13 @@ little-endian), as hex strings.
 
 --extra-config is the JSON of SGLang's --hicache-storage-backend-extra-config
 (the socket is added); each mode prints which path ran.
+
+With --mla the host pool is SGLang's MLATokenToKVPoolHost (layer_first:
+[layers, slots, 1, kv_lora_rank + qk_rope_head_dim]) of a model served at
+TP --tp: set backs the pages up from rank 0 (rank 0 writes an MLA latent)
+and then prefetches them as rank 1 into another host pool of the same
+process (two ranks of one engine reading one copy); get runs as rank
+--rank.
 """
 from __future__ import annotations
 
@@ -45,6 +52,7 @@ import torch
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
 
 LAYERS, HEADS, HEAD_DIM, PAGE = 2, 2, 16, 16
+LORA, ROPE = 32, 16	# MLA: kv_lora_rank, qk_rope_head_dim
 
 
 def page_keys(tokens: list, page: int) -> list:
@@ -81,6 +89,36 @@ class HostPool:
 
     def set_from_flat_data_page(self, index: int, page: torch.Tensor) -> None:
         self.kv_buffer[:, :, index:index + PAGE] = page.reshape(2, LAYERS, PAGE, HEADS, HEAD_DIM)
+
+
+class MLAHostPool:
+    """SGLang's MLATokenToKVPoolHost in the layer_first layout ([layers,
+    slots, 1, kv_lora_rank + qk_rope_head_dim]), as much as HiCache and a
+    storage backend use."""
+
+    layout = "layer_first"
+
+    def __init__(self, slots: int):
+        self.page_size, self.layer_num = PAGE, LAYERS
+        self.kv_lora_rank, self.qk_rope_head_dim = LORA, ROPE
+        self.dtype, self.size = torch.bfloat16, slots
+        self.kv_buffer = torch.zeros(LAYERS, slots, 1, LORA + ROPE, dtype=self.dtype)
+
+    def get_data_page(self, index: int, flat: bool = True) -> torch.Tensor:
+        page = self.kv_buffer[:, index:index + PAGE]
+        return page.flatten() if flat else page
+
+    def get_dummy_flat_data_page(self) -> torch.Tensor:
+        return torch.zeros(LAYERS, PAGE, 1, LORA + ROPE, dtype=self.dtype).flatten()
+
+    def set_from_flat_data_page(self, index: int, page: torch.Tensor) -> None:
+        self.kv_buffer[:, index:index + PAGE] = page.reshape(LAYERS, PAGE, 1, LORA + ROPE)
+
+
+def page_latent(i: int) -> torch.Tensor:
+    """Page i's latent: [layers, page, 1, lora + rope], from a seed."""
+    g = torch.Generator().manual_seed(2000 + i)
+    return torch.randn(LAYERS, PAGE, 1, LORA + ROPE, generator=g).to(torch.bfloat16)
 
 
 class Controller:
@@ -125,6 +163,53 @@ def page_kv(i: int) -> torch.Tensor:
     return torch.randn(2, LAYERS, PAGE, HEADS, HEAD_DIM, generator=g).to(torch.float16)
 
 
+def run_mla(args, keys, extra) -> int:
+    """The MLA host pool: the ranks of an engine reading one copy."""
+    def cfg(rank):
+        return HiCacheStorageConfig(tp_rank=rank, tp_size=args.tp, pp_rank=0, pp_size=1,
+                                    attn_cp_rank=0, attn_cp_size=1, is_mla_model=True,
+                                    enable_storage_metrics=False, is_page_first_layout=False,
+                                    model_name="tiny-sglang-mla", extra_config=extra)
+
+    def slots_of(pages):
+        return torch.cat([torch.arange(p * PAGE, (p + 1) * PAGE) for p in pages])
+
+    def loaded(pool, pages):
+        return all(torch.equal(pool.kv_buffer[:, p * PAGE:(p + 1) * PAGE], page_latent(i))
+                   for i, p in enumerate(pages))
+    if args.mode == "set":
+        pool = MLAHostPool(args.pages * PAGE * 2)
+        pages = list(range(args.pages))[::-1]
+        for i, p in enumerate(pages):
+            pool.kv_buffer[:, p * PAGE:(p + 1) * PAGE] = page_latent(i)
+        r0 = Controller(cfg(0), pool)
+        ok = r0.page_set(keys, slots_of(pages))
+        # Rank 1 of the same engine writes nothing and reads the copy rank
+        # 0 wrote into a pool of its own.
+        pool1 = MLAHostPool(args.pages * PAGE * 2)
+        r1 = Controller(cfg(1), pool1)
+        other = [2 * i + 1 for i in range(args.pages)]
+        got = r1.page_get(keys, slots_of(other))
+        r0.backend.close()
+        r1.backend.close()
+        print(f"set ({r0.path}): stored {ok} of {len(keys)}, rank 1 loaded {got}, "
+              f"bytes equal {loaded(pool1, other)}")
+        return 0 if ok == got == len(keys) and loaded(pool1, other) else 1
+    pool = MLAHostPool(args.pages * PAGE * 4)
+    ctl = Controller(cfg(args.rank), pool)
+    store = ctl.backend
+    hits = store.batch_exists(keys)
+    pages = [3 * i + 5 for i in range(args.pages)]
+    got = ctl.page_get(keys[:hits], slots_of(pages))
+    flat = store.get(keys[1])
+    flat_equal = flat is not None and torch.equal(flat.view(LAYERS, PAGE, 1, LORA + ROPE),
+                                                  page_latent(1))
+    store.close()
+    print(f"get ({ctl.path}): exists {hits}, loaded {got}, bytes equal "
+          f"{loaded(pool, pages[:hits])}, get() equal {flat_equal}")
+    return 0 if hits == got == len(keys) and loaded(pool, pages) and flat_equal else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=("set", "get"))
@@ -135,6 +220,9 @@ def main() -> int:
                     '"interface_v1":1}')
     ap.add_argument("--no-insert", action="store_true",
                     help="the backend's no_insert option: read, never store")
+    ap.add_argument("--mla", action="store_true", help="an MLA host pool")
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--rank", type=int, default=0)
     args = ap.parse_args()
 
     tokens = list(range(7, 7 + args.pages * PAGE))
@@ -142,6 +230,8 @@ def main() -> int:
     extra = {**json.loads(args.extra_config), "socket": args.socket}
     if args.no_insert:
         extra["no_insert"] = "true"
+    if args.mla:
+        return run_mla(args, keys, extra)
     cfg = HiCacheStorageConfig(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0,
                                attn_cp_size=1, is_mla_model=False, enable_storage_metrics=False,
                                is_page_first_layout=False, model_name="tinyllama-sglang",

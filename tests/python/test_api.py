@@ -283,18 +283,31 @@ def test_stats_as_kvstat_shows_them(daemon):
         assert families(text) == families(prom) and len(families(text)) > 30
 
 
-def test_shards_and_salts_keep_apart(daemon):
+def test_tp_ranks_share_and_salts_keep_apart(daemon):
+    """Tensor-parallel ranks share one namespace and write each page
+    together: rank 1's slices alone are not a hit; with rank 0's they are,
+    for another process of rank 1, for rank 0 and for the unsharded model.
+    A salt keeps tenants apart. kvstat shows one namespace for the model."""
     t = tokens(2 * 16, 8)
     with kvclient.Client(tiny_model(tp_rank=0, tp_size=2), socket=daemon.sock) as r0, \
             kvclient.Client(tiny_model(tp_rank=1, tp_size=2), socket=daemon.sock) as r1, \
             kvclient.Client(tiny_model(tp_rank=1, tp_size=2), socket=daemon.sock) as r1b, \
+            kvclient.Client(tiny_model(), socket=daemon.sock) as one, \
             kvclient.Client(tiny_model(), socket=daemon.sock, salt="other") as salted:
-        assert publish(r1, t) == 2
-        for c, want in [(r0, 0), (r1b, 2), (salted, 0)]:
+        assert r1.model.heads == (1, 1) and r0.model.heads == (0, 1)
+        assert publish(r1, t) == 2	# its slices in
+        with one.request(t) as r:
+            assert r.lookup() == 0 and r.inflight == 2	# not whole yet
+        assert publish(r0, t) == 2
+        for c, want in [(r0, 2), (r1b, 2), (one, 2), (salted, 0)]:
             with c.request(t) as r:
                 assert r.lookup() == want
         names = {p["namespace"] for p in daemon.kvstat()["clients"]}
-        assert {"kvt-tiny tp0/2", "kvt-tiny tp1/2"} <= names
+        assert names == {"kvt-tiny"}
+    with pytest.raises(ValueError, match="2 KV heads do not divide tp_size 3"):
+        tiny_model(tp_rank=0, tp_size=3)
+    with pytest.raises(ValueError, match="kv_heads=1"):
+        tiny_model(mla=True)
 
 
 def test_pins_quota_and_alloc_ahead(daemon):

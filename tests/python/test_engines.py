@@ -96,6 +96,87 @@ def test_vllm_chunked_prefill(daemon_factory, copy):
         b.stdout + b.stderr
 
 
+def tp_engine(sock: str, mode: str, tp: int, *extra: str) -> str:
+    """A tensor-parallel vLLM engine of tp rank processes (tp_proc.py);
+    its one line of output."""
+    r = engine("tp_proc.py", mode, "--socket", sock, "--tp", str(tp), *extra)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout.strip()
+
+
+@pytest.mark.parametrize("writer", [1, 2, 4])
+def test_vllm_tp_any_size_loads_every_size(daemon_factory, writer):
+    """A small GQA model (8 query heads, 4 KV heads) served by vLLM at TP
+    `writer`, each rank a process of its own holding its share of the KV
+    heads, publishes a prompt; engines at TP 1, 2 and 4 (other processes,
+    other block tables) each load all of it, every rank its own heads, and
+    their logits equal a cold prefill's bit for bit. One namespace, and one
+    pool page per block whatever TP size wrote it."""
+    d = daemon_factory("--page-size", "16K")
+    name = ("--name", "tiny-tp")
+    assert tp_engine(d.sock, "prefill", writer, *name) == \
+        f"tp{writer} gqa prefill: matched 0 errors 0 computed from 0 equal True"
+    for tp in (1, 2, 4):
+        assert tp_engine(d.sock, "load", tp, *name) == \
+            f"tp{tp} gqa load: matched 80 errors 0 computed from 80 equal True"
+    ns = d.kvstat()["namespaces"]
+    assert [(r["name"], r["pages"]) for r in ns] == [("tiny-tp/float32", 5)]
+
+
+def test_vllm_tp_replicated_heads(daemon_factory):
+    """2 KV heads at TP 4: two ranks hold each head, the first of them
+    writes it, so each is stored once; TP 1 and TP 2 load it all."""
+    d = daemon_factory("--page-size", "16K")
+    opt = ("--name", "tiny-rep", "--kv-heads", "2")
+    assert tp_engine(d.sock, "prefill", 4, *opt).endswith("equal True")
+    for tp in (1, 2):
+        assert tp_engine(d.sock, "load", tp, *opt) == \
+            f"tp{tp} gqa load: matched 80 errors 0 computed from 80 equal True"
+    assert [r["pages"] for r in d.kvstat()["namespaces"]] == [5]
+
+
+def test_vllm_mla_one_copy(daemon_factory):
+    """An MLA model (a latent of 32 + 16 rope dims per token and layer:
+    vLLM's MLA cache [blocks, block_size, 48]) at TP 4: rank 0 publishes,
+    the pool holds one page per block, a quarter of the four copies one per
+    rank would take. Another engine process at TP 2 (two ranks reading one
+    copy) and one at TP 1 load it all; logits equal a cold prefill's."""
+    d = daemon_factory("--page-size", "16K")
+    opt = ("--model", "mla", "--name", "tiny-mla")
+    assert tp_engine(d.sock, "prefill", 4, *opt) == \
+        "tp4 mla prefill: matched 0 errors 0 computed from 0 equal True"
+    ns = d.kvstat()["namespaces"]
+    assert [(r["name"], r["pages"]) for r in ns] == [("tiny-mla/float32 (MLA)", 5)]
+    page = ns[0]["page_bytes"]
+    assert page == 16 * 2 * 48 * 4	# block tokens x layers x latent x fp32
+    for tp in (2, 1):
+        assert tp_engine(d.sock, "load", tp, *opt) == \
+            f"tp{tp} mla load: matched 80 errors 0 computed from 80 equal True"
+    assert d.kvstat()["namespaces"][0]["pages"] == 5
+
+
+def test_sglang_mla_two_processes(daemon_factory):
+    """SGLang's MLA host pool (layer_first [layers, slots, 1, kv_lora_rank +
+    qk_rope_head_dim]) through kvclient.sglang: a TP 2 engine backs its
+    pages up from rank 0, its rank 1 prefetches the same copy into a pool
+    of its own; another process (rank 1 of a TP 4 engine) prefetches them
+    too: bytes equal, one page per key."""
+    d = daemon_factory()
+    a = engine("sglang_proc.py", "set", "--socket", d.sock, "--mla", "--tp", "2")
+    assert a.stdout.splitlines() == ["set (v1): stored 6 of 6, rank 1 loaded 6, "
+                                     "bytes equal True"], a.stdout + a.stderr
+    flat = ("--extra-config", '{"module_path":"kvclient.sglang","class_name":"KvcachedStorage"}')
+    for extra in ((), flat):	# HiCache's two paths: interface_v1, flat pages
+        b = engine("sglang_proc.py", "get", "--socket", d.sock, "--mla", "--tp", "4",
+                   "--rank", "1", *extra)
+        assert b.stdout.splitlines() == [f"get ({'flat pages' if extra else 'v1'}): exists 6, "
+                                         "loaded 6, bytes equal True, get() equal True"], \
+            b.stdout + b.stderr
+    ns = d.kvstat()["namespaces"]
+    assert [(r["name"], r["pages"]) for r in ns] == \
+        [("tiny-sglang-mla/bfloat16 (MLA) (engine keys)", 6)]
+
+
 def stubs_on_path(monkeypatch):
     """In this process: the stand-ins, and the example engine vllm_proc uses."""
     monkeypatch.syspath_prepend(str(STUBS))
@@ -104,8 +185,10 @@ def stubs_on_path(monkeypatch):
 
 def test_vllm_shard_and_refusals(monkeypatch):
     """What the connector takes from vLLM's configuration: a worker's tensor
-    and pipeline ranks (parallel_config.rank) make its shard, the scheduler
-    speaks for rank 0; its KV dtype names the namespace; MLA and unknown
+    and pipeline ranks (parallel_config.rank) make its shard, the model's
+    KV heads (every rank's) its namespace, the scheduler looks up as rank
+    0; its KV dtype names the namespace; an MLA model is a latent
+    namespace whose cache must be [blocks, block_size, head_size]; unknown
     KV cache shapes are refused with a reason. No daemon needed."""
     stubs_on_path(monkeypatch)
     import torch
@@ -121,7 +204,10 @@ def test_vllm_shard_and_refusals(monkeypatch):
                                           rank=3)
     w = KvcachedConnector(cfg, KVConnectorRole.WORKER)
     assert (w.model.tp_rank, w.model.tp_size, w.model.pp_rank, w.model.pp_size) == (1, 2, 1, 2)
-    assert (w.model.layers, w.model.kv_heads, w.model.name) == (2, 2, "m/float32")
+    # kv_heads: the model's 4 (vLLM's get_num_kv_heads is the rank's 2);
+    # this rank holds and moves heads 2 and 3.
+    assert (w.model.layers, w.model.kv_heads, w.model.name) == (2, 4, "m/float32")
+    assert w.model.heads == (2, 2) and w.model.writes
     s = KvcachedConnector(cfg, KVConnectorRole.SCHEDULER)
     assert (s.model.tp_rank, s.model.pp_rank) == (0, 0)
     # Extra keys: cache_salt, LoRA, multimodal hashes.
@@ -136,15 +222,18 @@ def test_vllm_shard_and_refusals(monkeypatch):
     assert s.get_num_new_matched_tokens(req, 0) == (0, False)
     cfg.cache_config.cache_dtype = "fp8"
     assert KvcachedConnector(cfg, KVConnectorRole.WORKER).model.name == "m/float8_e4m3fn"
-    with pytest.raises(ValueError, match="KV cache shape .* MLA"):
+    with pytest.raises(ValueError, match="KV cache shape .* this rank's KV heads"):
         w.register_kv_caches({f"l{i}": torch.zeros(10, 16, 64) for i in range(2)})
     with pytest.raises(ValueError, match="2 KV caches for a model of 4 layers|hybrid"):
         KvcachedConnector(vllm_config(lm, "m", "/x", 16, 16), KVConnectorRole.WORKER) \
             .register_kv_caches({f"l{i}": torch.zeros(2, 4, 16, 4, 16) for i in range(2)})
     cfg.model_config = ModelConfig(lm, "m")
     cfg.model_config.use_mla = True
-    with pytest.raises(ValueError, match="MLA"):
-        KvcachedConnector(cfg, KVConnectorRole.WORKER)
+    mw = KvcachedConnector(cfg, KVConnectorRole.WORKER)
+    assert mw.model.mla and mw.model.kv_heads == 1 and mw.model.heads == (0, 1)
+    assert not mw.model.writes	# rank 1: rank 0 writes the latent
+    with pytest.raises(ValueError, match="MLA cache shape"):
+        mw.register_kv_caches({f"l{i}": torch.zeros(2, 10, 16, 1, 16) for i in range(2)})
 
 
 def test_vllm_what_vllm_asks(monkeypatch):
@@ -187,12 +276,14 @@ def test_vllm_refused_by_daemon(daemon, monkeypatch, caplog):
     assert "uses 32-token blocks, this pool caches 16-token blocks" in caplog.text
 
 
-def test_sglang_shard_and_layouts(daemon, monkeypatch):
-    """The shard from HiCacheStorageConfig (an MLA model's ranks share one,
-    context-parallel ranks stay apart by name); the page_first_direct host
-    layout round-trips through kvcached; page_first and MLA pools are
-    refused with a reason; no daemon makes every key a miss."""
+def test_sglang_shard_and_layouts(daemon_factory, monkeypatch):
+    """The shard from HiCacheStorageConfig (every tensor-parallel rank shares
+    the namespace, context-parallel ranks stay apart by name); the
+    page_first_direct host layout round-trips through kvcached; page_first
+    and an MLA pool of the wrong shape are refused with a reason; no
+    daemon makes every key a miss."""
     stubs_on_path(monkeypatch)
+    daemon = daemon_factory("--page-size", "8K")	# every head of the model
     import torch
     from types import SimpleNamespace
     from kvclient.sglang import KvcachedStorage
@@ -208,33 +299,56 @@ def test_sglang_shard_and_layouts(daemon, monkeypatch):
 
     st = KvcachedStorage(cfg(daemon.sock))
     assert (st.tp_rank, st.tp_size) == (1, 2)
-    assert (KvcachedStorage(cfg(daemon.sock, is_mla_model=True)).tp_size) == 1
-    # page_first_direct: [2, pages, layers, page_size, heads, head_dim].
+    assert KvcachedStorage(cfg(daemon.sock, is_mla_model=True)).mla
+    # page_first_direct: [2, pages, layers, page_size, heads, head_dim],
+    # 2 heads a rank of a model of 4 at TP 2: rank 1 holds heads 2 and 3.
     L, P, H, D, N = 2, 16, 2, 16, 8
     buf = torch.randn(2, N, L, P, H, D).to(torch.float16)
     pool = SimpleNamespace(layout="page_first_direct", page_size=P, layer_num=L, head_num=H,
                            head_dim=D, dtype=torch.float16, size=N * P, kv_buffer=buf)
     st.register_mem_pool_host(pool)
+    assert st.model.kv_heads == 4 and st.model.heads == (2, 2)
+    buf0 = torch.randn(2, N, L, P, H, D).to(torch.float16)
+    st0 = KvcachedStorage(cfg(daemon.sock, tp_rank=0))
+    st0.register_mem_pool_host(SimpleNamespace(**{**vars(pool), "kv_buffer": buf0}))
     keys = ["k%d" % i for i in range(3)]
     slots = torch.cat([torch.arange(p * P, (p + 1) * P) for p in (5, 1, 6)])
+    # Rank 1's slices, then rank 0's: one page per key, whole at the last.
     assert st.batch_set_v1(keys, slots) == [True] * 3
+    assert st.batch_exists(keys) == 0	# not whole yet
+    assert st0.batch_set_v1(keys, slots) == [True] * 3
     want = buf[:, [5, 1, 6]].clone()
     buf.zero_()
     other = torch.cat([torch.arange(p * P, (p + 1) * P) for p in (0, 2, 3)])
     assert st.batch_get_v1(keys + ["nope"], torch.cat([other, torch.arange(7 * P, 8 * P)])) == \
         [True, True, True, False]
     assert torch.equal(buf[:, [0, 2, 3]], want)
+    # An engine at TP 1 reads all four heads of the same pages.
+    buf1 = torch.zeros(2, N, L, P, 2 * H, D).to(torch.float16)
+    one = KvcachedStorage(cfg(daemon.sock, tp_rank=0, tp_size=1))
+    one.register_mem_pool_host(SimpleNamespace(**{**vars(pool), "kv_buffer": buf1,
+                                                  "head_num": 2 * H}))
+    assert one.batch_get_v1(keys, other) == [True] * 3
+    assert torch.equal(buf1[:, [0, 2, 3], :, :, :H], buf0[:, [5, 1, 6]])
+    assert torch.equal(buf1[:, [0, 2, 3], :, :, H:], want)
     cp = KvcachedStorage(cfg(daemon.sock, attn_cp_rank=1, attn_cp_size=2))
     cp.register_mem_pool_host(pool)
     assert cp.batch_exists(keys) == 0	# another context-parallel rank: another namespace
-    names = {r["name"] for r in daemon.kvstat()["namespaces"]}
-    assert names == {"sg/float16 tp1/2 (engine keys)", "sg/float16 cp1/2 tp1/2 (engine keys)"}
+    ns = {r["name"]: r for r in daemon.kvstat()["namespaces"]}
+    # One namespace for every tensor-parallel rank and size; 3 pages.
+    assert set(ns) == {"sg/float16 (engine keys)", "sg/float16 cp1/2 (engine keys)"}
+    assert ns["sg/float16 (engine keys)"]["pages"] == 3
     with pytest.raises(ValueError, match="page_first"):
         KvcachedStorage(cfg(daemon.sock)).register_mem_pool_host(
             SimpleNamespace(**{**vars(pool), "layout": "page_first"}))
-    with pytest.raises(ValueError, match="MLA"):
+    with pytest.raises(ValueError, match="MLA host pool buffer"):
         KvcachedStorage(cfg(daemon.sock, is_mla_model=True)).register_mem_pool_host(
-            SimpleNamespace(**{**vars(pool), "kv_buffer": torch.zeros(L, N * P, 1, 64)}))
+            SimpleNamespace(layout="layer_first", page_size=P, layer_num=L, dtype=torch.float16,
+                            kv_lora_rank=32, qk_rope_head_dim=16,
+                            kv_buffer=torch.zeros(L, N * P, 64)))
+    with pytest.raises(ValueError, match="host pool holds 2 KV heads"):
+        KvcachedStorage(cfg(daemon.sock, extra_config={"socket": daemon.sock, "kv_heads": 2})
+                        ).register_mem_pool_host(pool)
     away = KvcachedStorage(cfg("/nonexistent/kv.sock"))
     away.register_mem_pool_host(pool)
     assert away.batch_exists(keys) == 0

@@ -151,10 +151,10 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* Namespace row `row` for model name, with a shard. */
-static void ns_add(uint32_t row, const char *model, uint16_t tp_rank)
+/* Namespace row `row` for model name, of a pipeline stage. */
+static void ns_add(uint32_t row, const char *model, uint16_t pp_rank)
 {
-	assert_int_equal(kve_test_ns(&kvshm_ns(D.h)[row], model, tp_rank), 0);
+	assert_int_equal(kve_test_ns(&kvshm_ns(D.h)[row], model, pp_rank), 0);
 }
 
 static void tokens_of(uint32_t *t, size_t n, uint32_t seed)
@@ -712,17 +712,17 @@ static void test_host_medium(void **state)
 	assert_int_equal(kvd_events_medium_check("ABCDEFGHIJKLMNOP", &why), -EINVAL);
 }
 
-static void test_muted_shard(void **state)
+static void test_muted_stage(void **state)
 {
 	struct kvshm_key k[2];
 
 	(void)state;
-	ns_add(0, "big", 1);		/* tp rank 1 of 2 */
+	ns_add(0, "big", 1);		/* pipeline stage 1 of 2 */
 	publish(0, 1, 2, k, NULL);
 	kvd_evict(&D, 2, true);
 	kvd_events_tick(&D);
 	assert_int_equal(n_out, 0);
-	ns_add(1, "big", 0);		/* rank 0 speaks for the model */
+	ns_add(1, "big", 0);		/* stage 0 speaks for the model */
 	publish(1, 1, 2, k, NULL);
 	kvd_events_tick(&D);
 	assert_int_equal(n_out, 1);
@@ -1054,7 +1054,7 @@ int main(void)
 		cmocka_unit_test(test_decoder),
 		cmocka_unit_test_setup_teardown(test_token_bytes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_host_medium, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_muted_shard, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_muted_stage, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_big_batches, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_drops_and_replay, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_replay_parse, setup, teardown),

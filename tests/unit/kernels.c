@@ -7,10 +7,13 @@
  * The expected placement of every byte is computed here element by
  * element, (layer, k|v, token, kv_head, head_dim, byte), from the layouts
  * kvclient.h and page_ref.h document, not from the code under test. Each
- * geometry is checked in both engine layouts, in both directions, for
- * partial runs, non-contiguous and reversed engine block ids, padded block
- * strides (padding must stay untouched) and pages the run does not name
- * (must stay untouched). The checksum has known answers computed outside
+ * geometry is checked in the three engine layouts (KV, FLASH; MLA, one
+ * latent per token and layer), in both directions, for partial runs,
+ * non-contiguous and reversed engine block ids, padded block strides
+ * (padding must stay untouched), pages the run does not name (must stay
+ * untouched), and a tensor-parallel rank's heads: an engine that holds
+ * heads [h0, h0 + hn) of the page's (the page's other heads must stay
+ * untouched by a scatter). The checksum has known answers computed outside
  * this code base (a few lines of Python over the documented definition).
  */
 #include <stdarg.h>
@@ -20,6 +23,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,8 +43,19 @@ static uint8_t eng_byte(uint32_t layer, int s, uint64_t off)
 	return (uint8_t)(0xa5u ^ (layer * 29u + (uint32_t)s * 101u + off * 13u + (off >> 9)));
 }
 
+/* The heads an engine holds of a page's: [h0, h0 + hn). */
+struct part {
+	uint32_t h0, hn;
+};
+
+static uint32_t halves_of(uint32_t kind)
+{
+	return kind == KVK_LAYOUT_MLA ? 1 : 2;
+}
+
 struct engine {
 	uint32_t kind;
+	struct part pt;
 	uint64_t num_blocks, stride, tensor_bytes;
 	uint8_t **k, **v;
 	struct kvk_layout l;
@@ -57,20 +72,23 @@ static void engine_fill(struct engine *e, const struct geo *g)
 				e->k[i][o] = eng_byte(i, o >= e->num_blocks * e->stride, o);
 			} else {
 				e->k[i][o] = eng_byte(i, 0, o);
-				e->v[i][o] = eng_byte(i, 1, o);
+				if (e->v[i])
+					e->v[i][o] = eng_byte(i, 1, o);
 			}
 		}
 }
 
-static void engine_new(struct engine *e, const struct geo *g, uint32_t kind,
+static void engine_new(struct engine *e, const struct geo *g, uint32_t kind, struct part pt,
 		       uint64_t num_blocks, uint64_t pad)
 {
+	const uint64_t head = (uint64_t)g->head_dim * g->dt;
 	uint32_t i;
 
 	memset(e, 0, sizeof(*e));
 	e->kind = kind;
+	e->pt = pt;
 	e->num_blocks = num_blocks;
-	e->stride = (uint64_t)g->bt * g->kv_heads * g->head_dim * g->dt + pad;
+	e->stride = (uint64_t)g->bt * pt.hn * head + pad;
 	e->tensor_bytes = num_blocks * e->stride * (kind == KVK_LAYOUT_FLASH ? 2 : 1);
 	e->k = calloc(g->layers, sizeof(*e->k));
 	e->v = calloc(g->layers, sizeof(*e->v));
@@ -89,7 +107,15 @@ static void engine_new(struct engine *e, const struct geo *g, uint32_t kind,
 	e->l.layers = g->layers;
 	e->l.num_blocks = num_blocks;
 	e->l.block_stride = e->stride;
-	e->l.half = (uint64_t)g->bt * g->kv_heads * g->head_dim * g->dt;
+	e->l.half = (uint64_t)g->bt * pt.hn * head;
+	kvk_layout_whole(&e->l);
+	e->l.page_half = (uint64_t)g->bt * g->kv_heads * head;
+	if (pt.hn < g->kv_heads) {	/* a rank's heads: a run per token */
+		e->l.rows = g->bt;
+		e->l.row = pt.hn * head;
+		e->l.page_row = g->kv_heads * head;
+		e->l.page_off = pt.h0 * head;
+	}
 	e->l.k = (void *const *)e->k;
 	e->l.v = kind == KVK_LAYOUT_KV ? (void *const *)e->v : NULL;
 }
@@ -111,7 +137,7 @@ static void engine_free(struct engine *e, const struct geo *g)
 static uint8_t *eng_at(const struct engine *e, const struct geo *g, uint32_t layer, int s,
 		       int64_t b, uint32_t t, uint32_t h, uint32_t d, uint32_t x)
 {
-	uint64_t in = (((uint64_t)t * g->kv_heads + h) * g->head_dim + d) * g->dt + x;
+	uint64_t in = (((uint64_t)t * e->pt.hn + h) * g->head_dim + d) * g->dt + x;
 
 	if (e->kind == KVK_LAYOUT_FLASH)
 		return e->k[layer] + (uint64_t)s * e->num_blocks * e->stride +
@@ -119,17 +145,26 @@ static uint8_t *eng_at(const struct engine *e, const struct geo *g, uint32_t lay
 	return (s ? e->v[layer] : e->k[layer]) + (uint64_t)b * e->stride + in;
 }
 
-/* Offset of the same element in a pool page: [layer][k|v][token][head][dim]. */
-static uint64_t pool_off(const struct geo *g, uint32_t layer, int s, uint32_t t,
+/* Offset of the same element (h: the page's head) in a pool page:
+ * [layer][k|v][token][head][dim], or [layer][token][dim] for MLA. */
+static uint64_t pool_off(const struct geo *g, uint32_t kind, uint32_t layer, int s, uint32_t t,
 			 uint32_t h, uint32_t d, uint32_t x)
 {
-	return ((((((uint64_t)layer * 2 + (uint64_t)s) * g->bt + t) * g->kv_heads + h) *
-		 g->head_dim + d) * g->dt) + x;
+	return ((((((uint64_t)layer * halves_of(kind) + (uint64_t)s) * g->bt + t) * g->kv_heads +
+		   h) * g->head_dim + d) * g->dt) + x;
 }
 
-static uint64_t page_bytes(const struct geo *g)
+static uint64_t page_bytes(const struct geo *g, uint32_t kind)
 {
-	return (uint64_t)g->bt * g->layers * 2 * g->kv_heads * g->head_dim * g->dt;
+	return (uint64_t)g->bt * g->layers * halves_of(kind) * g->kv_heads * g->head_dim * g->dt;
+}
+
+/* Is page byte o one of the engine's heads' (a scatter writes it)? */
+static bool rank_byte(const struct geo *g, struct part pt, uint64_t o)
+{
+	uint64_t head = (uint64_t)g->head_dim * g->dt, h = o / head % g->kv_heads;
+
+	return h >= pt.h0 && h < pt.h0 + pt.hn;
 }
 
 /* Is engine block b named in blocks[0..n)? Its index, else -1. */
@@ -147,10 +182,11 @@ static long named(const int64_t *blocks, size_t n, int64_t b)
  * Gather the run into the engine and check every engine byte, then scatter
  * it back into zeroed pages and check every pool byte.
  */
-static void roundtrip(const struct geo *g, uint32_t kind, uint64_t num_blocks, uint64_t pad,
-		      uint32_t n_pool, const uint32_t *pages, const int64_t *blocks, size_t n)
+static void roundtrip(const struct geo *g, uint32_t kind, struct part pt, uint64_t num_blocks,
+		      uint64_t pad, uint32_t n_pool, const uint32_t *pages, const int64_t *blocks,
+		      size_t n)
 {
-	const uint64_t slot = page_bytes(g) + 64;	/* slots may be larger */
+	const uint64_t slot = page_bytes(g, kind) + 64;	/* slots may be larger */
 	uint8_t *pool = malloc(n_pool * slot);
 	struct engine e;
 	uint32_t layer, t, h, d, x, p;
@@ -162,23 +198,23 @@ static void roundtrip(const struct geo *g, uint32_t kind, uint64_t num_blocks, u
 	for (p = 0; p < n_pool; p++)
 		for (o = 0; o < slot; o++)
 			pool[p * slot + o] = pool_byte(p, o);
-	engine_new(&e, g, kind, num_blocks, pad);
+	engine_new(&e, g, kind, pt, num_blocks, pad);
 	assert_int_equal(kvk_layout_check(&e.l, NULL), 0);
 
 	kvk_ref_copy(KVK_GATHER, &e.l, pool, slot, pages, blocks, n);
 	for (layer = 0; layer < g->layers; layer++)
-		for (s = 0; s < 2; s++)
+		for (s = 0; s < (int)halves_of(kind); s++)
 			for (b = 0; b < (int64_t)num_blocks; b++) {
 				long j = named(blocks, n, b);
 
 				for (t = 0; t < g->bt; t++)
-					for (h = 0; h < g->kv_heads; h++)
+					for (h = 0; h < pt.hn; h++)
 						for (d = 0; d < g->head_dim; d++)
 							for (x = 0; x < g->dt; x++) {
 								uint8_t *a = eng_at(&e, g, layer, s, b, t, h, d, x);
 								uint8_t want = j < 0 ?
 									eng_byte(layer, s, (uint64_t)(a - (s && kind == KVK_LAYOUT_KV ? e.v[layer] : e.k[layer]))) :
-									pool_byte(pages[j], pool_off(g, layer, s, t, h, d, x));
+									pool_byte(pages[j], pool_off(g, kind, layer, s, t, pt.h0 + h, d, x));
 
 								if (*a != want)
 									fail_msg("gather: layer %u %s block %lld token %u head %u dim %u byte %u: %#x, want %#x",
@@ -196,8 +232,8 @@ static void roundtrip(const struct geo *g, uint32_t kind, uint64_t num_blocks, u
 			}
 
 	/* Scatter back into zeroed pages: the named pages get exactly what
-	 * they held before, byte for byte (the slot tail stays zero); the
-	 * others stay zero. */
+	 * they held before in the engine's heads, byte for byte (the other
+	 * heads and the slot tail stay zero); the others stay zero. */
 	memset(pool, 0, n_pool * slot);
 	kvk_ref_copy(KVK_SCATTER, &e.l, pool, slot, pages, blocks, n);
 	for (p = 0; p < n_pool; p++) {
@@ -208,7 +244,8 @@ static void roundtrip(const struct geo *g, uint32_t kind, uint64_t num_blocks, u
 			if (pages[q] == p)
 				j = (long)q;
 		for (o = 0; o < slot; o++) {
-			uint8_t want = j >= 0 && o < page_bytes(g) ? pool_byte(p, o) : 0;
+			uint8_t want = j >= 0 && o < page_bytes(g, kind) && rank_byte(g, pt, o) ?
+				       pool_byte(p, o) : 0;
 
 			if (pool[p * slot + o] != want)
 				fail_msg("scatter: page %u byte %llu: %#x, want %#x", p,
@@ -229,6 +266,23 @@ static const struct geo geos[] = {
 	{ 5, 1, 3, 3, 2 },	/* nothing aligned */
 };
 
+/* Every head, and (for K/V pages of several heads) each rank's of every
+ * tensor-parallel split of them. */
+static void run_geo(const struct geo *g, uint32_t kind, uint64_t pad, const uint32_t *pages,
+		    const int64_t *blocks, size_t n)
+{
+	const struct part all = { 0, g->kv_heads };
+	uint32_t tp, r;
+
+	roundtrip(g, kind, all, 8, pad, 10, pages, blocks, n);
+	for (tp = 2; kind != KVK_LAYOUT_MLA && tp <= g->kv_heads; tp++)
+		for (r = 0; r < tp && g->kv_heads % tp == 0; r++) {
+			struct part pt = { r * (g->kv_heads / tp), g->kv_heads / tp };
+
+			roundtrip(g, kind, pt, 8, pad, 10, pages, blocks, n);
+		}
+}
+
 static void run_all(uint32_t kind, uint64_t pad)
 {
 	/* Pool pages 9, 2, 5 (not in order) go to engine blocks 6, 0, 3:
@@ -242,10 +296,14 @@ static void run_all(uint32_t kind, uint64_t pad)
 	size_t i;
 
 	for (i = 0; i < sizeof(geos) / sizeof(geos[0]); i++) {
-		roundtrip(&geos[i], kind, 8, pad, 10, pages, blocks, 3);
-		roundtrip(&geos[i], kind, 8, pad, 10, one_page, last_block, 1);	/* partial run */
-		roundtrip(&geos[i], kind, 8, pad, 10, rev_pages, rev_blocks, 8);	/* whole cache */
-		roundtrip(&geos[i], kind, 8, pad, 10, pages, blocks, 0);		/* empty run */
+		struct geo g = geos[i];
+
+		if (kind == KVK_LAYOUT_MLA)	/* one latent: kv_heads 1 */
+			g.kv_heads = 1;
+		run_geo(&g, kind, pad, pages, blocks, 3);
+		run_geo(&g, kind, pad, one_page, last_block, 1);	/* partial run */
+		run_geo(&g, kind, pad, rev_pages, rev_blocks, 8);	/* whole cache */
+		run_geo(&g, kind, pad, pages, blocks, 0);		/* empty run */
 	}
 }
 
@@ -266,21 +324,71 @@ static void test_padded_stride_roundtrip(void **state)
 	(void)state;
 	run_all(KVK_LAYOUT_KV, 24);
 	run_all(KVK_LAYOUT_FLASH, 3);
+	run_all(KVK_LAYOUT_MLA, 5);
+}
+
+static void test_mla_layout_roundtrip(void **state)
+{
+	(void)state;
+	run_all(KVK_LAYOUT_MLA, 0);
+}
+
+/* A rank's heads of a page at TP 2 and 4 (the geometries above have at
+ * most 3 heads): 8 heads, every split. */
+static void test_rank_heads_roundtrip(void **state)
+{
+	const struct geo g = { 2, 8, 16, 16, 2 };
+	const uint32_t pages[] = { 9, 2, 5 };
+	const int64_t blocks[] = { 6, 0, 3 };
+	uint32_t tp, r;
+
+	(void)state;
+	for (tp = 1; tp <= 8; tp *= 2)
+		for (r = 0; r < tp; r++) {
+			struct part pt = { r * (8 / tp), 8 / tp };
+
+			roundtrip(&g, KVK_LAYOUT_KV, pt, 8, 0, 10, pages, blocks, 3);
+			roundtrip(&g, KVK_LAYOUT_FLASH, pt, 8, 32, 10, pages, blocks, 3);
+		}
 }
 
 static void test_layout_check(void **state)
 {
 	uint8_t a[64], b[64];
 	void *k[2] = { a, b }, *v[2] = { b, a }, *hole[2] = { a, NULL };
-	struct kvk_layout l = { KVK_LAYOUT_KV, 2, 2, 32, 32, k, v };
+	struct kvk_layout l = { .kind = KVK_LAYOUT_KV, .layers = 2, .num_blocks = 2,
+				.block_stride = 32, .half = 32, .k = k, .v = v };
 	const char *why = NULL;
 
 	(void)state;
+	kvk_layout_whole(&l);
 	assert_int_equal(kvk_layout_check(&l, &why), 0);
 	assert_int_equal(kvk_layout_check(NULL, &why), -EINVAL);
-	l.kind = 3;
+	l.kind = 4;
 	assert_int_equal(kvk_layout_check(&l, &why), -EINVAL);
-	assert_string_equal(why, "layout kind is neither KV nor FLASH");
+	assert_string_equal(why, "layout kind is neither KV, FLASH nor MLA");
+	l.kind = KVK_LAYOUT_MLA;	/* one tensor a layer: no V */
+	assert_int_equal(kvk_layout_check(&l, &why), 0);
+	/* A rank's runs: 4 of 8 bytes, in page rows of 16 at 8. */
+	l.rows = 4;
+	l.row = 8;
+	l.page_row = 16;
+	l.page_off = 8;
+	l.page_half = 64;
+	assert_int_equal(kvk_layout_check(&l, &why), 0);
+	l.page_off = 9;	/* past its row */
+	assert_int_equal(kvk_layout_check(&l, &why), -EINVAL);
+	assert_string_equal(why, "the rank's runs do not lie within a page's rows");
+	l.page_off = 8;
+	l.page_half = 63;	/* rows past the page's half */
+	assert_int_equal(kvk_layout_check(&l, &why), -EINVAL);
+	l.page_half = 64;
+	l.row = 7;	/* runs that do not make a block */
+	assert_int_equal(kvk_layout_check(&l, &why), -EINVAL);
+	assert_string_equal(why, "a block's runs do not make one block");
+	l.rows = UINT64_MAX / 4;
+	assert_int_equal(kvk_layout_check(&l, &why), -EINVAL);
+	kvk_layout_whole(&l);
 	l.kind = KVK_LAYOUT_KV;
 	l.block_stride = 31;
 	assert_int_equal(kvk_layout_check(&l, &why), -EINVAL);
@@ -382,6 +490,8 @@ int main(void)
 		cmocka_unit_test(test_kv_layout_roundtrip),
 		cmocka_unit_test(test_flash_layout_roundtrip),
 		cmocka_unit_test(test_padded_stride_roundtrip),
+		cmocka_unit_test(test_mla_layout_roundtrip),
+		cmocka_unit_test(test_rank_heads_roundtrip),
 		cmocka_unit_test(test_layout_check),
 		cmocka_unit_test(test_checksum_known_answers),
 		cmocka_unit_test(test_checksum_properties),

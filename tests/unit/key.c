@@ -450,6 +450,10 @@ static void test_ns_id(void **state)
 	CHANGED(strcpy(o.model, "meta-llama/Meta-Llama-3-8B@rev2"));
 	CHANGED(strcpy(o.model, "meta-llama/Meta-Llama-3-8B@mai"));
 	CHANGED(o.model[0] = 0);
+	CHANGED(o.layout = KVSHM_KV_LATENT);
+	CHANGED(o.pp_size = 2);
+	CHANGED(o.pp_size = 2; o.pp_rank = 1);
+	CHANGED(o.kind = KVSHM_NS_ENGINE);
 #undef CHANGED
 
 	/* Only identity counts: `used`, the stored id and bytes after the

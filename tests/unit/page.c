@@ -608,14 +608,14 @@ static void assert_inflight(struct seg *s, uint32_t page, uint32_t ns, struct kv
 	uint32_t o = 0;
 
 	assert_int_equal(kvshm_index_find(s->h, k), page);
-	assert_true(kvshm_page_inflight(s->h, page, ns, k, parent, 0, &o));
+	assert_true(kvshm_page_inflight(s->h, page, ns, k, parent, 0, 0, 0, &o));
 	assert_int_equal(o, owner);
-	assert_false(kvshm_page_inflight(s->h, page, ns, k, parent, owner, &o));
-	assert_false(kvshm_page_inflight(s->h, page, ns + 1, k, parent, 0, &o));
-	assert_false(kvshm_page_inflight(s->h, page, ns, k, k, 0, &o));
+	assert_false(kvshm_page_inflight(s->h, page, ns, k, parent, owner, 0, 0, &o));
+	assert_false(kvshm_page_inflight(s->h, page, ns + 1, k, parent, 0, 0, 0, &o));
+	assert_false(kvshm_page_inflight(s->h, page, ns, k, k, 0, 0, 0, &o));
 	k2.lo ^= 1;
-	assert_false(kvshm_page_inflight(s->h, page, ns, k2, parent, 0, &o));
-	assert_false(kvshm_page_inflight(s->h, UINT32_MAX, ns, k, parent, 0, &o));
+	assert_false(kvshm_page_inflight(s->h, page, ns, k2, parent, 0, 0, 0, &o));
+	assert_false(kvshm_page_inflight(s->h, UINT32_MAX, ns, k, parent, 0, 0, 0, &o));
 }
 
 /* A fresh segment, a block from seed and its key, and a page WRITING for
@@ -653,7 +653,7 @@ static void test_announce_publish(void **state)
 	assert_int_equal(kvshm_page_publish(s.h, a, ga, 1, k, root, tok, &w, &wg),
 			 KVSHM_PUBLISHED);
 	assert_int_equal(w, a);
-	assert_false(kvshm_page_inflight(s.h, a, 2, k, root, 0, &o));
+	assert_false(kvshm_page_inflight(s.h, a, 2, k, root, 0, 0, 0, &o));
 	assert_true(kvshm_page_verify(s.h, a, 2, k, root, tok, &g));
 	assert_int_equal(kvshm_index_find(s.h, k), a);
 	assert_int_equal(STAT(&s, pages_in_flight), 0);
@@ -682,7 +682,7 @@ static void test_announce_taken_over(void **state)
 	assert_int_equal(w, b);
 	assert_int_equal(kvshm_index_find(s.h, k), b);
 	assert_true(kvshm_page_verify(s.h, b, 2, k, root, tok, &g));
-	assert_false(kvshm_page_inflight(s.h, a, 2, k, root, 0, &o));
+	assert_false(kvshm_page_inflight(s.h, a, 2, k, root, 0, 0, 0, &o));
 	assert_int_equal(state_of(&s, a), KVSHM_PAGE_WRITING);
 	assert_int_equal(STAT(&s, pages_in_flight), 0);
 	assert_int_equal(STAT(&s, index_entries), 1);
@@ -711,7 +711,7 @@ static void test_announce_released(void **state)
 	assert_int_equal(kvshm_page_announce(s.h, a, ga, 1, k, root), 0);
 	assert_int_equal(kvshm_page_free(s.h, a, ga, 1), 0);
 	assert_int_equal(kvshm_index_find(s.h, k), UINT32_MAX);
-	assert_false(kvshm_page_inflight(s.h, a, 2, k, root, 0, &o));
+	assert_false(kvshm_page_inflight(s.h, a, 2, k, root, 0, 0, 0, &o));
 	assert_int_equal(STAT(&s, pages_in_flight), 0);
 	assert_counts(&s, NPAGES, 0, 0);
 	/* Announced as k, published as k2: k is given up, k2 cached. */
@@ -727,7 +727,7 @@ static void test_announce_released(void **state)
 	/* A key that is cached already is not announced again. */
 	assert_int_equal(kvshm_page_alloc(s.h, 1, 2, &a, &ga), 0);
 	assert_int_equal(kvshm_page_announce(s.h, a, ga, 1, k2, root), 1);
-	assert_false(kvshm_page_inflight(s.h, a, 2, k2, root, 0, &o));
+	assert_false(kvshm_page_inflight(s.h, a, 2, k2, root, 0, 0, 0, &o));
 	seg_free(&s);
 }
 

@@ -484,6 +484,10 @@ static void test_hello_ns(void **state)
 	BAD_HELLO(flags, KVPROTO_HELLO_ENGINE_KEYS | 4);
 	BAD_HELLO(max_share, 101);
 	BAD_HELLO(salt_len, KVPROTO_MAX_SALT + 1);
+	BAD_HELLO(flags, KVPROTO_HELLO_LATENT);	/* a latent page has 1 KV head, not 8 */
+	BAD_HELLO(shard.tp_size, 3);	/* 8 heads do not split in 3 */
+	BAD_HELLO(shard.tp_size, 12);	/* nor replicate over 12 */
+	BAD_HELLO(shard.tp_rank, 1);	/* rank 1 of 1 */
 	BAD_HELLO(dtype_bytes, 3);
 	BAD_HELLO(dtype_bytes, 0);
 	BAD_HELLO(layers, 0);
@@ -523,6 +527,101 @@ static void test_hello_ns(void **state)
 	h.flags = 0;
 	assert_int_equal(kvproto_hello_ns(&h, &ns3), 0);
 	assert_memory_not_equal(&ns3.id, &ns2.id, sizeof(ns2.id));
+	/* Every tensor-parallel size and rank of a model is one namespace:
+	 * the unsharded one (issue #33). */
+	assert_memory_equal(&ns3.id, &ns.id, sizeof(ns.id));
+	h.shard.tp_rank = 1;
+	h.shard.tp_size = 8;
+	assert_int_equal(kvproto_hello_ns(&h, &ns3), 0);
+	assert_memory_equal(&ns3.id, &ns.id, sizeof(ns.id));
+	assert_int_equal(ns3.page_bytes, ns.page_bytes);	/* every head */
+	h.shard.tp_size = 32;	/* 8 heads replicated 4 times */
+	assert_int_equal(kvproto_hello_ns(&h, &ns3), 0);
+	assert_memory_equal(&ns3.id, &ns.id, sizeof(ns.id));
+	/* A pipeline stage holds other layers: a namespace of its own. */
+	h = good;
+	h.shard.pp_size = 2;
+	assert_int_equal(kvproto_hello_ns(&h, &ns2), 0);
+	assert_memory_not_equal(&ns2.id, &ns.id, sizeof(ns.id));
+	assert_int_equal(ns2.pp_size, 2);
+	h.shard.pp_rank = 1;
+	assert_int_equal(kvproto_hello_ns(&h, &ns3), 0);
+	assert_memory_not_equal(&ns2.id, &ns3.id, sizeof(ns.id));
+	/* An MLA latent: 1 KV head, no K/V split, its own namespace. */
+	h = good;
+	h.flags = KVPROTO_HELLO_LATENT;
+	h.kv_heads = 1;
+	h.head_dim = 576;	/* kv_lora_rank 512 + rope 64 (DeepSeek-V3) */
+	h.layers = 61;
+	assert_int_equal(kvproto_hello_ns(&h, &ns2), 0);
+	assert_int_equal(ns2.layout, KVSHM_KV_LATENT);
+	assert_int_equal(ns2.page_bytes, 16ull * 61 * 576 * 2);
+	h.flags = 0;
+	assert_int_equal(kvproto_hello_ns(&h, &ns3), 0);
+	assert_int_equal(ns3.page_bytes, 2 * ns2.page_bytes);
+	assert_memory_not_equal(&ns2.id, &ns3.id, sizeof(ns.id));
+	{
+		struct kvshm_ns back;
+
+		assert_int_equal(kvproto_ns_declared(&ns2, &back), 0);
+		assert_int_equal(back.layout, KVSHM_KV_LATENT);
+		assert_memory_equal(&back.id, &ns2.id, sizeof(ns2.id));
+		ns2.layout = 2;	/* no such layout */
+		assert_int_equal(kvproto_ns_declared(&ns2, &back), -EINVAL);
+	}
+}
+
+/* kvproto_part: which heads a tensor-parallel rank holds and writes. */
+static void test_part(void **state)
+{
+	struct kvshm_shard sh = { 0 };
+	struct kvproto_part p;
+	const char *why = NULL;
+	uint32_t r;
+
+	(void)state;
+	assert_int_equal(kvproto_part(8, false, &sh, &p, &why), 0);	/* not sharded */
+	assert_true(p.head0 == 0 && p.heads == 8 && p.writers == 1 && p.writes);
+	sh.tp_size = 4;
+	for (r = 0; r < 4; r++) {	/* 8 heads at TP 4: 2 each, 4 writers */
+		sh.tp_rank = (uint16_t)r;
+		assert_int_equal(kvproto_part(8, false, &sh, &p, &why), 0);
+		assert_true(p.head0 == 2 * r && p.heads == 2 && p.slice == r && p.writers == 4 &&
+			    p.writes);
+	}
+	sh.tp_size = 8;
+	for (r = 0; r < 8; r++) {	/* 2 heads at TP 8: replicated, 2 writers */
+		sh.tp_rank = (uint16_t)r;
+		assert_int_equal(kvproto_part(2, false, &sh, &p, &why), 0);
+		assert_true(p.head0 == r / 4 && p.heads == 1 && p.writers == 2);
+		assert_int_equal(p.writes, r % 4 == 0);
+		if (p.writes)
+			assert_int_equal(p.slice, r / 4);
+	}
+	for (r = 0; r < 8; r++) {	/* MLA: rank 0 writes the latent */
+		sh.tp_rank = (uint16_t)r;
+		assert_int_equal(kvproto_part(1, true, &sh, &p, &why), 0);
+		assert_true(p.head0 == 0 && p.heads == 1 && p.writers == 1);
+		assert_int_equal(p.writes, r == 0);
+	}
+	assert_int_equal(kvproto_part(2, true, &sh, &p, &why), -EINVAL);
+	assert_string_equal(why, "a latent (MLA) model declares 1 KV head");
+	sh.tp_size = 3;
+	sh.tp_rank = 0;
+	assert_int_equal(kvproto_part(8, false, &sh, &p, &why), -EINVAL);
+	assert_string_equal(why, "tp_size does not divide the model's KV heads");
+	assert_int_equal(kvproto_part(2, false, &sh, &p, &why), -EINVAL);
+	assert_string_equal(why, "the model's KV heads do not divide tp_size");
+	sh.tp_rank = 3;
+	assert_int_equal(kvproto_part(8, false, &sh, &p, &why), -EINVAL);
+	assert_string_equal(why, "tp_rank is not below tp_size");
+	sh.tp_rank = 0;
+	sh.tp_size = 64;
+	assert_int_equal(kvproto_part(64, false, &sh, &p, &why), -EINVAL);
+	assert_string_equal(why, "more than 32 ranks would write slices of one page");
+	sh.tp_size = 32;
+	assert_int_equal(kvproto_part(64, false, &sh, &p, &why), 0);
+	assert_int_equal(p.writers, 32);
 }
 
 /* STAT (an observer's attach) and its reply. */
@@ -656,6 +755,7 @@ int main(void)
 		cmocka_unit_test(test_pages),
 		cmocka_unit_test(test_alloc_r_short_form_only_for_zero),
 		cmocka_unit_test(test_hello_ns),
+		cmocka_unit_test(test_part),
 		cmocka_unit_test(test_stat),
 		cmocka_unit_test(test_pool),
 		cmocka_unit_test(test_client_socket_fallback),

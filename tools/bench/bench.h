@@ -190,6 +190,9 @@ void mode_serve(void);
  * --scale-max-pool in bytes (0: no cap). */
 void mode_scale(void);
 extern uint64_t scale_max_pool;
+/* Tensor-parallel ranks on pages every TP size reads, against a
+ * namespace per rank and a page per KV head (tp.c). */
+void mode_tp(void);
 /* serve's options (P: --serve-procs, W: --serve-workloads, R:
  * --serve-rounds): NULL, or why the value is refused. */
 const char *serve_option(int opt, const char *value);

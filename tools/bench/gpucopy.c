@@ -176,9 +176,11 @@ int gpucopy_run(const struct gpucopy_cfg *c, struct gpucopy_res *res, char *why,
 		shuffle(perm, c->blocks, 2);
 		for (j = 0; j < c->blocks; j++)
 			r.blocks[j] = (int64_t)perm[j];
-		r.l = (struct kvk_layout){ c->flash ? KVK_LAYOUT_FLASH : KVK_LAYOUT_KV,
-					   (uint32_t)c->layers, c->blocks, res->half, res->half, k,
-					   c->flash ? NULL : v };
+		r.l = (struct kvk_layout){ .kind = c->flash ? KVK_LAYOUT_FLASH : KVK_LAYOUT_KV,
+					   .layers = (uint32_t)c->layers, .num_blocks = c->blocks,
+					   .block_stride = res->half, .half = res->half, .k = k,
+					   .v = c->flash ? NULL : v };
+		kvk_layout_whole(&r.l);
 		r.dir = KVK_GATHER;
 		if ((res->gather_s = timed(&r, (int)c->iters, copy_kernel)) < 0)
 			goto out;

@@ -101,6 +101,7 @@ class GpuStatus(Structure):
 OPEN_ALLOC_AHEAD = 0x1
 OPEN_NO_INSERT = 0x2
 MODEL_ENGINE_KEYS = 0x1
+MODEL_MLA = 0x2
 MAX_ENGINE_KEY = 1024
 POOL_HOST = 1
 POOL_CUDA = 2
@@ -110,6 +111,7 @@ LAYOUT_DEVICE = 0x1
 GPU_WAIT = 0x1
 GPU_NONE, GPU_REGISTERING, GPU_READY = 0, 1, 2
 GPU_CHUNK = 256 << 20
+LAYOUT_MLA = 3
 
 # (name, restype, argtypes, releases the GIL)
 _PROTOS = (
@@ -154,6 +156,7 @@ _PROTOS = (
     ("kvc_gpu_status", c_int, [c_void_p, POINTER(GpuStatus)], False),
     ("kvc_page_bytes", c_size_t, [c_void_p], False),
     ("kvc_block_tokens", c_size_t, [c_void_p], False),
+    ("kvc_heads", c_int, [c_void_p, POINTER(c_uint32), POINTER(c_uint32)], False),
     ("kvc_stats", c_int, [c_void_p, POINTER(Stats)], False),
     ("kvc_daemon_stats", c_int, [c_void_p, POINTER(Stat), c_size_t], False),
     ("kvc_daemon_metrics", c_int64, [c_void_p, c_void_p, c_size_t], True),

@@ -91,7 +91,8 @@ class Model:
 
     KV never crosses namespaces: clients hit each other's blocks only when
     name, dtype size, layers, kv_heads, head_dim, block_tokens, position
-    kind and shard are all equal. Note that the namespace knows the dtype's
+    kind, MLA or not, key kind and pipeline stage are all equal (the
+    tensor-parallel rank and size are not part of it). Note that the namespace knows the dtype's
     size, not its kind: name the revision and precision in ``name``
     ("llama-3-8b@main/bf16") so that float16 and bfloat16 KV of one model
     stay apart.
@@ -100,7 +101,17 @@ class Model:
     torch dtype, or a number of bytes (1, 2, 4, 8) for raw pages. The shard
     (``tp_rank``/``tp_size``, ``pp_rank``/``pp_size``) says which part of a
     model parallelised across processes this client holds; the defaults
-    (0 of 1) mean not sharded.
+    (0 of 1) mean not sharded. ``kv_heads`` are the model's, every
+    tensor-parallel rank's together: the ranks of any TP size share the
+    namespace and its pages (a page holds every head), each moving its
+    own heads (``heads``; ``writes`` says whether this rank publishes
+    them or, holding replicated heads, only reads them). A pipeline stage
+    declares its own ``layers`` and has its own pages.
+
+    ``mla=True`` (KVC_MODEL_MLA): multi-head latent attention (DeepSeek,
+    Kimi K2): one latent vector of ``head_dim`` elements (kv_lora_rank +
+    rope dims) per token per layer, no K and V, ``kv_heads`` 1. Every
+    tensor-parallel rank holds all of it; rank 0 publishes, all read.
 
     ``keys="engine"`` (KVC_MODEL_ENGINE_KEYS) declares a namespace whose
     blocks the engine names by keys of its own (SGLang's page hashes):
@@ -110,12 +121,13 @@ class Model:
     """
 
     __slots__ = ("name", "dtype", "dtype_bytes", "layers", "kv_heads", "head_dim",
-                 "block_tokens", "pos", "tp_rank", "tp_size", "pp_rank", "pp_size", "keys")
+                 "block_tokens", "pos", "tp_rank", "tp_size", "pp_rank", "pp_size", "keys",
+                 "mla")
 
     def __init__(self, name: str, dtype: Any, layers: int, kv_heads: int, head_dim: int,
                  block_tokens: int, pos: PosKind | str | int = PosKind.ROPE, *,
                  tp_rank: int = 0, tp_size: int = 1, pp_rank: int = 0, pp_size: int = 1,
-                 keys: str = "tokens"):
+                 keys: str = "tokens", mla: bool = False):
         if not isinstance(name, str):
             raise TypeError("name must be a str")
         if not 1 <= len(name.encode()) <= 63 or "\0" in name:
@@ -140,22 +152,62 @@ class Model:
             raise ValueError(f"keys {keys!r}: 'tokens' (kvcached keys blocks by their tokens)"
                              " or 'engine' (the engine names each block)")
         self.keys = keys
+        self.mla = bool(mla)
+        if self.mla and self.kv_heads != 1:
+            raise ValueError(f"kv_heads {self.kv_heads}: an MLA model has one latent vector "
+                             "per token and layer: kv_heads=1")
+        self._part()	# tp_size and kv_heads must split evenly
+
+    def _part(self) -> tuple[int, int, bool]:
+        """(first head, heads, writes) of this rank: kvproto_part in shm/proto.c."""
+        tp, r, h = max(self.tp_size, 1), self.tp_rank, self.kv_heads
+        if self.mla:
+            return 0, 1, r == 0
+        if tp <= h:
+            if h % tp:
+                raise ValueError(f"tp_size {tp} does not divide the model's {h} KV heads "
+                                 "(kv_heads counts every tensor-parallel rank's)")
+            if tp > 32:
+                raise ValueError(f"tp_size {tp}: at most 32 ranks write one page")
+            return r * (h // tp), h // tp, True
+        if tp % h:
+            raise ValueError(f"the model's {h} KV heads do not divide tp_size {tp}")
+        if h > 32:
+            raise ValueError(f"{h} KV heads replicated: at most 32 ranks write one page")
+        rep = tp // h
+        return r // rep, 1, r % rep == 0
 
     @property
-    def page_shape(self) -> tuple[int, int, int, int, int]:
-        """Shape of one block's page: [layers, 2 (K, V), block_tokens, kv_heads, head_dim]."""
+    def heads(self) -> tuple[int, int]:
+        """(first, count): the KV heads of a page this rank holds and moves."""
+        return self._part()[:2]
+
+    @property
+    def writes(self) -> bool:
+        """Does this rank publish its heads (False: another rank of its engine
+        writes them: replicated heads, an MLA rank other than 0)?"""
+        return self._part()[2]
+
+    @property
+    def page_shape(self) -> tuple:
+        """Shape of one block's page: [layers, 2 (K, V), block_tokens, kv_heads,
+        head_dim] with every KV head of the model, or [layers, block_tokens,
+        head_dim] for MLA."""
+        if self.mla:
+            return (self.layers, self.block_tokens, self.head_dim)
         return (self.layers, 2, self.block_tokens, self.kv_heads, self.head_dim)
 
     @property
     def page_bytes(self) -> int:
         """Bytes of one block's page."""
-        return (self.block_tokens * self.layers * 2 * self.kv_heads * self.head_dim *
-                self.dtype_bytes)
+        return (self.block_tokens * self.layers * (1 if self.mla else 2) * self.kv_heads *
+                self.head_dim * self.dtype_bytes)
 
     def _struct(self) -> _L.ModelStruct:
         m = _L.ModelStruct()
         m.size = ctypes.sizeof(m)
-        m.flags = _L.MODEL_ENGINE_KEYS if self.keys == "engine" else 0
+        m.flags = ((_L.MODEL_ENGINE_KEYS if self.keys == "engine" else 0) |
+                   (_L.MODEL_MLA if self.mla else 0))
         m.name = self.name.encode()
         m.dtype_bytes = self.dtype_bytes
         m.layers = self.layers
@@ -169,7 +221,7 @@ class Model:
 
     def _geometry(self) -> tuple:
         return (self.dtype, self.dtype_bytes, self.layers, self.kv_heads, self.head_dim,
-                self.block_tokens)
+                self.block_tokens, self.mla, self.heads)
 
     def __repr__(self) -> str:
         shard = ""
@@ -179,6 +231,8 @@ class Model:
             shard += f", pp_rank={self.pp_rank}, pp_size={self.pp_size}"
         if self.keys != "tokens":
             shard += f", keys={self.keys!r}"
+        if self.mla:
+            shard += ", mla=True"
         return (f"Model({self.name!r}, {self.dtype or self.dtype_bytes!r}, layers={self.layers}"
                 f", kv_heads={self.kv_heads}, head_dim={self.head_dim}, block_tokens="
                 f"{self.block_tokens}, pos={self.pos.name.lower()!r}{shard})")
@@ -884,7 +938,9 @@ class Request:
 
     def page(self, i: int) -> memoryview:
         """Block i's page in the pool, without a copy: a memoryview of
-        ``page_bytes`` bytes, laid out [layers][K|V][token][kv_head][head_dim].
+        ``page_bytes`` bytes, laid out [layers][K|V][token][kv_head][head_dim]
+        (every head of the model; a tensor-parallel rank's are
+        ``model.heads``), or [layers][token][head_dim] for MLA.
         Writable for a block alloc() granted (before publish), read-only for
         a hit. Valid until the request is released."""
         buf, writable = self._page(i, "page")
@@ -892,8 +948,9 @@ class Request:
         return mv if writable else mv.toreadonly()
 
     def page_array(self, i: int):
-        """Block i's page as a numpy array view [layers, 2, block_tokens,
-        kv_heads, head_dim] of the model's dtype (raw unsigned ints of its
+        """Block i's page as a numpy array view ``model.page_shape`` ([layers,
+        2, block_tokens, kv_heads, head_dim], or [layers, block_tokens,
+        head_dim] for MLA) of the model's dtype (raw unsigned ints of its
         width for dtypes numpy lacks, such as bfloat16). Read-only for a hit."""
         import numpy
         buf, writable = self._page(i, "page_array")
@@ -903,10 +960,10 @@ class Request:
             m.page_shape)
 
     def page_tensor(self, i: int):
-        """Block i's page as a CPU torch tensor view [layers, 2, block_tokens,
-        kv_heads, head_dim] of the model's dtype. torch has no read-only
-        tensors: a hit's page is shared with every client and must not be
-        written."""
+        """Block i's page as a CPU torch tensor view ``model.page_shape`` of
+        the model's dtype. torch has no read-only tensors: a hit's page is
+        shared with every client and must not be written (nor, by a
+        tensor-parallel rank, another rank's heads of a granted page)."""
         import torch
         buf, _ = self._page(i, "page_tensor")
         m = self._c.model
@@ -1017,8 +1074,13 @@ class PagedKV:
     head_dim] (K then V), or one tensor [layers, 2, num_blocks, ...].
     ``layout="kv"``: ``k`` and ``v`` are each a sequence of one tensor per
     layer, [num_blocks, block_tokens, kv_heads, head_dim], or one tensor
-    [layers, num_blocks, ...]. The layout defaults to "kv" when ``v`` is
-    given.
+    [layers, num_blocks, ...]. ``layout="mla"`` (an MLA model; vLLM's MLA
+    cache): ``k`` is a sequence of one latent tensor per layer, each
+    [num_blocks, block_tokens, head_dim], or one tensor [layers,
+    num_blocks, ...]. kv_heads is this rank's count (``model.heads``):
+    gather and scatter move only its heads of each page. The layout
+    defaults to "kv" when ``v`` is given, "mla" for an MLA model, else
+    "flash".
 
     torch tensors or numpy arrays of the model's dtype; within a block dense,
     between blocks any stride (padding) the same for every tensor; the
@@ -1035,14 +1097,17 @@ class PagedKV:
         if not isinstance(client, Client):
             raise TypeError("client must be a kvclient.Client")
         client._handle()
-        layout = layout or ("kv" if v is not None else "flash")
-        if layout not in ("kv", "flash"):
-            raise ValueError(f"layout {layout!r}: 'kv' or 'flash'")
-        if layout == "flash" and v is not None:
-            raise ValueError("layout 'flash' keeps K and V in one tensor per layer: no v")
+        m = client.model
+        layout = layout or ("kv" if v is not None else "mla" if m.mla else "flash")
+        if layout not in ("kv", "flash", "mla"):
+            raise ValueError(f"layout {layout!r}: 'kv', 'flash' or 'mla'")
+        if layout != "kv" and v is not None:
+            raise ValueError(f"layout {layout!r} keeps a layer's KV in one tensor: no v")
         if layout == "kv" and v is None:
             raise ValueError("layout 'kv' needs v, the V tensors")
-        m = client.model
+        if (layout == "mla") != m.mla:
+            raise ValueError(f"layout {layout!r} for a model {'with' if m.mla else 'without'}"
+                             " MLA: " + ("'mla'" if m.mla else "'kv' or 'flash'"))
         self.layout = layout
         self.layers = m.layers
         self._geom = client._geom
@@ -1081,7 +1146,7 @@ class PagedKV:
         vp = (c_void_p * m.layers)(*vs) if vs else None
         lay = _L.Layout()
         lay.size = ctypes.sizeof(lay)
-        lay.kind = _L.LAYOUT_FLASH if layout == "flash" else _L.LAYOUT_KV
+        lay.kind = {"flash": _L.LAYOUT_FLASH, "kv": _L.LAYOUT_KV, "mla": _L.LAYOUT_MLA}[layout]
         lay.layers = m.layers
         lay.num_blocks = self.num_blocks
         lay.block_stride = self.block_stride
@@ -1099,9 +1164,12 @@ class PagedKV:
         """Per-layer start addresses and infos of `x` (a sequence of one tensor
         per layer, or one tensor with a leading layers dimension)."""
         m = client.model
-        inner = (m.block_tokens, m.kv_heads, m.head_dim)
-        want = "[" + ", ".join(["2"] * len(lead) + ["num_blocks", "block_tokens", "kv_heads",
-                                                     "head_dim"]) + "]"
+        if m.mla:
+            inner, names = (m.block_tokens, m.head_dim), ["block_tokens", "head_dim"]
+        else:
+            inner = (m.block_tokens, m.heads[1], m.head_dim)
+            names = ["block_tokens", "kv_heads", "head_dim"]
+        want = "[" + ", ".join(["2"] * len(lead) + ["num_blocks"] + names) + "]"
         if isinstance(x, (list, tuple)):
             if len(x) != m.layers:
                 raise TensorError(_errno.EINVAL, f"{name}: {len(x)} tensors for a model of "
@@ -1111,7 +1179,7 @@ class PagedKV:
                 self._check(client, what, t, lead, inner, want)
             return [t.ptr for _, t in infos], infos
         t = _b.TensorInfo(x, name)
-        if len(t.shape) != len(lead) + 5 or t.shape[0] != m.layers:
+        if len(t.shape) != len(lead) + 2 + len(inner) or t.shape[0] != m.layers:
             raise TensorError(_errno.EINVAL, f"{name}: shape {t.shape}, want one tensor per "
                               f"layer {want} or [layers={m.layers}] + {want}")
         sub = _b.TensorInfo.__new__(_b.TensorInfo)
@@ -1143,18 +1211,24 @@ class PagedKV:
         if not t.writable:
             raise TensorError(_errno.EINVAL, f"{what} is read-only; gather writes into it")
         n = len(lead)
-        if len(t.shape) != n + 4 or t.shape[:n] != lead or t.shape[n + 1:] != inner:
+        names = want[1:-1].split(", ")[n + 1:]
+        if len(t.shape) != n + 1 + len(inner) or t.shape[:n] != lead or t.shape[n + 1:] != inner:
+            heads = (f" ({inner[1]}: this rank's KV heads, {m.heads[0]}.."
+                     f"{m.heads[0] + m.heads[1] - 1} of the model's {m.kv_heads})"
+                     if len(inner) == 3 and m.heads[1] != m.kv_heads else "")
             raise TensorError(_errno.EINVAL, f"{what}: shape {t.shape}, want {want} with "
-                              f"block_tokens, kv_heads, head_dim = {inner}")
-        bt, kvh, hd = inner
+                              f"{', '.join(names)} = {inner}{heads}")
         s = t.strides
-        dense = (kvh * hd, hd, 1)
+        dense, block = [], 1
+        for size in reversed(inner):
+            dense.insert(0, block)
+            block *= size
         if any(size > 1 and st != d for size, st, d in zip(inner, s[n + 1:], dense)):
             raise TensorError(_errno.EINVAL, f"{what}: strides {s}: a block must be dense "
-                              f"[block_tokens, kv_heads, head_dim]")
-        if s[n] < bt * kvh * hd:
+                              f"[{', '.join(names)}]")
+        if s[n] < block:
             raise TensorError(_errno.EINVAL, f"{what}: block stride {s[n]} elements, smaller "
-                              f"than a block ({bt * kvh * hd})")
+                              f"than a block ({block})")
         if n and s[0] != t.shape[1] * s[1]:
             raise TensorError(_errno.EINVAL, f"{what}: V must start right after K's "
                               f"num_blocks blocks (stride of the K/V dimension {s[0]}, want "

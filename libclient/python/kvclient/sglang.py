@@ -26,7 +26,19 @@ pages with kvclient's gather/scatter, page by page, no intermediate buffer:
 supported host layouts are ``layer_first`` (each layer's K and V viewed as
 [pages, page_size, heads, head_dim]) and ``page_first_direct`` (the same
 with a block stride); ``page_first`` keeps a page's tokens apart per layer
-and is refused, as are MLA pools (one latent vector per token, no K and V).
+and is refused.
+
+Tensor parallelism: a kvcached page holds every KV head of the model, and
+all ranks of every TP size share it: each rank moves its own heads (the
+host pool's), the ranks write each page together. The model's KV heads
+are the host pool's ``head_num`` times ``tp_size``, or the extra config's
+``kv_heads`` (needed where heads are replicated: fewer than ranks).
+
+MLA host pools (``MLATokenToKVPoolHost``: one latent vector of
+kv_lora_rank + qk_rope_head_dim per token and layer; ``layer_first``
+[layers, slots, 1, dim] or ``page_first_direct`` [pages, layers,
+page_size, 1, dim]): one copy for every rank; rank 0 writes it, every
+rank reads it.
 Written against SGLang's documented ``HiCacheStorage`` (see
 docs/ENGINES.md for the version followed); nothing here is SGLang code.
 
@@ -72,11 +84,11 @@ class KvcachedStorage(HiCacheStorage):
         self.no_insert = flag(extra, "no_insert")
         self.name = extra.get("model_name") or storage_config.model_name or "sglang-model"
         cfg = storage_config
-        # An MLA model's ranks all hold the same latent KV: one namespace.
-        if cfg.is_mla_model:
-            self.tp_rank, self.tp_size = 0, 1
-        else:
-            self.tp_rank, self.tp_size = cfg.tp_rank, cfg.tp_size
+        # Every rank of every TP size shares the namespace and its pages
+        # (an MLA model's ranks all read rank 0's latent).
+        self.tp_rank, self.tp_size = cfg.tp_rank, cfg.tp_size
+        self.mla = bool(cfg.is_mla_model)
+        self.kv_heads = extra.get("kv_heads")
         # Older SGLang configs have no pipeline or context-parallel fields
         # (before pp_rank, pp_size, attn_cp_rank, attn_cp_size): one stage,
         # no context parallelism.
@@ -86,6 +98,7 @@ class KvcachedStorage(HiCacheStorage):
         self.cp = (cp_rank, cp_size) if cp_size > 1 else None
         self._rc: Optional[Reconnecting] = None
         self._kv = None
+        self.model: Optional[_client.Model] = None
         self.page_size = 0
 
     # -------------------------------------------------------------- setup
@@ -97,19 +110,19 @@ class KvcachedStorage(HiCacheStorage):
         pool = mem_pool_host
         layout = getattr(pool, "layout", "layer_first")
         buf = getattr(pool, "kv_buffer", None)
-        if self.config.is_mla_model or buf is None or buf.dim() < 5 or buf.shape[0] != 2:
-            raise ValueError("KvcachedStorage: MLA host pools (one latent vector per token) "
-                             "are not supported")
         if layout not in ("layer_first", "page_first_direct"):
             raise ValueError(f"KvcachedStorage: host layout {layout!r} keeps a page's tokens "
                              "apart per layer; use --hicache-mem-layout layer_first or "
                              "page_first_direct")
         ps, layers = int(pool.page_size), int(pool.layer_num)
-        heads, hd = int(pool.head_num), int(pool.head_dim)
         self.page_size = ps
-        dtype = _dtype_name(pool.dtype)
-        name = namespace_name(self.name, dtype, f" cp{self.cp[0]}/{self.cp[1]}"
-                              if self.cp else "")
+        if self.mla:
+            return self._register_mla(pool, buf, layout, ps, layers)
+        if buf is None or buf.dim() < 5 or buf.shape[0] != 2:
+            raise ValueError("KvcachedStorage: not an MHA host pool's kv_buffer [2, layers, "
+                             "slots, heads, head_dim] (an MLA pool needs is_mla_model)")
+        heads, hd = int(pool.head_num), int(pool.head_dim)
+        name = self._ns_name(pool)
         if layout == "layer_first":	# [2, layers, slots, heads, head_dim]
             pages = buf.shape[2] // ps
             ks = [buf[0, i].view(pages, ps, heads, hd) for i in range(layers)]
@@ -117,13 +130,49 @@ class KvcachedStorage(HiCacheStorage):
         else:				# [2, pages, layers, page_size, heads, head_dim]
             ks = [buf[0, :, i] for i in range(layers)]
             vs = [buf[1, :, i] for i in range(layers)]
-        model = _client.Model(name, dtype, layers=layers, kv_heads=heads, head_dim=hd,
-                              block_tokens=ps, pos="rope", tp_rank=self.tp_rank,
+        total = int(self.kv_heads or heads * max(self.tp_size, 1))
+        model = _client.Model(name, _dtype_name(pool.dtype), layers=layers, kv_heads=total,
+                              head_dim=hd, block_tokens=ps, pos="rope", tp_rank=self.tp_rank,
                               tp_size=self.tp_size, pp_rank=self.pp_rank,
                               pp_size=self.pp_size, keys="engine")
+        if model.heads[1] != heads:
+            raise ValueError(f"KvcachedStorage: the host pool holds {heads} KV heads, rank "
+                             f"{self.tp_rank} of {self.tp_size} of a model of {total} holds "
+                             f"{model.heads[1]} (extra config kv_heads: the model's)")
+        self._open(model, lambda c: _client.PagedKV(c, ks, vs))
+
+    def _register_mla(self, pool, buf, layout, ps, layers) -> None:
+        """An MLA host pool: one latent of kv_lora_rank + qk_rope_head_dim
+        per token and layer, the same on every rank."""
+        dim = int(getattr(pool, "kv_cache_dim", 0) or
+                  int(pool.kv_lora_rank) + int(pool.qk_rope_head_dim))
+        want = 4 if layout == "layer_first" else 5
+        if buf is None or buf.dim() != want or buf.shape[-2:] != (1, dim):
+            raise ValueError(f"KvcachedStorage: MLA host pool buffer of shape "
+                             f"{None if buf is None else tuple(buf.shape)}: want "
+                             + ("[layers, slots, 1, " if layout == "layer_first"
+                                else "[pages, layers, page_size, 1, ") + f"{dim}]")
+        if layout == "layer_first":	# [layers, slots, 1, dim]
+            pages = buf.shape[1] // ps
+            ks = [buf[i].view(pages, ps, dim) for i in range(layers)]
+        else:				# [pages, layers, page_size, 1, dim]
+            ks = [buf[:, i, :, 0] for i in range(layers)]
+        model = _client.Model(self._ns_name(pool), _dtype_name(pool.dtype), layers=layers,
+                              kv_heads=1, head_dim=dim, block_tokens=ps, pos="rope",
+                              tp_rank=self.tp_rank, tp_size=self.tp_size,
+                              pp_rank=self.pp_rank, pp_size=self.pp_size, keys="engine",
+                              mla=True)
+        self._open(model, lambda c: _client.PagedKV(c, ks, layout="mla"))
+
+    def _ns_name(self, pool) -> str:
+        return namespace_name(self.name, _dtype_name(pool.dtype),
+                              f" cp{self.cp[0]}/{self.cp[1]}" if self.cp else "")
+
+    def _open(self, model, paged) -> None:
+        self.model = model
 
         def opened(c):
-            self._kv = _client.PagedKV(c, ks, vs)
+            self._kv = paged(c)
         self._rc = Reconnecting(model, self.socket, self.salt, opened, "KvcachedStorage",
                                 logger=log, no_insert=self.no_insert)
         self._rc.get()
@@ -230,8 +279,18 @@ class KvcachedStorage(HiCacheStorage):
     # [get_dummy_flat_data_page() per key]) then set_from_flat_data_page
     # for each leading page returned; batch_set(keys, [get_data_page(i)]).
     # A flat page is [2, layers, page_size, heads, head_dim] of the pool's
-    # dtype; kvcached's is [layers, 2, ...]: one copy each way, one kvcached
-    # request per batch.
+    # dtype (this rank's heads); kvcached's is [layers, 2, ..., every head]
+    # (_flat). For MLA both are [layers, page_size, (1,) dim]. One copy each
+    # way, one kvcached request per batch.
+
+    def _flat(self, page):
+        """A kvcached page as SGLang's flat page of this rank: [2, layers,
+        page_size, its heads, head_dim]; for MLA [layers, page_size, 1,
+        dim], the page itself."""
+        if self.mla:
+            return page.unsqueeze(2)
+        h0, hn = self.model.heads
+        return page[:, :, :, h0:h0 + hn].transpose(0, 1)
 
     def batch_get(self, keys: List[str], target_locations: Optional[Any] = None,
                   target_sizes: Optional[Any] = None):
@@ -242,7 +301,7 @@ class KvcachedStorage(HiCacheStorage):
 
         def get(r, hits):
             for i in range(hits):
-                page = r.page_tensor(i).transpose(0, 1)	# [2, layers, ...]
+                page = self._flat(r.page_tensor(i))	# [2, layers, ...]
                 t = target_locations[i] if target_locations is not None else None
                 if t is not None:
                     t.view(page.shape).copy_(page)
@@ -267,7 +326,7 @@ class KvcachedStorage(HiCacheStorage):
                 return hits
             got = self._alloc(r)
             for i in range(hits, hits + got):
-                page = r.page_tensor(i).transpose(0, 1)
+                page = self._flat(r.page_tensor(i))	# this rank's heads
                 page.copy_(values[i].view(page.shape))
             return r.publish() if got else hits
         return self._looked_up(keys, "batch_set", put, False) == n

@@ -47,6 +47,18 @@ Blocks a worker could not load (evicted since the scheduler looked, daemon
 gone) are reported by ``get_block_ids_with_load_errors`` and vLLM
 recomputes them.
 
+Tensor parallelism: every rank of every TP size shares one namespace and
+one page per block (kvcached pages hold every KV head of the model); each
+rank moves only its own heads, the ranks of an engine write each page
+together (each its slice), and a rank whose heads another rank writes
+(replicated heads, an MLA rank other than 0) only reads. So a prompt an
+engine at TP 2 cached is a full hit for one at TP 1 or TP 4.
+
+MLA models (``use_mla``: DeepSeek, Kimi K2): vLLM's MLA cache, one tensor
+per layer [num_blocks, block_size, head_size] (kv_lora_rank + rope dims),
+is one latent per token and layer; rank 0 writes it, every rank reads the
+same pages.
+
 kvcached being unreachable never fails a request: no daemon, a lost
 connection or a full pool make the connector report 0 matched tokens and
 skip saves; it reconnects at most once a second.
@@ -226,6 +238,15 @@ def _extra_of(request) -> Optional[bytes]:
     return b"\0".join(parts) or None
 
 
+def _kv_heads(mc, pc) -> int:
+    """The model's KV heads, every tensor-parallel rank's together (a
+    kvcached page holds them all); vLLM's get_num_kv_heads is one rank's."""
+    total = getattr(mc, "get_total_num_kv_heads", None)
+    if total is not None:
+        return int(total())
+    return int(mc.get_num_kv_heads(pc)) * int(pc.tensor_parallel_size)
+
+
 def _layer_number(name: str) -> Optional[int]:
     """The layer index in a vLLM layer name ("model.layers.12.self_attn.attn"
     -> 12): its last dotted part that is a number."""
@@ -289,9 +310,7 @@ class KvcachedConnector(KVConnectorBase_V1):
         ktc = vllm_config.kv_transfer_config
         extra = dict(getattr(ktc, "kv_connector_extra_config", None) or {})
         mc, cc, pc = vllm_config.model_config, vllm_config.cache_config, vllm_config.parallel_config
-        if getattr(mc, "use_mla", False):
-            raise ValueError("KvcachedConnector: MLA models (one latent vector per token, "
-                             "no K and V) are not supported yet")
+        mla = bool(getattr(mc, "use_mla", False))
         self.block_size = int(cc.block_size)
         self.block_tokens = int(extra.get("block_tokens", self.block_size))
         B, T = self.block_size, self.block_tokens
@@ -301,21 +320,24 @@ class KvcachedConnector(KVConnectorBase_V1):
                              "(kv_connector_extra_config block_tokens, which must equal the "
                              "daemon's block-tokens)")
         cdt = str(getattr(cc, "cache_dtype", "auto") or "auto")
+        head_dim = int(mc.get_head_size())
         if cdt == "auto":
             dtype = str(mc.dtype).replace("torch.", "")
+        elif cdt == "fp8_ds_mla":	# FlashMLA's packed 656-byte token record
+            dtype, head_dim = "uint8", 656
         else:
             dtype = _CACHE_DTYPES.get(cdt, cdt)
         tp, pp = int(pc.tensor_parallel_size), int(pc.pipeline_parallel_size)
         if role == KVConnectorRole.WORKER:
             rank = int(getattr(pc, "rank", 0))
             tp_rank, pp_rank = rank % tp, (rank // tp) % pp
-        else:	# the scheduler looks up rank 0's namespace: it speaks for all
+        else:	# the scheduler looks up as rank 0: the ranks share the pages
             tp_rank = pp_rank = 0
         self.model = _client.Model(
             _model_name(vllm_config, extra, dtype), dtype,
-            layers=int(mc.get_num_layers(pc)), kv_heads=int(mc.get_num_kv_heads(pc)),
-            head_dim=int(mc.get_head_size()), block_tokens=T, pos=extra.get("pos", "rope"),
-            tp_rank=tp_rank, tp_size=tp, pp_rank=pp_rank, pp_size=pp)
+            layers=int(mc.get_num_layers(pc)), kv_heads=1 if mla else _kv_heads(mc, pc),
+            head_dim=head_dim, block_tokens=T, pos=extra.get("pos", "rope"),
+            tp_rank=tp_rank, tp_size=tp, pp_rank=pp_rank, pp_size=pp, mla=mla)
         self.no_insert = flag(extra, "no_insert")
         self._rc = Reconnecting(self.model, extra.get("socket"), extra.get("salt", b""),
                                 self._opened, "KvcachedConnector", logger=log,
@@ -483,7 +505,8 @@ class KvcachedConnector(KVConnectorBase_V1):
         """vLLM's per-layer paged buffers, in layer order. Supported: the
         FlashAttention layout [2, num_blocks, block_size, kv_heads,
         head_dim] and the FlashInfer one [num_blocks, 2, block_size,
-        kv_heads, head_dim], NHD."""
+        kv_heads, head_dim], NHD, with this rank's kv_heads; for MLA the
+        MLA cache [num_blocks, block_size, head_size]."""
         names = _model_layers(kv_caches, self.model.layers)
         if names is None:
             raise ValueError(f"KvcachedConnector: {len(kv_caches)} KV caches for a model of "
@@ -498,16 +521,23 @@ class KvcachedConnector(KVConnectorBase_V1):
                         len(extra), self.model.layers, ", ".join(extra))
         caches = [kv_caches[n] for n in names]
         t = caches[0]
-        inner = (self.block_size, self.model.kv_heads, self.model.head_dim)
-        if t.dim() == 5 and t.shape[0] == 2 and tuple(t.shape[2:]) == inner:
+        inner = (self.block_size, self.model.heads[1], self.model.head_dim)
+        if self.model.mla:
+            if t.dim() == 3 and t.shape[1:] == (self.block_size, self.model.head_dim):
+                self._layout = "mla"
+            else:
+                raise ValueError(f"KvcachedConnector: MLA cache shape {tuple(t.shape)} is not "
+                                 f"[blocks, {self.block_size}, {self.model.head_dim}] "
+                                 "(kv_lora_rank + rope dims)")
+        elif t.dim() == 5 and t.shape[0] == 2 and tuple(t.shape[2:]) == inner:
             self._layout = "flash"
         elif t.dim() == 5 and t.shape[1] == 2 and tuple(t.shape[2:]) == inner:
             self._layout = "flashinfer"
         else:
             raise ValueError(f"KvcachedConnector: KV cache shape {tuple(t.shape)} is not "
-                             f"[2, blocks, {inner[0]}, {inner[1]}, {inner[2]}] (FlashAttention)"
-                             f" nor [blocks, 2, ...] (FlashInfer); MLA and other layouts are "
-                             "not supported")
+                             f"[2, blocks, {inner[0]}, {inner[1]}, {inner[2]}] (FlashAttention,"
+                             f" {inner[1]}: this rank's KV heads) nor [blocks, 2, ...] "
+                             "(FlashInfer); other layouts are not supported")
         if self._layout == "flashinfer" and self.block_size != self.block_tokens:
             raise ValueError(f"KvcachedConnector: the FlashInfer layout needs vLLM's "
                              f"block_size {self.block_size} equal to kvcached's block tokens "
@@ -543,9 +573,11 @@ class KvcachedConnector(KVConnectorBase_V1):
         elif B % T or self._copy == "pages":
             return None
         m = B // T
-        h, d = self.model.kv_heads, self.model.head_dim
+        h, d = self.model.heads[1], self.model.head_dim
         try:
-            if self._layout == "flash":
+            if self._layout == "mla":
+                kv = _client.PagedKV(c, [x.view(x.shape[0] * m, T, d) for x in self._caches])
+            elif self._layout == "flash":
                 kv = _client.PagedKV(c, [x.view(2, x.shape[1] * m, T, h, d)
                                          for x in self._caches])
             else:
@@ -612,11 +644,17 @@ class KvcachedConnector(KVConnectorBase_V1):
 
     def _copy_layer(self, pages: list, segs: list, layer: int, load: bool) -> None:
         """Copy one layer of segs between page views (pages[j]: kvcached
-        block j's page, [layers, 2, T, heads, head_dim]) and vLLM's buffer."""
+        block j's page, [layers, 2, T, heads, head_dim] with every head of
+        the model, of which this rank's; [layers, T, head_dim] for MLA) and
+        vLLM's buffer."""
         x = self._caches[layer]
+        h0, hn = self.model.heads
         for j, po, b, bo, n in segs:
-            src = pages[j][layer, :, po:po + n]
-            dst = x[:, b, bo:bo + n] if self._layout == "flash" else x[b, :, bo:bo + n]
+            if self._layout == "mla":
+                src, dst = pages[j][layer, po:po + n], x[b, bo:bo + n]
+            else:
+                src = pages[j][layer, :, po:po + n, h0:h0 + hn]
+                dst = x[:, b, bo:bo + n] if self._layout == "flash" else x[b, :, bo:bo + n]
             if load:
                 dst.copy_(src)
             else:
@@ -783,7 +821,7 @@ class KvcachedConnector(KVConnectorBase_V1):
         per request with pages granted."""
         meta = self._get_connector_metadata()
         jobs = []
-        if not meta.saves:
+        if not meta.saves or self.no_insert or not self.model.writes:
             return jobs
         c = self._client()
         if c is None:
@@ -873,7 +911,8 @@ class KvcachedConnector(KVConnectorBase_V1):
             self._say_status()
             return
         meta = self._get_connector_metadata()
-        if not meta.saves or self.no_insert:
+        # No-insert, or another rank writes our heads: nothing to save.
+        if not meta.saves or self.no_insert or not self.model.writes:
             return
         c = self._client()
         if c is None:
