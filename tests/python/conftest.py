@@ -37,6 +37,42 @@ def child_env(**extra) -> dict:
     return env
 
 
+class Zygote:
+    """Engine processes forked from one parent that imported torch once
+    (tests/python/zygote.py); run() answers as subprocess.run(...,
+    capture_output=True, text=True) would."""
+
+    def __init__(self, env: dict):
+        self.dir = tempfile.mkdtemp(prefix="kvt-zygote.")
+        self.proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "python" / "zygote.py")],
+                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+        if json.loads(self.proc.stdout.readline() or "{}").get("ready") is not True:
+            raise RuntimeError("tests/python/zygote.py did not start")
+
+    def run(self, argv: list, timeout: float = 180) -> subprocess.CompletedProcess:
+        out, err = os.path.join(self.dir, "out"), os.path.join(self.dir, "err")
+        self.proc.stdin.write(json.dumps({"argv": [str(a) for a in argv], "out": out,
+                                          "err": err, "timeout": timeout}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"tests/python/zygote.py ended (status {self.proc.wait()})")
+        r = json.loads(line)
+        with open(out) as f, open(err) as g:
+            done = subprocess.CompletedProcess(argv, r["rc"], f.read(), g.read())
+        if r.get("timeout"):
+            raise subprocess.TimeoutExpired(argv, timeout, done.stdout, done.stderr)
+        return done
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+        for name in os.listdir(self.dir):
+            os.unlink(os.path.join(self.dir, name))
+        os.rmdir(self.dir)
+
+
 def can_connect(path: str) -> bool:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

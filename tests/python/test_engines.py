@@ -11,11 +11,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
-from conftest import EXAMPLES, ROOT, child_env, wait_for
+from conftest import EXAMPLES, ROOT, Zygote, child_env, wait_for
 
 pytest.importorskip("torch")
 
@@ -23,11 +22,25 @@ HERE = ROOT / "tests" / "python"
 STUBS = HERE / "stubs"
 
 
-def engine(script: str, *args: str) -> subprocess.CompletedProcess:
+ZYGOTE: Zygote | None = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engines_parent():
+    """The parent every engine process of this module is forked from."""
+    global ZYGOTE
     env = child_env()
     env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(STUBS)])
-    return subprocess.run([sys.executable, str(HERE / script), *args], env=env,
-                          capture_output=True, text=True, timeout=180)
+    ZYGOTE = Zygote(env)
+    yield
+    ZYGOTE.close()
+    ZYGOTE = None
+
+
+def engine(script: str, *args: str) -> subprocess.CompletedProcess:
+    """An engine process running tests/python/<script> with args."""
+    assert ZYGOTE is not None
+    return ZYGOTE.run([str(HERE / script), *args], timeout=180)
 
 
 @pytest.mark.parametrize("block_size,copy", [(16, "auto"), (32, "auto"), (8, "auto"),
