@@ -126,9 +126,8 @@ void kvd_reload(struct kvd *d)
 	struct timespec ts;
 	char msg[96];
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
 	snprintf(msg, sizeof(msg), "RELOADING=1\nMONOTONIC_USEC=%llu",
-		 (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
+		 (unsigned long long)(kvd_now_ns() / 1000));
 	kvd_notify(msg);
 	ch.n = malloc(sizeof(*ch.n));
 	if (!ch.n) {

@@ -135,21 +135,11 @@ static uint32_t process_count(struct kvd *d, const struct kvd_client *c, uint32_
 }
 
 /*
- * Pages c's process holds pinned or writing, as far as max-share is
- * concerned, when it asks for `n` more. Its handles are linked in one
- * list, so this reads no other row. First from counters kept per handle:
- * if all its pin slots and WRITING pages together stay below the share,
- * it cannot be over; else each handle's WRITING pages, plus the distinct
- * pages its ledger named when the pin census last read it (top.c: it
- * counts no WRITING page), plus the pages it published since that read
- * began (pinned when published; their release is seen by the next read).
- * That estimate errs high, so when it leaves room for the n pages it is
- * the answer; only when it does not are the process's own ledgers read
- * (process_count) and the estimate set to what they hold. The cost of an
- * ALLOC does not grow with the pool or other clients, and ledger reads
- * are paid only by a process near its share. Pins it took on others'
- * pages since the census last read it are not in the estimate: counted
- * at most a census pass late.
+ * Pages c's process holds pinned or writing, for max-share, when it asks
+ * for n more; reads no other process's rows. Returns the per-handle
+ * estimate (writing + census pins + published since) when it leaves room:
+ * it errs high. Only a process near its share pays for reading its own
+ * ledgers (process_count), which resets the estimate.
  */
 static uint32_t process_holds(struct kvd *d, struct kvd_client *c, uint32_t share, uint32_t n)
 {
@@ -442,7 +432,7 @@ static int publish_page(struct kvd *d, struct kvd_client *c, const struct kvprot
 		/* Into the eviction order (behind its parent, the block
 		 * before it: policy.h). */
 		kvd_evict_insert(d, pub->page);
-		kvd_tiers_published(d, pub->page);
+		kvd_tiers_offer_publish(d, pub->page);
 	}
 	return st;
 }

@@ -181,7 +181,7 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 				kvd_policy_remove(&d->pol, batch[i]);
 				/* To the spill tier (free when its write is
 				 * done), or plainly. */
-				if (!kvd_tiers_evicted(d, batch[i])) {
+				if (!kvd_tiers_offer_evict(d, batch[i])) {
 					kvd_events_page_gone(d, batch[i]);
 					kvshm_page_evict_finish(d->h, batch[i]);
 				}

@@ -14,7 +14,7 @@
  * Only the state lives here, with the few inline helpers that read it;
  * each module declares its functions in its own header (server.h,
  * reply.h, registry.h, cache.h, restore.h, evict.h, flight.h, slice.h,
- * nsstat.h, top.h, drop.h; tier.h for the tiers).
+ * nsstat.h, census.h, top.h, drop.h; tier.h for the tiers).
  */
 #ifndef KVD_H
 #define KVD_H
@@ -32,6 +32,7 @@
 #include "../pool/memfd.h"
 #include "../pool/pool.h"
 #include "../tier/tier.h"
+#include "../util/clock.h"
 
 /* Namespace rows the daemon keeps (the segment's max_ns). */
 #define KVD_MAX_NS 64
@@ -79,7 +80,7 @@ struct kvd_client {
 	uint32_t proc_prev, proc_next;
 	/* Max-share (cache.c), kept per handle and summed per process:
 	 * census_pins, the distinct pages its ledger named when the pin
-	 * census (top.c) last read it; fresh, the pages it published since
+	 * census (census.c) last read it; fresh, the pages it published since
 	 * that read began (an honest client holds them pinned). */
 	uint32_t census_pins, census_count;
 	uint64_t fresh, fresh_at_census;
@@ -195,7 +196,7 @@ struct kvd {
 	uint32_t n_flight_wake;
 	bool flight_wake_all;
 	uint64_t gone_waits[KVD_WAIT_STATS];
-	/* The pin census (top.c): a bounded slice of ledger slots per tick,
+	/* The pin census (census.c): a bounded slice of ledger slots per tick,
 	 * resuming at (census_row, census_slot); one pass is numbered
 	 * census_pass, and census_stamp[page] = pass << 32 | (row + 1) of the
 	 * last handle that named the page in it. */
@@ -220,7 +221,8 @@ struct kvd {
 	/* Clients marked closing, in the order they were (reply.c); the
 	 * event loop drops them (kvd_server_drop_closing). */
 	struct kvd_client *closing, *closing_tail;
-	/* What the tiers may call in the core (restore.c sets it). */
+	/* What the tiers may call in the core (restore.c's kvd_core_tier_host;
+	 * main.c sets it). */
 	const struct kvd_tier_host *tier_host;
 	/* SIGHUP: main.c's reload (reload.c), and the command line it reads
 	 * the settings from again. */
@@ -256,15 +258,6 @@ static inline bool kvd_pins_count(const struct kvd_client *c)
 static inline uint32_t kvd_owner(const struct kvd_client *c)
 {
 	return c->id + 1;
-}
-
-/* CLOCK_MONOTONIC in milliseconds. */
-static inline uint64_t kvd_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 /* Single-writer stat update (relaxed; see kvshm_stats). */

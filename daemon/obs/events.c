@@ -56,6 +56,7 @@
 #include "../../shm/key.h"
 #include "../../shm/page.h"
 #include "events.h"
+#include "../util/clock.h"
 #include "../util/log.h"
 
 #define BATCH_BYTES (256u << 10)	/* a topic's batch is sent early past this */
@@ -372,12 +373,10 @@ static int zsend(struct kvd_events *e, const char *topic, size_t tlen, uint64_t 
 	return 0;
 }
 
+/* Never 0 (0: not stalled). */
 static uint64_t now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u + 1;
+	return kvd_now_ms() + 1;
 }
 
 static void set_lossy(struct kvd *d, bool lossy)
@@ -859,14 +858,6 @@ static uint32_t ring_find(struct kvd_events *e, uint64_t want)
 	return lo;
 }
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Go on with every replay in progress, up to the byte budget; a peer
  * whose queue is full (EAGAIN) waits for the next round. */
 static void replay_pump(struct kvd *d, kvd_events_reply fn, void *arg)
@@ -898,7 +889,7 @@ static void replay_pump(struct kvd *d, kvd_events_reply fn, void *arg)
 		if (rc == -EAGAIN) {
 			/* Its queue is full: it gets more when it reads; one
 			 * that reads nothing for REPLAY_STALL_MS is ended. */
-			uint64_t now = mono_ms();
+			uint64_t now = kvd_now_ms();
 
 			if (!r->stalled_ms)
 				r->stalled_ms = now;

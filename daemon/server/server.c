@@ -605,25 +605,15 @@ static void handle_signal(struct kvd *d)
  * event loop stops the pings, which is the point. */
 static void watchdog(struct kvd *d)
 {
-	struct timespec ts;
 	uint64_t now;
 
 	if (!d->watchdog_usec)
 		return;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+	now = kvd_now_ns() / 1000u;
 	if (now - d->watchdog_last >= d->watchdog_usec / 2) {
 		kvd_notify("WATCHDOG=1");
 		d->watchdog_last = now;
 	}
-}
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* The periodic work, timed into the segment's tick histogram. Every part
@@ -632,7 +622,7 @@ static uint64_t mono_ns(void)
 static void tick(struct kvd *d)
 {
 	struct kvshm_stats *st = kvshm_stats(d->h);
-	uint64_t t0 = mono_ns(), ns;
+	uint64_t t0 = kvd_now_ns(), ns;
 
 	kvd_evict_tick(d);
 	kvd_tiers_tick(d);
@@ -643,7 +633,7 @@ static void tick(struct kvd *d)
 	kvd_quota_tick(d);
 	kvd_events_tick(d);
 	watchdog(d);
-	ns = mono_ns() - t0;
+	ns = kvd_now_ns() - t0;
 	kvd_stat_add(&st->ticks, 1);
 	if (ns > (uint64_t)d->cfg.tick_ms * 1000000u)
 		kvd_stat_add(&st->ticks_slow, 1);

@@ -63,6 +63,7 @@
 #include "../../shm/page.h"
 #include "../obs/events.h"
 #include "../core/kvd.h"
+#include "../util/clock.h"
 #include "../util/log.h"
 #include "remote.h"
 #include "remote_conn.h"
@@ -183,14 +184,6 @@ struct kvd_remote {
 	bool said_toobig;
 	struct rfetch *inflight;
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static struct kvshm_stats *st_of(struct kvd *d)
 {
@@ -606,7 +599,7 @@ static void fetch_finish(struct kvd *d, struct rfetch *f)
 			break;
 		}
 	if (f->bytes) {
-		uint64_t dt = now_ns() - f->t0, bps, old;
+		uint64_t dt = kvd_now_ns() - f->t0, bps, old;
 
 		bps = dt ? (uint64_t)((double)f->bytes * 1e9 / (double)dt) : 0;
 		old = atomic_load_explicit(&st_of(d)->remote_fetch_bps, memory_order_relaxed);
@@ -648,7 +641,7 @@ static void item_settle(struct kvd *d, struct rfetch *f, struct ritem *it)
 		}
 		kvshm_page_free(d->h, it->page, it->gen, OWNER_REMOTE);
 		kvd_stat_add(&st->remote_dropped, 1);
-		if (kvd_log_allow(&d->remote->drop_log, now_ns() / 1000000))
+		if (kvd_log_allow(&d->remote->drop_log, kvd_now_ns() / 1000000))
 			kvd_warn("remote: block %016llx%016llx dropped: %s; served as a miss",
 				 (unsigned long long)it->key.hi, (unsigned long long)it->key.lo,
 				 fail_text[it->fail < KVD_RVAL_NFAIL ? it->fail : 0]);
@@ -758,7 +751,7 @@ static void probe_start(struct kvd_remote *r, uint64_t now)
 static void remote_tick(struct kvd *d)
 {
 	struct kvd_remote *r = d->remote;
-	uint64_t now = now_ns();
+	uint64_t now = kvd_now_ns();
 	struct rfetch *f;
 
 	if (!r->probing && now >= r->next_probe)
@@ -895,7 +888,7 @@ static int remote_fetch(struct kvd *d, struct kvd_client *c, struct kvd_fetch *f
 	f->ns_id = c->ns_id;
 	memcpy(&f->ns, &kvshm_ns(d->h)[c->ns_id], sizeof(f->ns));
 	f->n = n;
-	f->t0 = now_ns();
+	f->t0 = kvd_now_ns();
 	kvd_stat_add(&st->remote_fetches, n);
 	for (i = 0; i < n; i++) {
 		struct ritem *it = &f->it[i];
@@ -1244,7 +1237,7 @@ int kvd_remote_open(struct kvd *d)
 			      r->mode == KVD_REMOTE_PUBLISH ? KVSHM_REMOTE_PUBLISH : KVSHM_REMOTE_EVICT,
 			      memory_order_relaxed);
 	r->up_logged = 0;
-	probe_start(r, now_ns());
+	probe_start(r, kvd_now_ns());
 	kvd_info("remote: %u memcached servers (ketama), blocks written when %s, %u ms timeout, %s (Poly1305 of %s), item keys %s:*",
 		 n, modes[r->mode], d->cfg.remote_timeout_ms,
 		 slen ? "sealed (item format 2) under the cluster secret" : "NOT authenticated",

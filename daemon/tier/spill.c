@@ -40,6 +40,7 @@
 #include "../../shm/page.h"
 #include "../obs/events.h"
 #include "../core/kvd.h"
+#include "../util/clock.h"
 #include "../util/log.h"
 #include "spill.h"
 #include "spill_fmt.h"
@@ -712,14 +713,6 @@ static void spill_forget_tenant(struct kvd *d, uint32_t ns_id, uint32_t tenant)
 
 /* ------------------------------------------------------------ restore */
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 int kvd_spill_claim(struct kvd *d, uint32_t ns_id, uint32_t loc, bool full,
 		    struct kvd_fetch *f)
 {
@@ -748,7 +741,7 @@ int kvd_spill_fetch(struct kvd *d, struct kvd_client *c, struct kvd_fetch *f, ui
 
 	(void)c;
 	(void)rq;
-	t0 = now_ns();
+	t0 = kvd_now_ns();
 	for (i = 0; i < n; i++) {
 		uint32_t slot = f[i].ref, idx;
 		struct sop *o;
@@ -793,7 +786,7 @@ int kvd_spill_fetch(struct kvd *d, struct kvd_client *c, struct kvd_fetch *f, ui
 		if (!reap_wait(d))
 			break;	/* the tier stopped; statuses say -EIO */
 	if (bytes) {
-		uint64_t dt = now_ns() - t0, bps, old;
+		uint64_t dt = kvd_now_ns() - t0, bps, old;
 
 		bps = dt ? (uint64_t)((double)bytes * 1e9 / (double)dt) : 0;
 		old = atomic_load_explicit(&st_of(d)->spill_read_bps, memory_order_relaxed);

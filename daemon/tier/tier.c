@@ -28,7 +28,7 @@ void kvd_tier_remove(struct kvd *d, enum kvd_tier_level level)
 	d->tier[level] = NULL;
 }
 
-bool kvd_tiers_evicted(struct kvd *d, uint32_t page)
+bool kvd_tiers_offer_evict(struct kvd *d, uint32_t page)
 {
 	const struct kvd_tier *t;
 	int lv;
@@ -41,7 +41,7 @@ bool kvd_tiers_evicted(struct kvd *d, uint32_t page)
 	return false;
 }
 
-void kvd_tiers_published(struct kvd *d, uint32_t page)
+void kvd_tiers_offer_publish(struct kvd *d, uint32_t page)
 {
 	const struct kvd_tier *t;
 	int lv;

@@ -130,9 +130,9 @@ void kvd_tier_add(struct kvd *d, enum kvd_tier_level level, const struct kvd_tie
 void kvd_tier_remove(struct kvd *d, enum kvd_tier_level level);
 
 /* The evictor: page is EVICTING and unpinned. True: a tier took it. */
-bool kvd_tiers_evicted(struct kvd *d, uint32_t page);
+bool kvd_tiers_offer_evict(struct kvd *d, uint32_t page);
 /* cache.c: page was just published READY. */
-void kvd_tiers_published(struct kvd *d, uint32_t page);
+void kvd_tiers_offer_publish(struct kvd *d, uint32_t page);
 void kvd_tiers_flush(struct kvd *d);
 uint32_t kvd_tiers_room(const struct kvd *d);
 uint32_t kvd_tiers_pending(const struct kvd *d);
