@@ -54,6 +54,8 @@ E := @true
 endif
 
 SHM_SRC    := $(sort $(wildcard shm/*.c))
+# Formats the daemon and the tools share (the spill slot, the remote item).
+FMT_SRC    := $(sort $(wildcard fmt/*.c))
 DAEMON_SRC := $(sort $(wildcard daemon/*.c daemon/*/*.c))
 CLIENT_SRC := $(sort $(wildcard libclient/*.c))
 KERNEL_SRC := $(sort $(wildcard kernels/*.c))
@@ -64,6 +66,7 @@ HELPER_SRC := $(sort $(wildcard tests/helpers/*.c))
 TESTLIB_SRC:= $(sort $(wildcard tests/lib/*.c))
 
 SHM_OBJ    := $(SHM_SRC:%.c=$(BUILD)/%.o)
+FMT_OBJ    := $(FMT_SRC:%.c=$(BUILD)/%.o)
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
 CLIENT_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/%.o)
 KERNEL_OBJ := $(KERNEL_SRC:%.c=$(BUILD)/%.o) $(if $(HAVE_CUDA),$(BUILD)/kernels/fatbin.o)
@@ -98,6 +101,7 @@ FUZZ_TARGETS ?=
 FUZZ_SRC     := $(sort $(wildcard tests/fuzz/*.c))
 FUZZ_BIN     := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_BUILD)/%)
 FUZZ_LIB_OBJ := $(SHM_SRC:%.c=$(FUZZ_BUILD)/%.o) $(KERNEL_SRC:%.c=$(FUZZ_BUILD)/%.o) \
+		$(FMT_SRC:%.c=$(FUZZ_BUILD)/%.o) \
 		$(filter-out $(FUZZ_BUILD)/daemon/main.o,$(DAEMON_SRC:%.c=$(FUZZ_BUILD)/%.o))
 FUZZ_CFLAGS  := -std=gnu11 -g -O1 -Wall -Wextra -Werror -MMD -MP -D_GNU_SOURCE \
 		-Wno-missing-field-initializers -pthread -fno-omit-frame-pointer \
@@ -213,7 +217,7 @@ $(BUILD)/%.o: %.c
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
 
-$(KVCACHED): $(DAEMON_OBJ) $(SHM_OBJ) $(KERNEL_OBJ)
+$(KVCACHED): $(DAEMON_OBJ) $(FMT_OBJ) $(SHM_OBJ) $(KERNEL_OBJ)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS) $(JEMALLOC) -ldl
 
@@ -237,13 +241,13 @@ $(TOOLS): $(BUILD)/%: $(BUILD)/tools/%.o $(LIBA)
 $(BUILD)/kvbench: $(BENCH_OBJ)
 $(BUILD)/kvbench: TOOL_LIBS := -lhiredis -lmemcached -luring -lsodium -lcrypto
 # Its remote mode starts memcached servers the way the tests do, and times
-# the item MAC (daemon/tier/remote_fmt.c) against its candidates.
-$(BUILD)/kvbench: $(BUILD)/tests/lib/mcsrv.o $(BUILD)/daemon/tier/remote_fmt.o
+# the item MAC (fmt/remote_item.c) against its candidates.
+$(BUILD)/kvbench: $(BUILD)/tests/lib/mcsrv.o $(BUILD)/fmt/remote_item.o
 # Its scale mode reads /proc the way the tests do.
 $(BUILD)/kvbench: $(BUILD)/tests/lib/procfs.o
 
 # Unit tests reach internals through the objects (jemalloc's JET idea).
-$(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(SHM_OBJ) $(DAEMON_LIB) $(KERNEL_OBJ)
+$(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(SHM_OBJ) $(DAEMON_LIB) $(FMT_OBJ) $(KERNEL_OBJ)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(DAEMON_LIBS) -ldl $(TEST_LIBS)
 
@@ -337,8 +341,8 @@ $(BUILD)/tests/integration/tinylm $(BUILD)/tests/integration/flight $(BUILD)/tes
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm
 
 # The remote tier's test also writes raw items into memcached itself
-# (daemon/tier/remote_fmt.c, libmemcached) and runs tinylm across two hosts.
-$(BUILD)/tests/integration/remote: $(BUILD)/tests/integration/remote.o $(TESTLIB_OBJ) $(BUILD)/daemon/tier/remote_fmt.o $(TINYLM_LIB) $(LIBA)
+# (fmt/remote_item.c, libmemcached) and runs tinylm across two hosts.
+$(BUILD)/tests/integration/remote: $(BUILD)/tests/integration/remote.o $(TESTLIB_OBJ) $(BUILD)/fmt/remote_item.o $(TINYLM_LIB) $(LIBA)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm -lmemcached -lsodium -lcrypto
 

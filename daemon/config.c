@@ -25,7 +25,7 @@
 #include "policy/policy.h"
 #include "util/log.h"
 #include "pool/memcheck.h"
-#include "tier/remote_fmt.h"
+#include "../fmt/remote_item.h"
 
 #define KVD_STR_(x) #x
 #define KVD_STR(x) KVD_STR_(x)

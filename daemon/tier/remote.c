@@ -7,7 +7,7 @@
  * Writing. With --remote-write publish (the default) every block a client
  * publishes is written once; with evict, only blocks the pool evicts.
  * The main thread never touches the network: it queues a put job and a
- * worker thread builds the item (remote_fmt.h: header, tokens, payload,
+ * worker thread builds the item (remote_item.h: header, tokens, payload,
  * its MAC under the cluster secret) and stores it with libmemcached.
  * A published page is held (the evictor passes it by) until its worker
  * has copied it; an evicted page is copied into the job at once, so the
@@ -67,7 +67,7 @@
 #include "../util/log.h"
 #include "remote.h"
 #include "remote_conn.h"
-#include "remote_fmt.h"
+#include "../../fmt/remote_item.h"
 #include "tier.h"
 
 #define WORKERS 4

@@ -4,7 +4,7 @@
  * fleet through a pool of memcached servers (--remote), reached with
  * libmemcached on worker threads so that the main loop never waits on
  * the network. See remote.c for how a block is written, found and
- * fetched, and remote_fmt.h for the item format.
+ * fetched, and remote_item.h for the item format.
  */
 #ifndef KVD_REMOTE_H
 #define KVD_REMOTE_H

@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "remote_fmt.h"
+#include "../../fmt/remote_item.h"
 
 /* Longest reply line kept (a VALUE line: key, flags, length, cas). */
 #define KVD_MC_LINE_MAX 512u

@@ -43,7 +43,7 @@
 #include "../util/clock.h"
 #include "../util/log.h"
 #include "spill.h"
-#include "spill_fmt.h"
+#include "../../fmt/spill_slot.h"
 #include "spill_io.h"
 #include "tier.h"
 

@@ -34,7 +34,7 @@
 #include "../../daemon/obs/events.h"
 #include "../../daemon/pool/memcheck.h"
 #include "../../daemon/util/log.h"
-#include "../../daemon/tier/remote_fmt.h"
+#include "../../fmt/remote_item.h"
 #include "../../shm/segment.h"
 
 #include "check.h"

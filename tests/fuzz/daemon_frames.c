@@ -98,7 +98,7 @@
 #include "../../daemon/server/server.h"
 #include "../../daemon/util/log.h"
 #include "../../daemon/tier/spill.h"
-#include "../../daemon/tier/spill_fmt.h"
+#include "../../fmt/spill_slot.h"
 #include "../../daemon/tier/spill_io.h"
 #include "../../shm/index.h"
 #include "../../shm/ledger.h"

@@ -40,7 +40,7 @@
 #include <string.h>
 
 #include "../../daemon/tier/remote_conn.h"
-#include "../../daemon/tier/remote_fmt.h"
+#include "../../fmt/remote_item.h"
 #include "../../shm/proto.h"
 
 #include "check.h"

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../daemon/tier/spill_fmt.h"
+#include "../../fmt/spill_slot.h"
 #include "../../shm/key.h"
 #include "../../shm/proto.h"
 

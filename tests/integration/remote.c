@@ -35,7 +35,7 @@
 
 #include <libmemcached/memcached.h>
 
-#include "../../daemon/tier/remote_fmt.h"
+#include "../../fmt/remote_item.h"
 #include "../../libclient/client_int.h"	/* the namespace id, for item keys */
 #include "../../tools/tinylm/tinylm.h"
 #include "../lib/harness.h"

@@ -61,7 +61,7 @@
 #include <openssl/params.h>
 #include <sodium.h>
 
-#include "../../daemon/tier/remote_fmt.h"
+#include "../../fmt/remote_item.h"
 #include "../../libclient/observe.h"
 #include "../../shm/proto.h"
 #include "../../tests/lib/mcsrv.h"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * spill_fmt.c - building and checking spill-area headers (see spill_fmt.h).
+ * spill_slot.c - building and checking spill-area headers (see spill_slot.h).
  * Pure functions over memory; the tier's I/O lives in spill.c.
  */
 #include <errno.h>
@@ -8,8 +8,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "../../shm/proto.h"
-#include "spill_fmt.h"
+#include "../shm/proto.h"
+#include "spill_slot.h"
 
 static int bad(const char **why, const char *w)
 {

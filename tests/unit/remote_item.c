@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * remote_fmt.c - the remote tier's item format: the MAC against its
+ * remote_item.c - the remote tier's item format: the MAC against its
  * construction computed by hand from libsodium's primitives (and with the
  * empty key of --remote-insecure), items of other format versions refused
  * as such, an item that checks as built, and each way one must not (damage, another secret, another
@@ -20,11 +20,11 @@
 
 #include <sodium.h>
 
-#include "../../daemon/tier/remote_fmt.h"
+#include "../../fmt/remote_item.h"
 #include "../../shm/proto.h"
 
 /*
- * The MAC is what remote_fmt.h says, computed here from libsodium's
+ * The MAC is what remote_item.h says, computed here from libsodium's
  * primitives independently of the AEAD call the daemon makes: the item
  * key is BLAKE2b-256 of the secret (personal "kvcached-rmac-v2"); the
  * one-time Poly1305 key is the first 32 bytes of the XChaCha20 keystream

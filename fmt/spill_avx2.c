@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * spill_avx2.c - XXH3-64 of spill payloads built for AVX2, which the
- * spill tier picks at run time where the CPU has it (spill_fmt.c). Same
+ * spill tier picks at run time where the CPU has it (spill_slot.c). Same
  * hash, same value as the default (SSE2) build, at about 2.8x the speed
  * here (36 vs 13 GB/s): every spilled and restored page is hashed on the
  * daemon's main thread, so this is the difference between the spill tier

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * remote_fmt.h - the format of a block in the remote store (tier 2), and
+ * remote_item.h - the format of a block in the remote store (tier 2), and
  * the key it is stored under.
  *
  * One memcached item per block:
@@ -31,14 +31,14 @@
  * the daemon checks every fetched item with kvd_rval_check before a byte
  * of it reaches a page.
  */
-#ifndef KVD_REMOTE_FMT_H
-#define KVD_REMOTE_FMT_H
+#ifndef KVD_REMOTE_ITEM_H
+#define KVD_REMOTE_ITEM_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../shm/segment.h"
+#include "../shm/segment.h"
 
 #define KVD_RVAL_MAGIC   0x31544f4d4552564bull	/* "KVREMOT1" */
 #define KVD_RVAL_VERSION 3u

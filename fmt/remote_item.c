@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * remote_fmt.c - building and checking remote-store items (see
- * remote_fmt.h). Pure functions over memory (but for the nonce a seal
+ * remote_item.c - building and checking remote-store items (see
+ * remote_item.h). Pure functions over memory (but for the nonce a seal
  * draws); the MAC from libsodium.
  */
 #include <errno.h>
@@ -12,8 +12,8 @@
 #include <openssl/evp.h>
 #include <sodium.h>
 
-#include "../../shm/proto.h"
-#include "remote_fmt.h"
+#include "../shm/proto.h"
+#include "remote_item.h"
 
 /*
  * The MAC (format version 2): the Poly1305 tag of XChaCha20-Poly1305
@@ -30,7 +30,7 @@ struct kvd_rmac {
 	uint8_t key[crypto_aead_xchacha20poly1305_ietf_KEYBYTES];
 	/* Poly1305 itself from OpenSSL, whose AVX2 code ran at 6.7 GB/s on
 	 * the development VM against libsodium 1.0.18's 3.6: the same tag
-	 * (RFC 8439's Poly1305 either way; tests/unit/remote_fmt.c checks it
+	 * (RFC 8439's Poly1305 either way; tests/unit/remote_item.c checks it
 	 * against libsodium's one-shot AEAD). NULL where OpenSSL offers no
 	 * Poly1305 (a FIPS provider): libsodium's then. */
 	EVP_MAC_CTX *poly;
@@ -118,7 +118,7 @@ int kvd_rmac_dup(struct kvd_rmac **out, const struct kvd_rmac *m)
  * zeros to a multiple of 16, then the data's length and the message's
  * (0) as 64-bit little-endian. So an item is sealed and checked where
  * its parts lie (its payload in a pool page) with no copy, and its tag
- * is exactly the one-shot call's (tests/unit/remote_fmt.c compares them).
+ * is exactly the one-shot call's (tests/unit/remote_item.c compares them).
  */
 static int mac_pieces(const struct kvd_rmac *m, const struct kvd_rpiece *p, int n,
 		      const uint8_t *nonce, uint8_t mac[KVD_RVAL_MAC])

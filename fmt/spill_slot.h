@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * spill_fmt.h - the on-disk format of the spill area.
+ * spill_slot.h - the on-disk format of the spill area.
  *
  * DIR/kvcached-spill-NNN.slots, each file:
  *
@@ -14,14 +14,14 @@
  * zero is empty. Everything here is pure (no I/O), so the parsers can be
  * fuzzed; the daemon reads every header through kvd_slot_hdr_check.
  */
-#ifndef KVD_SPILL_FMT_H
-#define KVD_SPILL_FMT_H
+#ifndef KVD_SPILL_SLOT_H
+#define KVD_SPILL_SLOT_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../shm/segment.h"
+#include "../shm/segment.h"
 
 #define KVD_AREA_MAGIC   0x41455241504b564bull	/* "KVKPAREA" */
 #define KVD_SLOT_MAGIC   0x314c4c495053564bull	/* "KVSPILL1" */

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * spill_fmt.c - the spill area's on-disk headers: a filled slot header
+ * spill_slot.c - the spill area's on-disk headers: a filled slot header
  * checks back, every kind of damage is refused with its reason, an empty
  * slot reads as empty, and a file header names the geometry it was made
  * for. (The fuzz target tests/fuzz/spill_hdr.c searches the same code.)
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../daemon/tier/spill_fmt.h"
+#include "../../fmt/spill_slot.h"
 #include "../../shm/proto.h"
 
 #define BT 16
