@@ -19,6 +19,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include "config.h"
 #include "obs/events.h"
 #include "core/kvd.h"
 #include "core/pin.h"
@@ -86,6 +87,7 @@ static int segment_open(struct kvd *d)
 		seg_huge = fill.collapsed * KVSHM_HUGE_BYTES;
 	h.pool_kind = strcmp(d->cfg.pool, "cuda") ? KVSHM_POOL_HOST : KVSHM_POOL_CUDA;
 	d->h = d->seg.base;
+	kvd_ground_bind(d);
 	kvshm_init(d->h, &h);
 	atomic_store_explicit(&kvshm_stats(d->h)->segment_huge_bytes, seg_huge,
 			      memory_order_relaxed);
@@ -203,6 +205,7 @@ static void pool_stats(struct kvd *d)
 
 int main(int argc, char **argv)
 {
+	struct kvd_metrics *metrics = NULL;	/* /metrics server, or NULL */
 	char where[256];
 	struct kvd d;
 	int rc;
@@ -210,7 +213,7 @@ int main(int argc, char **argv)
 	memset(&d, 0, sizeof(d));
 	d.lfd = d.sigfd = d.tfd = d.epfd = -1;
 	d.seg.fd = d.pool.mem.fd = -1;
-	d.tier_host = &kvd_core_tier_host;	/* what the tiers may ask of the core */
+	d.g.host = &kvd_core_tier_host;	/* what the tiers may ask of the core */
 	signals_block_all();
 	d.reload = kvd_reload;			/* SIGHUP, from the event loop */
 	d.argc = argc;
@@ -257,11 +260,11 @@ int main(int argc, char **argv)
 		goto out;
 	pool_stats(&d);
 	/* Before the spill tier: its warm restart announces what it finds. */
-	if (kvd_events_open(&d))
+	if (kvd_events_open(&d.g))
 		goto out;
-	if (kvd_spill_open(&d))
+	if (kvd_spill_open(&d.g))
 		goto out;
-	if (kvd_remote_open(&d))
+	if (kvd_remote_open(&d.g))
 		goto out;
 	if (kvd_server_open(&d))
 		goto out;
@@ -270,8 +273,8 @@ int main(int argc, char **argv)
 	if (d.cfg.metrics_listen[0]) {
 		uint16_t port = 0;
 
-		d.metrics = kvd_metrics_start(d.h, (struct sockaddr *)&d.cfg.metrics_addr, &port);
-		if (!d.metrics)
+		metrics = kvd_metrics_start(d.h, (struct sockaddr *)&d.cfg.metrics_addr, &port);
+		if (!metrics)
 			goto out;
 		{
 			const struct sockaddr_storage *a = &d.cfg.metrics_addr;
@@ -305,18 +308,18 @@ int main(int argc, char **argv)
 	rc = kvd_server_run(&d) ? 1 : 0;
 	kvd_notify("STOPPING=1");
 out:
-	kvd_metrics_stop(d.metrics);
+	kvd_metrics_stop(metrics);
 	if (d.h)
 		kvd_pin_forget(&d, UINT32_MAX, UINT32_MAX);
 	kvd_server_close(&d);
-	kvd_events_close(&d);
-	kvd_tiers_close(&d);
+	kvd_events_close(&d.g);
+	kvd_tiers_close(&d.g);
 	kvd_pool_close(&d.pool);
 	kvd_slice_fini(&d);
 	kvd_memfd_close(&d.seg);
 	kvd_policy_close(&d.pol);
 	free(d.mark);
-	free(d.damaged);
+	free(d.g.damaged);
 	free(d.spare);
 	free(d.census_stamp);
 	free(d.qstamp_t);

@@ -102,19 +102,19 @@ static void remote_again(struct kvd *d)
 {
 	int fd;
 
-	if (d->remote)
-		d->tier[KVD_TIER_REMOTE]->close(d);	/* its eventfd leaves the epoll set */
+	if (d->g.tier[KVD_TIER_REMOTE])
+		d->g.tier[KVD_TIER_REMOTE]->close(&d->g);	/* its eventfd leaves the epoll set */
 	if (!d->cfg.remote[0]) {
 		kvd_info("reload: no remote tier now");
 		return;
 	}
-	if (kvd_remote_open(d)) {
+	if (kvd_remote_open(&d->g)) {
 		kvd_err("reload: the remote tier did not open with the new settings (above): running without one");
-		if (d->remote)
-			d->tier[KVD_TIER_REMOTE]->close(d);
+		if (d->g.tier[KVD_TIER_REMOTE])
+			d->g.tier[KVD_TIER_REMOTE]->close(&d->g);
 		return;
 	}
-	fd = kvd_tiers_fd(d, KVD_TIER_REMOTE);
+	fd = kvd_tiers_fd(&d->g, KVD_TIER_REMOTE);
 	if (fd >= 0 && kvd_ep_set(d, EPOLL_CTL_ADD, fd, EPOLLIN, KVD_EV_TIER + KVD_TIER_REMOTE))
 		kvd_err("reload: remote tier: epoll: its completions would not be seen");
 }
@@ -163,7 +163,7 @@ void kvd_reload(struct kvd *d)
 		d->evict_quiet_until = 0;
 	}
 	if (ch.eviction) {
-		if (kvd_evict_policy(d, ch.n->eviction) || kvd_spill_policy(d, ch.n->eviction))
+		if (kvd_evict_policy(d, ch.n->eviction) || kvd_spill_policy(&d->g, ch.n->eviction))
 			kvd_err("reload: out of memory switching eviction policy; the old one stays where it could not");
 		else
 			d->cfg.eviction = ch.n->eviction;

@@ -275,13 +275,13 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 	kvd_evict_drain(d, c);
 	fresh = n - joinable(d, c, claims, n);
 	if (fresh && fr->count < fresh + d->low_pages) {
-		uint32_t coming = fr->count + kvd_tiers_pending(d);
+		uint32_t coming = fr->count + kvd_tiers_pending(&d->g);
 
 		if (coming < fresh + d->low_pages)
 			kvd_evict(d, fresh + d->low_pages - coming, true);
 		/* Evicted pages being spilled are free once written. */
 		if (fr->count < fresh)
-			kvd_tiers_drain(d);
+			kvd_tiers_drain(&d->g);
 	}
 	out = malloc(sizeof(*out) * (n ? n : 1));
 	if (!out) {
@@ -310,8 +310,8 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 			break;
 		}
 		kvshm_page_set_tenant(d->h, out[k].page, c->tenant);
-		if (d->damaged)	/* a hole found earlier was about its old use */
-			d->damaged[out[k].page] = 0;
+		if (d->g.damaged)	/* a hole found earlier was about its old use */
+			d->g.damaged[out[k].page] = 0;
 		if (announce)
 			kvshm_page_announce(d->h, out[k].page, out[k].gen, kvd_owner(c), cl.key,
 					    cl.parent);
@@ -416,23 +416,23 @@ static int publish_page(struct kvd *d, struct kvd_client *c, const struct kvprot
 	/* Waiters for this block (ours or another writer's) wake after. */
 	kvd_flight_note(d, pub->page);
 	kvd_flight_note_key(d, pub->key);
-	if (d->damaged && d->damaged[pub->page]) {
+	if (d->g.damaged && d->g.damaged[pub->page]) {
 		/* A client punched this page out while it was being
 		 * written: its KV is gone, never to be indexed. */
-		d->damaged[pub->page] = 0;
+		d->g.damaged[pub->page] = 0;
 		kvshm_page_free(d->h, pub->page, pub->gen, owner);
 		return -EIO;
 	}
 	/* A tier-1 copy of the block gives way to the new page. */
-	kvd_tiers_unindex(d, pub->key, pub->parent, tokens, c->ns_id);
+	kvd_tiers_unindex(&d->g, pub->key, pub->parent, tokens, c->ns_id);
 	st = kvshm_page_publish(d->h, pub->page, pub->gen, owner, pub->key, pub->parent, tokens,
 				&res->page, &res->gen);
-	kvd_events_published(d, pub->page, st);
+	kvd_events_published(&d->g, pub->page, st);
 	if (st == KVSHM_PUBLISHED) {
 		/* Into the eviction order (behind its parent, the block
 		 * before it: policy.h). */
 		kvd_evict_insert(d, pub->page);
-		kvd_tiers_offer_publish(d, pub->page);
+		kvd_tiers_offer_publish(&d->g, pub->page);
 	}
 	return st;
 }
@@ -453,7 +453,7 @@ static int publish_slice(struct kvd *d, struct kvd_client *c, const struct kvpro
 		kvd_slice_release(d, c, pub->page);
 		return -ESTALE;
 	}
-	if (d->damaged && d->damaged[pub->page]) {
+	if (d->g.damaged && d->g.damaged[pub->page]) {
 		kvd_slice_release(d, c, pub->page);
 		return -EIO;
 	}

@@ -38,7 +38,7 @@ static void back_off(uint32_t page, void *arg)
 
 	/* A page whose spill write is in flight stays EVICTING until it is
 	 * done: a pin that names it now saw EVICTING (or will) and fails. */
-	if (kvd_tiers_busy(d, page))
+	if (kvd_tiers_busy(&d->g, page))
 		return;
 	kvshm_page_evict_back_off(d->h, page);
 }
@@ -139,7 +139,7 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 		/* Without may_wait (the tick), take no more candidates than the
 		 * spill tier has writes free: the loop never waits on the disk,
 		 * and the next tick or completion goes on. */
-		limit = may_wait ? BATCH : kvd_tiers_room(d);
+		limit = may_wait ? BATCH : kvd_tiers_room(&d->g);
 		if (limit > BATCH)
 			limit = BATCH;
 		if (!limit) {
@@ -165,7 +165,7 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 			/* A tier still copying it (a remote put) lets it be,
 			 * and so does a restore its client has yet to pin, and a
 			 * pinned prefix (pin.c). */
-			if (kvd_tiers_busy(d, p) || spared(d, p) || (d->pin_held && d->pin_held[p]) ||
+			if (kvd_tiers_busy(&d->g, p) || spared(d, p) || (d->pin_held && d->pin_held[p]) ||
 			    !kvshm_page_evict_mark(d->h, p)) {
 				kvd_policy_keep(&d->pol, p);
 				continue;
@@ -181,8 +181,8 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 				kvd_policy_remove(&d->pol, batch[i]);
 				/* To the spill tier (free when its write is
 				 * done), or plainly. */
-				if (!kvd_tiers_offer_evict(d, batch[i])) {
-					kvd_events_page_gone(d, batch[i]);
+				if (!kvd_tiers_offer_evict(&d->g, batch[i])) {
+					kvd_events_page_gone(&d->g, batch[i]);
 					kvshm_page_evict_finish(d->h, batch[i]);
 				}
 				freed++;
@@ -191,7 +191,7 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 				backed++;
 			}
 		}
-		kvd_tiers_flush(d);
+		kvd_tiers_flush(&d->g);
 	}
 	if (freed)
 		kvd_debug("evicted %u pages (wanted %u)", freed, want);
@@ -229,11 +229,11 @@ uint32_t kvd_evict_where(struct kvd *d, uint32_t ns_id, uint32_t tenant)
 	/* No page of it may be under a spill write; its slots go too (a row
 	 * about to name another model, or an operator's drop). */
 	if (tenant == UINT32_MAX)
-		kvd_tiers_forget_ns(d, ns_id);
+		kvd_tiers_forget_ns(&d->g, ns_id);
 	else
-		kvd_tiers_forget_tenant(d, ns_id, tenant);
+		kvd_tiers_forget_tenant(&d->g, ns_id, tenant);
 	for (i = 0; i < d->h->geo.n_pages; i++)
-		if (page_of(&pages[i], ns_id, tenant) && !kvd_tiers_busy(d, i) &&
+		if (page_of(&pages[i], ns_id, tenant) && !kvd_tiers_busy(&d->g, i) &&
 		    !(d->pin_held && d->pin_held[i]))
 			kvshm_page_evict_mark(d->h, i);
 	scan_ledgers(d);
@@ -247,7 +247,7 @@ uint32_t kvd_evict_where(struct kvd *d, uint32_t ns_id, uint32_t tenant)
 			/* A BlockRemoved per block, never AllBlocksCleared:
 			 * a router that keys by pod would clear every
 			 * model of the host (docs/EVENTS.md). */
-			kvd_events_page_gone(d, i);
+			kvd_events_page_gone(&d->g, i);
 			kvshm_page_evict_finish(d->h, i);
 		} else if (st != KVSHM_PAGE_FREE)
 			left++;
@@ -307,9 +307,9 @@ static void on_holes(uint32_t first, uint32_t n, void *arg)
 	struct kvshm_page *pages = kvshm_pages(d->h);
 	uint32_t p;
 
-	if (!d->damaged) {
-		d->damaged = calloc(d->h->geo.n_pages, 1);
-		if (!d->damaged)
+	if (!d->g.damaged) {
+		d->g.damaged = calloc(d->h->geo.n_pages, 1);
+		if (!d->g.damaged)
 			return;
 	}
 	for (p = first; p < first + n && p < d->h->geo.n_pages; p++) {
@@ -318,18 +318,18 @@ static void on_holes(uint32_t first, uint32_t n, void *arg)
 		if (st == KVSHM_PAGE_FREE)
 			continue;
 		kvd_stat_add(&kvshm_stats(d->h)->pool_holes, 1);
-		d->damaged[p] = 1;
+		d->g.damaged[p] = 1;
 		if (st == KVSHM_PAGE_WRITING)
 			continue;
 		kvd_pin_page_gone(d, p);	/* a pinned prefix ends before it */
-		kvd_events_page_gone(d, p);
+		kvd_events_page_gone(&d->g, p);
 		if (!kvshm_page_unlist(d->h, p))
 			kvd_stat_add(&kvshm_stats(d->h)->index_entries, -1);
-		if (kvd_tiers_cancel(d, p))
+		if (kvd_tiers_cancel(&d->g, p))
 			continue;
 		/* A tier still copying it (a remote put) must not see it freed
 		 * and reused under its copy: the evictor frees it after. */
-		if (kvd_tiers_busy(d, p))
+		if (kvd_tiers_busy(&d->g, p))
 			continue;
 		if (kvshm_page_evict_mark(d->h, p)) {
 			scan_ledgers(d);
@@ -337,7 +337,7 @@ static void on_holes(uint32_t first, uint32_t n, void *arg)
 			    KVSHM_PAGE_EVICTING) {
 				kvd_policy_remove(&d->pol, p);
 				kvshm_page_evict_finish(d->h, p);
-				d->damaged[p] = 0;
+				d->g.damaged[p] = 0;
 			}
 		}
 	}
@@ -354,7 +354,7 @@ void kvd_evict_tick(struct kvd *d)
 	 * (~0.25 ms), or 2 GiB of 2 MiB pages. */
 	kvd_pool_holes(&d->pool, kvd_pool_hole_slice(&d->pool), on_holes, d);
 	/* Pages being spilled are as good as free: they will be soon. */
-	uint32_t free_now = kvshm_free(d->h)->count + kvd_tiers_pending(d);
+	uint32_t free_now = kvshm_free(d->h)->count + kvd_tiers_pending(&d->g);
 
 	drain_rings(d);
 	/* A bounded slice per tick: the watermarks are a share of the pool,

@@ -20,6 +20,7 @@
 #define KVD_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <time.h>
@@ -27,12 +28,13 @@
 #include "../../shm/ledger.h"
 #include "../../shm/proto.h"
 #include "../../shm/segment.h"
-#include "../config.h"
+#include "../util/settings.h"
 #include "../policy/policy.h"
 #include "../pool/memfd.h"
 #include "../pool/pool.h"
 #include "../tier/tier.h"
 #include "../util/clock.h"
+#include "../util/ground.h"
 
 /* Namespace rows the daemon keeps (the segment's max_ns). */
 #define KVD_MAX_NS 64
@@ -160,8 +162,6 @@ struct kvd {
 	uint32_t *spare;		/* n_pages: a restored page is not evicted
 					 * before tick spare[page] (evict.c), NULL
 					 * until the first restore */
-	uint8_t *damaged;		/* n_pages: punched out by a client (evict.c),
-					 * NULL until the first hole */
 	struct kvd_policy pol;		/* pool pages' eviction order (policy.h) */
 	/* Pages several tensor-parallel ranks write (slice.c): a record per
 	 * such page while WRITING (n_pages pointers), and the records not
@@ -177,11 +177,6 @@ struct kvd {
 	uint64_t evict_quiet_until;
 	uint64_t evict_quiet_pins;
 	uint32_t evict_backoff;
-	struct kvd_metrics *metrics;	/* /metrics server, or NULL */
-	struct kvd_spill *spill;	/* spill tier (spill.c), or NULL */
-	struct kvd_remote *remote;	/* remote tier (remote.c), or NULL */
-	const struct kvd_tier *tier[KVD_TIER_MAX];	/* by level; NULL: none */
-	struct kvd_events *events;	/* KV events (events.c), or NULL */
 	uint64_t watchdog_usec;		/* 0: no systemd watchdog */
 	uint64_t watchdog_last;		/* CLOCK_MONOTONIC usec of the last ping */
 
@@ -221,9 +216,11 @@ struct kvd {
 	/* Clients marked closing, in the order they were (reply.c); the
 	 * event loop drops them (kvd_server_drop_closing). */
 	struct kvd_client *closing, *closing_tail;
-	/* What the tiers may call in the core (restore.c's kvd_core_tier_host;
-	 * main.c sets it). */
-	const struct kvd_tier_host *tier_host;
+	/* What the lower floors see (util/ground.h): the settings, the
+	 * segment and the pool above (kvd_ground_bind), pages punched out
+	 * (evict.c), what the tiers may call in the core (restore.c's
+	 * kvd_core_tier_host; main.c sets it), the tiers, KV events. */
+	struct kvd_ground g;
 	/* SIGHUP: main.c's reload (reload.c), and the command line it reads
 	 * the settings from again. */
 	void (*reload)(struct kvd *d);
@@ -260,11 +257,20 @@ static inline uint32_t kvd_owner(const struct kvd_client *c)
 	return c->id + 1;
 }
 
-/* Single-writer stat update (relaxed; see kvshm_stats). */
-static inline void kvd_stat_add(_Atomic uint64_t *c, int64_t v)
+/* The daemon around its ground: what a callback the core answers for the
+ * lower floors (struct kvd_tier_host) gets back. */
+static inline struct kvd *kvd_of(struct kvd_ground *g)
 {
-	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + (uint64_t)v,
-			      memory_order_relaxed);
+	return (struct kvd *)((char *)g - offsetof(struct kvd, g));
 }
+
+/* Point the ground at d's settings, segment and pool (once d->h is set). */
+static inline void kvd_ground_bind(struct kvd *d)
+{
+	d->g.cfg = &d->cfg;
+	d->g.h = d->h;
+	d->g.pool = &d->pool;
+}
+
 
 #endif

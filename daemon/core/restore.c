@@ -8,7 +8,7 @@
  * the main loop never does: the request is parked on its client (which
  * sends nothing more until the reply, see server.c) and the reply goes
  * out when the last tier says it is done (kvd_tiers_fetch_done, which
- * reaches restore_done through d->tier_host, the core's side of the tier
+ * reaches restore_done through the ground's host, the core's side of the tier
  * interface, set here).
  */
 #include <errno.h>
@@ -140,7 +140,7 @@ int kvd_restore(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *h
 			}
 			continue;
 		}
-		rc = kvd_tiers_claim(d, c->ns_id, loc, want == cap, &f[i]);
+		rc = kvd_tiers_claim(&d->g, c->ns_id, loc, want == cap, &f[i]);
 		if (rc > 0) {
 			tier_of[i] = (uint8_t)rc;
 			want++;
@@ -154,8 +154,8 @@ int kvd_restore(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *h
 		/* Pages for them: evict (and spill) first if need be. */
 		if (fr->count < want) {
 			kvd_evict(d, want - fr->count, true);
-			kvd_tiers_flush(d);
-			kvd_tiers_drain(d);
+			kvd_tiers_flush(&d->g);
+			kvd_tiers_drain(&d->g);
 		}
 		/* The farthest tier first: its fetch runs while the nearer
 		 * ones read. */
@@ -166,7 +166,8 @@ int kvd_restore(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *h
 			if (!got)
 				continue;
 			rq->waiting++;
-			if (kvd_tiers_fetch(d, (enum kvd_tier_level)lv, c, part, got, rq) == 0)
+			if (kvd_tiers_fetch(&d->g, (enum kvd_tier_level)lv, c->ns_id, c->tenant, part,
+					    got, rq) == 0)
 				rq->waiting--;
 		}
 	}
@@ -185,14 +186,26 @@ int kvd_restore(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *h
 
 /* A tier placed page for a restore: in the eviction order, and spared
  * until its client has pinned it. */
-static void restore_ready(struct kvd *d, uint32_t page)
+static void host_ready(struct kvd_ground *g, uint32_t page)
 {
+	struct kvd *d = kvd_of(g);
+
 	kvd_evict_insert(d, page);
 	kvd_evict_spare(d, page);
 }
 
+static int host_ns(struct kvd_ground *g, const struct kvshm_ns *want, bool may_reclaim)
+{
+	return kvd_ns_get(kvd_of(g), want, may_reclaim);
+}
+
+static void host_fetch_done(struct kvd_ground *g, struct kvd_restore *rq)
+{
+	restore_done(kvd_of(g), rq);
+}
+
 const struct kvd_tier_host kvd_core_tier_host = {
-	.ns = kvd_ns_get,
-	.fetch_done = restore_done,
-	.ready = restore_ready,
+	.ns = host_ns,
+	.fetch_done = host_fetch_done,
+	.ready = host_ready,
 };

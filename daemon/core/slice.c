@@ -159,8 +159,8 @@ uint32_t kvd_slice_grant(struct kvd *d, struct kvd_client *c, const struct kvpro
 		return KVPROTO_SHORT_POOL;
 	}
 	kvshm_page_set_tenant(d->h, r->page, c->tenant);
-	if (d->damaged)	/* a hole found earlier was about its old use */
-		d->damaged[r->page] = 0;
+	if (d->g.damaged)	/* a hole found earlier was about its old use */
+		d->g.damaged[r->page] = 0;
 	r->writers = c->part.writers;
 	r->claimed = 1u << s;
 	r->who[s] = kvd_owner(c);

@@ -176,9 +176,9 @@ struct kvd_events {
 	struct replay rp[REPLAYS];
 };
 
-static struct kvshm_stats *st_of(struct kvd *d)
+static struct kvshm_stats *st_of(struct kvd_ground *g)
 {
-	return kvshm_stats(d->h);
+	return kvshm_stats(g->h);
 }
 
 static void put_be64(uint8_t *b, uint64_t v)
@@ -199,11 +199,11 @@ static uint64_t get_be64(const uint8_t *b)
 	return v;
 }
 
-const char *kvd_medium_name(const struct kvd *d, enum kvd_medium m)
+const char *kvd_medium_name(const struct kvd_ground *g, enum kvd_medium m)
 {
 	switch (m) {
 	case KVD_MEDIUM_POOL:
-		return d->h->pool_kind == KVSHM_POOL_CUDA ? "GPU" : d->cfg.kv_events_host_medium;
+		return g->h->pool_kind == KVSHM_POOL_CUDA ? "GPU" : g->cfg->kv_events_host_medium;
 	case KVD_MEDIUM_SPILL:
 		return "DISK";
 	case KVD_MEDIUM_REMOTE:
@@ -379,16 +379,16 @@ static uint64_t now_ms(void)
 	return kvd_now_ms() + 1;
 }
 
-static void set_lossy(struct kvd *d, bool lossy)
+static void set_lossy(struct kvd_ground *g, bool lossy)
 {
-	struct kvd_events *e = d->events;
+	struct kvd_events *e = g->events;
 	int v = !lossy;
 
 	if (e->z.zmq_setsockopt(e->pub, ZMQ_XPUB_NODROP, &v, sizeof(v)))
 		return;
 	e->lossy = lossy;
 	e->lossy_since = now_ms();
-	atomic_store_explicit(&st_of(d)->kv_events_lossy, lossy, memory_order_relaxed);
+	atomic_store_explicit(&st_of(g)->kv_events_lossy, lossy, memory_order_relaxed);
 }
 
 /*
@@ -402,16 +402,16 @@ static void set_lossy(struct kvd *d, bool lossy)
  * batch: if it still fails, back off at once; if not, every loss is
  * counted again.
  */
-static int pub_send(struct kvd *d, const char *topic, size_t tlen, uint64_t seq,
+static int pub_send(struct kvd_ground *g, const char *topic, size_t tlen, uint64_t seq,
 		    const void *p, size_t len)
 {
-	struct kvd_events *e = d->events;
-	uint32_t grace = d->cfg.kv_events_stall_ms;
+	struct kvd_events *e = g->events;
+	uint32_t grace = g->cfg->kv_events_stall_ms;
 	uint64_t now = now_ms();
 	int rc;
 
 	if (e->lossy && now - e->lossy_since >= 10ull * grace) {
-		set_lossy(d, false);
+		set_lossy(g, false);
 		e->probing = true;
 	}
 	rc = zsend(e, topic, tlen, seq, p, len);
@@ -424,22 +424,22 @@ static int pub_send(struct kvd *d, const char *topic, size_t tlen, uint64_t seq,
 	}
 	if (e->probing) {
 		e->probing = false;
-		set_lossy(d, true);
+		set_lossy(g, true);
 	} else if (!e->stall_since) {
 		e->stall_since = now;
 	} else if (grace && now - e->stall_since >= grace) {
 		kvd_warn("kv events: a subscriber has not read for %llu ms (its queue of %u batches is full): from now on it alone loses batches, uncounted; the others get them",
-			 (unsigned long long)(now - e->stall_since), d->cfg.kv_events_hwm);
-		set_lossy(d, true);
+			 (unsigned long long)(now - e->stall_since), g->cfg->kv_events_hwm);
+		set_lossy(g, true);
 	}
 	return rc;
 }
 
-static void pack_hash(struct kvd *d, msgpack_packer *pk, struct kvshm_key k)
+static void pack_hash(struct kvd_ground *g, msgpack_packer *pk, struct kvshm_key k)
 {
 	uint8_t b[16];
 
-	switch (d->cfg.kv_events_hash) {
+	switch (g->cfg->kv_events_hash) {
 	case KVD_EVENTS_HASH_INT64:
 		msgpack_pack_int64(pk, (int64_t)k.lo);
 		break;
@@ -523,7 +523,7 @@ static void pack_tokens(msgpack_packer *pk, const uint32_t *t, uint32_t n)
 		pk->callback(pk->data, (const char *)b, len);
 }
 
-static void ev_open(struct kvd *d, msgpack_packer *pk, bool map, const char *tag,
+static void ev_open(struct kvd_ground *g, msgpack_packer *pk, bool map, const char *tag,
 		    uint32_t fields, const struct queue *s, const struct pev *v)
 {
 	uint32_t i;
@@ -538,33 +538,33 @@ static void ev_open(struct kvd *d, msgpack_packer *pk, bool map, const char *tag
 	ev_key(pk, map, "block_hashes");
 	msgpack_pack_array(pk, v->n);
 	for (i = 0; i < v->n; i++)
-		pack_hash(d, pk, s->keys[v->first + i]);
+		pack_hash(g, pk, s->keys[v->first + i]);
 }
 
 /* One event: BlockStored or BlockRemoved, in the configured form. */
-static void pack_event(struct kvd *d, msgpack_packer *pk, const struct queue *s,
+static void pack_event(struct kvd_ground *g, msgpack_packer *pk, const struct queue *s,
 		       const struct pev *v)
 {
-	const char *medium = kvd_medium_name(d, v->medium);
-	bool map = d->cfg.kv_events_format == KVD_EVENTS_FORMAT_MAP;
-	uint32_t ntok = v->n * d->events->bt;
+	const char *medium = kvd_medium_name(g, v->medium);
+	bool map = g->cfg->kv_events_format == KVD_EVENTS_FORMAT_MAP;
+	uint32_t ntok = v->n * g->events->bt;
 
 	if (v->type == EV_REMOVED) {
-		ev_open(d, pk, map, "BlockRemoved", 2, s, v);
+		ev_open(g, pk, map, "BlockRemoved", 2, s, v);
 		ev_key(pk, map, "medium");
 		pack_str(pk, medium);
 		return;
 	}
-	ev_open(d, pk, map, "BlockStored", 7, s, v);
+	ev_open(g, pk, map, "BlockStored", 7, s, v);
 	ev_key(pk, map, "parent_block_hash");
 	if (v->root)
 		msgpack_pack_nil(pk);
 	else
-		pack_hash(d, pk, v->parent);
+		pack_hash(g, pk, v->parent);
 	ev_key(pk, map, "token_ids");
 	pack_tokens(pk, s->tok + v->tok, ntok);
 	ev_key(pk, map, "block_size");
-	msgpack_pack_uint32(pk, d->events->bt);
+	msgpack_pack_uint32(pk, g->events->bt);
 	ev_key(pk, map, "lora_id");
 	msgpack_pack_nil(pk);
 	ev_key(pk, map, "medium");
@@ -589,9 +589,9 @@ static int sb_write(void *data, const char *buf, size_t len)
  * sequence number, keep it for replay, and empty the queue. A batch that
  * could not be encoded (out of memory) is dropped like one that could not
  * be sent: counted, its sequence number spent. */
-static void send_queue(struct kvd *d, struct queue *s)
+static void send_queue(struct kvd_ground *g, struct queue *s)
 {
-	struct kvd_events *e = d->events;
+	struct kvd_events *e = g->events;
 	struct timespec ts;
 	msgpack_packer pk;
 	uint64_t seq = e->seq++;
@@ -606,21 +606,21 @@ static void send_queue(struct kvd *d, struct queue *s)
 	msgpack_pack_double(&pk, (double)ts.tv_sec + (double)ts.tv_nsec / 1e9);	/* ts */
 	msgpack_pack_array(&pk, s->nev);					/* events */
 	for (k = 0; k < s->nev; k++)
-		pack_event(d, &pk, s, &s->ev[k]);
+		pack_event(g, &pk, s, &s->ev[k]);
 	msgpack_pack_uint32(&pk, 0);	/* data_parallel_rank */
 	if (e->sb_failed)
 		rc = -ENOMEM;
 	else if (e->sink)
 		rc = e->sink(e->sink_arg, s->topic, s->topic_len, seq, e->sb.data, e->sb.size);
 	else
-		rc = pub_send(d, s->topic, s->topic_len, seq, e->sb.data, e->sb.size);
+		rc = pub_send(g, s->topic, s->topic_len, seq, e->sb.data, e->sb.size);
 	if (rc) {
-		kvd_stat_add(&st_of(d)->kv_event_drops, 1);
+		kvd_stat_add(&st_of(g)->kv_event_drops, 1);
 		kvd_debug("kv events: batch %llu (%u events) dropped: %s",
 			  (unsigned long long)seq, s->nev, strerror(-rc));
 	} else {
-		kvd_stat_add(&st_of(d)->kv_event_batches, 1);
-		kvd_stat_add(&st_of(d)->kv_events, s->nev);
+		kvd_stat_add(&st_of(g)->kv_event_batches, 1);
+		kvd_stat_add(&st_of(g)->kv_events, s->nev);
 	}
 	if (!e->sb_failed)
 		ring_push(e, seq, e->sb.data, e->sb.size);
@@ -628,28 +628,28 @@ static void send_queue(struct kvd *d, struct queue *s)
 }
 
 /* Send every topic's events of this tick, one batch per topic. */
-static void flush_all(struct kvd *d)
+static void flush_all(struct kvd_ground *g)
 {
-	struct kvd_events *e = d->events;
+	struct kvd_events *e = g->events;
 	uint32_t i;
 
 	for (i = 0; i < e->max_ns; i++)
 		if (e->st[i].nev)
-			send_queue(d, &e->st[i]);
+			send_queue(g, &e->st[i]);
 }
 
 /* Row ns_id's topic, made for the row's current identity; NULL for a
  * muted shard, an engine-keyed namespace or a row out of range. */
-static struct row *row_get(struct kvd *d, uint32_t ns_id)
+static struct row *row_get(struct kvd_ground *g, uint32_t ns_id)
 {
-	struct kvd_events *e = d->events;
+	struct kvd_events *e = g->events;
 	const struct kvshm_ns *ns;
 	struct row *r;
 	char model[KVSHM_MODEL_NAME];
 
 	if (ns_id >= e->max_ns)
 		return NULL;
-	ns = &kvshm_ns(d->h)[ns_id];
+	ns = &kvshm_ns(g->h)[ns_id];
 	r = &e->rows[ns_id];
 	if (!r->known || !kvshm_key_eq(r->id, ns->id)) {
 		memcpy(model, ns->model, sizeof(model));
@@ -663,7 +663,7 @@ static struct row *row_get(struct kvd *d, uint32_t ns_id)
 			/* An engine-keyed namespace's "tokens" are digests
 			 * of the engine's keys: no router can use them. */
 			ns->kind != KVSHM_NS_TOKENS;
-		r->topic_len = (uint32_t)kvd_events_topic(d->cfg.kv_events_topic, e->host, model,
+		r->topic_len = (uint32_t)kvd_events_topic(g->cfg->kv_events_topic, e->host, model,
 							  r->topic, sizeof(r->topic));
 	}
 	return r->muted ? NULL : r;
@@ -680,10 +680,10 @@ static bool same_topic(const struct row *r, const struct queue *s)
  * shard. A row that now names another namespace (reclaimed) has a new
  * topic: what the old one queued stays queued under the old topic.
  */
-static struct queue *queue_get(struct kvd *d, uint32_t ns_id)
+static struct queue *queue_get(struct kvd_ground *g, uint32_t ns_id)
 {
-	struct kvd_events *e = d->events;
-	struct row *r = row_get(d, ns_id);
+	struct kvd_events *e = g->events;
+	struct row *r = row_get(g, ns_id);
 	uint32_t i;
 
 	if (!r)
@@ -700,7 +700,7 @@ static struct queue *queue_get(struct kvd *d, uint32_t ns_id)
 		if (i == e->max_ns) {
 			/* More topics in one tick than queues (rows reused
 			 * over and over): send them all now. */
-			flush_all(d);
+			flush_all(g);
 			i = 0;
 		}
 		e->st[i].topic_len = r->topic_len;
@@ -736,28 +736,28 @@ static bool grow(void **p, uint32_t *cap, uint64_t need, size_t elem)
  * counted as a dropped batch and a sequence number skipped, so that
  * subscribers see a gap) when memory runs out.
  */
-static bool room(struct kvd *d, struct queue *s, uint32_t ntok)
+static bool room(struct kvd_ground *g, struct queue *s, uint32_t ntok)
 {
 	if (s->bytes > BATCH_BYTES)
-		send_queue(d, s);
+		send_queue(g, s);
 	if (grow((void **)&s->ev, &s->cap_ev, (uint64_t)s->nev + 1, sizeof(*s->ev)) &&
 	    grow((void **)&s->keys, &s->cap_keys, (uint64_t)s->nkeys + 1, sizeof(*s->keys)) &&
 	    grow((void **)&s->tok, &s->cap_tok, (uint64_t)s->ntok + ntok, sizeof(*s->tok)))
 		return true;
 	kvd_err("kv events: out of memory; an event is lost (a sequence gap shows it)");
-	d->events->seq++;
-	kvd_stat_add(&st_of(d)->kv_event_drops, 1);
+	g->events->seq++;
+	kvd_stat_add(&st_of(g)->kv_event_drops, 1);
 	return false;
 }
 
-static void add_stored(struct kvd *d, uint32_t ns_id, enum kvd_medium m, struct kvshm_key key,
+static void add_stored(struct kvd_ground *g, uint32_t ns_id, enum kvd_medium m, struct kvshm_key key,
 		       struct kvshm_key parent, bool root, const uint32_t *tokens)
 {
-	struct queue *s = queue_get(d, ns_id);
-	uint32_t bt = d->events->bt;
+	struct queue *s = queue_get(g, ns_id);
+	uint32_t bt = g->events->bt;
 	struct pev *last;
 
-	if (!s || !room(d, s, bt))
+	if (!s || !room(g, s, bt))
 		return;
 	last = s->nev ? &s->ev[s->nev - 1] : NULL;
 	/* The next block of the chain the last BlockStored holds: extend it
@@ -783,12 +783,12 @@ static void add_stored(struct kvd *d, uint32_t ns_id, enum kvd_medium m, struct 
 	s->bytes += 17 + (size_t)bt * 5;
 }
 
-static void add_removed(struct kvd *d, uint32_t ns_id, enum kvd_medium m, struct kvshm_key key)
+static void add_removed(struct kvd_ground *g, uint32_t ns_id, enum kvd_medium m, struct kvshm_key key)
 {
-	struct queue *s = queue_get(d, ns_id);
+	struct queue *s = queue_get(g, ns_id);
 	struct pev *last;
 
-	if (!s || !room(d, s, 0))
+	if (!s || !room(g, s, 0))
 		return;
 	last = s->nev ? &s->ev[s->nev - 1] : NULL;
 	if (!last || last->type != EV_REMOVED || last->medium != m) {
@@ -860,9 +860,9 @@ static uint32_t ring_find(struct kvd_events *e, uint64_t want)
 
 /* Go on with every replay in progress, up to the byte budget; a peer
  * whose queue is full (EAGAIN) waits for the next round. */
-static void replay_pump(struct kvd *d, kvd_events_reply fn, void *arg)
+static void replay_pump(struct kvd_ground *g, kvd_events_reply fn, void *arg)
 {
-	struct kvd_events *e = d->events;
+	struct kvd_events *e = g->events;
 	uint64_t budget = REPLAY_BUDGET;
 	uint8_t sb[8];
 	int i, rc = 0;
@@ -899,27 +899,27 @@ static void replay_pump(struct kvd *d, kvd_events_reply fn, void *arg)
 		if (rc && rc != -EAGAIN) {
 			r->on = false;	/* done, the peer is gone, or it stalled */
 			if (rc == -ETIMEDOUT)
-				kvd_stat_add(&st_of(d)->kv_event_replay_errors, 1);
+				kvd_stat_add(&st_of(g)->kv_event_replay_errors, 1);
 		}
 		rc = 0;
 	}
 }
 
-void kvd_events_replay_frames(struct kvd *d, const struct iovec *frames, size_t n, bool once,
+void kvd_events_replay_frames(struct kvd_ground *g, const struct iovec *frames, size_t n, bool once,
 			      kvd_events_reply fn, void *arg)
 {
-	struct kvd_events *e = d->events;
+	struct kvd_events *e = g->events;
 	struct replay *r = NULL, tmp;
 	const char *why = NULL;
 	uint64_t start;
 	int i;
 
 	if (!frames) {
-		replay_pump(d, fn, arg);
+		replay_pump(g, fn, arg);
 		return;
 	}
 	if (kvd_events_replay_parse(frames, n, &start, &why)) {
-		kvd_stat_add(&st_of(d)->kv_event_replay_errors, 1);
+		kvd_stat_add(&st_of(g)->kv_event_replay_errors, 1);
 		kvd_debug("kv events: replay request refused: %s", why);
 		/* A REQ peer waits for an answer: give it the end marker. */
 		if (n == 3 && frames[0].iov_len && frames[0].iov_len <= 255) {
@@ -938,7 +938,7 @@ void kvd_events_replay_frames(struct kvd *d, const struct iovec *frames, size_t 
 		uint32_t k = ring_find(e, start);
 		uint8_t sb[8];
 
-		kvd_stat_add(&st_of(d)->kv_event_replays, 1);
+		kvd_stat_add(&st_of(g)->kv_event_replays, 1);
 		tmp.idlen = (uint32_t)frames[0].iov_len;
 		memcpy(tmp.id, frames[0].iov_base, tmp.idlen);
 		if (k < e->ring_n) {
@@ -957,16 +957,16 @@ void kvd_events_replay_frames(struct kvd *d, const struct iovec *frames, size_t 
 	for (i = 0; i < REPLAYS; i++)
 		if (e->rp[i].on && e->rp[i].idlen == frames[0].iov_len &&
 		    !memcmp(e->rp[i].id, frames[0].iov_base, e->rp[i].idlen)) {
-			kvd_stat_add(&st_of(d)->kv_event_replay_errors, 1);
+			kvd_stat_add(&st_of(g)->kv_event_replay_errors, 1);
 			kvd_debug("kv events: a replay to that peer is in progress; the request is ignored");
-			replay_pump(d, fn, arg);
+			replay_pump(g, fn, arg);
 			return;
 		}
 	for (i = 0; i < REPLAYS && !r; i++)
 		if (!e->rp[i].on)
 			r = &e->rp[i];
 	if (!r) {
-		kvd_stat_add(&st_of(d)->kv_event_replay_errors, 1);
+		kvd_stat_add(&st_of(g)->kv_event_replay_errors, 1);
 		kvd_debug("kv events: %d replays in progress; one more answered with nothing",
 			  REPLAYS);
 		tmp.idlen = (uint32_t)frames[0].iov_len;
@@ -974,7 +974,7 @@ void kvd_events_replay_frames(struct kvd *d, const struct iovec *frames, size_t 
 		reply4(fn, arg, &tmp, end_seq, NULL, 0);
 		return;
 	}
-	kvd_stat_add(&st_of(d)->kv_event_replays, 1);
+	kvd_stat_add(&st_of(g)->kv_event_replays, 1);
 	r->on = true;
 	r->idlen = (uint32_t)frames[0].iov_len;
 	memcpy(r->id, frames[0].iov_base, r->idlen);
@@ -982,7 +982,7 @@ void kvd_events_replay_frames(struct kvd *d, const struct iovec *frames, size_t 
 	r->stalled_ms = 0;
 	kvd_debug("kv events: replay from %llu (%u batches buffered)", (unsigned long long)start,
 		  e->ring_n);
-	replay_pump(d, fn, arg);
+	replay_pump(g, fn, arg);
 }
 
 /* ROUTER send of one reply: -EAGAIN when that peer's queue is full,
@@ -1032,9 +1032,9 @@ static bool peer_is_req(struct kvd_events *e, zmq_msg_t *m)
 /* Read one request and answer it; false when none is waiting. At most 4
  * frames are kept; a longer request is refused, and one cut by the
  * per-service limit has its tail read and dropped by later calls. */
-static bool read_request(struct kvd *d, uint32_t *parts)
+static bool read_request(struct kvd_ground *g, uint32_t *parts)
 {
-	struct kvd_events *e = d->events;
+	struct kvd_events *e = g->events;
 	zmq_msg_t m[4], extra;
 	struct iovec f[4];
 	size_t n = 0, i;
@@ -1072,7 +1072,7 @@ static bool read_request(struct kvd *d, uint32_t *parts)
 		return false;
 	if (more) {
 		e->discarding = true;	/* too long to read now: refused */
-		kvd_stat_add(&st_of(d)->kv_event_replay_errors, 1);
+		kvd_stat_add(&st_of(g)->kv_event_replay_errors, 1);
 	} else {
 		for (i = 0; i < n; i++) {
 			f[i].iov_base = e->z.zmq_msg_data(&m[i]);
@@ -1080,21 +1080,21 @@ static bool read_request(struct kvd *d, uint32_t *parts)
 		}
 		/* Over 4 frames: 4 passed on, refused as the wrong count. */
 		(void)over;
-		kvd_events_replay_frames(d, f, n, peer_is_req(e, &m[n - 1]), zreply, e);
+		kvd_events_replay_frames(g, f, n, peer_is_req(e, &m[n - 1]), zreply, e);
 	}
 	for (i = 0; i < n; i++)
 		e->z.zmq_msg_close(&m[i]);
 	return true;
 }
 
-void kvd_events_service(struct kvd *d)
+void kvd_events_service(struct kvd_ground *g)
 {
-	struct kvd_events *e = d->events;
+	struct kvd_events *e = g->events;
 	uint32_t parts = 0;
 
 	if (!e || !e->router)
 		return;
-	replay_pump(d, zreply, e);
+	replay_pump(g, zreply, e);
 	/* Edge-triggered: drain until ZMQ_EVENTS says nothing is readable
 	 * (sends above may have consumed the fd's signal too). What the
 	 * limit leaves waits for the next tick, which calls us again. */
@@ -1104,48 +1104,48 @@ void kvd_events_service(struct kvd *d)
 
 		if (e->z.zmq_getsockopt(e->router, ZMQ_EVENTS, &ev, &sz) || !(ev & ZMQ_POLLIN))
 			break;
-		if (!read_request(d, &parts))
+		if (!read_request(g, &parts))
 			break;
 	}
 }
 
 /* ------------------------------------------------------------- open/close */
 
-static int setup(struct kvd *d)
+static int setup(struct kvd_ground *g)
 {
-	struct kvd_events *e = d->events;
-	const struct kvshm_geometry *g = &d->h->geo;
+	struct kvd_events *e = g->events;
+	const struct kvshm_geometry *geo = &g->h->geo;
 
 	e->fd = -1;
-	e->max_ns = g->max_ns;
-	e->n_pages = g->n_pages;
-	e->n_slots = g->n_slots;
-	e->bt = g->block_tokens;
+	e->max_ns = geo->max_ns;
+	e->n_pages = geo->n_pages;
+	e->n_slots = geo->n_slots;
+	e->bt = geo->block_tokens;
 	if (gethostname(e->host, sizeof(e->host) - 1) || !e->host[0])
 		strcpy(e->host, "localhost");
 	e->rows = calloc(e->max_ns ? e->max_ns : 1, sizeof(*e->rows));
 	e->st = calloc(e->max_ns ? e->max_ns : 1, sizeof(*e->st));
 	e->flags = calloc((size_t)e->n_pages + e->n_slots, 1);
-	e->ring_cap = d->cfg.kv_events_buffer;
+	e->ring_cap = g->cfg->kv_events_buffer;
 	e->ring = calloc(e->ring_cap ? e->ring_cap : 1, sizeof(*e->ring));
 	msgpack_sbuffer_init(&e->sb);
 	if (!e->rows || !e->st || !e->flags || !e->ring) {
 		kvd_err("kv events: out of memory");
 		return -1;
 	}
-	atomic_store_explicit(&st_of(d)->kv_events_enabled, 1, memory_order_relaxed);
+	atomic_store_explicit(&st_of(g)->kv_events_enabled, 1, memory_order_relaxed);
 	return 0;
 }
 
-int kvd_events_open_sink(struct kvd *d, kvd_events_sink sink, void *arg)
+int kvd_events_open_sink(struct kvd_ground *g, kvd_events_sink sink, void *arg)
 {
-	d->events = calloc(1, sizeof(*d->events));
-	if (!d->events)
+	g->events = calloc(1, sizeof(*g->events));
+	if (!g->events)
 		return -1;
-	d->events->sink = sink;
-	d->events->sink_arg = arg;
-	if (setup(d)) {
-		kvd_events_close(d);
+	g->events->sink = sink;
+	g->events->sink_arg = arg;
+	if (setup(g)) {
+		kvd_events_close(g);
 		return -1;
 	}
 	return 0;
@@ -1162,9 +1162,9 @@ static const char *zerr(struct kvd_events *e)
 }
 
 /* The replay ROUTER socket, bound, its ZMQ_FD in e->fd. */
-static int open_router(struct kvd *d)
+static int open_router(struct kvd_ground *g)
 {
-	struct kvd_events *e = d->events;
+	struct kvd_events *e = g->events;
 	int64_t maxmsg = 256;
 	size_t sz = sizeof(e->fd);
 
@@ -1181,24 +1181,24 @@ static int open_router(struct kvd *d)
 		kvd_err("kv-events-replay: ZMQ ROUTER socket: %s", zerr(e));
 		return -1;
 	}
-	if (e->z.zmq_bind(e->router, d->cfg.kv_events_replay)) {
-		kvd_err("kv-events-replay %s: cannot bind: %s", d->cfg.kv_events_replay, zerr(e));
+	if (e->z.zmq_bind(e->router, g->cfg->kv_events_replay)) {
+		kvd_err("kv-events-replay %s: cannot bind: %s", g->cfg->kv_events_replay, zerr(e));
 		return -1;
 	}
 	e->router_bound = true;
 	return 0;
 }
 
-int kvd_events_open(struct kvd *d)
+int kvd_events_open(struct kvd_ground *g)
 {
-	const struct kvd_config *cfg = &d->cfg;
+	const struct kvd_config *cfg = g->cfg;
 	struct kvd_events *e;
 	int major = 0, minor = 0, patch = 0;
 	sigset_t all, old;
 
 	if (!cfg->kv_events[0])
 		return 0;
-	e = d->events = calloc(1, sizeof(*e));
+	e = g->events = calloc(1, sizeof(*e));
 	if (!e) {
 		kvd_err("kv events: out of memory");
 		return -1;
@@ -1221,7 +1221,7 @@ int kvd_events_open(struct kvd *d)
 		kvd_err("kv-events: libzmq %d.%d.%d is too old (4.2 or later)", major, minor, patch);
 		goto fail;
 	}
-	if (setup(d))
+	if (setup(g))
 		goto fail;
 	/* libzmq starts its threads with the first socket: they inherit a
 	 * mask that blocks every signal (SIGTERM is the main loop's, through
@@ -1246,7 +1246,7 @@ int kvd_events_open(struct kvd *d)
 		goto fail;
 	}
 	e->pub_bound = !cfg->kv_events_connect;
-	if (cfg->kv_events_replay[0] && open_router(d))
+	if (cfg->kv_events_replay[0] && open_router(g))
 		goto fail;
 	kvd_info("kv events: %s %s (libzmq %d.%d.%d), topic %s, %s hashes%s%s, replay buffer %u batches",
 		 cfg->kv_events_connect ? "connected to" : "publishing on", cfg->kv_events, major,
@@ -1257,7 +1257,7 @@ int kvd_events_open(struct kvd *d)
 		 cfg->kv_events_buffer);
 	return 0;
 fail:
-	kvd_events_close(d);
+	kvd_events_close(g);
 	return -1;
 }
 
@@ -1273,15 +1273,15 @@ static void unlink_ipc(const char *ep)
 		unlink(ep + 6);
 }
 
-void kvd_events_close(struct kvd *d)
+void kvd_events_close(struct kvd_ground *g)
 {
-	struct kvd_events *e = d->events;
+	struct kvd_events *e = g->events;
 	uint32_t i;
 
 	if (!e)
 		return;
 	if (e->st && (e->pub || e->sink))
-		flush_all(d);
+		flush_all(g);
 	if (e->router)
 		e->z.zmq_close(e->router);
 	if (e->pub)
@@ -1289,9 +1289,9 @@ void kvd_events_close(struct kvd *d)
 	if (e->ctx)
 		e->z.zmq_ctx_term(e->ctx);
 	if (e->pub_bound)
-		unlink_ipc(d->cfg.kv_events);
+		unlink_ipc(g->cfg->kv_events);
 	if (e->router_bound)
-		unlink_ipc(d->cfg.kv_events_replay);
+		unlink_ipc(g->cfg->kv_events_replay);
 	/* libzmq stays loaded: its threads are gone, unloading gains nothing. */
 	for (i = 0; e->st && i < e->max_ns; i++) {
 		free(e->st[i].ev);
@@ -1306,22 +1306,22 @@ void kvd_events_close(struct kvd *d)
 	free(e->rows);
 	free(e->flags);
 	free(e);
-	d->events = NULL;
-	atomic_store_explicit(&kvshm_stats(d->h)->kv_events_enabled, 0, memory_order_relaxed);
-	atomic_store_explicit(&kvshm_stats(d->h)->kv_events_lossy, 0, memory_order_relaxed);
+	g->events = NULL;
+	atomic_store_explicit(&kvshm_stats(g->h)->kv_events_enabled, 0, memory_order_relaxed);
+	atomic_store_explicit(&kvshm_stats(g->h)->kv_events_lossy, 0, memory_order_relaxed);
 }
 
-int kvd_events_fd(const struct kvd *d)
+int kvd_events_fd(const struct kvd_ground *g)
 {
-	return d->events ? d->events->fd : -1;
+	return g->events ? g->events->fd : -1;
 }
 
-void kvd_events_tick(struct kvd *d)
+void kvd_events_tick(struct kvd_ground *g)
 {
-	if (!d->events)
+	if (!g->events)
 		return;
-	flush_all(d);
-	kvd_events_service(d);
+	flush_all(g);
+	kvd_events_service(g);
 }
 
 /* ------------------------------------------------------------- hooks */
@@ -1332,136 +1332,136 @@ static uint8_t *slot_flags(struct kvd_events *e, uint32_t slot)
 }
 
 /* Does the index hold parent as a block of namespace ns_id (any tier)? */
-static bool parent_held(struct kvd *d, uint32_t ns_id, struct kvshm_key parent)
+static bool parent_held(struct kvd_ground *g, uint32_t ns_id, struct kvshm_key parent)
 {
-	uint32_t loc = kvshm_index_find(d->h, parent);
+	uint32_t loc = kvshm_index_find(g->h, parent);
 
-	if (loc < d->h->geo.n_pages) {
-		const struct kvshm_page *p = &kvshm_pages(d->h)[loc];
+	if (loc < g->h->geo.n_pages) {
+		const struct kvshm_page *p = &kvshm_pages(g->h)[loc];
 
 		return p->ns_id == ns_id && kvshm_key_eq(p->key, parent);
 	}
-	if (kvshm_loc_is_slot(loc) && (loc & ~KVSHM_LOC_SLOT) < d->h->geo.n_slots) {
-		const struct kvshm_slot *s = &kvshm_slots(d->h)[loc & ~KVSHM_LOC_SLOT];
+	if (kvshm_loc_is_slot(loc) && (loc & ~KVSHM_LOC_SLOT) < g->h->geo.n_slots) {
+		const struct kvshm_slot *s = &kvshm_slots(g->h)[loc & ~KVSHM_LOC_SLOT];
 
 		return s->ns_id == ns_id && kvshm_key_eq(s->key, parent);
 	}
 	return false;
 }
 
-void kvd_events_stored_(struct kvd *d, uint32_t ns_id, enum kvd_medium m, struct kvshm_key key,
+void kvd_events_stored_(struct kvd_ground *g, uint32_t ns_id, enum kvd_medium m, struct kvshm_key key,
 			struct kvshm_key parent, bool root, const uint32_t *tokens)
 {
 	if (tokens)
-		add_stored(d, ns_id, m, key, parent, root, tokens);
+		add_stored(g, ns_id, m, key, parent, root, tokens);
 }
 
-void kvd_events_removed_(struct kvd *d, uint32_t ns_id, enum kvd_medium m, struct kvshm_key key)
+void kvd_events_removed_(struct kvd_ground *g, uint32_t ns_id, enum kvd_medium m, struct kvshm_key key)
 {
-	add_removed(d, ns_id, m, key);
+	add_removed(g, ns_id, m, key);
 }
 
 /* Announce pool page `page` with root bit `root`. */
-static void announce_page(struct kvd *d, uint32_t page, bool root)
+static void announce_page(struct kvd_ground *g, uint32_t page, bool root)
 {
-	const struct kvshm_page *p = &kvshm_pages(d->h)[page];
-	struct kvd_events *e = d->events;
+	const struct kvshm_page *p = &kvshm_pages(g->h)[page];
+	struct kvd_events *e = g->events;
 
 	e->flags[page] = root ? F_ROOT : 0;
-	if (!queue_get(d, p->ns_id))
+	if (!queue_get(g, p->ns_id))
 		return;
-	add_stored(d, p->ns_id, KVD_MEDIUM_POOL, p->key, p->parent, root,
-		   kvshm_tokens(d->h, page));
+	add_stored(g, p->ns_id, KVD_MEDIUM_POOL, p->key, p->parent, root,
+		   kvshm_tokens(g->h, page));
 	e->flags[page] |= F_ANNOUNCED;
 }
 
-void kvd_events_published_(struct kvd *d, uint32_t page, int status)
+void kvd_events_published_(struct kvd_ground *g, uint32_t page, int status)
 {
-	const struct kvshm_page *p = &kvshm_pages(d->h)[page];
+	const struct kvshm_page *p = &kvshm_pages(g->h)[page];
 
-	if (status != KVSHM_PUBLISHED || page >= d->events->n_pages)
+	if (status != KVSHM_PUBLISHED || page >= g->events->n_pages)
 		return;
 	/* A client publishes a prompt's misses in order after its hits,
 	 * which it holds pinned: a parent the index does not hold is the
 	 * start of the chain (its namespace or salt root). */
-	announce_page(d, page, !parent_held(d, p->ns_id, p->parent));
+	announce_page(g, page, !parent_held(g, p->ns_id, p->parent));
 }
 
-void kvd_events_page_gone_(struct kvd *d, uint32_t page)
+void kvd_events_page_gone_(struct kvd_ground *g, uint32_t page)
 {
-	const struct kvshm_page *p = &kvshm_pages(d->h)[page];
-	struct kvd_events *e = d->events;
+	const struct kvshm_page *p = &kvshm_pages(g->h)[page];
+	struct kvd_events *e = g->events;
 
 	if (e->flags[page] & F_ANNOUNCED)
-		add_removed(d, p->ns_id, KVD_MEDIUM_POOL, p->key);
+		add_removed(g, p->ns_id, KVD_MEDIUM_POOL, p->key);
 	e->flags[page] &= (uint8_t)~F_ANNOUNCED;
 }
 
-void kvd_events_spilled_(struct kvd *d, uint32_t page, uint32_t slot)
+void kvd_events_spilled_(struct kvd_ground *g, uint32_t page, uint32_t slot)
 {
-	const struct kvshm_page *p = &kvshm_pages(d->h)[page];
-	struct kvd_events *e = d->events;
+	const struct kvshm_page *p = &kvshm_pages(g->h)[page];
+	struct kvd_events *e = g->events;
 	uint8_t f = e->flags[page];
 
 	if (slot >= e->n_slots)
 		return;
 	if (f & F_ANNOUNCED)
-		add_removed(d, p->ns_id, KVD_MEDIUM_POOL, p->key);
+		add_removed(g, p->ns_id, KVD_MEDIUM_POOL, p->key);
 	e->flags[page] = 0;
 	*slot_flags(e, slot) = f & F_ROOT;
-	if (!queue_get(d, p->ns_id))
+	if (!queue_get(g, p->ns_id))
 		return;
 	/* The page is free now, its identity and tokens still in place. */
-	add_stored(d, p->ns_id, KVD_MEDIUM_SPILL, p->key, p->parent, f & F_ROOT,
-		   kvshm_tokens(d->h, page));
+	add_stored(g, p->ns_id, KVD_MEDIUM_SPILL, p->key, p->parent, f & F_ROOT,
+		   kvshm_tokens(g->h, page));
 	*slot_flags(e, slot) |= F_ANNOUNCED;
 }
 
-void kvd_events_restored_(struct kvd *d, uint32_t page, uint32_t slot)
+void kvd_events_restored_(struct kvd_ground *g, uint32_t page, uint32_t slot)
 {
-	const struct kvshm_page *p = &kvshm_pages(d->h)[page];
-	struct kvd_events *e = d->events;
+	const struct kvshm_page *p = &kvshm_pages(g->h)[page];
+	struct kvd_events *e = g->events;
 	uint8_t f;
 
 	if (slot >= e->n_slots)
 		return;
 	f = *slot_flags(e, slot);
 	if (f & F_ANNOUNCED)
-		add_removed(d, p->ns_id, KVD_MEDIUM_SPILL, p->key);
+		add_removed(g, p->ns_id, KVD_MEDIUM_SPILL, p->key);
 	*slot_flags(e, slot) = 0;
-	announce_page(d, page, f & F_ROOT);
+	announce_page(g, page, f & F_ROOT);
 }
 
-void kvd_events_slot_gone_(struct kvd *d, uint32_t slot)
+void kvd_events_slot_gone_(struct kvd_ground *g, uint32_t slot)
 {
-	struct kvd_events *e = d->events;
+	struct kvd_events *e = g->events;
 	const struct kvshm_slot *s;
 
 	if (slot >= e->n_slots)
 		return;
-	s = &kvshm_slots(d->h)[slot];
+	s = &kvshm_slots(g->h)[slot];
 	if (*slot_flags(e, slot) & F_ANNOUNCED)
-		add_removed(d, s->ns_id, KVD_MEDIUM_SPILL, s->key);
+		add_removed(g, s->ns_id, KVD_MEDIUM_SPILL, s->key);
 	*slot_flags(e, slot) = 0;
 }
 
-void kvd_events_slot_found_(struct kvd *d, uint32_t slot, const uint32_t *tokens)
+void kvd_events_slot_found_(struct kvd_ground *g, uint32_t slot, const uint32_t *tokens)
 {
-	struct kvd_events *e = d->events;
+	struct kvd_events *e = g->events;
 	const struct kvshm_slot *s;
 	bool root;
 
 	if (slot >= e->n_slots || !tokens)
 		return;
-	s = &kvshm_slots(d->h)[slot];
+	s = &kvshm_slots(g->h)[slot];
 	if (s->ns_id >= e->max_ns)
 		return;
 	/* What was a chain start is not on disk: the unsalted root is
 	 * recognised, a salted one is sent as a parent no router has. */
-	root = kvshm_key_eq(s->parent, kvshm_key_root(kvshm_ns(d->h)[s->ns_id].id, NULL, 0));
+	root = kvshm_key_eq(s->parent, kvshm_key_root(kvshm_ns(g->h)[s->ns_id].id, NULL, 0));
 	*slot_flags(e, slot) = root ? F_ROOT : 0;
-	if (!queue_get(d, s->ns_id))
+	if (!queue_get(g, s->ns_id))
 		return;
-	add_stored(d, s->ns_id, KVD_MEDIUM_SPILL, s->key, s->parent, root, tokens);
+	add_stored(g, s->ns_id, KVD_MEDIUM_SPILL, s->key, s->parent, root, tokens);
 	*slot_flags(e, slot) |= F_ANNOUNCED;
 }

@@ -9,7 +9,7 @@
  *
  * The tiers call one-line hooks where a block enters or leaves a medium;
  * the hooks queue events, and the tick sends each topic's (by default each
- * namespace's) events of that tick as one batch. Every hook is an inline test of d->events and
+ * namespace's) events of that tick as one batch. Every hook is an inline test of g->events and
  * nothing else when --kv-events is not set (and then libzmq is never
  * loaded). Nothing here blocks: sends are ZMQ_DONTWAIT into bounded
  * queues that libzmq's own I/O thread drains; a full queue drops the
@@ -25,7 +25,7 @@
 #include <sys/uio.h>
 
 #include "../../shm/segment.h"
-#include "../core/kvd.h"
+#include "../util/ground.h"
 
 /*
  * Where a block lives, as the events name it (vLLM's `medium`). POOL is
@@ -41,7 +41,7 @@ enum kvd_medium {
 
 /* The medium's name on the wire: "GPU", or a host pool's
  * (--kv-events-host-medium, "CPU" by default); "DISK"; "REMOTE". */
-const char *kvd_medium_name(const struct kvd *d, enum kvd_medium m);
+const char *kvd_medium_name(const struct kvd_ground *g, enum kvd_medium m);
 
 /* Is name a medium name (1..15 letters, digits, '_' or '-')? 0, or
  * -EINVAL with *why. */
@@ -54,30 +54,30 @@ int kvd_events_medium_check(const char *name, const char **why);
  * cfg.kv_events is empty. Returns 0, or -1 after a log line naming the
  * endpoint and the reason.
  */
-int kvd_events_open(struct kvd *d);
+int kvd_events_open(struct kvd_ground *g);
 
 /* Send what is queued, close the sockets, unload nothing (libzmq stays
- * mapped until exit), free everything. d->events becomes NULL. */
-void kvd_events_close(struct kvd *d);
+ * mapped until exit), free everything. g->events becomes NULL. */
+void kvd_events_close(struct kvd_ground *g);
 
 /* The replay socket's ZMQ_FD for the main loop (edge-triggered), or -1. */
-int kvd_events_fd(const struct kvd *d);
+int kvd_events_fd(const struct kvd_ground *g);
 
 /* The main loop: the replay socket's fd was signalled. */
-void kvd_events_service(struct kvd *d);
+void kvd_events_service(struct kvd_ground *g);
 
 /* End of a tick: send this tick's batches, go on with replays. */
-void kvd_events_tick(struct kvd *d);
+void kvd_events_tick(struct kvd_ground *g);
 
 /*
  * Tests and the fuzzer: publish with no ZMQ at all; every batch goes to
  * sink(arg, topic, topic_len, seq, payload, len), whose return value
  * stands for the send's (0 sent, -EAGAIN queue full: dropped). Settings
- * come from d->cfg as for kvd_events_open. Returns 0 or -1.
+ * come from g->cfg as for kvd_events_open. Returns 0 or -1.
  */
 typedef int (*kvd_events_sink)(void *arg, const char *topic, size_t topic_len,
 			       uint64_t seq, const void *payload, size_t len);
-int kvd_events_open_sink(struct kvd *d, kvd_events_sink sink, void *arg);
+int kvd_events_open_sink(struct kvd_ground *g, kvd_events_sink sink, void *arg);
 
 /*
  * Tests and the fuzzer: the replay request sink(arg, ...) would answer
@@ -91,7 +91,7 @@ int kvd_events_open_sink(struct kvd *d, kvd_events_sink sink, void *arg);
  * again from the next.
  */
 typedef int (*kvd_events_reply)(void *arg, const struct iovec *frames, size_t n);
-void kvd_events_replay_frames(struct kvd *d, const struct iovec *frames, size_t n, bool once,
+void kvd_events_replay_frames(struct kvd_ground *g, const struct iovec *frames, size_t n, bool once,
 			      kvd_events_reply reply, void *arg);
 
 /*
@@ -120,81 +120,81 @@ int kvd_events_topic_check(const char *tmpl, const char **why);
  * of namespace ns_id entered / left a medium. root: its parent is the
  * start of a chain (the namespace or salt root), sent as no parent;
  * tokens: its block_tokens token ids (NULL: nothing is sent). */
-void kvd_events_stored_(struct kvd *d, uint32_t ns_id, enum kvd_medium m,
+void kvd_events_stored_(struct kvd_ground *g, uint32_t ns_id, enum kvd_medium m,
 			struct kvshm_key key, struct kvshm_key parent, bool root,
 			const uint32_t *tokens);
-void kvd_events_removed_(struct kvd *d, uint32_t ns_id, enum kvd_medium m,
+void kvd_events_removed_(struct kvd_ground *g, uint32_t ns_id, enum kvd_medium m,
 			 struct kvshm_key key);
 /* Page and slot hooks: the identity is read from the page table or slot
  * table (and the slot's tokens from `tokens`, where given). */
-void kvd_events_published_(struct kvd *d, uint32_t page, int status);
-void kvd_events_page_gone_(struct kvd *d, uint32_t page);
-void kvd_events_spilled_(struct kvd *d, uint32_t page, uint32_t slot);
-void kvd_events_restored_(struct kvd *d, uint32_t page, uint32_t slot);
-void kvd_events_slot_gone_(struct kvd *d, uint32_t slot);
-void kvd_events_slot_found_(struct kvd *d, uint32_t slot, const uint32_t *tokens);
+void kvd_events_published_(struct kvd_ground *g, uint32_t page, int status);
+void kvd_events_page_gone_(struct kvd_ground *g, uint32_t page);
+void kvd_events_spilled_(struct kvd_ground *g, uint32_t page, uint32_t slot);
+void kvd_events_restored_(struct kvd_ground *g, uint32_t page, uint32_t slot);
+void kvd_events_slot_gone_(struct kvd_ground *g, uint32_t slot);
+void kvd_events_slot_found_(struct kvd_ground *g, uint32_t slot, const uint32_t *tokens);
 
 /* A block of namespace ns_id entered / left medium m (generic). */
-static inline void kvd_events_stored(struct kvd *d, uint32_t ns_id, enum kvd_medium m,
+static inline void kvd_events_stored(struct kvd_ground *g, uint32_t ns_id, enum kvd_medium m,
 				     struct kvshm_key key, struct kvshm_key parent, bool root,
 				     const uint32_t *tokens)
 {
-	if (d->events)
-		kvd_events_stored_(d, ns_id, m, key, parent, root, tokens);
+	if (g->events)
+		kvd_events_stored_(g, ns_id, m, key, parent, root, tokens);
 }
 
-static inline void kvd_events_removed(struct kvd *d, uint32_t ns_id, enum kvd_medium m,
+static inline void kvd_events_removed(struct kvd_ground *g, uint32_t ns_id, enum kvd_medium m,
 				      struct kvshm_key key)
 {
-	if (d->events)
-		kvd_events_removed_(d, ns_id, m, key);
+	if (g->events)
+		kvd_events_removed_(g, ns_id, m, key);
 }
 
 /* kvshm_page_publish(page) returned status: when that is KVSHM_PUBLISHED
  * the block is in the pool now (a duplicate or a refusal changes nothing). */
-static inline void kvd_events_published(struct kvd *d, uint32_t page, int status)
+static inline void kvd_events_published(struct kvd_ground *g, uint32_t page, int status)
 {
-	if (d->events)
-		kvd_events_published_(d, page, status);
+	if (g->events)
+		kvd_events_published_(g, page, status);
 }
 
 /* The index is about to stop naming page (evicted, its namespace
  * dropped, or its entry given to a newer copy): it leaves the pool, if it
  * was announced there. */
-static inline void kvd_events_page_gone(struct kvd *d, uint32_t page)
+static inline void kvd_events_page_gone(struct kvd_ground *g, uint32_t page)
 {
-	if (d->events)
-		kvd_events_page_gone_(d, page);
+	if (g->events)
+		kvd_events_page_gone_(g, page);
 }
 
 /* Page's block moved to spill slot `slot` (its entry names the slot now). */
-static inline void kvd_events_spilled(struct kvd *d, uint32_t page, uint32_t slot)
+static inline void kvd_events_spilled(struct kvd_ground *g, uint32_t page, uint32_t slot)
 {
-	if (d->events)
-		kvd_events_spilled_(d, page, slot);
+	if (g->events)
+		kvd_events_spilled_(g, page, slot);
 }
 
 /* Slot's block was restored into page (READY, indexed as the page). */
-static inline void kvd_events_restored(struct kvd *d, uint32_t page, uint32_t slot)
+static inline void kvd_events_restored(struct kvd_ground *g, uint32_t page, uint32_t slot)
 {
-	if (d->events)
-		kvd_events_restored_(d, page, slot);
+	if (g->events)
+		kvd_events_restored_(g, page, slot);
 }
 
 /* The index is about to stop naming spill slot `slot` (recycled, dropped,
  * its namespace dropped, or given to a newer copy). */
-static inline void kvd_events_slot_gone(struct kvd *d, uint32_t slot)
+static inline void kvd_events_slot_gone(struct kvd_ground *g, uint32_t slot)
 {
-	if (d->events)
-		kvd_events_slot_gone_(d, slot);
+	if (g->events)
+		kvd_events_slot_gone_(g, slot);
 }
 
 /* A spilled block found on disk at start (warm restart); tokens from its
  * slot header. */
-static inline void kvd_events_slot_found(struct kvd *d, uint32_t slot, const uint32_t *tokens)
+static inline void kvd_events_slot_found(struct kvd_ground *g, uint32_t slot, const uint32_t *tokens)
 {
-	if (d->events)
-		kvd_events_slot_found_(d, slot, tokens);
+	if (g->events)
+		kvd_events_slot_found_(g, slot, tokens);
 }
 
 #endif

@@ -13,7 +13,7 @@
 
 #include "../../shm/proto.h"
 #include "../../shm/segment.h"
-#include "../config.h"
+#include "../util/settings.h"
 #include "memfd.h"
 
 struct kvd_pool_cuda;

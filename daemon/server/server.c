@@ -267,13 +267,13 @@ int kvd_server_open(struct kvd *d)
 	if (kvd_ep_set(d, EPOLL_CTL_ADD, d->lfd, EPOLLIN, KVD_EV_LISTEN) ||
 	    kvd_ep_set(d, EPOLL_CTL_ADD, d->sigfd, EPOLLIN, KVD_EV_SIGNAL) ||
 	    kvd_ep_set(d, EPOLL_CTL_ADD, d->tfd, EPOLLIN, KVD_EV_TIMER) ||
-	    (kvd_events_fd(d) >= 0 &&	/* ZMQ_FD signals edges */
-	     kvd_ep_set(d, EPOLL_CTL_ADD, kvd_events_fd(d), EPOLLIN | EPOLLET, KVD_EV_EVENTS))) {
+	    (kvd_events_fd(&d->g) >= 0 &&	/* ZMQ_FD signals edges */
+	     kvd_ep_set(d, EPOLL_CTL_ADD, kvd_events_fd(&d->g), EPOLLIN | EPOLLET, KVD_EV_EVENTS))) {
 		kvd_err("epoll: %s", strerror(errno));
 		return -1;
 	}
 	for (lv = 1; lv < KVD_TIER_MAX; lv++) {
-		int fd = kvd_tiers_fd(d, (enum kvd_tier_level)lv);
+		int fd = kvd_tiers_fd(&d->g, (enum kvd_tier_level)lv);
 
 		if (fd >= 0 && kvd_ep_set(d, EPOLL_CTL_ADD, fd, EPOLLIN, KVD_EV_TIER + (uint64_t)lv)) {
 			kvd_err("epoll: %s", strerror(errno));
@@ -625,13 +625,13 @@ static void tick(struct kvd *d)
 	uint64_t t0 = kvd_now_ns(), ns;
 
 	kvd_evict_tick(d);
-	kvd_tiers_tick(d);
+	kvd_tiers_tick(&d->g);
 	kvd_registry_tick(d);
 	kvd_slice_tick(d);
 	kvd_nsstat_tick(d);
 	kvd_pin_tick(d);
 	kvd_quota_tick(d);
-	kvd_events_tick(d);
+	kvd_events_tick(&d->g);
 	watchdog(d);
 	ns = kvd_now_ns() - t0;
 	kvd_stat_add(&st->ticks, 1);
@@ -682,9 +682,9 @@ int kvd_server_run(struct kvd *d)
 			} else if (tag == KVD_EV_SIGNAL) {
 				handle_signal(d);
 			} else if (tag >= KVD_EV_TIER && tag < KVD_EV_TIER + KVD_TIER_MAX) {
-				kvd_tiers_reap(d, (enum kvd_tier_level)(tag - KVD_EV_TIER));
+				kvd_tiers_reap(&d->g, (enum kvd_tier_level)(tag - KVD_EV_TIER));
 			} else if (tag == KVD_EV_EVENTS) {
-				kvd_events_service(d);
+				kvd_events_service(&d->g);
 			} else if (tag == KVD_EV_TIMER) {
 				if (read(d->tfd, &x, sizeof(x)) == sizeof(x))
 					tick(d);

@@ -62,7 +62,8 @@
 #include "../../shm/index.h"
 #include "../../shm/page.h"
 #include "../obs/events.h"
-#include "../core/kvd.h"
+#include "../pool/pool.h"
+#include "../policy/policy.h"
 #include "../util/clock.h"
 #include "../util/log.h"
 #include "remote.h"
@@ -152,7 +153,7 @@ struct rworker {
 };
 
 struct kvd_remote {
-	struct kvd *d;
+	struct kvd_ground *g;
 	struct rsrv srv[KVD_REMOTE_MAX_SERVERS];
 	unsigned nsrv;
 	memcached_st *mc;		/* main thread: key -> server */
@@ -185,9 +186,15 @@ struct kvd_remote {
 	struct rfetch *inflight;
 };
 
-static struct kvshm_stats *st_of(struct kvd *d)
+/* The tier's state, as it registered it (NULL: not open). */
+static inline struct kvd_remote *remote_of(const struct kvd_ground *g)
 {
-	return kvshm_stats(d->h);
+	return kvd_tier_state(g, KVD_TIER_REMOTE);
+}
+
+static struct kvshm_stats *st_of(struct kvd_ground *g)
+{
+	return kvshm_stats(g->h);
 }
 
 /* ------------------------------------------------------------ workers */
@@ -236,7 +243,7 @@ static void run_put(struct rworker *w, struct rjob *j)
 		return;
 	}
 	p[0] = (struct kvd_rpiece){ head, off };
-	p[1] = (struct kvd_rpiece){ j->held ? (uint8_t *)r->d->pool.mem.base +
+	p[1] = (struct kvd_rpiece){ j->held ? (uint8_t *)r->g->pool->mem.base +
 						      (uint64_t)j->page * r->slot_bytes
 					    : j->val + off,
 				    j->ns.page_bytes };
@@ -283,20 +290,20 @@ struct rget {
  */
 static int where_item(void *arg, uint32_t i, uint64_t bytes, struct kvd_rpiece *p)
 {
-	struct rget *g = arg;
-	struct kvd_remote *r = g->w->r;
-	struct ritem *it = &g->f->it[g->idx[i]];
-	size_t off = kvd_rval_payload_off(r->bt), len = kvd_rval_bytes(r->bt, g->f->ns.page_bytes);
+	struct rget *rg = arg;
+	struct kvd_remote *r = rg->w->r;
+	struct ritem *it = &rg->f->it[rg->idx[i]];
+	size_t off = kvd_rval_payload_off(r->bt), len = kvd_rval_bytes(r->bt, rg->f->ns.page_bytes);
 
 	if (it->res != RES_MISS)
 		return 0;
 	if (bytes != len) {
-		free(g->odd);
-		g->odd = bytes <= 2 * len ? malloc(bytes ? bytes : 1) : NULL;
-		g->odd_len = bytes;
-		if (!g->odd)
+		free(rg->odd);
+		rg->odd = bytes <= 2 * len ? malloc(bytes ? bytes : 1) : NULL;
+		rg->odd_len = bytes;
+		if (!rg->odd)
 			return 0;
-		p[0] = (struct kvd_rpiece){ g->odd, bytes };
+		p[0] = (struct kvd_rpiece){ rg->odd, bytes };
 		return 1;
 	}
 	if (r->cuda) {
@@ -305,12 +312,12 @@ static int where_item(void *arg, uint32_t i, uint64_t bytes, struct kvd_rpiece *
 		if (!it->stage)
 			return 0;
 	}
-	p[0] = (struct kvd_rpiece){ g->head + (size_t)i * off, off };
+	p[0] = (struct kvd_rpiece){ rg->head + (size_t)i * off, off };
 	p[1] = (struct kvd_rpiece){ r->cuda ? it->stage
-					    : (uint8_t *)r->d->pool.mem.base +
+					    : (uint8_t *)r->g->pool->mem.base +
 						      (uint64_t)it->page * r->slot_bytes,
-				    g->f->ns.page_bytes };
-	p[2] = (struct kvd_rpiece){ g->tag[i], KVD_RVAL_MAC };
+				    rg->f->ns.page_bytes };
+	p[2] = (struct kvd_rpiece){ rg->tag[i], KVD_RVAL_MAC };
 	return 3;
 }
 
@@ -319,26 +326,26 @@ static int where_item(void *arg, uint32_t i, uint64_t bytes, struct kvd_rpiece *
  * back unpublished). */
 static void got_item(void *arg, uint32_t i)
 {
-	struct rget *g = arg;
-	struct kvd_remote *r = g->w->r;
-	struct rfetch *f = g->f;
-	struct ritem *it = &f->it[g->idx[i]];
+	struct rget *rg = arg;
+	struct kvd_remote *r = rg->w->r;
+	struct rfetch *f = rg->f;
+	struct ritem *it = &f->it[rg->idx[i]];
 	struct kvd_rval_want want = { &f->ns, it->key, it->parent, it->tokens, r->bt };
 	size_t off = kvd_rval_payload_off(r->bt), len = kvd_rval_bytes(r->bt, f->ns.page_bytes);
 	enum kvd_rval_fail fail;
 	const char *why;
 	int rc;
 
-	if (g->odd) {
-		rc = kvd_rval_check(g->w->mac, g->odd, g->odd_len, &want, &fail, &why);
-		free(g->odd);
-		g->odd = NULL;
+	if (rg->odd) {
+		rc = kvd_rval_check(rg->w->mac, rg->odd, rg->odd_len, &want, &fail, &why);
+		free(rg->odd);
+		rg->odd = NULL;
 	} else {
-		rc = kvd_rval_check_v(g->w->mac, g->head + (size_t)i * off, off,
+		rc = kvd_rval_check_v(rg->w->mac, rg->head + (size_t)i * off, off,
 				      r->cuda ? it->stage
-					      : (uint8_t *)r->d->pool.mem.base +
+					      : (uint8_t *)r->g->pool->mem.base +
 							(uint64_t)it->page * r->slot_bytes,
-				      f->ns.page_bytes, g->tag[i], len, &want, &fail, &why);
+				      f->ns.page_bytes, rg->tag[i], len, &want, &fail, &why);
 	}
 	if (rc) {
 		it->res = RES_BAD;
@@ -355,7 +362,7 @@ static void run_get(struct rworker *w, struct rjob *j)
 	const char *keys[MGET];
 	size_t lens[MGET], off = kvd_rval_payload_off(r->bt);
 	char kbuf[MGET][KVD_RVAL_KEY_MAX];
-	struct rget g = { w, f, NULL, NULL, NULL, NULL, 0 };
+	struct rget rg = { w, f, NULL, NULL, NULL, NULL, 0 };
 	uint32_t i, first;
 	int rc = 0;
 
@@ -366,11 +373,11 @@ static void run_get(struct rworker *w, struct rjob *j)
 			f->it[j->idx[i]].res = RES_SKIP;
 		return;
 	}
-	g.head = malloc(MGET * off);
-	g.tag = malloc(MGET * sizeof(*g.tag));
-	if (!g.head || !g.tag) {
-		free(g.head);
-		free(g.tag);
+	rg.head = malloc(MGET * off);
+	rg.tag = malloc(MGET * sizeof(*rg.tag));
+	if (!rg.head || !rg.tag) {
+		free(rg.head);
+		free(rg.tag);
 		return;	/* misses */
 	}
 	server_fresh(w, j->srv);
@@ -382,13 +389,13 @@ static void run_get(struct rworker *w, struct rjob *j)
 			lens[i] = kvd_rval_key(kbuf[i], r->prefix, f->ns.id, f->it[j->idx[first + i]].key);
 			keys[i] = kbuf[i];
 		}
-		g.idx = j->idx + first;
+		rg.idx = j->idx + first;
 		rc = kvd_mconn_mget(&w->conn[j->srv], &r->srv[j->srv].at, keys, lens, k, where_item,
-				    got_item, &g, (int)(r->timeout_ns / 1000000));
+				    got_item, &rg, (int)(r->timeout_ns / 1000000));
 	}
-	free(g.odd);
-	free(g.head);
-	free(g.tag);
+	free(rg.odd);
+	free(rg.head);
+	free(rg.tag);
 	if (rc) {
 		/* What did not come is the server's fault, not a plain miss. */
 		uint8_t res = conn_failed(r, j->srv, rc);
@@ -501,10 +508,10 @@ static unsigned servers_up(const struct kvd_remote *r)
 	return n;
 }
 
-static void put_done(struct kvd *d, struct rjob *j)
+static void put_done(struct kvd_ground *g, struct rjob *j)
 {
-	struct kvd_remote *r = d->remote;
-	struct kvshm_stats *st = st_of(d);
+	struct kvd_remote *r = remote_of(g);
+	struct kvshm_stats *st = st_of(g);
 
 	if (j->held)
 		r->hold[j->page]--;
@@ -515,8 +522,8 @@ static void put_done(struct kvd *d, struct rjob *j)
 		kvd_stat_add(&st->remote_put_bytes, (int64_t)j->len);
 		/* On the servers now (for the events: medium REMOTE; a parent
 		 * this host does not index is taken as the chain's root). */
-		kvd_events_stored(d, j->ns_id, KVD_MEDIUM_REMOTE, j->key, j->parent,
-				  kvshm_index_find(d->h, j->parent) == UINT32_MAX, j->tokens);
+		kvd_events_stored(g, j->ns_id, KVD_MEDIUM_REMOTE, j->key, j->parent,
+				  kvshm_index_find(g->h, j->parent) == UINT32_MAX, j->tokens);
 		break;
 	case RES_SKIP:
 		kvd_stat_add(&st->remote_put_skipped, 1);
@@ -545,27 +552,27 @@ static void put_done(struct kvd *d, struct rjob *j)
 }
 
 /* The page of a fetched item becomes READY and indexed. Returns 0 or -errno. */
-static int place(struct kvd *d, struct rfetch *f, struct ritem *it)
+static int place(struct kvd_ground *g, struct rfetch *f, struct ritem *it)
 {
-	struct kvd_remote *r = d->remote;
-	struct kvshm_stats *st = st_of(d);
+	struct kvd_remote *r = remote_of(g);
+	struct kvshm_stats *st = st_of(g);
 	uint32_t w, wg;
 	int rc;
 
-	if (r->cuda && kvd_pool_copy_in(&d->pool, it->page, 1, it->stage)) {
-		kvshm_page_free(d->h, it->page, it->gen, OWNER_REMOTE);
+	if (r->cuda && kvd_pool_copy_in(g->pool, it->page, 1, it->stage)) {
+		kvshm_page_free(g->h, it->page, it->gen, OWNER_REMOTE);
 		return -EIO;
 	}
 	/* A spilled copy of the same block gives way (it cannot be: the
 	 * index did not know the key when it was claimed, but a restore may
 	 * have raced us since). */
-	kvd_tiers_unindex(d, it->key, it->parent, it->tokens, f->ns_id);
-	rc = kvshm_page_publish(d->h, it->page, it->gen, OWNER_REMOTE, it->key, it->parent,
+	kvd_tiers_unindex(g, it->key, it->parent, it->tokens, f->ns_id);
+	rc = kvshm_page_publish(g->h, it->page, it->gen, OWNER_REMOTE, it->key, it->parent,
 				it->tokens, &w, &wg);
-	kvd_events_published(d, it->page, rc);	/* in this host's pool now */
+	kvd_events_published(g, it->page, rc);	/* in this host's pool now */
 	/* Counted as the tier's hits, not as client publishes. */
 	if (rc == KVSHM_PUBLISHED) {
-		d->tier_host->ready(d, it->page);
+		g->host->ready(g, it->page);
 		kvd_stat_add(&st->publishes, -1);
 		r->clean[it->page] = it->gen + 1;
 		return 0;
@@ -588,9 +595,9 @@ static const char *const fail_text[] = {
 	[KVD_RVAL_VERSION_OTHER] = "item of another format version",
 };
 
-static void fetch_finish(struct kvd *d, struct rfetch *f)
+static void fetch_finish(struct kvd_ground *g, struct rfetch *f)
 {
-	struct kvd_remote *r = d->remote;
+	struct kvd_remote *r = remote_of(g);
 	struct rfetch **pp;
 
 	for (pp = &r->inflight; *pp; pp = &(*pp)->next)
@@ -602,29 +609,29 @@ static void fetch_finish(struct kvd *d, struct rfetch *f)
 		uint64_t dt = kvd_now_ns() - f->t0, bps, old;
 
 		bps = dt ? (uint64_t)((double)f->bytes * 1e9 / (double)dt) : 0;
-		old = atomic_load_explicit(&st_of(d)->remote_fetch_bps, memory_order_relaxed);
-		atomic_store_explicit(&st_of(d)->remote_fetch_bps, old ? (old * 3 + bps) / 4 : bps,
+		old = atomic_load_explicit(&st_of(g)->remote_fetch_bps, memory_order_relaxed);
+		atomic_store_explicit(&st_of(g)->remote_fetch_bps, old ? (old * 3 + bps) / 4 : bps,
 				      memory_order_relaxed);
 	}
 	if (f->rq)
-		kvd_tiers_fetch_done(d, f->rq);
+		kvd_tiers_fetch_done(g, f->rq);
 	free(f);
 }
 
 /* Settle item it of f: its page placed or given back, counted. */
-static void item_settle(struct kvd *d, struct rfetch *f, struct ritem *it)
+static void item_settle(struct kvd_ground *g, struct rfetch *f, struct ritem *it)
 {
-	struct kvshm_stats *st = st_of(d);
+	struct kvshm_stats *st = st_of(g);
 	int32_t status = -ENOENT;
 
 	switch (it->res) {
 	case RES_OK:
-		if (!place(d, f, it)) {
+		if (!place(g, f, it)) {
 			status = 0;
 			kvd_stat_add(&st->remote_hits, 1);
 			kvd_stat_add(&st->remote_fetch_bytes,
-				     (int64_t)kvd_rval_bytes(d->remote->bt, f->ns.page_bytes));
-			f->bytes += kvd_rval_bytes(d->remote->bt, f->ns.page_bytes);
+				     (int64_t)kvd_rval_bytes(remote_of(g)->bt, f->ns.page_bytes));
+			f->bytes += kvd_rval_bytes(remote_of(g)->bt, f->ns.page_bytes);
 		} else {
 			kvd_stat_add(&st->remote_misses, 1);
 		}
@@ -634,27 +641,27 @@ static void item_settle(struct kvd *d, struct rfetch *f, struct ritem *it)
 			/* Written by another release (a fleet mid-upgrade): a
 			 * plain miss, counted, not a warning per block; the
 			 * next put of the block replaces it. */
-			kvshm_page_free(d->h, it->page, it->gen, OWNER_REMOTE);
+			kvshm_page_free(g->h, it->page, it->gen, OWNER_REMOTE);
 			kvd_stat_add(&st->remote_stale, 1);
 			kvd_stat_add(&st->remote_misses, 1);
 			break;
 		}
-		kvshm_page_free(d->h, it->page, it->gen, OWNER_REMOTE);
+		kvshm_page_free(g->h, it->page, it->gen, OWNER_REMOTE);
 		kvd_stat_add(&st->remote_dropped, 1);
-		if (kvd_log_allow(&d->remote->drop_log, kvd_now_ns() / 1000000))
+		if (kvd_log_allow(&remote_of(g)->drop_log, kvd_now_ns() / 1000000))
 			kvd_warn("remote: block %016llx%016llx dropped: %s; served as a miss",
 				 (unsigned long long)it->key.hi, (unsigned long long)it->key.lo,
 				 fail_text[it->fail < KVD_RVAL_NFAIL ? it->fail : 0]);
 		status = -EBADMSG;
 		break;
 	case RES_TIMEOUT:
-		kvshm_page_free(d->h, it->page, it->gen, OWNER_REMOTE);
+		kvshm_page_free(g->h, it->page, it->gen, OWNER_REMOTE);
 		kvd_stat_add(&st->remote_timeouts, 1);
 		kvd_stat_add(&st->remote_misses, 1);
 		status = -ETIMEDOUT;
 		break;
 	default:
-		kvshm_page_free(d->h, it->page, it->gen, OWNER_REMOTE);
+		kvshm_page_free(g->h, it->page, it->gen, OWNER_REMOTE);
 		kvd_stat_add(&st->remote_misses, 1);
 		break;
 	}
@@ -664,21 +671,21 @@ static void item_settle(struct kvd *d, struct rfetch *f, struct ritem *it)
 		*it->status = status;
 }
 
-static void get_done(struct kvd *d, struct rjob *j)
+static void get_done(struct kvd_ground *g, struct rjob *j)
 {
 	struct rfetch *f = j->f;
 	uint32_t i;
 
 	for (i = 0; i < j->n; i++)
-		item_settle(d, f, &f->it[j->idx[i]]);
+		item_settle(g, f, &f->it[j->idx[i]]);
 	free(j);
 	if (!--f->left)
-		fetch_finish(d, f);
+		fetch_finish(g, f);
 }
 
-static void remote_reap(struct kvd *d)
+static void remote_reap(struct kvd_ground *g)
 {
-	struct kvd_remote *r = d->remote;
+	struct kvd_remote *r = remote_of(g);
 	struct rjob *j, *next;
 	uint64_t x;
 
@@ -691,9 +698,9 @@ static void remote_reap(struct kvd *d)
 	for (; j; j = next) {
 		next = j->next;
 		if (j->kind == RJ_PUT) {
-			put_done(d, j);
+			put_done(g, j);
 		} else if (j->kind == RJ_GET) {
-			get_done(d, j);
+			get_done(g, j);
 		} else {
 			r->probing = false;
 			free(j);
@@ -702,16 +709,16 @@ static void remote_reap(struct kvd *d)
 }
 
 /* Stats: servers up; a log line when that changed. */
-static void log_servers(struct kvd *d)
+static void log_servers(struct kvd_ground *g)
 {
-	struct kvd_remote *r = d->remote;
+	struct kvd_remote *r = remote_of(g);
 	int now[KVD_REMOTE_MAX_SERVERS];
 	unsigned i, up = 0;
 
 	/* One snapshot: the probe may be changing them meanwhile. */
 	for (i = 0; i < r->nsrv; i++)
 		up += now[i] = atomic_load(&r->srv[i].up) != 0;
-	atomic_store_explicit(&st_of(d)->remote_servers_up, up, memory_order_relaxed);
+	atomic_store_explicit(&st_of(g)->remote_servers_up, up, memory_order_relaxed);
 	if (up == 0 && r->up_logged != 0) {
 		kvd_warn("remote: none of the %u memcached servers answers; serving from this host's tiers only, trying them again every second",
 			 r->nsrv);
@@ -748,9 +755,9 @@ static void probe_start(struct kvd_remote *r, uint64_t now)
 	pthread_mutex_unlock(&r->lock);
 }
 
-static void remote_tick(struct kvd *d)
+static void remote_tick(struct kvd_ground *g)
 {
-	struct kvd_remote *r = d->remote;
+	struct kvd_remote *r = remote_of(g);
 	uint64_t now = kvd_now_ns();
 	struct rfetch *f;
 
@@ -763,24 +770,24 @@ static void remote_tick(struct kvd *d)
 			continue;
 		kvd_debug("remote: a fetch of %u blocks is past its deadline; answered without the rest",
 			  f->n);
-		kvd_tiers_fetch_done(d, f->rq);
+		kvd_tiers_fetch_done(g, f->rq);
 		f->rq = NULL;
 	}
 }
 
 
-static bool remote_busy(const struct kvd *d, uint32_t page)
+static bool remote_busy(const struct kvd_ground *g, uint32_t page)
 {
-	return d->remote->hold[page] != 0;
+	return remote_of(g)->hold[page] != 0;
 }
 
-static bool remote_put(struct kvd *d, uint32_t page, enum kvd_tier_put why)
+static bool remote_put(struct kvd_ground *g, uint32_t page, enum kvd_tier_put why)
 {
-	struct kvd_remote *r = d->remote;
-	const struct kvshm_page *p = &kvshm_pages(d->h)[page];
+	struct kvd_remote *r = remote_of(g);
+	const struct kvshm_page *p = &kvshm_pages(g->h)[page];
 	uint32_t gen = atomic_load_explicit(&p->gen, memory_order_relaxed);
-	const struct kvshm_ns *ns = &kvshm_ns(d->h)[p->ns_id];
-	struct kvshm_stats *st = st_of(d);
+	const struct kvshm_ns *ns = &kvshm_ns(g->h)[p->ns_id];
+	struct kvshm_stats *st = st_of(g);
 	struct rjob *j;
 	size_t off = kvd_rval_payload_off(r->bt);
 
@@ -790,7 +797,7 @@ static bool remote_put(struct kvd *d, uint32_t page, enum kvd_tier_put why)
 		return false;	/* it came from here, unchanged */
 	/* A page the index no longer names (its block dropped: punched out
 	 * by a client, say) is not the block any more. */
-	if (kvshm_index_find(d->h, p->key) != page)
+	if (kvshm_index_find(g->h, p->key) != page)
 		return false;
 	if (r->puts_out >= r->puts_cap || !servers_up(r)) {
 		kvd_stat_add(&st->remote_put_skipped, 1);
@@ -821,14 +828,14 @@ static bool remote_put(struct kvd *d, uint32_t page, enum kvd_tier_put why)
 		free(j);
 		return false;
 	}
-	memcpy(j->tokens, kvshm_tokens(d->h, page), (size_t)r->bt * sizeof(uint32_t));
+	memcpy(j->tokens, kvshm_tokens(g->h, page), (size_t)r->bt * sizeof(uint32_t));
 	if (j->held) {
 		/* The evictor passes it by until its worker has copied it. */
 		r->hold[page]++;
 	} else if (r->cuda) {
 		uint8_t *tmp = malloc(r->slot_bytes);
 
-		if (!tmp || kvd_pool_copy_out(&d->pool, page, 1, tmp)) {
+		if (!tmp || kvd_pool_copy_out(g->pool, page, 1, tmp)) {
 			free(tmp);
 			free(j->tokens);
 			free(j->val);
@@ -839,7 +846,7 @@ static bool remote_put(struct kvd *d, uint32_t page, enum kvd_tier_put why)
 		memcpy(j->val + off, tmp, ns->page_bytes);
 		free(tmp);
 	} else {
-		memcpy(j->val + off, (const uint8_t *)d->pool.mem.base + (uint64_t)page * r->slot_bytes,
+		memcpy(j->val + off, (const uint8_t *)g->pool->mem.base + (uint64_t)page * r->slot_bytes,
 		       ns->page_bytes);
 	}
 	r->puts_out++;
@@ -847,26 +854,26 @@ static bool remote_put(struct kvd *d, uint32_t page, enum kvd_tier_put why)
 	return false;	/* never takes the page: the next tier may */
 }
 
-static int remote_claim(struct kvd *d, uint32_t ns_id, uint32_t loc, bool full,
+static int remote_claim(struct kvd_ground *g, uint32_t ns_id, uint32_t loc, bool full,
 			struct kvd_fetch *f)
 {
 	(void)ns_id;
 	/* Blocks the index does not know, of a FETCH (which has tokens),
 	 * while some server answers. */
-	if (loc != UINT32_MAX || !f->tokens || !servers_up(d->remote))
+	if (loc != UINT32_MAX || !f->tokens || !servers_up(remote_of(g)))
 		return 0;
 	if (full) {
-		kvd_stat_add(&st_of(d)->remote_misses, 1);
+		kvd_stat_add(&st_of(g)->remote_misses, 1);
 		return -ENOSPC;
 	}
 	return 1;
 }
 
-static int remote_fetch(struct kvd *d, struct kvd_client *c, struct kvd_fetch *fe, uint32_t n,
-			struct kvd_restore *rq)
+static int remote_fetch(struct kvd_ground *g, uint32_t ns_id, uint32_t tenant,
+			struct kvd_fetch *fe, uint32_t n, struct kvd_restore *rq)
 {
-	struct kvd_remote *r = d->remote;
-	struct kvshm_stats *st = st_of(d);
+	struct kvd_remote *r = remote_of(g);
+	struct kvshm_stats *st = st_of(g);
 	struct rfetch *f;
 	uint32_t *tok, i, s, *nper, njobs = 0;
 	struct rjob **jobs;
@@ -885,8 +892,8 @@ static int remote_fetch(struct kvd *d, struct kvd_client *c, struct kvd_fetch *f
 	}
 	tok = (uint32_t *)(void *)&f->it[n];
 	f->rq = rq;
-	f->ns_id = c->ns_id;
-	memcpy(&f->ns, &kvshm_ns(d->h)[c->ns_id], sizeof(f->ns));
+	f->ns_id = ns_id;
+	memcpy(&f->ns, &kvshm_ns(g->h)[ns_id], sizeof(f->ns));
 	f->n = n;
 	f->t0 = kvd_now_ns();
 	kvd_stat_add(&st->remote_fetches, n);
@@ -905,13 +912,13 @@ static int remote_fetch(struct kvd *d, struct kvd_client *c, struct kvd_fetch *f
 			kvd_stat_add(&st->remote_misses, 1);
 			continue;	/* -ENOENT: its server is down */
 		}
-		if (kvshm_page_alloc(d->h, OWNER_REMOTE, c->ns_id, &it->page, &it->gen)) {
+		if (kvshm_page_alloc(g->h, OWNER_REMOTE, ns_id, &it->page, &it->gen)) {
 			*it->status = -ENOSPC;
 			kvd_stat_add(&st->remote_misses, 1);
 			continue;
 		}
 		/* The client's key space, so its tenant's. */
-		kvshm_page_set_tenant(d->h, it->page, c->tenant);
+		kvshm_page_set_tenant(g->h, it->page, tenant);
 		/* A page for the daemon, not handed to a client. */
 		kvd_stat_add(&st->allocs, -1);
 		*it->status = -ETIMEDOUT;	/* until it is settled */
@@ -926,7 +933,7 @@ static int remote_fetch(struct kvd *d, struct kvd_client *c, struct kvd_fetch *f
 		if (!jobs[s]) {
 			for (i = 0; i < n; i++)
 				if (f->it[i].res == RES_MISS && f->it[i].srv == s) {
-					kvshm_page_free(d->h, f->it[i].page, f->it[i].gen, OWNER_REMOTE);
+					kvshm_page_free(g->h, f->it[i].page, f->it[i].gen, OWNER_REMOTE);
 					f->it[i].res = RES_SKIP;
 					*f->it[i].status = -ENOMEM;
 				}
@@ -958,9 +965,9 @@ static int remote_fetch(struct kvd *d, struct kvd_client *c, struct kvd_fetch *f
 	return 1;
 }
 
-static void remote_forget_ns(struct kvd *d, uint32_t ns_id)
+static void remote_forget_ns(struct kvd_ground *g, uint32_t ns_id)
 {
-	struct kvd_remote *r = d->remote;
+	struct kvd_remote *r = remote_of(g);
 	struct rjob **pp, *j, *drop = NULL;
 
 	/* Queued puts of the namespace go (their pages must be evictable);
@@ -982,16 +989,16 @@ static void remote_forget_ns(struct kvd *d, uint32_t ns_id)
 	for (; drop; drop = j) {
 		j = drop->next;
 		drop->res = RES_SKIP;
-		put_done(d, drop);
+		put_done(g, drop);
 	}
 }
 
-static int remote_fd(const struct kvd *d)
+static int remote_fd(const struct kvd_ground *g)
 {
-	return d->remote->efd;
+	return remote_of(g)->efd;
 }
 
-static void remote_close(struct kvd *d);
+static void remote_close(struct kvd_ground *g);
 
 static const struct kvd_tier remote_tier = {
 	.name = "remote",
@@ -1007,9 +1014,9 @@ static const struct kvd_tier remote_tier = {
 	.close = remote_close,
 };
 
-static void remote_close(struct kvd *d)
+static void remote_close(struct kvd_ground *g)
 {
-	struct kvd_remote *r = d->remote;
+	struct kvd_remote *r = remote_of(g);
 	struct rjob *j, *next;
 	unsigned i, k;
 
@@ -1017,9 +1024,9 @@ static void remote_close(struct kvd *d)
 		return;
 	/* No lookup offers tier 2 from now on (a reload may close the tier
 	 * while the daemon goes on). */
-	atomic_store_explicit(&st_of(d)->remote_servers_up, 0, memory_order_relaxed);
-	atomic_store_explicit(&st_of(d)->remote_servers, 0, memory_order_relaxed);
-	atomic_store_explicit(&st_of(d)->remote_write_mode, KVSHM_REMOTE_OFF, memory_order_relaxed);
+	atomic_store_explicit(&st_of(g)->remote_servers_up, 0, memory_order_relaxed);
+	atomic_store_explicit(&st_of(g)->remote_servers, 0, memory_order_relaxed);
+	atomic_store_explicit(&st_of(g)->remote_write_mode, KVSHM_REMOTE_OFF, memory_order_relaxed);
 	pthread_mutex_lock(&r->lock);
 	r->stop = true;
 	pthread_cond_broadcast(&r->wake);
@@ -1028,17 +1035,17 @@ static void remote_close(struct kvd *d)
 		if (r->w[i].started)
 			pthread_join(r->w[i].th, NULL);
 	/* What finished is settled; what never ran is given back. */
-	remote_reap(d);
+	remote_reap(g);
 	for (j = r->gets; j; j = next) {
 		next = j->next;
 		for (i = 0; i < j->n; i++)
 			j->f->it[j->idx[i]].res = RES_SKIP;
-		get_done(d, j);
+		get_done(g, j);
 	}
 	for (j = r->puts; j; j = next) {
 		next = j->next;
 		j->res = RES_SKIP;
-		put_done(d, j);
+		put_done(g, j);
 	}
 	free(r->probe);
 	for (i = 0; i < WORKERS; i++) {
@@ -1060,8 +1067,7 @@ static void remote_close(struct kvd *d)
 	free(r->hold);
 	free(r->clean);
 	free(r);
-	d->remote = NULL;
-	kvd_tier_remove(d, KVD_TIER_REMOTE);
+	kvd_tier_remove(g, KVD_TIER_REMOTE);
 }
 
 /* ------------------------------------------------------------ open */
@@ -1133,7 +1139,7 @@ static memcached_st *mc_new(struct kvd_remote *r, const struct kvd_rserver *one,
 	return m;
 }
 
-int kvd_remote_open(struct kvd *d)
+int kvd_remote_open(struct kvd_ground *g)
 {
 	static const char *const modes[] = { "published", "evicted" };
 	struct kvd_rserver sv[KVD_REMOTE_MAX_SERVERS];
@@ -1143,18 +1149,18 @@ int kvd_remote_open(struct kvd *d)
 	struct kvd_remote *r;
 	sigset_t all, old;
 	unsigned i, k, n;
-	uint32_t pages = d->h->geo.n_pages;
+	uint32_t pages = g->h->geo.n_pages;
 
-	if (!d->cfg.remote[0])
+	if (!g->cfg->remote[0])
 		return 0;
-	if (kvd_remote_parse(d->cfg.remote, sv, KVD_REMOTE_MAX_SERVERS, &n, &why)) {
-		kvd_err("remote %s: %s", d->cfg.remote, why);
+	if (kvd_remote_parse(g->cfg->remote, sv, KVD_REMOTE_MAX_SERVERS, &n, &why)) {
+		kvd_err("remote %s: %s", g->cfg->remote, why);
 		return -1;
 	}
-	if (d->cfg.remote_secret_file[0]) {
-		if (read_secret(d->cfg.remote_secret_file, secret, &slen))
+	if (g->cfg->remote_secret_file[0]) {
+		if (read_secret(g->cfg->remote_secret_file, secret, &slen))
 			return -1;
-	} else if (d->cfg.remote_insecure) {
+	} else if (g->cfg->remote_insecure) {
 		kvd_warn("remote: no secret (remote-insecure): blocks are checked for damage only; any host that reaches the servers can forge KV for this fleet");
 	} else {
 		kvd_err("remote: needs remote-secret-file, or remote-insecure");
@@ -1163,7 +1169,6 @@ int kvd_remote_open(struct kvd *d)
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		goto nomem;
-	d->remote = r;
 	r->efd = -1;
 	for (i = 0; i < WORKERS; i++)
 		for (k = 0; k < KVD_REMOTE_MAX_SERVERS; k++)
@@ -1174,15 +1179,15 @@ int kvd_remote_open(struct kvd *d)
 	r->gets_tail = &r->gets;
 	r->puts_tail = &r->puts;
 	/* Registered at once: a failed open is undone by kvd_tiers_close. */
-	kvd_tier_add(d, KVD_TIER_REMOTE, &remote_tier);
-	r->d = d;
+	kvd_tier_add(g, KVD_TIER_REMOTE, &remote_tier, r);
+	r->g = g;
 	r->nsrv = n;
-	r->bt = d->h->geo.block_tokens;
-	r->slot_bytes = d->h->geo.page_bytes;
-	r->timeout_ns = (uint64_t)d->cfg.remote_timeout_ms * 1000000ull;
-	r->cuda = d->h->pool_kind != KVSHM_POOL_HOST;
-	r->mode = d->cfg.remote_write;
-	snprintf(r->prefix, sizeof(r->prefix), "%s", d->cfg.remote_prefix);
+	r->bt = g->h->geo.block_tokens;
+	r->slot_bytes = g->h->geo.page_bytes;
+	r->timeout_ns = (uint64_t)g->cfg->remote_timeout_ms * 1000000ull;
+	r->cuda = g->h->pool_kind != KVSHM_POOL_HOST;
+	r->mode = g->cfg->remote_write;
+	snprintf(r->prefix, sizeof(r->prefix), "%s", g->cfg->remote_prefix);
 	/* Held pages (publish) or copies (evict) in flight: a quarter of
 	 * the pool at most, and 256 MiB of copies. */
 	r->puts_cap = pages / 4 < 16 ? 16 : pages / 4 > 4096 ? 4096 : pages / 4;
@@ -1202,13 +1207,13 @@ int kvd_remote_open(struct kvd *d)
 			snprintf(r->srv[i].name, sizeof(r->srv[i].name), "%.255s", sv[i].host);
 		r->srv[i].logged = 0;
 	}
-	r->mc = mc_new(r, NULL, d->cfg.remote_timeout_ms);
+	r->mc = mc_new(r, NULL, g->cfg->remote_timeout_ms);
 	if (!r->mc || kvd_rmac_new(&r->mac, secret, slen)) {
 		kvd_err("remote: cannot set up libmemcached or the MAC");
 		goto fail;
 	}
 	for (i = 0; i < n; i++) {
-		r->srv[i].probe = mc_new(r, &sv[i], d->cfg.remote_timeout_ms);
+		r->srv[i].probe = mc_new(r, &sv[i], g->cfg->remote_timeout_ms);
 		if (!r->srv[i].probe) {
 			kvd_err("remote: cannot set up libmemcached for %s", r->srv[i].name);
 			goto fail;
@@ -1232,14 +1237,14 @@ int kvd_remote_open(struct kvd *d)
 			kvd_err("remote: cannot start worker threads");
 			goto fail;
 		}
-	atomic_store_explicit(&st_of(d)->remote_servers, n, memory_order_relaxed);
-	atomic_store_explicit(&st_of(d)->remote_write_mode,
+	atomic_store_explicit(&st_of(g)->remote_servers, n, memory_order_relaxed);
+	atomic_store_explicit(&st_of(g)->remote_write_mode,
 			      r->mode == KVD_REMOTE_PUBLISH ? KVSHM_REMOTE_PUBLISH : KVSHM_REMOTE_EVICT,
 			      memory_order_relaxed);
 	r->up_logged = 0;
 	probe_start(r, kvd_now_ns());
 	kvd_info("remote: %u memcached servers (ketama), blocks written when %s, %u ms timeout, %s (Poly1305 of %s), item keys %s:*",
-		 n, modes[r->mode], d->cfg.remote_timeout_ms,
+		 n, modes[r->mode], g->cfg->remote_timeout_ms,
 		 slen ? "sealed (item format 2) under the cluster secret" : "NOT authenticated",
 		 kvd_rmac_impl(r->mac), r->prefix);
 	return 0;

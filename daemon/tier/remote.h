@@ -9,7 +9,7 @@
 #ifndef KVD_REMOTE_H
 #define KVD_REMOTE_H
 
-struct kvd;
+struct kvd_ground;
 
 /*
  * Start the remote tier when cfg.remote names servers: read the secret
@@ -19,6 +19,6 @@ struct kvd;
  * offers blocks once they do). Returns 0 (also when there is no remote
  * tier) or -1 after a log line.
  */
-int kvd_remote_open(struct kvd *d);
+int kvd_remote_open(struct kvd_ground *g);
 
 #endif

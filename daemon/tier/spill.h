@@ -15,8 +15,7 @@
 
 #include "../../shm/segment.h"
 
-struct kvd;
-struct kvd_client;
+struct kvd_ground;
 struct kvd_config;
 struct kvd_fetch;
 struct kvd_restore;
@@ -31,13 +30,13 @@ int64_t kvd_spill_slots(const struct kvd_config *cfg);
  * start the I/O engine. The segment and the pool must exist. Returns 0 or
  * -1 after a log line. Does nothing when no spill directory is set.
  */
-int kvd_spill_open(struct kvd *d);
+int kvd_spill_open(struct kvd_ground *g);
 
 /* Finish the writes in flight, then close everything. */
-void kvd_spill_close(struct kvd *d);
+void kvd_spill_close(struct kvd_ground *g);
 
 /* The eventfd the main loop polls, or -1. */
-int kvd_spill_fd(const struct kvd *d);
+int kvd_spill_fd(const struct kvd_ground *g);
 
 /*
  * Evictor: page is EVICTING and nobody pins it. Hand it to the spill tier
@@ -45,27 +44,27 @@ int kvd_spill_fd(const struct kvd *d);
  * page becomes FREE now or when its write completes, its index entry then
  * naming the slot. False: the tier cannot take it; evict it plainly.
  */
-bool kvd_spill_page(struct kvd *d, uint32_t page);
+bool kvd_spill_page(struct kvd_ground *g, uint32_t page);
 
 /* Submit what kvd_spill_page queued. */
-void kvd_spill_flush(struct kvd *d);
+void kvd_spill_flush(struct kvd_ground *g);
 
 /* Is a spill write of page in flight? (The evictor's ledger scan leaves
  * such a page EVICTING.) */
-bool kvd_spill_busy(const struct kvd *d, uint32_t page);
+bool kvd_spill_busy(const struct kvd_ground *g, uint32_t page);
 
 /* Spill writes that can start now without waiting; UINT32_MAX when the
  * tier takes no writes (none, or degraded): eviction need not wait. */
-uint32_t kvd_spill_room(const struct kvd *d);
+uint32_t kvd_spill_room(const struct kvd_ground *g);
 
 /* Pages whose spill write is in flight (they will be free soon). */
-uint32_t kvd_spill_pending(const struct kvd *d);
+uint32_t kvd_spill_pending(const struct kvd_ground *g);
 
 /* Handle finished I/O (main loop, on the eventfd). */
-void kvd_spill_reap(struct kvd *d);
+void kvd_spill_reap(struct kvd_ground *g);
 
 /* Wait until no spill I/O is in flight. */
-void kvd_spill_drain(struct kvd *d);
+void kvd_spill_drain(struct kvd_ground *g);
 
 /*
  * Before key is published as a new page: if the index names a tier-1 slot
@@ -74,18 +73,18 @@ void kvd_spill_drain(struct kvd *d);
  * page replaces it. A different block under the key is left alone, and
  * the publish then finds the key taken and refuses it as a collision.
  */
-void kvd_spill_unindex(struct kvd *d, struct kvshm_key key, struct kvshm_key parent,
+void kvd_spill_unindex(struct kvd_ground *g, struct kvshm_key key, struct kvshm_key parent,
 		       const uint32_t *tokens, uint32_t ns_id);
 
 /* A page whose spill write is in flight: that write will not make a
  * slot (the page is freed when it completes). False if none. */
-bool kvd_spill_cancel(struct kvd *d, uint32_t page);
+bool kvd_spill_cancel(struct kvd_ground *g, uint32_t page);
 
 /* Drop every slot of namespace ns_id (its row is being reused). */
-void kvd_spill_forget_ns(struct kvd *d, uint32_t ns_id);
+void kvd_spill_forget_ns(struct kvd_ground *g, uint32_t ns_id);
 /* A reload changed `eviction`: the slots go over to that policy. 0 or
  * -ENOMEM (the old one stays). */
-int kvd_spill_policy(struct kvd *d, int eviction);
+int kvd_spill_policy(struct kvd_ground *g, int eviction);
 
 /*
  * A restore (tier.h): claim reserves a SPILLED slot of namespace ns_id
@@ -93,9 +92,9 @@ int kvd_spill_policy(struct kvd *d, int eviction);
  * into free pages, checks them and makes them READY, and returns when
  * every read is done (0).
  */
-int kvd_spill_claim(struct kvd *d, uint32_t ns_id, uint32_t loc, bool full,
+int kvd_spill_claim(struct kvd_ground *g, uint32_t ns_id, uint32_t loc, bool full,
 		    struct kvd_fetch *f);
-int kvd_spill_fetch(struct kvd *d, struct kvd_client *c, struct kvd_fetch *f, uint32_t n,
-		    struct kvd_restore *rq);
+int kvd_spill_fetch(struct kvd_ground *g, uint32_t ns_id, uint32_t tenant, struct kvd_fetch *f,
+		    uint32_t n, struct kvd_restore *rq);
 
 #endif

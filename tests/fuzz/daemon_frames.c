@@ -85,6 +85,7 @@
 #include <unistd.h>
 
 #include "../lib/utf8_oracle.h"
+#include "../../daemon/config.h"
 #include "../../daemon/util/closer.h"
 #include "../../daemon/core/kvd.h"
 #include "../../daemon/core/evict.h"
@@ -288,7 +289,8 @@ static void reset(uint32_t bt, bool spill, int eviction)
 	d.h = seg.base;
 	d.pool = keep.pool;
 	d.lfd = d.sigfd = d.tfd = -1;
-	d.tier_host = &kvd_core_tier_host;
+	kvd_ground_bind(&d);
+	d.g.host = &kvd_core_tier_host;
 	d.epfd = keep.epfd;
 	d.clients = keep.clients;
 	d.mark = keep.mark;
@@ -307,8 +309,8 @@ static void reset(uint32_t bt, bool spill, int eviction)
 		snprintf(d.cfg.spill_dir, sizeof(d.cfg.spill_dir), "%s", spill_dir);
 		d.cfg.spill_size = (uint64_t)N_SLOTS * (kvd_slot_hdr_bytes(bt) + PAGE_BYTES);
 		d.cfg.spill_io = KVD_SIO_SYNC;
-		CHECK(kvd_spill_open(&d) == 0);
-		CHECK(d.spill);
+		CHECK(kvd_spill_open(&d.g) == 0);
+		CHECK(kvd_tier_state(&d.g, KVD_TIER_SPILL));
 	}
 }
 
@@ -319,7 +321,7 @@ static void check_state(void);
  * checks. */
 static void step_done(void)
 {
-	kvd_spill_reap(&d);
+	kvd_tiers_reap(&d.g, KVD_TIER_SPILL);
 	kvd_server_drop_closing(&d);	/* as the loop does after each event */
 	check_state();
 }
@@ -1228,7 +1230,7 @@ static void fix_records(struct peer *pr, struct kvshm_key root, const struct kvp
 	struct kvshm_key prev_was = { 0, 0 }, prev_now = { 0, 0 };
 	size_t stride, i, n;
 
-	if ((h->type == KVPROTO_RESTORE || h->type == KVPROTO_FETCH) && d.spill) {
+	if ((h->type == KVPROTO_RESTORE || h->type == KVPROTO_FETCH) && kvd_tier_state(&d.g, KVD_TIER_SPILL)) {
 		/* Keys of blocks spilled now, picked by each key's low byte. */
 		uint32_t sp[N_SLOTS], nsp = 0, s;
 		size_t head = h->type == KVPROTO_FETCH ? sizeof(struct kvproto_fetch)
@@ -1548,7 +1550,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* Pages whose slices did not all come are given up at the next tick. */
 	kvd_slice_tick(&d);
 	/* The spill tier stops as main() stops it: writes in flight finish. */
-	kvd_spill_close(&d);
+	kvd_tiers_close(&d.g);
 	check_state();
 	CHECK(d.n_clients == 0);
 	CHECK(kvshm_stats(d.h)->pages_writing == 0);

@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../daemon/config.h"
 #include "../../daemon/obs/events.h"
 #include "../../daemon/core/kvd.h"
 #include "../../daemon/core/evict.h"
@@ -206,7 +207,8 @@ static void setup(uint8_t mode)
 	CHECK(!kvd_policy_open(&D.pol, D.cfg.eviction, NPAGES));
 	for (i = 0; i < NNS; i++)	/* row 3: rank 1 of 2, muted */
 		CHECK(!kve_test_ns(&kvshm_ns(D.h)[i], models[i], i == 3));
-	CHECK(!kvd_events_open_sink(&D, sink, NULL));
+	kvd_ground_bind(&D);
+	CHECK(!kvd_events_open_sink(&D.g, sink, NULL));
 	n_held = 0;
 	next_seq = 0;
 	have_last = false;
@@ -214,7 +216,7 @@ static void setup(uint8_t mode)
 
 static void teardown(void)
 {
-	kvd_events_close(&D);
+	kvd_events_close(&D.g);
 	kvd_policy_close(&D.pol);
 	free(D.h);
 	free(D.clients);
@@ -244,7 +246,7 @@ static void op_publish(uint8_t nsb, uint8_t blocks, uint8_t seed, uint8_t chaine
 			break;
 		st = kvshm_page_publish(D.h, page, gen, 1, keys[i], i ? keys[i - 1] : parent,
 					t + i * BT, &w, &wg);
-		kvd_events_published(&D, page, st);
+		kvd_events_published(&D.g, page, st);
 		if (st == KVSHM_PUBLISHED)
 			kvd_evict_insert(&D, page);	/* into the eviction order */
 	}
@@ -287,7 +289,7 @@ static void op_spill(uint8_t which)
 	memcpy(slot_tok[s], kvshm_tokens(D.h, p), sizeof(slot_tok[s]));
 	atomic_store(&sl->state, KVSHM_SLOT_SPILLED);
 	CHECK(!kvshm_page_evict_to_slot(D.h, p, s));
-	kvd_events_spilled(&D, p, s);
+	kvd_events_spilled(&D.g, p, s);
 }
 
 static void op_restore(uint8_t which)
@@ -299,7 +301,7 @@ static void op_restore(uint8_t which)
 		return;
 	CHECK(!kvshm_page_restore(D.h, page, gen, 77, s, sl->key, sl->parent, slot_tok[s]));
 	atomic_store(&sl->state, KVSHM_SLOT_BACKING);
-	kvd_events_restored(&D, page, s);
+	kvd_events_restored(&D.g, page, s);
 	atomic_store(&sl->state, KVSHM_SLOT_FREE);	/* the copy is not tracked here */
 }
 
@@ -317,7 +319,7 @@ static void op_drop(uint8_t which)
 
 	if (!slot_held(s))
 		return;
-	kvd_events_slot_gone(&D, s);
+	kvd_events_slot_gone(&D.g, s);
 	slot_forget(s);
 }
 
@@ -329,7 +331,7 @@ static void op_clear(uint8_t nsb)
 	 * tier here): each of the namespace's slots leaves with its hook. */
 	for (s = 0; s < NSLOTS; s++)
 		if (slot_held(s) && kvshm_slots(D.h)[s].ns_id == ns) {
-			kvd_events_slot_gone(&D, s);
+			kvd_events_slot_gone(&D.g, s);
 			slot_forget(s);
 		}
 	CHECK(kvd_evict_ns(&D, ns) == 0);
@@ -367,12 +369,12 @@ static void op_replay(const uint8_t **p, const uint8_t *end)
 	} else {
 		CHECK(why && *why);
 	}
-	kvd_events_replay_frames(&D, f, n, once, reply, &r);
+	kvd_events_replay_frames(&D.g, f, n, once, reply, &r);
 	if (ok && once)
 		CHECK(r.replies == 1);	/* a batch, or the end marker */
 	r.any = false;
 	r.verdict = 0;
-	kvd_events_replay_frames(&D, NULL, 0, false, reply, &r);	/* go on */
+	kvd_events_replay_frames(&D.g, NULL, 0, false, reply, &r);	/* go on */
 }
 
 /* After the last tick: the stream's blocks are the index's blocks. */
@@ -440,13 +442,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			op_clear(take(&p, end));
 			break;
 		case 6:
-			kvd_events_tick(&D);
+			kvd_events_tick(&D.g);
 			break;
 		default:
 			op_replay(&p, end);
 		}
 	}
-	kvd_events_tick(&D);
+	kvd_events_tick(&D.g);
 	check_state();
 	teardown();
 	return 0;

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../../daemon/config.h"
 #include "../../daemon/obs/events.h"
 #include "../../daemon/core/kvd.h"
 #include "../../daemon/core/evict.h"
@@ -125,7 +126,8 @@ static void setup_with(const char *topic, int hash, uint32_t buffer)
 	D.mark = calloc(NPAGES, 1);
 	assert_non_null(D.clients);
 	assert_int_equal(kvd_policy_open(&D.pol, D.cfg.eviction, NPAGES), 0);
-	assert_int_equal(kvd_events_open_sink(&D, sink, NULL), 0);
+	kvd_ground_bind(&D);
+	assert_int_equal(kvd_events_open_sink(&D.g, sink, NULL), 0);
 	assert_int_equal(atomic_load(&kvshm_stats(D.h)->kv_events_enabled), 1);
 	sink_rc = 0;
 	n_out = 0;
@@ -141,8 +143,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	kvd_events_close(&D);
-	assert_null(D.events);
+	kvd_events_close(&D.g);
+	assert_null(D.g.events);
 	kvd_policy_close(&D.pol);
 	free(D.h);
 	free(D.clients);
@@ -181,7 +183,7 @@ static uint32_t publish(uint32_t ns, uint32_t seed, uint32_t nb, struct kvshm_ke
 		assert_int_equal(kvshm_page_alloc(D.h, 1, ns, &page, &gen), 0);
 		st = kvshm_page_publish(D.h, page, gen, 1, keys[i], i ? keys[i - 1] : root,
 					t + i * BT, &w, &wg);
-		kvd_events_published(&D, page, st);
+		kvd_events_published(&D.g, page, st);
 		if (st == KVSHM_PUBLISHED)
 			kvd_evict_insert(&D, page);	/* into the eviction order */
 		if (first == UINT32_MAX)
@@ -222,7 +224,7 @@ static void test_stored_chain(void **state)
 	(void)state;
 	ns_add(0, "model-a", 0);
 	publish(0, 7, 3, k, NULL);
-	kvd_events_tick(&D);
+	kvd_events_tick(&D.g);
 	assert_int_equal(n_out, 1);
 	assert_int_equal(out[0].seq, 0);
 	gethostname(host, sizeof(host) - 1);
@@ -246,7 +248,7 @@ static void test_stored_chain(void **state)
 	/* The same prompt, one block longer: only the new block, its parent
 	 * the last block the index holds. */
 	publish(0, 7, 4, k2, &skip);	/* blocks 2..3: block 2 is a duplicate */
-	kvd_events_tick(&D);
+	kvd_events_tick(&D.g);
 	assert_int_equal(n_out, 2);
 	assert_int_equal(out[1].seq, 1);
 	b = decode(1);
@@ -259,7 +261,7 @@ static void test_stored_chain(void **state)
 	assert_int_equal(atomic_load(&kvshm_stats(D.h)->kv_events), 2);
 	assert_int_equal(atomic_load(&kvshm_stats(D.h)->kv_event_batches), 2);
 	/* A tick with nothing to say sends nothing. */
-	kvd_events_tick(&D);
+	kvd_events_tick(&D.g);
 	assert_int_equal(n_out, 2);
 }
 
@@ -271,7 +273,7 @@ static void hash_form(int form)
 	setup_with(NULL, form, 10);
 	ns_add(0, "m", 0);
 	publish(0, 3, 2, k, NULL);
-	kvd_events_tick(&D);
+	kvd_events_tick(&D.g);
 	b = decode(0);
 	assert_int_equal(b.ev[0].n, 2);
 	switch (form) {
@@ -309,10 +311,10 @@ static void test_evict(void **state)
 	(void)state;
 	ns_add(0, "m", 0);
 	publish(0, 1, 8, k, NULL);
-	kvd_events_tick(&D);
+	kvd_events_tick(&D.g);
 	freed = kvd_evict(&D, 8, true);
 	assert_int_equal(freed, 8);
-	kvd_events_tick(&D);
+	kvd_events_tick(&D.g);
 	assert_int_equal(n_out, 2);
 	b = decode(1);
 	assert_int_equal(b.n, 1);
@@ -340,7 +342,7 @@ static void test_spill_restore(void **state)
 	(void)state;
 	ns_add(0, "m", 0);
 	page = publish(0, 2, 1, k, NULL);
-	kvd_events_tick(&D);
+	kvd_events_tick(&D.g);
 	/* Spilled: the evictor's mark, the slot, the entry moved. */
 	assert_true(kvshm_page_evict_mark(D.h, page));
 	sl->ns_id = 0;
@@ -348,8 +350,8 @@ static void test_spill_restore(void **state)
 	sl->parent = kvshm_pages(D.h)[page].parent;
 	atomic_store(&sl->state, KVSHM_SLOT_SPILLED);
 	assert_int_equal(kvshm_page_evict_to_slot(D.h, page, 5), 0);
-	kvd_events_spilled(&D, page, 5);
-	kvd_events_tick(&D);
+	kvd_events_spilled(&D.g, page, 5);
+	kvd_events_tick(&D.g);
 	b = check_move(1, "CPU", "DISK", k[0]);
 	tokens_of(t, BT, 2);
 	assert_memory_equal(b.ev[1].tok, t, sizeof(t));
@@ -358,19 +360,19 @@ static void test_spill_restore(void **state)
 	/* Restored into a fresh page: out of DISK, into CPU. */
 	assert_int_equal(kvshm_page_alloc(D.h, 99, 0, &page, &gen), 0);
 	assert_int_equal(kvshm_page_restore(D.h, page, gen, 99, 5, k[0], sl->parent, t), 0);
-	kvd_events_restored(&D, page, 5);
-	kvd_events_tick(&D);
+	kvd_events_restored(&D.g, page, 5);
+	kvd_events_tick(&D.g);
 	b = check_move(2, "DISK", "CPU", k[0]);
 	kve_free(&b);
 
 	/* Spilled again, then its slot recycled: removed from DISK, once. */
 	assert_true(kvshm_page_evict_mark(D.h, page));
 	assert_int_equal(kvshm_page_evict_to_slot(D.h, page, 5), 0);
-	kvd_events_spilled(&D, page, 5);
-	kvd_events_slot_gone(&D, 5);
-	kvd_events_slot_gone(&D, 5);
-	kvd_events_page_gone(&D, page);	/* already left the pool */
-	kvd_events_tick(&D);
+	kvd_events_spilled(&D.g, page, 5);
+	kvd_events_slot_gone(&D.g, 5);
+	kvd_events_slot_gone(&D.g, 5);
+	kvd_events_page_gone(&D.g, page);	/* already left the pool */
+	kvd_events_tick(&D.g);
 	b = decode(3);
 	assert_int_equal(b.n, 3);
 	assert_int_equal(b.ev[2].type, KVE_REMOVED);
@@ -393,10 +395,10 @@ static void test_ns_cleared(void **state)
 	ns_add(1, "model-b", 0);
 	publish(0, 1, 4, k, NULL);
 	publish(1, 2, 2, kb, NULL);
-	kvd_events_tick(&D);
+	kvd_events_tick(&D.g);
 	assert_int_equal(n_out, 2);
 	assert_int_equal(kvd_evict_ns(&D, 0), 0);
-	kvd_events_tick(&D);
+	kvd_events_tick(&D.g);
 	assert_int_equal(n_out, 3);
 	assert_non_null(strstr(out[2].topic, "model-a"));
 	b = decode(2);
@@ -409,7 +411,7 @@ static void test_ns_cleared(void **state)
 	kve_free(&b);
 	/* Dropped again: nothing left to remove, nothing sent. */
 	assert_int_equal(kvd_evict_ns(&D, 0), 0);
-	kvd_events_tick(&D);
+	kvd_events_tick(&D.g);
 	assert_int_equal(n_out, 3);
 }
 
@@ -426,17 +428,17 @@ static void test_ns_cleared_shared_topic(void **state)
 	ns_add(1, "model-b", 0);
 	publish(0, 1, 4, k, NULL);
 	publish(1, 2, 2, k + 2, NULL);
-	kvd_events_tick(&D);
+	kvd_events_tick(&D.g);
 	/* One topic: both namespaces' events in one batch. */
 	assert_int_equal(n_out, 1);
 	b = decode(0);
 	assert_int_equal(b.n, 2);
 	kve_free(&b);
 	publish(0, 1, 4, k, NULL);	/* all duplicates: nothing new */
-	kvd_events_tick(&D);
+	kvd_events_tick(&D.g);
 	assert_int_equal(n_out, 1);
 	assert_int_equal(kvd_evict_ns(&D, 0), 0);
-	kvd_events_tick(&D);
+	kvd_events_tick(&D.g);
 	assert_int_equal(n_out, 2);
 	b = decode(1);
 	/* Removals of model-a's blocks alone: model-b's stay. */
@@ -467,7 +469,7 @@ static void test_forms(void **state)
 		ns_add(0, "m", 0);
 		publish(0, 5, 3, k, NULL);
 		assert_int_equal(kvd_evict(&D, 1, true), 1);
-		kvd_events_tick(&D);
+		kvd_events_tick(&D.g);
 		assert_int_equal(n_out, 1);
 		b = decode(0);
 		assert_int_equal(b.n, 2);
@@ -508,8 +510,8 @@ static void test_token_bytes(void **state)
 	root = kvshm_key_root(kvshm_ns(D.h)[0].id, NULL, 0);
 	kvshm_key_chain(root, root, (struct kvshm_key){ 0, 0 }, v, BT, BT, &k);
 	assert_int_equal(kvshm_page_alloc(D.h, 1, 0, &page, &gen), 0);
-	kvd_events_published(&D, page, kvshm_page_publish(D.h, page, gen, 1, k, root, v, &w, &wg));
-	kvd_events_tick(&D);
+	kvd_events_published(&D.g, page, kvshm_page_publish(D.h, page, gen, 1, k, root, v, &w, &wg));
+	kvd_events_tick(&D.g);
 	b = decode(0);
 	assert_int_equal(b.ev[0].ntok, BT);
 	assert_memory_equal(b.ev[0].tok, v, sizeof(v));
@@ -696,14 +698,14 @@ static void test_host_medium(void **state)
 	strcpy(D.cfg.kv_events_host_medium, "CPU_PINNED");
 	ns_add(0, "m", 0);
 	publish(0, 1, 1, k, NULL);
-	kvd_events_tick(&D);
+	kvd_events_tick(&D.g);
 	b = decode(0);
 	assert_string_equal(b.ev[0].medium, "CPU_PINNED");
 	kve_free(&b);
 	D.h->pool_kind = KVSHM_POOL_CUDA;
-	assert_string_equal(kvd_medium_name(&D, KVD_MEDIUM_POOL), "GPU");
-	assert_string_equal(kvd_medium_name(&D, KVD_MEDIUM_SPILL), "DISK");
-	assert_string_equal(kvd_medium_name(&D, KVD_MEDIUM_REMOTE), "REMOTE");
+	assert_string_equal(kvd_medium_name(&D.g, KVD_MEDIUM_POOL), "GPU");
+	assert_string_equal(kvd_medium_name(&D.g, KVD_MEDIUM_SPILL), "DISK");
+	assert_string_equal(kvd_medium_name(&D.g, KVD_MEDIUM_REMOTE), "REMOTE");
 	D.h->pool_kind = KVSHM_POOL_HOST;
 	assert_int_equal(kvd_events_medium_check("GPU", &why), 0);
 	assert_int_equal(kvd_events_medium_check("", &why), -EINVAL);
@@ -720,11 +722,11 @@ static void test_muted_stage(void **state)
 	ns_add(0, "big", 1);		/* pipeline stage 1 of 2 */
 	publish(0, 1, 2, k, NULL);
 	kvd_evict(&D, 2, true);
-	kvd_events_tick(&D);
+	kvd_events_tick(&D.g);
 	assert_int_equal(n_out, 0);
 	ns_add(1, "big", 0);		/* stage 0 speaks for the model */
 	publish(1, 1, 2, k, NULL);
-	kvd_events_tick(&D);
+	kvd_events_tick(&D.g);
 	assert_int_equal(n_out, 1);
 }
 
@@ -746,13 +748,13 @@ static void test_big_batches(void **state)
 		st = kvshm_page_publish(D.h, page, gen, 1, k, (struct kvshm_key){ 1, 1 }, t, &w,
 					&wg);
 		assert_int_equal(st, KVSHM_PUBLISHED);
-		kvd_events_published(&D, page, st);
+		kvd_events_published(&D.g, page, st);
 		/* free the page again so the pool never runs out */
 		assert_true(kvshm_page_evict_mark(D.h, page));
-		kvd_events_page_gone(&D, page);
+		kvd_events_page_gone(&D.g, page);
 		kvshm_page_evict_finish(D.h, page);
 	}
-	kvd_events_tick(&D);
+	kvd_events_tick(&D.g);
 	assert_true(n_out > 1);
 	for (i = 0; i < (uint32_t)n_out; i++) {
 		struct kve_batch b = decode((int)i);
@@ -809,7 +811,7 @@ static void replay_req(struct rcap *r, uint64_t start, size_t seqlen, size_t del
 
 	for (i = 7; i >= 0; i--, start >>= 8)
 		s[i] = (uint8_t)start;
-	kvd_events_replay_frames(&D, f, 3, false, rcap_fn, r);
+	kvd_events_replay_frames(&D.g, f, 3, false, rcap_fn, r);
 }
 
 static void replay_once(struct rcap *r, uint64_t start)
@@ -820,7 +822,7 @@ static void replay_once(struct rcap *r, uint64_t start)
 
 	for (i = 7; i >= 0; i--, start >>= 8)
 		s[i] = (uint8_t)start;
-	kvd_events_replay_frames(&D, f, 3, true, rcap_fn, r);
+	kvd_events_replay_frames(&D.g, f, 3, true, rcap_fn, r);
 }
 
 static void test_drops_and_replay(void **state)
@@ -836,7 +838,7 @@ static void test_drops_and_replay(void **state)
 	for (i = 0; i < 6; i++) {
 		sink_rc = i == 2 ? -EAGAIN : 0;	/* batch 2: the queue is full */
 		publish(0, 10 + i, 1, k, NULL);
-		kvd_events_tick(&D);
+		kvd_events_tick(&D.g);
 	}
 	assert_int_equal(n_out, 6);
 	for (i = 0; i < 6; i++)
@@ -871,11 +873,11 @@ static void test_drops_and_replay(void **state)
 	replay_req(&r, 0, 8, 0);
 	assert_int_equal(r.n, 2);
 	r.eagain_after = 0;
-	kvd_events_replay_frames(&D, NULL, 0, false, rcap_fn, &r);
+	kvd_events_replay_frames(&D.g, NULL, 0, false, rcap_fn, &r);
 	assert_int_equal(r.n, 5);
 	assert_int_equal(r.seq[2], 4);
 	assert_int_equal(r.seq[4], UINT64_MAX);
-	kvd_events_replay_frames(&D, NULL, 0, false, rcap_fn, &r);	/* done: nothing */
+	kvd_events_replay_frames(&D.g, NULL, 0, false, rcap_fn, &r);	/* done: nothing */
 	assert_int_equal(r.n, 5);
 
 	/* A REQ peer takes one message per request: the first batch from
@@ -889,7 +891,7 @@ static void test_drops_and_replay(void **state)
 		assert_int_equal(r.seq[i], 2 + i);
 	assert_int_equal(r.seq[4], UINT64_MAX);
 	assert_int_equal(atomic_load(&kvshm_stats(D.h)->kv_event_replays), 9);
-	kvd_events_replay_frames(&D, NULL, 0, false, rcap_fn, &r);
+	kvd_events_replay_frames(&D.g, NULL, 0, false, rcap_fn, &r);
 	assert_int_equal(r.n, 5);
 
 	/* Malformed: refused, counted, and a REQ peer still gets END. */
@@ -963,12 +965,12 @@ static void test_topic(void **state)
 		longer[sizeof(longer) - 1] = 0;
 		assert_int_equal(kvd_events_topic_check(longer, &why), -EINVAL);
 	}
-	assert_string_equal(kvd_medium_name(&D, KVD_MEDIUM_POOL), "CPU");
+	assert_string_equal(kvd_medium_name(&D.g, KVD_MEDIUM_POOL), "CPU");
 	D.h->pool_kind = KVSHM_POOL_CUDA;
-	assert_string_equal(kvd_medium_name(&D, KVD_MEDIUM_POOL), "GPU");
+	assert_string_equal(kvd_medium_name(&D.g, KVD_MEDIUM_POOL), "GPU");
 	D.h->pool_kind = KVSHM_POOL_HOST;
-	assert_string_equal(kvd_medium_name(&D, KVD_MEDIUM_SPILL), "DISK");
-	assert_string_equal(kvd_medium_name(&D, KVD_MEDIUM_REMOTE), "REMOTE");
+	assert_string_equal(kvd_medium_name(&D.g, KVD_MEDIUM_SPILL), "DISK");
+	assert_string_equal(kvd_medium_name(&D.g, KVD_MEDIUM_REMOTE), "REMOTE");
 }
 
 static void test_row_reused(void **state)
@@ -983,7 +985,7 @@ static void test_row_reused(void **state)
 	ns_add(0, "new-model", 0);
 	publish(0, 2, 2, k, NULL);
 	assert_int_equal(n_out, 0);
-	kvd_events_tick(&D);
+	kvd_events_tick(&D.g);
 	assert_int_equal(n_out, 2);
 	assert_non_null(strstr(out[0].topic, "old-model"));
 	assert_non_null(strstr(out[1].topic, "new-model"));
@@ -1001,13 +1003,13 @@ static void test_slot_found(void **state)
 	sl->ns_id = 0;
 	sl->key = (struct kvshm_key){ 77, 78 };
 	sl->parent = kvshm_key_root(kvshm_ns(D.h)[0].id, NULL, 0);
-	kvd_events_slot_found(&D, 3, t);
+	kvd_events_slot_found(&D.g, 3, t);
 	sl = &kvshm_slots(D.h)[4];
 	sl->ns_id = 0;
 	sl->key = (struct kvshm_key){ 79, 80 };
 	sl->parent = (struct kvshm_key){ 77, 78 };
-	kvd_events_slot_found(&D, 4, t);
-	kvd_events_tick(&D);
+	kvd_events_slot_found(&D.g, 4, t);
+	kvd_events_tick(&D.g);
 	b = decode(0);
 	/* One chain: the unsalted root is recognised as its start. */
 	assert_int_equal(b.n, 1);

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../../daemon/config.h"
 #include "../../daemon/pool/pool.h"
 #include "../../kernels/cudadrv.h"
 #include "../../kernels/page_ref.h"
