@@ -12,7 +12,7 @@
  * key under another root, so a client that publishes a block with another
  * space's root as its parent makes a key of its own space, never one that
  * space looks up. The daemon recomputes every published key under the
- * publisher's own root (daemon/core/cache.c). Engine-keyed namespaces
+ * publisher's own root (daemon/core/publish.c). Engine-keyed namespaces
  * (KVSHM_NS_ENGINE) key each block on its own from the engine's key
  * (kvshm_key_engine). Pure functions; used by clients, the daemon and
  * tests.

@@ -141,15 +141,15 @@
 	X(HELLO_R,    2,  "HELLO reply",  EXACT,      sizeof(struct kvproto_hello_r),        \
 	  NULL,                  AFTER,  NULL)                                            \
 	X(ALLOC,      3,  "ALLOC",        EXACT,      sizeof(struct kvproto_alloc),          \
-	  kvproto_check_alloc,   AFTER,  kvd_cache_alloc)                                 \
+	  kvproto_check_alloc,   AFTER,  kvd_alloc)                                       \
 	X(ALLOC_R,    4,  "ALLOC reply",  CUSTOM,     0,                                     \
 	  kvproto_check_alloc_r, AFTER,  NULL)                                            \
 	X(PUBLISH,    5,  "PUBLISH",      COUNTED_BT, sizeof(struct kvproto_pub),            \
-	  NULL,                  AFTER,  kvd_cache_publish)                               \
+	  NULL,                  AFTER,  kvd_publish)                                     \
 	X(PUBLISH_R,  6,  "PUBLISH reply", COUNTED,   sizeof(struct kvproto_pub_r),          \
 	  NULL,                  AFTER,  NULL)                                            \
 	X(FREE,       7,  "FREE",         COUNTED,    sizeof(struct kvproto_pg),             \
-	  NULL,                  AFTER,  kvd_cache_free)                                  \
+	  NULL,                  AFTER,  kvd_free)                                        \
 	X(FREE_R,     8,  "FREE reply",   EXACT,      sizeof(struct kvproto_count),          \
 	  NULL,                  AFTER,  NULL)                                            \
 	X(ERROR,      9,  "ERROR",        MIN,        sizeof(struct kvproto_error),          \
@@ -169,7 +169,7 @@
 	X(POOL_R,     33, "POOL reply",   EXACT,      sizeof(struct kvproto_pool_r),         \
 	  kvproto_check_pool_r,  AFTER,  NULL)                                            \
 	X(ALLOC_KEYS, 40, "ALLOC_KEYS",   MIN,        sizeof(struct kvproto_alloc),          \
-	  kvproto_check_alloc_keys, AFTER, kvd_cache_alloc_keys)                          \
+	  kvproto_check_alloc_keys, AFTER, kvd_alloc_keys)                                \
 	X(DROP,       50, "DROP",         EXACT,      sizeof(struct kvproto_drop),           \
 	  kvproto_check_drop,    AFTER,  kvd_drop_ns)                                     \
 	X(DROP_R,     51, "DROP reply",   EXACT,      sizeof(struct kvproto_drop_r),         \

@@ -298,7 +298,7 @@ static void drain_rings(struct kvd *d)
  * index at once, so no lookup hits it again, and is freed unless pinned
  * (then the evictor frees it later; it is never spilled). A page being
  * spilled has that write cancelled. A WRITING page is marked, and its
- * publish is refused (cache.c). Readers that had it pinned may have read
+ * publish is refused (publish.c). Readers that had it pinned may have read
  * zeros: that, a client that may write the pool can always do.
  */
 static void on_holes(uint32_t first, uint32_t n, void *arg)

@@ -13,7 +13,7 @@
  *
  * Only the state lives here, with the few inline helpers that read it;
  * each module declares its functions in its own header (server.h,
- * reply.h, registry.h, cache.h, restore.h, evict.h, flight.h, slice.h,
+ * reply.h, registry.h, alloc.h, publish.h, restore.h, evict.h, flight.h, slice.h,
  * nsstat.h, census.h, top.h, drop.h; tier.h for the tiers).
  */
 #ifndef KVD_H
@@ -62,7 +62,7 @@ struct kvd_client {
 				 * page several ranks write counts while open) */
 	/* Its key space: the root of its chains, from its namespace and the
 	 * salt its HELLO carried (shm/key.h); every key it publishes is
-	 * recomputed under it (cache.c). */
+	 * recomputed under it (publish.c). */
 	struct kvshm_key root;
 	bool no_insert;		/* HELLO said KVPROTO_HELLO_NO_INSERT */
 	uint32_t own_share;	/* percent it asked to be held to; 0: max-share */
@@ -80,7 +80,7 @@ struct kvd_client {
 	/* The handles of one process, linked (row + 1; 0: none), so that its
 	 * max-share is summed over its handles, never over every row. */
 	uint32_t proc_prev, proc_next;
-	/* Max-share (cache.c), kept per handle and summed per process:
+	/* Max-share (alloc.c), kept per handle and summed per process:
 	 * census_pins, the distinct pages its ledger named when the pin
 	 * census (census.c) last read it; fresh, the pages it published since
 	 * that read began (an honest client holds them pinned). */

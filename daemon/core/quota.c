@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * quota.c - tenants, and the shares of the pool a tenant and a namespace
- * may hold, beside a process's max-share (cache.c).
+ * may hold, beside a process's max-share (alloc.c).
  *
  * A tenant is the clients of one salt: the HELLO carries it, the daemon
  * keeps it here and nowhere else (never in the segment, the log or the

@@ -24,7 +24,7 @@
 #include "../../shm/key.h"
 #include "../util/closer.h"
 #include "kvd.h"
-#include "cache.h"
+#include "publish.h"
 #include "flight.h"
 #include "ns.h"
 #include "nsstat.h"
@@ -307,7 +307,7 @@ static void retire_counters(struct kvd *d, struct kvd_client *c)
 /* Release everything the client holds and free its row. */
 static void release(struct kvd *d, struct kvd_client *c, const char *why)
 {
-	uint32_t reclaimed = kvd_cache_reclaim(d, c);
+	uint32_t reclaimed = kvd_reclaim(d, c);
 
 	if (c->hello)
 		kvd_quota_detach(d, c);

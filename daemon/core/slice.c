@@ -2,9 +2,10 @@
 /*
  * slice.c - the records of pages several tensor-parallel ranks write
  * together: who was granted which slice, which are written, when the page
- * began. See slice.h for the life of such a page; cache.c calls in here
- * for the clients that write slices and makes the page transitions of a
- * whole page itself (publish); the pages given up are freed here.
+ * began. See slice.h for the life of such a page; alloc.c and publish.c
+ * call in here for the clients that write slices and publish.c makes the
+ * page transitions of a whole page itself; the pages given up are freed
+ * here.
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
  * same slice count that asks for that block is granted the same page for
  * its slice (it *joins*). A slice published is in; the page is published
  * (READY, indexed, in the eviction order) when its last slice is, by the
- * caller of kvd_slice_written (cache.c). Until then the daemon keeps a
+ * caller of kvd_slice_written (publish.c). Until then the daemon keeps a
  * record per page: who was granted each slice, which are written, when it
  * began.
  *

@@ -2,7 +2,7 @@
 /*
  * tier.h - the tiers below the pool, behind one small interface.
  *
- * Tier 0 is the pool (cache.c, evict.c). Each tier below it plugs in with
+ * Tier 0 is the pool (alloc.c, publish.c, evict.c). Each tier below it plugs in with
  * one struct kvd_tier of functions, registered by the tier when it opens:
  *
  *   tier 1  the spill area on local NVMe (spill.c)
@@ -141,7 +141,7 @@ static inline void *kvd_tier_state(const struct kvd_ground *g, enum kvd_tier_lev
 
 /* The evictor: page is EVICTING and unpinned. True: a tier took it. */
 bool kvd_tiers_offer_evict(struct kvd_ground *g, uint32_t page);
-/* cache.c: page was just published READY. */
+/* publish.c: page was just published READY. */
 void kvd_tiers_offer_publish(struct kvd_ground *g, uint32_t page);
 void kvd_tiers_flush(struct kvd_ground *g);
 uint32_t kvd_tiers_room(const struct kvd_ground *g);

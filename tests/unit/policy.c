@@ -4,7 +4,7 @@
  * policy picks on small synthetic traces.
  *
  * lru: least recently used first; a request's tail before its head (the
- * publish order cache.c uses); a parent whose children are cached waits
+ * publish order publish.c uses); a parent whose children are cached waits
  * for them, then comes back at the cold end; stranded children (their
  * parent gone) before everything else; a kept candidate comes back as
  * just used; ids out of range or not held are ignored. s3fifo: a scan of
@@ -42,7 +42,7 @@ static int teardown(void **state)
 }
 
 /* Insert a request's chain of n blocks starting at id `first`, its root
- * under `parent`, in order (as cache.c inserts a PUBLISH). */
+ * under `parent`, in order (as publish.c inserts a PUBLISH). */
 static void publish_chain(uint32_t first, uint32_t n, uint32_t parent)
 {
 	uint32_t i;
