@@ -103,7 +103,7 @@ struct kvc_req {
 	size_t t1;		/* spilled run after the hits, not yet counted */
 	size_t t2;		/* then blocks that may be remote, not yet counted */
 	size_t t3;		/* or the run in flight after the hits, not yet counted */
-	bool single;		/* kvc_wait asked for single flight (flight.c) */
+	bool single;		/* kvc_wait asked for single flight (flight_wait.c) */
 	/* Set by the request's first kvc_wait: no wait of this request
 	 * sleeps past wait_until (CLOCK_MONOTONIC), so whatever loop the
 	 * caller writes around kvc_wait and kvc_alloc, its waiting ends. */
@@ -161,7 +161,7 @@ static inline int kvc_usable(const kvc_t *c)
  * handle dead; later calls return -ENOTCONN. */
 void kvci_mark_dead(kvc_t *c);
 /* kvc_wait sleeps at most this long before it checks that the daemon
- * lives (flight.c). */
+ * lives (flight_wait.c). */
 #define KVCI_WAIT_SLICE_MS 25
 
 /* Round trip: send (type, payload), receive the reply into a malloc'd
@@ -287,8 +287,8 @@ void kvci_count(struct kvc_req *r);
  * (lookup.c); returns where it stopped, *missed: on a miss, not on the
  * pin quota. */
 size_t kvci_pin_run(struct kvc_req *r, size_t from, bool *missed);
-/* inflight.c: blocks from `from` on that other clients are writing now
- * (flight.c waits for them). */
+/* flight_scan.c: blocks from `from` on that other clients are writing now
+ * (flight_wait.c waits for them). */
 size_t kvci_inflight_run(const struct kvc_req *r, size_t from);
 /* Is block i in flight (announced by another client)? *owner: whose. */
 bool kvci_block_inflight(const struct kvc_req *r, size_t i, uint32_t *owner);

@@ -655,7 +655,7 @@ static inline int kvshm_loc_is_slot(uint32_t loc)
  *   page is WRITING (set before an announcement's flight store, cleared
  *   when the page leaves WRITING); a lookup reads them (relaxed) to tell a
  *   page in flight that waits for its own slice, which it must write, not
- *   wait for (libclient/inflight.c).
+ *   wait for (libclient/flight_scan.c).
  * flight: 1 while the page is WRITING and *announced*: its owner said which
  *   block it will publish there (ALLOC_KEYS), key and parent hold that
  *   block's identity and the index names the page under that key, so that

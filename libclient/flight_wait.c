@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
- * flight.c - single-flight prefill, the client side: the run of blocks
+ * flight_wait.c - single-flight prefill, the client side: the run of blocks
  * after the hits that other clients are writing right now
  * (kvc_req_inflight), and waiting for them (kvc_wait) instead of
  * computing them a second time.
  *
- * Which blocks are in flight is inflight.c's question; waiting for them
+ * Which blocks are in flight is flight_scan.c's question; waiting for them
  * is this file's.
  *
  * A writer's pages are announced by the daemon when it grants them

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * inflight.c - which blocks other clients are writing right now (single
+ * flight_scan.c - which blocks other clients are writing right now (single
  * flight): the run a lookup defers (lookup.c, publish.c) and the block a
- * waiter sleeps on (flight.c). Below both, so that neither calls the
+ * waiter sleeps on (flight_wait.c). Below both, so that neither calls the
  * other back.
  */
 #include <stdbool.h>
