@@ -134,13 +134,15 @@ tools: deps-run
 # The plain build and the ASan+UBSan build run the same suites, so every
 # run of CI also runs the sanitizers.
 NPROC := $(shell nproc 2>/dev/null || echo 2)
-# tests/floors checks the layout of the calls (check-floors, below).
+# tests/floors checks the layout of the calls and includes, tests/sizes
+# the length of files and functions (check-floors, check-sizes, below).
 # Then every fuzz target replays its seeds and regression inputs and
 # fuzzes for FUZZ_SECONDS_TEST seconds (before the suites, so that their
 # summary line stays the last line).
 test: deps
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) all
 	$(Q)./tests/floors $(BUILD)
+	$(Q)./tests/sizes
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) SAN=asan BUILD=build-asan all
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) fuzz-build
 	$(Q)FUZZ_BUILD=$(FUZZ_BUILD) ./tests/fuzz/run -t $(FUZZ_SECONDS_TEST) $(FUZZ_TARGETS)
@@ -151,6 +153,11 @@ test: deps
 .PHONY: check-floors
 check-floors: $(KVCACHED) $(LIBA) $(BUILD)/kvbench
 	$(Q)./tests/floors $(BUILD)
+
+# No product file over 1,000 lines, no C function over 120 (tests/sizes).
+.PHONY: check-sizes
+check-sizes:
+	$(Q)./tests/sizes
 
 # The GPU suites (tests/gpu/): built by `all` (a compile check), run only
 # here; each test skips, saying why, where there is no driver or GPU.

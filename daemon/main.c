@@ -203,6 +203,50 @@ static void pool_stats(struct kvd *d)
 	atomic_store_explicit(&st->pool_prefault_ns, d->pool.prefault_ns, memory_order_relaxed);
 }
 
+/* The /metrics server on metrics-listen, said in the log; NULL after a
+ * message when it cannot start. */
+static struct kvd_metrics *metrics_start(const struct kvd *d)
+{
+	const struct sockaddr_storage *a = &d->cfg.metrics_addr;
+	char ip[INET6_ADDRSTRLEN] = "?";
+	bool v6 = a->ss_family == AF_INET6;
+	struct kvd_metrics *m;
+	uint16_t port = 0;
+
+	m = kvd_metrics_start(d->h, (const struct sockaddr *)a, &port);
+	if (!m)
+		return NULL;
+	inet_ntop(a->ss_family, v6 ? (const void *)&((const struct sockaddr_in6 *)a)->sin6_addr
+				   : (const void *)&((const struct sockaddr_in *)a)->sin_addr,
+		  ip, sizeof(ip));
+	kvd_info("metrics: serving http://%s%s%s:%u/metrics", v6 ? "[" : "", ip, v6 ? "]" : "",
+		 port);
+	return m;
+}
+
+/* Everything main() opened, in the reverse order (what was not opened is
+ * closed as a no-op). */
+static void teardown(struct kvd *d)
+{
+	if (d->h)
+		kvd_pin_forget(d, UINT32_MAX, UINT32_MAX);
+	kvd_server_close(d);
+	kvd_events_close(&d->g);
+	kvd_tiers_close(&d->g);
+	kvd_pool_close(&d->pool);
+	kvd_slice_fini(d);
+	kvd_memfd_close(&d->seg);
+	kvd_policy_close(&d->pol);
+	free(d->mark);
+	free(d->g.damaged);
+	free(d->spare);
+	free(d->census_stamp);
+	free(d->qstamp_t);
+	free(d->qstamp_n);
+	free(d->pin_held);
+	free(d->clients);
+}
+
 int main(int argc, char **argv)
 {
 	struct kvd_metrics *metrics = NULL;	/* /metrics server, or NULL */
@@ -270,24 +314,8 @@ int main(int argc, char **argv)
 		goto out;
 	/* The metrics port is bound before "ready:", so that a busy port
 	 * fails the start with our message, not after it. */
-	if (d.cfg.metrics_listen[0]) {
-		uint16_t port = 0;
-
-		metrics = kvd_metrics_start(d.h, (struct sockaddr *)&d.cfg.metrics_addr, &port);
-		if (!metrics)
-			goto out;
-		{
-			const struct sockaddr_storage *a = &d.cfg.metrics_addr;
-			char ip[INET6_ADDRSTRLEN] = "?";
-			bool v6 = a->ss_family == AF_INET6;
-
-			inet_ntop(a->ss_family, v6 ? (const void *)&((const struct sockaddr_in6 *)a)->sin6_addr
-						   : (const void *)&((const struct sockaddr_in *)a)->sin_addr,
-				  ip, sizeof(ip));
-			kvd_info("metrics: serving http://%s%s%s:%u/metrics", v6 ? "[" : "", ip,
-				 v6 ? "]" : "", port);
-		}
-	}
+	if (d.cfg.metrics_listen[0] && !(metrics = metrics_start(&d)))
+		goto out;
 	kvd_info("ready: socket %s, %u KV pages of %llu bytes (page-size), %u-token blocks, %u index buckets, segment %llu bytes",
 		 d.cfg.socket, d.h->geo.n_pages, (unsigned long long)d.h->geo.page_bytes,
 		 d.h->geo.block_tokens, d.h->geo.n_buckets,
@@ -309,23 +337,7 @@ int main(int argc, char **argv)
 	kvd_notify("STOPPING=1");
 out:
 	kvd_metrics_stop(metrics);
-	if (d.h)
-		kvd_pin_forget(&d, UINT32_MAX, UINT32_MAX);
-	kvd_server_close(&d);
-	kvd_events_close(&d.g);
-	kvd_tiers_close(&d.g);
-	kvd_pool_close(&d.pool);
-	kvd_slice_fini(&d);
-	kvd_memfd_close(&d.seg);
-	kvd_policy_close(&d.pol);
-	free(d.mark);
-	free(d.g.damaged);
-	free(d.spare);
-	free(d.census_stamp);
-	free(d.qstamp_t);
-	free(d.qstamp_n);
-	free(d.pin_held);
-	free(d.clients);
+	teardown(&d);
 	if (!rc)
 		kvd_info("stopped cleanly");
 	return rc;

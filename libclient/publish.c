@@ -118,6 +118,43 @@ int kvc_req_short_reason(const struct kvc_req *r)
 	return r ? r->short_err : -EINVAL;
 }
 
+/* Up to fcap pages of those the handle asked for ahead, for r's blocks
+ * after its hits: how many r took (0 or more), or -errno. */
+static int alloc_ahead(struct kvc_req *r, uint32_t fcap)
+{
+	kvc_t *c = r->c;
+	uint32_t want = (uint32_t)(r->n - r->hits), k;
+	struct kvproto_pg *pgs;
+	uint32_t *slots;
+	int rc;
+
+	if ((rc = kvc_usable(c)))
+		return rc;
+	if (want > c->ahead_cap)
+		want = c->ahead_cap;
+	if (want > fcap)
+		want = fcap;
+	pgs = malloc(want * sizeof(*pgs));
+	slots = malloc(want * sizeof(*slots));
+	if (!pgs || !slots) {
+		free(pgs);
+		free(slots);
+		return -ENOMEM;
+	}
+	rc = kvci_ahead_take(c, want, pgs, slots);
+	for (k = 0; rc > 0 && k < (uint32_t)rc; k++) {
+		size_t i = r->hits + k;
+
+		r->page[i] = pgs[k].page;
+		r->gen[i] = pgs[k].gen;
+		r->state[i] = KVC_B_WRITING;
+		r->slot[i] = slots[k];
+	}
+	free(pgs);
+	free(slots);
+	return rc;
+}
+
 int kvc_alloc(struct kvc_req *r)
 {
 	struct kvproto_alloc a = { 0, 0 };
@@ -151,34 +188,7 @@ int kvc_alloc(struct kvc_req *r)
 			  (sizeof(struct kvproto_pub) + (uint64_t)c->bt * 4));
 	if (c->ahead_cap) {
 		/* Pages asked for ahead, after the last publish: no round trip. */
-		uint32_t want = (uint32_t)(r->n - r->hits);
-		struct kvproto_pg *pgs;
-		uint32_t *slots;
-
-		if ((rc = kvc_usable(c)))
-			return rc;
-		if (want > c->ahead_cap)
-			want = c->ahead_cap;
-		if (want > fcap)
-			want = fcap;
-		pgs = malloc(want * sizeof(*pgs));
-		slots = malloc(want * sizeof(*slots));
-		if (!pgs || !slots) {
-			free(pgs);
-			free(slots);
-			return -ENOMEM;
-		}
-		rc = kvci_ahead_take(c, want, pgs, slots);
-		for (k = 0; rc > 0 && k < (uint32_t)rc; k++) {
-			size_t i = r->hits + k;
-
-			r->page[i] = pgs[k].page;
-			r->gen[i] = pgs[k].gen;
-			r->state[i] = KVC_B_WRITING;
-			r->slot[i] = slots[k];
-		}
-		free(pgs);
-		free(slots);
+		rc = alloc_ahead(r, fcap);
 		if (rc < 0)
 			return rc;
 		k0 = (uint32_t)rc;

@@ -131,6 +131,40 @@ static uint32_t joinable(const struct kvd *d, const struct kvd_client *c, const 
 	return j;
 }
 
+/* A client that may not be granted pages at all: answered with why
+ * (true), or false. */
+static bool alloc_refused(struct kvd *d, struct kvd_client *c, uint32_t seq,
+			  const uint8_t *claims)
+{
+	if (kvd_quota_no_insert(d, c)) {
+		struct kvshm_tenant *row = c->tenant < KVSHM_TENANTS
+						   ? &kvshm_tenants(d->h)[c->tenant] : NULL;
+
+		kvd_stat_add(&kvshm_stats(d->h)->no_insert_refused, 1);
+		if (row)
+			kvd_stat_add(&row->no_insert_refused, 1);
+		if (c->no_insert)
+			kvd_reply_error(d, c, seq, -EROFS, false,
+					"this client said no-insert (KVC_OPEN_NO_INSERT) at HELLO: it reads the cache and never publishes");
+		else
+			kvd_reply_error(d, c, seq, -EROFS, false,
+					"tenant %s is no-insert in kvcached's config: its clients read the cache and never publish",
+					row ? row->name : "?");
+		return true;
+	}
+	if (!c->part.writes) {
+		kvd_reply_error(d, c, seq, -EPERM, false,
+				"this rank reads the KV of its heads, which another rank of its engine writes (replicated heads, or an MLA latent): it publishes nothing");
+		return true;
+	}
+	if (kvd_slicing(c) && !claims) {
+		kvd_reply_error(d, c, seq, -EINVAL, false,
+				"a rank that writes its slice of pages several ranks write asks for them with the blocks' keys (ALLOC_KEYS), not with ALLOC");
+		return true;
+	}
+	return false;
+}
+
 /*
  * Grant up to `asked` pages. With claims (ALLOC_KEYS), page k is announced
  * in flight as the block of claim k (shm/page.h), unless that block is in
@@ -148,32 +182,8 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 	uint32_t n = asked, room, k, fresh;
 	int rc;
 
-	if (kvd_quota_no_insert(d, c)) {
-		struct kvshm_tenant *row = c->tenant < KVSHM_TENANTS
-						   ? &kvshm_tenants(d->h)[c->tenant] : NULL;
-
-		kvd_stat_add(&kvshm_stats(d->h)->no_insert_refused, 1);
-		if (row)
-			kvd_stat_add(&row->no_insert_refused, 1);
-		if (c->no_insert)
-			kvd_reply_error(d, c, seq, -EROFS, false,
-					"this client said no-insert (KVC_OPEN_NO_INSERT) at HELLO: it reads the cache and never publishes");
-		else
-			kvd_reply_error(d, c, seq, -EROFS, false,
-					"tenant %s is no-insert in kvcached's config: its clients read the cache and never publish",
-					row ? row->name : "?");
+	if (alloc_refused(d, c, seq, claims))
 		return c->used && !c->lingering ? 0 : -1;
-	}
-	if (!c->part.writes) {
-		kvd_reply_error(d, c, seq, -EPERM, false,
-				"this rank reads the KV of its heads, which another rank of its engine writes (replicated heads, or an MLA latent): it publishes nothing");
-		return c->used && !c->lingering ? 0 : -1;
-	}
-	if (kvd_slicing(c) && !claims) {
-		kvd_reply_error(d, c, seq, -EINVAL, false,
-				"a rank that writes its slice of pages several ranks write asks for them with the blocks' keys (ALLOC_KEYS), not with ALLOC");
-		return c->used && !c->lingering ? 0 : -1;
-	}
 	/* Each WRITING page needs one of the client's pin slots. */
 	room = c->nslots > c->writing ? c->nslots - c->writing : 0;
 	if (n > room) {

@@ -117,6 +117,42 @@ static int refuse_hello(struct kvd *d, struct kvd_client *c, uint32_t seq, int e
 	return -1;
 }
 
+/* Client c's pin ledger of nslots slots: created, reserved and sealed
+ * at its size. 0 or -errno (nothing left open). */
+static int ledger_create(struct kvd_client *c, uint32_t nslots)
+{
+	int rc = kvd_memfd_create(&c->ledger, "kvcached-ledger", kvshm_ledger_bytes(nslots),
+				  KVD_MEM_SMALL);
+
+	if (!rc) {
+		rc = kvd_memfd_reserve(&c->ledger);
+		if (rc)
+			kvd_memfd_close(&c->ledger);
+	}
+	if (!rc)
+		rc = kvd_memfd_seal(&c->ledger, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+	return rc;
+}
+
+/* HELLO's answer to an accepted c (its namespace's pages are pb bytes). */
+static void hello_reply(const struct kvd *d, const struct kvd_client *c, uint64_t pb,
+			struct kvproto_hello_r *hr)
+{
+	memset(hr, 0, sizeof(*hr));
+	hr->version = KVPROTO_VERSION;
+	hr->client_id = c->id;
+	hr->ns_id = c->ns_id;
+	hr->n_pages = d->h->geo.n_pages;
+	hr->page_bytes = d->h->geo.page_bytes;
+	hr->ns_page_bytes = pb;
+	hr->segment_bytes = d->h->segment_bytes;
+	hr->pool_bytes = d->pool.bytes;
+	hr->ledger_bytes = c->ledger.bytes;
+	hr->block_tokens = d->h->geo.block_tokens;
+	hr->pool_kind = d->pool.kind;
+	hr->nslots = c->nslots;
+}
+
 int kvd_registry_hello(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
 		       const void *p)
 {
@@ -172,15 +208,7 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, const struct kvproto
 				    "namespace table full: 64 models have clients attached");
 
 	nslots = hi->max_pins && hi->max_pins < d->cfg.max_pins ? hi->max_pins : d->cfg.max_pins;
-	rc = kvd_memfd_create(&c->ledger, "kvcached-ledger", kvshm_ledger_bytes(nslots),
-			      KVD_MEM_SMALL);
-	if (!rc) {
-		rc = kvd_memfd_reserve(&c->ledger);
-		if (rc)
-			kvd_memfd_close(&c->ledger);
-	}
-	if (!rc)
-		rc = kvd_memfd_seal(&c->ledger, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+	rc = ledger_create(c, nslots);
 	if (rc) {
 		snprintf(msg, sizeof(msg), "cannot create a pin ledger: %s", strerror(-rc));
 		return refuse_hello(d, c, seq, rc, msg);
@@ -209,19 +237,7 @@ int kvd_registry_hello(struct kvd *d, struct kvd_client *c, const struct kvproto
 	if (!c->comm[0])
 		read_comm(c->pid, c->comm, sizeof(c->comm));
 
-	memset(&hr, 0, sizeof(hr));
-	hr.version = KVPROTO_VERSION;
-	hr.client_id = c->id;
-	hr.ns_id = (uint32_t)nsid;
-	hr.n_pages = d->h->geo.n_pages;
-	hr.page_bytes = d->h->geo.page_bytes;
-	hr.ns_page_bytes = pb;
-	hr.segment_bytes = d->h->segment_bytes;
-	hr.pool_bytes = d->pool.bytes;
-	hr.ledger_bytes = c->ledger.bytes;
-	hr.block_tokens = d->h->geo.block_tokens;
-	hr.pool_kind = d->pool.kind;
-	hr.nslots = nslots;
+	hello_reply(d, c, pb, &hr);
 
 	/* A cuda pool's chunks follow on request (POOL), not here. */
 	nfds = 0;

@@ -58,6 +58,38 @@ static void restore_done(struct kvd *d, struct kvd_restore *rq)
 		kvd_client_resume(d, c);
 }
 
+/* The blocks tier_of gives a tier (want of the n in f): room in the pool
+ * for them, then one fetch per tier, the farthest first; rq->waiting
+ * counts the tiers that finish later. part: scratch for n blocks. */
+static void restore_fetch(struct kvd *d, struct kvd_client *c, struct kvd_restore *rq,
+			  const struct kvd_fetch *f, struct kvd_fetch *part, const uint8_t *tier_of,
+			  uint32_t n, uint32_t want)
+{
+	struct kvshm_free *fr = kvshm_free(d->h);
+	uint32_t i, got;
+	int lv;
+
+	/* Pages for them: evict (and spill) first if need be. */
+	if (fr->count < want) {
+		kvd_evict(d, want - fr->count, true);
+		kvd_tiers_flush(&d->g);
+		kvd_tiers_drain(&d->g);
+	}
+	/* The farthest tier first: its fetch runs while the nearer
+	 * ones read. */
+	for (lv = KVD_TIER_MAX - 1; lv >= 1; lv--) {
+		for (i = got = 0; i < n; i++)
+			if (tier_of[i] == lv)
+				part[got++] = f[i];
+		if (!got)
+			continue;
+		rq->waiting++;
+		if (kvd_tiers_fetch(&d->g, (enum kvd_tier_level)lv, c->ns_id, c->tenant, part,
+				    got, rq) == 0)
+			rq->waiting--;
+	}
+}
+
 int kvd_restore(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
 		const void *p)
 {
@@ -72,8 +104,8 @@ int kvd_restore(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *h
 	struct kvd_restore *rq;
 	struct kvd_fetch *f, *part;
 	uint8_t *tier_of;
-	uint32_t i, n, want = 0, cap, stride, got;
-	int lv, rc;
+	uint32_t i, n, want = 0, cap, stride;
+	int rc;
 
 	if (fetch) {
 		struct kvproto_fetch fh;
@@ -148,29 +180,8 @@ int kvd_restore(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *h
 			rq->status[i] = rc;
 		}
 	}
-	if (want) {
-		struct kvshm_free *fr = kvshm_free(d->h);
-
-		/* Pages for them: evict (and spill) first if need be. */
-		if (fr->count < want) {
-			kvd_evict(d, want - fr->count, true);
-			kvd_tiers_flush(&d->g);
-			kvd_tiers_drain(&d->g);
-		}
-		/* The farthest tier first: its fetch runs while the nearer
-		 * ones read. */
-		for (lv = KVD_TIER_MAX - 1; lv >= 1; lv--) {
-			for (i = got = 0; i < n; i++)
-				if (tier_of[i] == lv)
-					part[got++] = f[i];
-			if (!got)
-				continue;
-			rq->waiting++;
-			if (kvd_tiers_fetch(&d->g, (enum kvd_tier_level)lv, c->ns_id, c->tenant, part,
-					    got, rq) == 0)
-				rq->waiting--;
-		}
-	}
+	if (want)
+		restore_fetch(d, c, rq, f, part, tier_of, n, want);
 	free(f);
 	free(part);
 	free(tier_of);

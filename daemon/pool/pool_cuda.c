@@ -97,6 +97,43 @@ static void cuda_free(struct kvd_pool_cuda *g)
 	free(g);
 }
 
+/* Create the pool's chunks on the GPU, export each as a file descriptor
+ * and map it into g's address range. 0, or -ENOMEM or -EIO after a
+ * message (what was made is undone by cuda_free). */
+static int chunks_map(struct kvd_pool_cuda *g, const CUmemAllocationProp *prop, uint32_t gpu,
+		      const char *name)
+{
+	CUresult r;
+	uint32_t i;
+
+	for (i = 0; i < g->n_chunks; i++) {
+		r = kvk_cu.cuMemCreate(&g->h[i], g->chunk_bytes, prop, 0);
+		if (r != CUDA_SUCCESS) {
+			kvd_err("pool cuda: GPU %u (%s): cannot allocate chunk %u of %u (%llu bytes; %llu of %llu pool bytes allocated): %s",
+				gpu, name, i + 1, g->n_chunks, (unsigned long long)g->chunk_bytes,
+				(unsigned long long)(i * g->chunk_bytes), (unsigned long long)g->reserved,
+				cu_log(r, "cuMemCreate"));
+			return r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+		}
+		g->created++;
+		r = kvk_cu.cuMemExportToShareableHandle(&g->fds[i], g->h[i],
+							CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+		if (r != CUDA_SUCCESS) {
+			g->fds[i] = -1;
+			kvd_err("pool cuda: exporting chunk %u as a file descriptor: %s", i,
+				cu_log(r, "cuMemExportToShareableHandle"));
+			return -EIO;
+		}
+		r = kvk_cu.cuMemMap(g->va + i * g->chunk_bytes, g->chunk_bytes, 0, g->h[i], 0);
+		if (r != CUDA_SUCCESS) {
+			kvd_err("pool cuda: mapping chunk %u: %s", i, cu_log(r, "cuMemMap"));
+			return -EIO;
+		}
+		g->mapped++;
+	}
+	return 0;
+}
+
 int kvd_pool_cuda_open(struct kvd_pool *p, uint64_t bytes, uint32_t gpu)
 {
 	struct kvd_pool_cuda *g;
@@ -176,32 +213,9 @@ int kvd_pool_cuda_open(struct kvd_pool *p, uint64_t bytes, uint32_t gpu)
 		g->va = 0;
 		goto out_pop;
 	}
-	for (i = 0; i < g->n_chunks; i++) {
-		r = kvk_cu.cuMemCreate(&g->h[i], chunk, &prop, 0);
-		if (r != CUDA_SUCCESS) {
-			kvd_err("pool cuda: GPU %u (%s): cannot allocate chunk %u of %u (%llu bytes; %llu of %llu pool bytes allocated): %s",
-				gpu, name, i + 1, g->n_chunks, (unsigned long long)chunk,
-				(unsigned long long)(i * chunk), (unsigned long long)g->reserved,
-				cu_log(r, "cuMemCreate"));
-			rc = r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
-			goto out_pop;
-		}
-		g->created++;
-		r = kvk_cu.cuMemExportToShareableHandle(&g->fds[i], g->h[i],
-							CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-		if (r != CUDA_SUCCESS) {
-			g->fds[i] = -1;
-			kvd_err("pool cuda: exporting chunk %u as a file descriptor: %s", i,
-				cu_log(r, "cuMemExportToShareableHandle"));
-			goto out_pop;
-		}
-		r = kvk_cu.cuMemMap(g->va + i * chunk, chunk, 0, g->h[i], 0);
-		if (r != CUDA_SUCCESS) {
-			kvd_err("pool cuda: mapping chunk %u: %s", i, cu_log(r, "cuMemMap"));
-			goto out_pop;
-		}
-		g->mapped++;
-	}
+	if ((rc = chunks_map(g, &prop, gpu, name)))
+		goto out_pop;
+	rc = -EIO;
 	kvk_cu_rw_access(&acc, g->dev);
 	if ((r = kvk_cu.cuMemSetAccess(g->va, g->reserved, &acc, 1)) != CUDA_SUCCESS ||
 	    /* Fresh device memory may hold another process's old data. */

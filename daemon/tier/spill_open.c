@@ -213,14 +213,45 @@ static int mkdir_p(const char *dir)
 	return mkdir(tmp, 0700) && errno != EEXIST ? -1 : 0;
 }
 
+/* Open the area's files (*direct: all of them O_DIRECT) and rebuild the
+ * slot table from what a previous run left in them, said in the log.
+ * 0, or -1 after a message. */
+static int files_open(struct kvd_ground *g, struct kvd_spill *sp, bool *direct)
+{
+	uint32_t i, good = 0, bad = 0, norow = 0;
+	bool unclean = false;
+	int rc;
+
+	for (i = 0; i < sp->nfiles; i++) {
+		uint32_t slots = i + 1 < sp->nfiles ? sp->spf : sp->n - i * sp->spf;
+
+		rc = open_file(g, i, slots, direct, &unclean);
+		if (rc < 0)
+			return -1;
+		if (rc == 1)
+			warm_file(g, i, &good, &bad, &norow);
+	}
+	sp->nfree = 0;	/* warm_file's kvd_spill_slot_forget listed some: list afresh */
+	for (i = sp->n; i-- > 0;)
+		if (sp->s[i].state == KVSHM_SLOT_FREE)
+			sp->freel[sp->nfree++] = i;
+	if (good || bad || norow)
+		kvd_info("spill: warm restart%s: %u spilled blocks found in %s, %u slots dropped (bad header or checksum)%s",
+			 unclean ? " after an unclean stop" : "", good, sp->dir, bad + norow,
+			 norow ? ", some for want of a namespace row" : "");
+	atomic_store_explicit(&st_of(g)->spill_dropped, bad + norow, memory_order_relaxed);
+	atomic_store_explicit(&st_of(g)->spill_warm, good, memory_order_relaxed);
+	return 0;
+}
+
 int kvd_spill_open(struct kvd_ground *g)
 {
 	static const char *const kinds[] = { "auto", "io_uring", "worker threads",
 					     "inline I/O (tests)" };
 	struct kvd_spill *sp;
 	struct iovec *iov;
-	uint32_t i, good = 0, bad = 0, norow = 0, pages = g->h->geo.n_pages;
-	bool direct = true, unclean = false;
+	uint32_t i, pages = g->h->geo.n_pages;
+	bool direct = true;
 	int rc;
 
 	if (!g->h->geo.n_slots)
@@ -264,25 +295,8 @@ int kvd_spill_open(struct kvd_ground *g)
 		sp->opfree[sp->nopfree++] = OPS - 1 - i;
 
 	/* Files, and what a previous run left in them. */
-	for (i = 0; i < sp->nfiles; i++) {
-		uint32_t slots = i + 1 < sp->nfiles ? sp->spf : sp->n - i * sp->spf;
-
-		rc = open_file(g, i, slots, &direct, &unclean);
-		if (rc < 0)
-			return -1;
-		if (rc == 1)
-			warm_file(g, i, &good, &bad, &norow);
-	}
-	sp->nfree = 0;	/* warm_file's kvd_spill_slot_forget listed some: list afresh */
-	for (i = sp->n; i-- > 0;)
-		if (sp->s[i].state == KVSHM_SLOT_FREE)
-			sp->freel[sp->nfree++] = i;
-	if (good || bad || norow)
-		kvd_info("spill: warm restart%s: %u spilled blocks found in %s, %u slots dropped (bad header or checksum)%s",
-			 unclean ? " after an unclean stop" : "", good, sp->dir, bad + norow,
-			 norow ? ", some for want of a namespace row" : "");
-	atomic_store_explicit(&st_of(g)->spill_dropped, bad + norow, memory_order_relaxed);
-	atomic_store_explicit(&st_of(g)->spill_warm, good, memory_order_relaxed);
+	if (files_open(g, sp, &direct))
+		return -1;
 
 	/* The I/O engine, with the pool (in areas of at most 1 GiB) and the
 	 * header staging registered; a cuda pool's pages cannot be the target
