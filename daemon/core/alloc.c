@@ -281,7 +281,7 @@ static int alloc_pages(struct kvd *d, struct kvd_client *c, uint32_t seq, uint32
 }
 
 int kvd_alloc(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
-		    const void *p)
+	      const void *p)
 {
 	const uint32_t seq = hdr->seq;
 	struct kvproto_alloc a;
@@ -291,7 +291,7 @@ int kvd_alloc(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr
 }
 
 int kvd_alloc_keys(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
-			 const void *p)
+		   const void *p)
 {
 	const uint32_t seq = hdr->seq;
 	const uint8_t *claims = (const uint8_t *)p + sizeof(struct kvproto_alloc);

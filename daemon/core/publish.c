@@ -190,7 +190,7 @@ static int publish_slice(struct kvd *d, struct kvd_client *c, const struct kvpro
 }
 
 int kvd_publish(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
-		      const void *p)
+		const void *p)
 {
 	const uint32_t seq = hdr->seq;
 	size_t stride = sizeof(struct kvproto_pub) + (size_t)c->bt * 4;
@@ -253,7 +253,7 @@ int kvd_publish(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *h
 }
 
 int kvd_free(struct kvd *d, struct kvd_client *c, const struct kvproto_hdr *hdr,
-		   const void *p)
+	     const void *p)
 {
 	const uint32_t seq = hdr->seq;
 	const uint8_t *rec = (const uint8_t *)p + sizeof(struct kvproto_count);

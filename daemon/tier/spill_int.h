@@ -178,8 +178,8 @@ int kvd_spill_fetch(struct kvd_ground *g, uint32_t ns_id, uint32_t tenant, struc
 
 /* spill_table.c */
 void kvd_spill_shared_set(struct kvd_ground *g, uint32_t slot, uint32_t state,
-		       const struct kvshm_key *key, const struct kvshm_key *parent,
-		       uint32_t ns_id, uint32_t tenant);
+			  const struct kvshm_key *key, const struct kvshm_key *parent,
+			  uint32_t ns_id, uint32_t tenant);
 void kvd_spill_slot_free(struct kvd_ground *g, uint32_t slot);
 void kvd_spill_slot_forget(struct kvd_ground *g, uint32_t slot);
 bool kvd_spill_backing_live(struct kvd_ground *g, uint32_t slot);

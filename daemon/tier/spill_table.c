@@ -31,8 +31,8 @@ int kvd_spill_policy(struct kvd_ground *g, int eviction)
 }
 
 void kvd_spill_shared_set(struct kvd_ground *g, uint32_t slot, uint32_t state,
-		       const struct kvshm_key *key, const struct kvshm_key *parent,
-		       uint32_t ns_id, uint32_t tenant)
+			  const struct kvshm_key *key, const struct kvshm_key *parent,
+			  uint32_t ns_id, uint32_t tenant)
 {
 	struct kvshm_slot *e = &kvshm_slots(g->h)[slot];
 
