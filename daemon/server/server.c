@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -617,6 +618,14 @@ static void watchdog(struct kvd *d)
 	}
 }
 
+/* Has the process that attached c exited (its pidfd readable now)? */
+static bool process_gone(const struct kvd_client *c)
+{
+	struct pollfd p = { .fd = c->pidfd, .events = POLLIN };
+
+	return c->used && c->pidfd >= 0 && poll(&p, 1, 0) == 1;
+}
+
 /* The periodic work, timed into the segment's tick histogram. Every part
  * does a bounded slice (or only what events queued), never a pass over
  * the pool, the index or every client row. */
@@ -691,8 +700,12 @@ int kvd_server_run(struct kvd *d)
 					tick(d);
 			} else if (tag >= KVD_EV_PIDFD && tag - KVD_EV_PIDFD < d->cfg.max_clients) {
 				/* The process that attached is gone, whoever
-				 * holds its socket now. */
-				kvd_registry_exited(d, &d->clients[tag - KVD_EV_PIDFD]);
+				 * holds its socket now; unless the row was
+				 * ended and taken again earlier in this batch,
+				 * which makes the event its old pidfd's. */
+				c = &d->clients[tag - KVD_EV_PIDFD];
+				if (process_gone(c))
+					kvd_registry_exited(d, c);
 			} else if (tag >= KVD_EV_CLIENT && tag - KVD_EV_CLIENT < d->cfg.max_clients) {
 				c = &d->clients[tag - KVD_EV_CLIENT];
 				if (!c->used || c->lingering)
