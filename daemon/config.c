@@ -71,8 +71,9 @@ static const int v_remote_write[] = { KVD_REMOTE_PUBLISH, KVD_REMOTE_EVICT };
  * one is told, the default (a value the row reads; applied by
  * kvd_config_defaults) or, where it is none or computed, what --help
  * says instead, and the help text. Parsing, the defaults and --help come
- * from here; tests/unit/config checks that the example config and both
- * man pages list every key.
+ * from here, and --print-options dumps it: tests/python/test_options.py
+ * checks both man pages and the example config against that dump in
+ * full (every key, default and value form; no stale key).
  */
 struct kvd_option {
 	const char *key;
