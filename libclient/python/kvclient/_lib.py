@@ -98,6 +98,12 @@ class GpuStatus(Structure):
                 ("why", c_char * 256), ("resv", c_uint64 * 4)]
 
 
+# The mirror of each struct of kvclient.h (tests/python/test_ctypes_header.py
+# parses the header and holds every field, in order, to these).
+C_STRUCTS = {"kvc_shard": Shard, "kvc_model": ModelStruct, "kvc_options": Options,
+             "kvc_key": Key, "kvc_stats": Stats, "kvc_stat": Stat, "kvc_layout": Layout,
+             "kvc_copy_opts": CopyOpts, "kvc_gpu_status": GpuStatus}
+
 OPEN_ALLOC_AHEAD = 0x1
 OPEN_NO_INSERT = 0x2
 MODEL_ENGINE_KEYS = 0x1
@@ -164,6 +170,13 @@ _PROTOS = (
     ("kvc_version", c_int, [], False),
     ("kvc_version_string", c_char_p, [], False),
 )
+
+# Functions of kvclient.h the binding does not call, and why.
+NOT_BOUND = {
+    "kvc_req_short_reason": "Request.message carries the reason's text",
+    "kvc_group": "batch ordering is the engine's (kvdemo calls it from C)",
+    "kvc_drop_namespace": "a namespace drop: kvstat --drop-namespace (an operator's ADMIN round trip)",
+}
 
 
 # Called once or twice per prompt, always with a c_void_p instance, which
