@@ -16,7 +16,8 @@ import logging
 import time
 from typing import Callable, Optional
 
-from .client import Client, Model
+from .client import Client
+from .model import Model
 from .errors import GeometryError, KvcError
 
 log = logging.getLogger("kvclient.engines")
