@@ -27,7 +27,7 @@ MAX_EXTRA = 4096
 _fork_gen = [0]
 
 
-def _after_fork_in_child():
+def _after_fork_in_child() -> None:
     _fork_gen[0] += 1
 
 
@@ -115,7 +115,7 @@ def _event_of(event: Any, stream: int | None) -> int | None:
         if not h and hasattr(event, "record"):
             import torch
             event.record(torch.cuda.ExternalStream(stream) if stream else None)
-            h = event.cuda_event
+            h = getattr(event, "cuda_event")
         return h
     raise TypeError(f"an event must be None, an int (cudaEvent_t) or a torch.cuda.Event, "
                     f"not {type(event).__name__}")

@@ -73,7 +73,7 @@ class Client:
 
     def __init__(self, model: Model, socket: str | os.PathLike | None = None,
                  salt: bytes | str = b"", max_pins: int = 0, alloc_ahead: bool = False,
-                 warn: bool = True, no_insert: bool = False, max_share: int = 0):
+                 warn: bool = True, no_insert: bool = False, max_share: int = 0) -> None:
         if not isinstance(model, Model):
             raise TypeError("model must be a kvclient.Model")
         L = _L.lib()
@@ -110,7 +110,7 @@ class Client:
             warnings.warn(f"kvclient: {self.warning}", KvcWarning, stacklevel=2)
         self._pid = os.getpid()
         self._fork = _fork_gen[0]
-        self._live: set[int] = set()	# C requests not yet freed
+        self._live: set[int | None] = set()	# C requests not yet freed
         self.page_bytes: int = L.page_bytes(h)
         self.block_tokens: int = L.block_tokens(h)
         kind = L.pool_kind(h)
@@ -156,10 +156,10 @@ class Client:
     def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:
@@ -169,7 +169,7 @@ class Client:
         state = "closed" if self._h is None else f"{self.pool_kind} pool"
         return f"<kvclient.Client {self.model.name!r} {state}>"
 
-    def _handle(self):
+    def _handle(self) -> c_void_p:
         h = self._h
         if h is None:
             raise ClientClosedError(_errno.EBADF, "the Client is closed")
@@ -202,6 +202,7 @@ class Client:
         # which says what is wrong.
         rc = F.req_new(self._hv, tokens, extra) if F else None
         n = 0	# the fast path takes no more than KVC_MAX_TOKENS tokens
+        addr: int | None
         if rc is None:
             if type(tokens) is _array and tokens.typecode in "Ii":
                 addr, n = tokens.buffer_info()
@@ -285,7 +286,7 @@ class Client:
             raise _too_big("keys", rc, n, ex) or _error(rc, "kvc_keys")
         return _keys_list(out, rc)
 
-    def _stream(self, stream: Any, kv: "PagedKV"):
+    def _stream(self, stream: Any, kv: "PagedKV") -> int | None:
         """The stream argument of kvc_gather/kvc_scatter: None for CPU copies
         (a host pool and CPU tensors, which ignore it; the type is checked
         either way); for GPU copies the given one, else torch's current

@@ -15,16 +15,17 @@ No call of this package ever returns a negative number for an error.
 from __future__ import annotations
 
 import errno as _e
+from typing import Any
 
 
 class KvcError(OSError):
     """Base of every error of this package."""
 
-    def __init__(self, err: int, message: str, reason: str | None = None):
+    def __init__(self, err: int, message: str, reason: str | None = None) -> None:
         super().__init__(err, message)
         self.reason = reason
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (type(self), (self.errno, self.strerror, self.reason))
 
 

@@ -61,7 +61,7 @@ class Model:
     def __init__(self, name: str, dtype: Any, layers: int, kv_heads: int, head_dim: int,
                  block_tokens: int, pos: PosKind | str | int = PosKind.ROPE, *,
                  tp_rank: int = 0, tp_size: int = 1, pp_rank: int = 0, pp_size: int = 1,
-                 keys: str = "tokens", mla: bool = False):
+                 keys: str = "tokens", mla: bool = False) -> None:
         if not isinstance(name, str):
             raise TypeError("name must be a str")
         if not 1 <= len(name.encode()) <= 63 or "\0" in name:

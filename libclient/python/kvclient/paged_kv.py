@@ -49,7 +49,7 @@ class PagedKV:
     them.
     """
 
-    def __init__(self, client: Client, k: Any, v: Any = None, *, layout: str | None = None):
+    def __init__(self, client: Client, k: Any, v: Any = None, *, layout: str | None = None) -> None:
         if not isinstance(client, _client.Client):
             raise TypeError("client must be a kvclient.Client")
         client._handle()
@@ -116,12 +116,14 @@ class PagedKV:
         self._layout = lay
         self._keep = (k, v, kp, vp)
 
-    def _tensors(self, client: Client, x: Any, name: str, lead: tuple):
+    def _tensors(self, client: Client, x: Any, name: str,
+                 lead: tuple) -> tuple[list[int], list[tuple[str, Any]]]:
         """Per-layer start addresses and infos of `x` (a sequence of one tensor
         per layer, or one tensor with a leading layers dimension)."""
         m = client.model
         if m.mla:
-            inner, names = (m.block_tokens, m.head_dim), ["block_tokens", "head_dim"]
+            inner: tuple[int, ...] = (m.block_tokens, m.head_dim)
+            names = ["block_tokens", "head_dim"]
         else:
             inner = (m.block_tokens, m.heads[1], m.head_dim)
             names = ["block_tokens", "kv_heads", "head_dim"]
@@ -175,7 +177,8 @@ class PagedKV:
             raise TensorError(_errno.EINVAL, f"{what}: shape {t.shape}, want {want} with "
                               f"{', '.join(names)} = {inner}{heads}")
         s = t.strides
-        dense, block = [], 1
+        dense: list[int] = []
+        block = 1
         for size in reversed(inner):
             dense.insert(0, block)
             block *= size

@@ -22,15 +22,15 @@ if TYPE_CHECKING:
     from .client import Client
 
 
-def _label(req: "Request", r, label: str, label_b: bytes) -> None:
+def _label(req: "Request", r: Any, label: str, label_b: bytes) -> None:
     """kvc_req_label for a request just made; releases it on failure."""
-    rc = _L._lib.req_label(r, label_b)
+    rc = _L.lib().req_label(r, label_b)
     if rc < 0:
         req.release()
         raise _error(rc, "kvc_req_label", what=f"label {label!r}")
 
 
-def _keys_list(arr, n: int) -> list[int]:
+def _keys_list(arr: Any, n: int) -> list[int]:
     raw = bytes(arr)[:16 * n]
     return [int.from_bytes(raw[i:i + 16], "little") for i in range(0, 16 * n, 16)]
 
@@ -48,7 +48,7 @@ class Request:
 
     __slots__ = ("_c", "_r", "_key", "_stage", "hits", "granted", "__weakref__")
 
-    def __init__(self, client: Client, r: c_void_p):
+    def __init__(self, client: Client, r: c_void_p) -> None:
         self._c = client
         # With the C fast path (client._fast) requests are plain ints.
         self._r = r.value if client._fast else r
@@ -71,7 +71,7 @@ class Request:
     def __enter__(self) -> "Request":
         return self
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.release()
         except Exception:
@@ -81,7 +81,7 @@ class Request:
         stage = ("new", "looked up", "allocated", "published", "released")[self._stage]
         return f"<kvclient.Request {self.blocks} blocks, {stage}, hits={self.hits}>"
 
-    def _req(self, call: str):
+    def _req(self, call: str) -> Any:
         """The C request, if this request may still be used."""
         if self._stage == _RELEASED or self._c._h is None:
             raise RequestReleasedError(_errno.EINVAL, f"{call}: the request was released")
@@ -93,7 +93,7 @@ class Request:
         stage = ("new", "looked up", "allocated", "published")[self._stage]
         return RequestStateError(_errno.EINVAL, f"{call}: {need} (the request is {stage})")
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         # release(); the body is here because this runs once per prompt.
         stage = self._stage
         if stage == _RELEASED:
@@ -272,7 +272,7 @@ class Request:
 
     # ----------------------------------------------------- page views
 
-    def _page(self, i: int, call: str):
+    def _page(self, i: int, call: str) -> tuple[Any, bool]:
         r = self._req(call)
         c = self._c
         if _fork_gen[0] != c._fork:
@@ -303,7 +303,7 @@ class Request:
         mv = memoryview(buf).cast("B")
         return mv if writable else mv.toreadonly()
 
-    def page_array(self, i: int):
+    def page_array(self, i: int) -> Any:
         """Block i's page as a numpy array view ``model.page_shape`` ([layers,
         2, block_tokens, kv_heads, head_dim], or [layers, block_tokens,
         head_dim] for MLA) of the model's dtype (raw unsigned ints of its
@@ -315,7 +315,7 @@ class Request:
         return numpy.frombuffer(mv, dtype=_b.numpy_dtype(m.dtype, m.dtype_bytes)).reshape(
             m.page_shape)
 
-    def page_tensor(self, i: int):
+    def page_tensor(self, i: int) -> Any:
         """Block i's page as a CPU torch tensor view ``model.page_shape`` of
         the model's dtype. torch has no read-only tensors: a hit's page is
         shared with every client and must not be written (nor, by a
@@ -369,7 +369,7 @@ class Request:
         self._copy("kvc_scatter", kv, block_ids, self.hits if first is None else first,
                    stream, first_layer, layers, event, layer_events)
 
-    def _copy(self, call: str, kv: "PagedKV", block_ids, first: int, stream,
+    def _copy(self, call: str, kv: "PagedKV", block_ids: Any, first: int, stream: Any,
               first_layer: int = 0, layers: int | None = None, event: Any = None,
               layer_events: Any = None) -> None:
         r = self._req(call[4:])
@@ -381,7 +381,7 @@ class Request:
                               "another model or pool than this request's Client")
         conv = _I64.get(type(block_ids))
         addr, n, keep = conv(block_ids) if conv else _b.i64(block_ids)
-        nb = _L._lib.req_blocks(r)
+        nb = _L.lib().req_blocks(r)
         if first < 0 or first + n > nb:
             raise TensorError(_errno.EINVAL, f"{call[4:]}: blocks {first}..{first + n - 1} "
                               f"are outside the request's {nb} blocks")
@@ -398,8 +398,9 @@ class Request:
                         f"0..{kv.num_blocks - 1}")
             raise _error(rc, call, what=what)
 
-    def _copy_v2(self, call, kv, r, first, n, addr, s, first_layer, layers, event,
-                 layer_events) -> int:
+    def _copy_v2(self, call: str, kv: PagedKV, r: Any, first: int, n: int, addr: int | None,
+                 s: int | None, first_layer: int, layers: int | None, event: Any,
+                 layer_events: Any) -> int:
         L = kv.layers
         fl = _u("first_layer", first_layer, 0, L - 1)
         nl = L - fl if layers is None else _u("layers", layers, 1, L - fl)
