@@ -180,7 +180,7 @@ static int parse_ids(const char *val, bool users, struct kvd_config *cfg, const 
  * problem, or -1 after printing their own message. */
 
 int kvd_value_socket(struct kvd_config *cfg, const char *val, const char *where,
-		      const char **why)
+		     const char **why)
 {
 	(void)where;
 	if (!*val || strlen(val) >= sizeof(cfg->socket)) {
@@ -192,7 +192,7 @@ int kvd_value_socket(struct kvd_config *cfg, const char *val, const char *where,
 }
 
 int kvd_value_pool(struct kvd_config *cfg, const char *val, const char *where,
-		    const char **why)
+		   const char **why)
 {
 	(void)where;
 	if (strcmp(val, "host") && strcmp(val, "cuda")) {
@@ -204,7 +204,7 @@ int kvd_value_pool(struct kvd_config *cfg, const char *val, const char *where,
 }
 
 int kvd_value_pool_size(struct kvd_config *cfg, const char *val, const char *where,
-			 const char **why)
+			const char **why)
 {
 	size_t l = strlen(val);
 
@@ -230,7 +230,7 @@ int kvd_value_pool_size(struct kvd_config *cfg, const char *val, const char *whe
 }
 
 int kvd_value_metrics_listen(struct kvd_config *cfg, const char *val, const char *where,
-			      const char **why)
+			     const char **why)
 {
 	(void)where;
 	if (!*val) {
@@ -247,7 +247,7 @@ int kvd_value_metrics_listen(struct kvd_config *cfg, const char *val, const char
 }
 
 int kvd_value_topic(struct kvd_config *cfg, const char *val, const char *where,
-		     const char **why)
+		    const char **why)
 {
 	(void)where;
 	if (kvd_events_topic_check(val, why))
@@ -257,7 +257,7 @@ int kvd_value_topic(struct kvd_config *cfg, const char *val, const char *where,
 }
 
 int kvd_value_host_medium(struct kvd_config *cfg, const char *val, const char *where,
-			   const char **why)
+			  const char **why)
 {
 	(void)where;
 	if (kvd_events_medium_check(val, why))
@@ -267,7 +267,7 @@ int kvd_value_host_medium(struct kvd_config *cfg, const char *val, const char *w
 }
 
 int kvd_value_remote(struct kvd_config *cfg, const char *val, const char *where,
-		      const char **why)
+		     const char **why)
 {
 	struct kvd_rserver sv[KVD_REMOTE_MAX_SERVERS];
 	unsigned n;
@@ -288,7 +288,7 @@ int kvd_value_remote(struct kvd_config *cfg, const char *val, const char *where,
 }
 
 int kvd_value_remote_prefix(struct kvd_config *cfg, const char *val, const char *where,
-			     const char **why)
+			    const char **why)
 {
 	(void)where;
 	if (!kvd_rval_prefix_ok(val)) {
@@ -300,14 +300,14 @@ int kvd_value_remote_prefix(struct kvd_config *cfg, const char *val, const char 
 }
 
 int kvd_value_users(struct kvd_config *cfg, const char *val, const char *where,
-		     const char **why)
+		    const char **why)
 {
 	(void)where;
 	return parse_ids(val, true, cfg, why);
 }
 
 int kvd_value_groups(struct kvd_config *cfg, const char *val, const char *where,
-		      const char **why)
+		     const char **why)
 {
 	(void)where;
 	return parse_ids(val, false, cfg, why);
@@ -321,7 +321,7 @@ int kvd_value_groups(struct kvd_config *cfg, const char *val, const char *where,
  * replaces its line.
  */
 int kvd_value_tenant(struct kvd_config *cfg, const char *val, const char *where,
-		      const char **why)
+		     const char **why)
 {
 	struct kvd_tenant_cfg t;
 	char buf[1024], *save = NULL, *tok;
