@@ -73,6 +73,17 @@ int kvd_endpoint_check(const char *s);
 int kvd_parse_size(const char *s, uint64_t *out);
 
 void kvd_config_usage(FILE *f);
+/*
+ * --print-options: one line per row of options[], in its order, fields
+ * split by tabs: key, default ("" where none), what --help shows where
+ * there is no default (""), type (u32 octal size bool word path endpoint
+ * custom), the value form ("" for a flag that takes none), live|restart.
+ * tests/python/test_options.py checks the manuals and the example config
+ * against it.
+ */
+void kvd_config_print_options(FILE *f);
+/* -1: key is no setting; 0: a flag that takes no value; 1: one that does. */
+int kvd_config_takes(const char *key);
 
 /* Does a reload (SIGHUP) apply key to a running daemon? (The table's
  * live column: watermarks, shares and tenants, eviction, log level,

@@ -726,37 +726,53 @@ int kvc_stats(const kvc_t *c, struct kvc_stats *out)
 	return 0;
 }
 
+/*
+ * Every error the library names, one row each: the negative errno and what
+ * kvc_strerror says (NULL: strerror's text). The Python binding has one
+ * exception class per row (kvclient/errors.py); tests/python/
+ * test_error_table.py checks the two against each other both ways, and
+ * kvc_strerror against the rows.
+ */
+static const struct error_row {
+	int err;
+	const char *text;
+} errors[] = {
+	{ 0, "success" },
+	{ -EINVAL, "invalid argument" },
+	{ -E2BIG, "too long: a prompt over KVC_MAX_TOKENS, extra keys over KVC_MAX_EXTRA bytes or a label over KVC_MAX_LABEL" },
+	{ -ENOMEM, "out of memory" },
+	{ -ENAMETOOLONG, "socket path too long" },
+	{ -ENOENT, "no kvcached socket at that path (is the daemon running?)" },
+	{ -ECONNREFUSED, "kvcached is not accepting connections" },
+	{ -EACCES, "permission denied: the socket's mode, or kvcached's allow-users / allow-groups, keep this user out (errbuf says which)" },
+	{ -EKEYREJECTED, "refused to trust the socket: its folder, or the user the daemon runs as, is not this user's, root's or the kvcached service user's (errbuf says which)" },
+	{ -EDQUOT, "this process, its tenant or its namespace holds its share of the pool (kvcached max-share, tenant or namespace share)" },
+	{ -EROFS, "no-insert client: it reads the cache and never publishes (KVC_OPEN_NO_INSERT, or its tenant is no-insert in kvcached's config)" },
+	{ -EPROTO, "protocol or shared-memory version mismatch with kvcached" },
+	{ -EBADMSG, NULL },	/* a reply or shared memory that does not parse */
+	{ -EMEDIUMTYPE, "model geometry does not fit the kvcached pool" },
+	{ -EUSERS, "kvcached has too many clients (max-clients)" },
+	{ -ENOTCONN, "connection to kvcached lost" },
+	{ -ENOSPC, "no free pages or pin slots" },
+	{ -EEXIST, "key collision: block refused" },
+	{ -ECHILD, "handle inherited across fork(): open a new one in the child" },
+	{ -ETOOMANYREFS, "kvcached serves too many models at once (64 namespaces)" },
+	{ -ENOTSUP, "not supported here: a cuda pool needs libkvclient built with CUDA, a CUDA driver and a GPU with VMM fd export" },
+	{ -ENODEV, "the GPU holding kvcached's pool is not visible to this process (CUDA_VISIBLE_DEVICES?)" },
+	{ -EPERM, "block is a shared (hit or published) page: scatter only into pages kvc_alloc granted" },
+	{ -EFAULT, "a tensor of the layout is not GPU memory CUDA knows (host pointer for a cuda pool?)" },
+	{ -EXDEV, "a tensor of the layout is on another GPU than kvcached's pool" },
+	{ -EINPROGRESS, "another client is writing that block now: kvc_wait for it, then kvc_alloc" },
+};
+
 const char *kvc_strerror(int err)
 {
-	switch (err) {
-	case 0: return "success";
-	case -EINVAL: return "invalid argument";
-	case -E2BIG: return "too long: a prompt over KVC_MAX_TOKENS, extra keys over KVC_MAX_EXTRA bytes or a label over KVC_MAX_LABEL";
-	case -ENOMEM: return "out of memory";
-	case -ENAMETOOLONG: return "socket path too long";
-	case -ENOENT: return "no kvcached socket at that path (is the daemon running?)";
-	case -ECONNREFUSED: return "kvcached is not accepting connections";
-	case -EACCES: return "permission denied: the socket's mode, or kvcached's allow-users / allow-groups, keep this user out (errbuf says which)";
-	case -EKEYREJECTED: return "refused to trust the socket: its folder, or the user the daemon runs as, is not this user's, root's or the kvcached service user's (errbuf says which)";
-	case -EDQUOT: return "this process, its tenant or its namespace holds its share of the pool (kvcached max-share, tenant or namespace share)";
-	case -EROFS: return "no-insert client: it reads the cache and never publishes (KVC_OPEN_NO_INSERT, or its tenant is no-insert in kvcached's config)";
-	case -EPROTO: return "protocol or shared-memory version mismatch with kvcached";
-	case -EMEDIUMTYPE: return "model geometry does not fit the kvcached pool";
-	case -EUSERS: return "kvcached has too many clients (max-clients)";
-	case -ENOTCONN: return "connection to kvcached lost";
-	case -ENOSPC: return "no free pages or pin slots";
-	case -EEXIST: return "key collision: block refused";
-	case -ECHILD: return "handle inherited across fork(): open a new one in the child";
-	case -ETOOMANYREFS: return "kvcached serves too many models at once (64 namespaces)";
-	case -ENOTSUP: return "not supported here: a cuda pool needs libkvclient built with CUDA, a CUDA driver and a GPU with VMM fd export";
-	case -ENODEV: return "the GPU holding kvcached's pool is not visible to this process (CUDA_VISIBLE_DEVICES?)";
-	case -EPERM: return "block is a shared (hit or published) page: scatter only into pages kvc_alloc granted";
-	case -EFAULT: return "a tensor of the layout is not GPU memory CUDA knows (host pointer for a cuda pool?)";
-	case -EXDEV: return "a tensor of the layout is on another GPU than kvcached's pool";
-	case -EINPROGRESS: return "another client is writing that block now: kvc_wait for it, then kvc_alloc";
-	default:
-		return err < 0 ? strerror(-err) : "not an error code";
-	}
+	size_t i;
+
+	for (i = 0; i < sizeof(errors) / sizeof(errors[0]); i++)
+		if (errors[i].err == err)
+			return errors[i].text ? errors[i].text : strerror(-err);
+	return err < 0 ? strerror(-err) : "not an error code";
 }
 
 int kvc_version(void)

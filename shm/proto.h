@@ -5,80 +5,14 @@
  * SOCK_STREAM, little-endian host order (both ends are on one host).
  * Every message is a 16-byte header followed by `len` payload bytes, and
  * every request gets exactly one reply carrying the same `seq`. File
- * descriptors travel (SCM_RIGHTS) only with the HELLO reply.
+ * descriptors travel (SCM_RIGHTS) only with the replies whose row's note
+ * says so (HELLO_R, STAT_R, POOL_R).
  *
- *   HELLO   c->d  struct kvproto_hello
- *   HELLO_R d->c  struct kvproto_hello_r  + fds [segment, pool, ledger]
- *   ALLOC   c->d  struct kvproto_alloc
- *   ALLOC_R d->c  struct kvproto_count + n x struct kvproto_pg; when n is
- *                 less than asked, count.pad says which limit cut it
- *                 (KVPROTO_SHORT_*; 0 from a daemon that does not say)
- *   PUBLISH c->d  struct kvproto_count + n x (struct kvproto_pub + bt tokens)
- *   PUBLISH_R     struct kvproto_count + n x struct kvproto_pub_r
- *   FREE    c->d  struct kvproto_count + n x struct kvproto_pg
- *   FREE_R  d->c  struct kvproto_count (pages freed)
- *   ERROR   d->c  struct kvproto_error + message text (then the daemon
- *                 closes the connection if the error was the client's)
- *   STAT    c->d  struct kvproto_stat: an observer (kvstat) asks for the
- *                 segment only; no ledger, no pool, no namespace
- *   STAT_R  d->c  struct kvproto_stat_r + fd [segment], then the daemon
- *                 closes the connection: the observer reads shared memory
- *   RESTORE c->d  struct kvproto_count + n x struct kvshm_key: bring these
- *                 tier-1 (spilled) blocks of the client's namespace back
- *                 into pool pages, all in one round trip
- *   RESTORE_R     struct kvproto_count + n x int32 status, one per key: 0
- *                 (READY in the pool now: look it up again and pin it) or
- *                 -errno (-ENOENT not spilled, -EBADMSG dropped: failed
- *                 its checksum, -EIO, -ENOSPC no free page)
- *   BYE     c->d  no payload, no reply: the client has released everything
- *                 and unmaps the pool; without it, a hang-up from a process
- *                 that is still alive leaves its pins in force until it exits
- *   POOL    c->d  struct kvproto_pool, after HELLO_R said pool_kind cuda
- *                 (whose HELLO_R carries fds [segment, ledger] only)
- *   POOL_R  d->c  struct kvproto_pool_r + n_chunks fds: the CUDA VMM chunks
- *                 of the pool (cuMemExportToShareableHandle POSIX fds), in
- *                 pool order
- *   DROP    c->d  struct kvproto_drop, after HELLO: drop every cached block
- *                 of the client's namespace that nobody pins (pool pages
- *                 and spill slots; every salt of it)
- *   DROP_R  d->c  struct kvproto_drop_r: what was dropped and what is left
- *   RESET   c->d  struct kvproto_reset, instead of HELLO: an operator zeroes
- *                 the statistics' counters (allowed to root and the
- *                 daemon's own user, by SO_PEERCRED; others get ERROR
- *                 -EPERM)
- *   RESET_R d->c  struct kvproto_reset_r, then the daemon closes the
- *                 connection, as after STAT_R
- *   FETCH   c->d  struct kvproto_fetch + n x (struct kvshm_key + bt tokens):
- *                 a run of the client's blocks (each the child of the one
- *                 before, the first of `parent`) to bring into pool pages
- *                 from whichever tier holds them: spilled slots as with
- *                 RESTORE, and from the remote tier those the index does
- *                 not know (verified against these keys and tokens). The
- *                 reply may wait for the network (at most about the
- *                 remote timeout); the daemon serves others meanwhile
- *   FETCH_R d->c  struct kvproto_count + n x int32 status, as RESTORE_R
- *                 (also -ETIMEDOUT: its server did not answer in time)
- *   ADMIN   c->d  struct kvproto_admin (+ n_tokens uint32 tokens for a pin),
- *                 instead of HELLO: an operator drops a namespace's or a
- *                 tenant's pages, pins a prompt's prefix resident for a
- *                 time, or unpins one (root and the daemon's own user
- *                 only, like RESET)
- *   ADMIN_R d->c  struct kvproto_admin_r, then the daemon closes the
- *                 connection, as after STAT_R
- *   PIN     c->d  struct kvproto_pin + n x struct kvshm_key, after HELLO:
- *                 keep the client's prefix with these keys (its chain from
- *                 block 0) resident for ttl_s seconds, counted against its
- *                 tenant's share
- *   PIN_R   d->c  struct kvproto_pin_r
- *   UNPIN   c->d  struct kvproto_unpin: end a pin of the client's tenant
- *   UNPIN_R d->c  struct kvproto_unpin
- *   ALLOC_KEYS    c->d  struct kvproto_alloc + n x struct kvproto_claim: an
- *                 ALLOC that says which block each page is for, so that the
- *                 daemon announces the pages in flight (single flight,
- *                 shm/page.h). Reply: ALLOC_R; with flags
- *                 KVPROTO_ALLOC_SINGLE, a non-fatal ERROR -EINPROGRESS
- *                 instead (nothing granted) when the first block is in
- *                 flight by another client or cached already
+ * Every frame is a row of KVPROTO_FRAMES below: its number, its size
+ * rule and payload, when the daemon takes it, its handler; a note above a
+ * row says what the row cannot (descriptors that travel with it, a reply
+ * after which the daemon closes, statuses). The structs say what their
+ * fields mean.
  *
  * kvproto_decode() checks every length against the declared counts before
  * anything reads a record; it is the one function that ever parses bytes
@@ -138,12 +72,15 @@
 #define KVPROTO_FRAMES(X)                                                                 \
 	X(HELLO,      1,  "HELLO",        EXACT,      sizeof(struct kvproto_hello),          \
 	  NULL,                  ANY,    kvd_registry_hello)                              \
+	/* + fds [segment, pool, ledger]; a cuda pool's: [segment, ledger], then POOL */  \
 	X(HELLO_R,    2,  "HELLO reply",  EXACT,      sizeof(struct kvproto_hello_r),        \
 	  NULL,                  AFTER,  NULL)                                            \
 	X(ALLOC,      3,  "ALLOC",        EXACT,      sizeof(struct kvproto_alloc),          \
 	  kvproto_check_alloc,   AFTER,  kvd_alloc)                                       \
+	/* count + n pg; fewer than asked: count.pad names the limit (KVPROTO_SHORT_*) */ \
 	X(ALLOC_R,    4,  "ALLOC reply",  CUSTOM,     0,                                     \
 	  kvproto_check_alloc_r, AFTER,  NULL)                                            \
+	/* count + n x (pub + bt tokens) */                                               \
 	X(PUBLISH,    5,  "PUBLISH",      COUNTED_BT, sizeof(struct kvproto_pub),            \
 	  NULL,                  AFTER,  kvd_publish)                                     \
 	X(PUBLISH_R,  6,  "PUBLISH reply", COUNTED,   sizeof(struct kvproto_pub_r),          \
@@ -152,36 +89,48 @@
 	  NULL,                  AFTER,  kvd_free)                                        \
 	X(FREE_R,     8,  "FREE reply",   EXACT,      sizeof(struct kvproto_count),          \
 	  NULL,                  AFTER,  NULL)                                            \
+	/* + message text; fatal: the daemon then closes the connection */                \
 	X(ERROR,      9,  "ERROR",        MIN,        sizeof(struct kvproto_error),          \
 	  NULL,                  AFTER,  NULL)                                            \
+	/* an observer (kvstat): STAT_R + fd [segment], then the daemon closes */         \
 	X(STAT,       10, "STAT",         EXACT,      sizeof(struct kvproto_stat),           \
 	  kvproto_check_stat,    BEFORE, kvd_registry_stat)                               \
 	X(STAT_R,     11, "STAT reply",   EXACT,      sizeof(struct kvproto_stat_r),         \
 	  NULL,                  AFTER,  NULL)                                            \
+	/* no reply: all released; a live process that hangs up keeps its pins */         \
 	X(BYE,        12, "BYE",          NONE,       0,                                     \
 	  NULL,                  AFTER,  kvd_client_bye)                                  \
+	/* spilled blocks of the namespace back into pool pages, one round trip */        \
 	X(RESTORE,    13, "RESTORE",      COUNTED,    sizeof(struct kvshm_key),              \
 	  NULL,                  AFTER,  kvd_restore)                                     \
+	/* an int32 per key: 0 READY (look up again), -ENOENT, -EBADMSG, -EIO, -ENOSPC */ \
 	X(RESTORE_R,  14, "RESTORE reply", COUNTED,   sizeof(int32_t),                       \
 	  NULL,                  AFTER,  NULL)                                            \
+	/* after a HELLO_R that says pool_kind cuda */                                    \
 	X(POOL,       32, "POOL",         EXACT,      sizeof(struct kvproto_pool),           \
 	  kvproto_check_pool,    AFTER,  kvd_registry_pool)                               \
+	/* + n_chunks fds: the pool's CUDA VMM chunks, in pool order */                   \
 	X(POOL_R,     33, "POOL reply",   EXACT,      sizeof(struct kvproto_pool_r),         \
 	  kvproto_check_pool_r,  AFTER,  NULL)                                            \
+	/* alloc + n claim: ALLOC_R; ALLOC_SINGLE: maybe a non-fatal ERROR -EINPROGRESS */ \
 	X(ALLOC_KEYS, 40, "ALLOC_KEYS",   MIN,        sizeof(struct kvproto_alloc),          \
 	  kvproto_check_alloc_keys, AFTER, kvd_alloc_keys)                                \
+	/* every unpinned block of the namespace, pool and spill, every salt */           \
 	X(DROP,       50, "DROP",         EXACT,      sizeof(struct kvproto_drop),           \
 	  kvproto_check_drop,    AFTER,  kvd_drop_ns)                                     \
 	X(DROP_R,     51, "DROP reply",   EXACT,      sizeof(struct kvproto_drop_r),         \
 	  NULL,                  AFTER,  NULL)                                            \
+	/* instead of HELLO, root or the daemon's user: zero the counters; reply, then close */ \
 	X(RESET,      52, "RESET",        EXACT,      sizeof(struct kvproto_reset),          \
 	  kvproto_check_reset,   BEFORE, kvd_nsstat_reset_req)                            \
 	X(RESET_R,    53, "RESET reply",  EXACT,      sizeof(struct kvproto_reset_r),        \
 	  NULL,                  AFTER,  NULL)                                            \
+	/* instead of HELLO, as RESET (+ n_tokens tokens for a pin); reply, then close */ \
 	X(ADMIN,      54, "ADMIN",        MIN,        sizeof(struct kvproto_admin),          \
 	  kvproto_check_admin,   BEFORE, kvd_admin_req)                                   \
 	X(ADMIN_R,    55, "ADMIN reply",  EXACT,      sizeof(struct kvproto_admin_r),        \
 	  NULL,                  AFTER,  NULL)                                            \
+	/* + n keys: the client's prefix kept resident ttl_s, on its tenant's share */    \
 	X(PIN,        56, "PIN",          MIN,        sizeof(struct kvproto_pin),            \
 	  kvproto_check_pin,     AFTER,  kvd_pin_req)                                     \
 	X(PIN_R,      57, "PIN reply",    EXACT,      sizeof(struct kvproto_pin_r),          \
@@ -190,16 +139,21 @@
 	  kvproto_check_unpin,   AFTER,  kvd_unpin_req)                                   \
 	X(UNPIN_R,    59, "UNPIN reply",  EXACT,      sizeof(struct kvproto_unpin),          \
 	  NULL,                  AFTER,  NULL)                                            \
+	/* + n x (key + bt tokens): a chain brought in from any tier; may wait for the network */ \
 	X(FETCH,      60, "FETCH",        MIN_BT,     sizeof(struct kvproto_fetch),          \
 	  kvproto_check_fetch,   AFTER,  kvd_restore)                                     \
+	/* as RESTORE_R; also -ETIMEDOUT (a remote server late) */                        \
 	X(FETCH_R,    61, "FETCH reply",  COUNTED,    sizeof(int32_t),                       \
 	  NULL,                  AFTER,  NULL)
 
 #define KVPROTO_ENUM_ROW(name, type, ...) KVPROTO_##name = type,
 enum kvproto_type { KVPROTO_FRAMES(KVPROTO_ENUM_ROW) };
 #undef KVPROTO_ENUM_ROW
-/* The largest type number (FETCH_R). */
-#define KVPROTO_TYPE_MAX 61u
+/* The largest type number: the size of a union of one char[type] per row. */
+#define KVPROTO_SPAN_ROW(name, type, ...) char name[type];
+union kvproto_type_span { KVPROTO_FRAMES(KVPROTO_SPAN_ROW) };
+#undef KVPROTO_SPAN_ROW
+#define KVPROTO_TYPE_MAX ((unsigned)sizeof(union kvproto_type_span))
 
 /* The size rules (the table's size column). */
 enum kvproto_size {

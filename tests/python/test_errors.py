@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import kvclient
-from kvclient.client import _error
+from kvclient._ccall import _error
 from conftest import tiny_model, tokens, wait_for
 
 torch = pytest.importorskip("torch")

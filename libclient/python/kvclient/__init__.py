@@ -30,7 +30,10 @@ See docs/PYTHON.md.
 from __future__ import annotations
 
 from . import _lib
-from .client import Client, Model, PagedKV, PosKind, Request
+from .client import Client
+from .model import Model, PosKind
+from .paged_kv import PagedKV
+from .request import Request
 from .errors import (ClientClosedError, ConnectionLostError, DeviceMemoryError,
                      ForkedHandleError, GeometryError, InFlightError, InvalidArgumentError,
                      KeyCollisionError,

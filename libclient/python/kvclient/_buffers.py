@@ -20,8 +20,14 @@ from __future__ import annotations
 import array
 import ctypes
 import sys
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from .errors import TensorError, TensorDeviceError
+
+# What a converter answers: (address or None, count, the object that keeps
+# the memory alive while C reads it).
+Converted = Tuple[Optional[int], int, Any]
+Conv = Callable[[Any], Converted]
 
 _c_char = ctypes.c_char
 _addressof = ctypes.addressof
@@ -46,7 +52,7 @@ _ALIASES = {
 _NP_RAW = {"bfloat16", "float8_e4m3fn", "float8_e5m2"}
 
 
-def parse_dtype(dtype) -> tuple[str | None, int]:
+def parse_dtype(dtype: Any) -> tuple[str | None, int]:
     """(canonical name or None, bytes) of a dtype given as a name, a numpy
     or torch dtype, or a plain number of bytes."""
     if isinstance(dtype, bool):
@@ -78,7 +84,7 @@ def parse_dtype(dtype) -> tuple[str | None, int]:
     return name, DTYPE_BYTES[name]
 
 
-def numpy_dtype(name: str | None, nbytes: int):
+def numpy_dtype(name: str | None, nbytes: int) -> Any:
     """The numpy dtype of a page's elements (raw unsigned ints if numpy lacks it)."""
     import numpy
     if name is None or name in _NP_RAW:
@@ -89,7 +95,7 @@ def numpy_dtype(name: str | None, nbytes: int):
 _TORCH_RAW = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 
 
-def torch_dtype(name: str | None, nbytes: int):
+def torch_dtype(name: str | None, nbytes: int) -> Any:
     """The torch dtype of a page's elements (raw ints if this torch lacks it)."""
     import torch
     t = getattr(torch, name, None) if name else None
@@ -115,9 +121,9 @@ def _dtype_matches(model_name: str | None, nbytes: int, t_name: str, t_bytes: in
 
 # ---------------------------------------------------- integer sequences
 
-def _seq(typecode: str, what: str):
+def _seq(typecode: str, what: str) -> Conv:
     """Converter of any sequence of ints to an array.array of typecode."""
-    def conv(seq):
+    def conv(seq: Any) -> Converted:
         try:
             a = array.array(typecode, seq)
         except OverflowError:
@@ -127,10 +133,10 @@ def _seq(typecode: str, what: str):
     return conv
 
 
-def _array(typecodes: str, itemsize: int, seq):
+def _array(typecodes: str, itemsize: int, seq: Conv) -> Conv:
     """Converter of an array.array: by address when its items already are
     integers of that width, else through seq."""
-    def conv(a):
+    def conv(a: Any) -> Converted:
         if a.itemsize == itemsize and a.typecode in typecodes:
             addr, n = a.buffer_info()
             return addr, n, a
@@ -144,7 +150,7 @@ _array_u32 = _array("IiLl", 4, _seq_u32)
 _array_i64 = _array("qlL", 8, _seq_i64)
 
 
-def _np_addr(a):
+def _np_addr(a: Any) -> Tuple[Optional[int], Any]:
     """Address of a C-contiguous numpy array, pinning its buffer while the
     returned keep-alive object lives; None if it is read-only or strided."""
     if not a.size:
@@ -156,7 +162,7 @@ def _np_addr(a):
     return _addressof(x), x
 
 
-def _np_convert(a, np_dtype, lo, hi, what):
+def _np_convert(a: Any, np_dtype: Any, lo: int, hi: int, what: str) -> Converted:
     import numpy
     if a.ndim != 1:
         raise TensorError(22, f"{what} must be one-dimensional, got shape {tuple(a.shape)}")
@@ -172,14 +178,14 @@ def _np_convert(a, np_dtype, lo, hi, what):
     return addr, b.size, (b, keep)
 
 
-def _make_np(kind):
+def _make_np(kind: str) -> Conv:
     import numpy
     ok = ((numpy.dtype("uint32"), numpy.dtype("int32")) if kind == "u32"
           else (numpy.dtype("int64"),))
     np_dtype, lo, hi, what = ((numpy.uint32, 0, 2**32 - 1, "token ids") if kind == "u32"
                               else (numpy.int64, -2**63, 2**63 - 1, "engine block ids"))
 
-    def conv(a):
+    def conv(a: Any) -> Converted:
         if a.dtype in ok and a.ndim == 1:
             addr, keep = _np_addr(a)
             if addr is not None or not a.size:
@@ -188,13 +194,13 @@ def _make_np(kind):
     return conv
 
 
-def _make_torch(kind):
+def _make_torch(kind: str) -> Conv:
     import torch
     want = torch.int32 if kind == "u32" else torch.int64
     lo, hi = (0, 2**32 - 1) if kind == "u32" else (-2**63, 2**63 - 1)
     what = "token ids" if kind == "u32" else "engine block ids"
 
-    def conv(t):
+    def conv(t: Any) -> Converted:
         if t.dtype is want and t.dim() == 1 and t.device.type == "cpu" and t.is_contiguous():
             return t.data_ptr(), t.numel(), t
         if t.dim() != 1:
@@ -213,10 +219,10 @@ def _make_torch(kind):
     return conv
 
 
-def _memoryview_conv(kind):
+def _memoryview_conv(kind: str) -> Conv:
     seq = _seq_u32 if kind == "u32" else _seq_i64
 
-    def conv(m):
+    def conv(m: Any) -> Converted:
         m = memoryview(m)
         if m.ndim != 1:
             raise TensorError(22, "a one-dimensional buffer of integers is needed")
@@ -226,11 +232,11 @@ def _memoryview_conv(kind):
 
 # type -> converter, filled as types are seen (numpy / torch without importing them
 # up front). Bytes and str are refused: they are not integer sequences.
-_U32 = {list: _seq_u32, tuple: _seq_u32, range: _seq_u32, array.array: _array_u32}
-_I64 = {list: _seq_i64, tuple: _seq_i64, range: _seq_i64, array.array: _array_i64}
+_U32: Dict[type, Conv] = {list: _seq_u32, tuple: _seq_u32, range: _seq_u32, array.array: _array_u32}
+_I64: Dict[type, Conv] = {list: _seq_i64, tuple: _seq_i64, range: _seq_i64, array.array: _array_i64}
 
 
-def _converter(table, obj, kind):
+def _converter(table: Dict[type, Conv], obj: Any, kind: str) -> Conv:
     t = type(obj)
     mod = t.__module__ or ""
     if t in (bytes, bytearray, str):
@@ -249,13 +255,13 @@ def _converter(table, obj, kind):
     return fn
 
 
-def u32(obj):
+def u32(obj: Any) -> Converted:
     """(address or None, count, keep-alive) of token ids as uint32."""
     fn = _U32.get(type(obj)) or _converter(_U32, obj, "u32")
     return fn(obj)
 
 
-def i64(obj):
+def i64(obj: Any) -> Converted:
     """(address or None, count, keep-alive) of engine block ids as int64."""
     fn = _I64.get(type(obj)) or _converter(_I64, obj, "i64")
     return fn(obj)
@@ -269,7 +275,7 @@ class TensorInfo:
     __slots__ = ("ptr", "shape", "strides", "itemsize", "dtype", "integer", "device",
                  "index", "writable", "lib")
 
-    def __init__(self, t, what: str):
+    def __init__(self, t: Any, what: str) -> None:
         mod = type(t).__module__ or ""
         if "torch" in sys.modules and isinstance(t, sys.modules["torch"].Tensor):
             self.lib = "torch"

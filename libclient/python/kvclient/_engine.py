@@ -16,7 +16,8 @@ import logging
 import time
 from typing import Callable, Optional
 
-from .client import Client, Model
+from .client import Client
+from .model import Model
 from .errors import GeometryError, KvcError
 
 log = logging.getLogger("kvclient.engines")
@@ -80,7 +81,7 @@ class Reconnecting:
 
     def __init__(self, model: Model, socket: Optional[str], salt: bytes | str = b"",
                  on_open: Optional[Callable[[Client], None]] = None, who: str = "kvcached",
-                 logger: Optional[logging.Logger] = None, no_insert: bool = False):
+                 logger: Optional[logging.Logger] = None, no_insert: bool = False) -> None:
         self.model, self.socket, self.salt = model, socket, salt
         self.no_insert = no_insert
         self.on_open, self.who = on_open, who

@@ -34,6 +34,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from typing import TYPE_CHECKING, Any, List, Tuple
 
 from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int32,
                     c_int64, c_size_t, c_uint16, c_uint32, c_uint64, c_void_p)
@@ -98,6 +99,12 @@ class GpuStatus(Structure):
                 ("why", c_char * 256), ("resv", c_uint64 * 4)]
 
 
+# The mirror of each struct of kvclient.h (tests/python/test_ctypes_header.py
+# parses the header and holds every field, in order, to these).
+C_STRUCTS = {"kvc_shard": Shard, "kvc_model": ModelStruct, "kvc_options": Options,
+             "kvc_key": Key, "kvc_stats": Stats, "kvc_stat": Stat, "kvc_layout": Layout,
+             "kvc_copy_opts": CopyOpts, "kvc_gpu_status": GpuStatus}
+
 OPEN_ALLOC_AHEAD = 0x1
 OPEN_NO_INSERT = 0x2
 MODEL_ENGINE_KEYS = 0x1
@@ -114,7 +121,7 @@ GPU_CHUNK = 256 << 20
 LAYOUT_MLA = 3
 
 # (name, restype, argtypes, releases the GIL)
-_PROTOS = (
+_PROTOS: Tuple[Tuple[str, Any, List[Any], bool], ...] = (
     ("kvc_open", c_int, [POINTER(ModelStruct), POINTER(Options), POINTER(c_void_p)], True),
     ("kvc_close", None, [c_void_p], True),
     ("kvc_keys", c_int, [c_void_p, c_void_p, c_size_t, c_char_p, c_size_t, c_void_p,
@@ -165,6 +172,13 @@ _PROTOS = (
     ("kvc_version_string", c_char_p, [], False),
 )
 
+# Functions of kvclient.h the binding does not call, and why.
+NOT_BOUND = {
+    "kvc_req_short_reason": "Request.message carries the reason's text",
+    "kvc_group": "batch ordering is the engine's (kvdemo calls it from C)",
+    "kvc_drop_namespace": "a namespace drop: kvstat --drop-namespace (an operator's ADMIN)",
+}
+
 
 # Called once or twice per prompt, always with a c_void_p instance, which
 # ctypes passes as the pointer it holds; without argtypes it skips the
@@ -179,7 +193,10 @@ class LibraryNotFound(ImportError):
 class Lib:
     """The loaded library: one attribute per C function, named without kvc_."""
 
-    def __init__(self, path: str):
+    if TYPE_CHECKING:	# the functions are set from _PROTOS below
+        def __getattr__(self, name: str) -> Any: ...
+
+    def __init__(self, path: str) -> None:
         self.path = path
         cdll = ctypes.CDLL(path)
         pydll = ctypes.PyDLL(path)
@@ -222,7 +239,7 @@ def _candidates() -> list[tuple[str, str]]:
     if os.path.exists(own):
         out.append(("the package's own copy (pip install)", own))
     try:
-        from . import _installed  # written by make install
+        from . import _installed  # type: ignore[attr-defined]  # written by make install
         out.append(("the install's libdir", os.path.join(_installed.LIBDIR, SONAME)))
     except ImportError:
         pass
@@ -255,11 +272,11 @@ def lib() -> Lib:
     return _lib
 
 
-_fast_mod = None
+_fast_mod: Any = None
 _fast_tried = False
 
 
-def fast():
+def fast() -> Any:
     """The optional C fast path (_kvcfast.c), bound to the loaded library,
     or None: not built, not loadable, or KVCLIENT_NO_FAST set. Looked for
     inside the package (an installed build), then next to the library
@@ -274,7 +291,7 @@ def fast():
         mod = None
         if not os.environ.get("KVCLIENT_NO_FAST"):
             try:
-                from . import _kvcfast as mod
+                from . import _kvcfast as mod  # type: ignore[attr-defined,no-redef]
             except ImportError:
                 mod = _fast_beside(L.path)
         if mod is not None:
@@ -285,7 +302,7 @@ def fast():
     return _fast_mod
 
 
-def _fast_beside(path: str):
+def _fast_beside(path: str) -> Any:
     import importlib.machinery
     import importlib.util
     if os.sep not in path:
@@ -296,6 +313,8 @@ def _fast_beside(path: str):
         if os.path.exists(f):
             try:
                 spec = importlib.util.spec_from_file_location(__package__ + "._kvcfast", f)
+                if spec is None or spec.loader is None:
+                    return None
                 mod = importlib.util.module_from_spec(spec)
                 spec.loader.exec_module(mod)
                 return mod
@@ -304,6 +323,6 @@ def _fast_beside(path: str):
     return None
 
 
-def errbuf(n: int = 512):
+def errbuf(n: int = 512) -> "ctypes.Array[c_char]":
     """A zeroed buffer for kvc_options.errbuf."""
     return (c_char * n)()

@@ -15,16 +15,17 @@ No call of this package ever returns a negative number for an error.
 from __future__ import annotations
 
 import errno as _e
+from typing import Any
 
 
 class KvcError(OSError):
     """Base of every error of this package."""
 
-    def __init__(self, err: int, message: str, reason: str | None = None):
+    def __init__(self, err: int, message: str, reason: str | None = None) -> None:
         super().__init__(err, message)
         self.reason = reason
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (type(self), (self.errno, self.strerror, self.reason))
 
 
@@ -175,6 +176,8 @@ class WrongDeviceError(TensorDeviceError):
     """GPU copies: a tensor is on another GPU than the one copying (EXDEV)."""
 
 
+# One class per row of libclient/client.c's errors[] (kvc_strerror's
+# table), by its errno; tests/python/test_error_table.py checks both ways.
 _BY_ERRNO = {
     _e.ENOENT: NoDaemonError,
     _e.ECONNREFUSED: NoDaemonError,
@@ -203,6 +206,9 @@ _BY_ERRNO = {
     _e.EXDEV: WrongDeviceError,
     _e.EBADF: ClientClosedError,
 }
+
+# Errnos of the map the C library never returns: the binding raises them.
+_BINDING_ONLY = {_e.EBADF}
 
 # Calls on blocks: ENOENT there means "no page", not "no daemon".
 _BLOCK_CALLS = {"kvc_gather", "kvc_scatter", "kvc_gather_v2", "kvc_scatter_v2",

@@ -54,7 +54,9 @@ from typing import Any, List, Optional
 
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
 
-from . import client as _client
+from .client import Client
+from .model import Model
+from .paged_kv import PagedKV
 from ._engine import Reconnecting, flag, namespace_name, read_only
 from .errors import KvcError, NoInsertError
 
@@ -76,7 +78,7 @@ class KvcachedStorage(HiCacheStorage):
     is away, every key is a miss and every write is refused (False), never
     an exception."""
 
-    def __init__(self, storage_config: HiCacheStorageConfig, kwargs: Optional[dict] = None):
+    def __init__(self, storage_config: HiCacheStorageConfig, kwargs: Optional[dict] = None) -> None:
         self.config = storage_config
         extra = dict(storage_config.extra_config or {})
         self.socket = extra.get("socket")
@@ -98,12 +100,12 @@ class KvcachedStorage(HiCacheStorage):
         self.cp = (cp_rank, cp_size) if cp_size > 1 else None
         self._rc: Optional[Reconnecting] = None
         self._kv = None
-        self.model: Optional[_client.Model] = None
+        self.model: Optional[Model] = None
         self.page_size = 0
 
     # -------------------------------------------------------------- setup
 
-    def register_mem_pool_host(self, mem_pool_host) -> None:
+    def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         """The host KV pool HiCache moves pages through; its geometry makes
         the kvcached namespace."""
         super().register_mem_pool_host(mem_pool_host)
@@ -131,7 +133,7 @@ class KvcachedStorage(HiCacheStorage):
             ks = [buf[0, :, i] for i in range(layers)]
             vs = [buf[1, :, i] for i in range(layers)]
         total = int(self.kv_heads or heads * max(self.tp_size, 1))
-        model = _client.Model(name, _dtype_name(pool.dtype), layers=layers, kv_heads=total,
+        model = Model(name, _dtype_name(pool.dtype), layers=layers, kv_heads=total,
                               head_dim=hd, block_tokens=ps, pos="rope", tp_rank=self.tp_rank,
                               tp_size=self.tp_size, pp_rank=self.pp_rank,
                               pp_size=self.pp_size, keys="engine")
@@ -139,9 +141,9 @@ class KvcachedStorage(HiCacheStorage):
             raise ValueError(f"KvcachedStorage: the host pool holds {heads} KV heads, rank "
                              f"{self.tp_rank} of {self.tp_size} of a model of {total} holds "
                              f"{model.heads[1]} (extra config kv_heads: the model's)")
-        self._open(model, lambda c: _client.PagedKV(c, ks, vs))
+        self._open(model, lambda c: PagedKV(c, ks, vs))
 
-    def _register_mla(self, pool, buf, layout, ps, layers) -> None:
+    def _register_mla(self, pool: Any, buf: Any, layout: Any, ps: Any, layers: Any) -> None:
         """An MLA host pool: one latent of kv_lora_rank + qk_rope_head_dim
         per token and layer, the same on every rank."""
         dim = int(getattr(pool, "kv_cache_dim", 0) or
@@ -157,27 +159,27 @@ class KvcachedStorage(HiCacheStorage):
             ks = [buf[i].view(pages, ps, dim) for i in range(layers)]
         else:				# [pages, layers, page_size, 1, dim]
             ks = [buf[:, i, :, 0] for i in range(layers)]
-        model = _client.Model(self._ns_name(pool), _dtype_name(pool.dtype), layers=layers,
+        model = Model(self._ns_name(pool), _dtype_name(pool.dtype), layers=layers,
                               kv_heads=1, head_dim=dim, block_tokens=ps, pos="rope",
                               tp_rank=self.tp_rank, tp_size=self.tp_size,
                               pp_rank=self.pp_rank, pp_size=self.pp_size, keys="engine",
                               mla=True)
-        self._open(model, lambda c: _client.PagedKV(c, ks, layout="mla"))
+        self._open(model, lambda c: PagedKV(c, ks, layout="mla"))
 
-    def _ns_name(self, pool) -> str:
+    def _ns_name(self, pool: Any) -> str:
         return namespace_name(self.name, _dtype_name(pool.dtype),
                               f" cp{self.cp[0]}/{self.cp[1]}" if self.cp else "")
 
-    def _open(self, model, paged) -> None:
+    def _open(self, model: Any, paged: Any) -> None:
         self.model = model
 
-        def opened(c):
+        def opened(c: Any) -> None:
             self._kv = paged(c)
         self._rc = Reconnecting(model, self.socket, self.salt, opened, "KvcachedStorage",
                                 logger=log, no_insert=self.no_insert)
         self._rc.get()
 
-    def _client(self):
+    def _client(self) -> Optional[Client]:
         return self._rc.get() if self._rc is not None else None
 
     def close(self) -> None:
@@ -188,12 +190,12 @@ class KvcachedStorage(HiCacheStorage):
         if rc is not None:
             rc.close()
 
-    def _pages(self, host_indices, n: int) -> list:
+    def _pages(self, host_indices: Any, n: int) -> list:
         """Host pool pages of the first token slot of each of n pages."""
         idx = host_indices[::self.page_size][:n]
         return (idx // self.page_size).tolist()
 
-    def _failed(self, c, call: str, e: KvcError) -> None:
+    def _failed(self, c: Any, call: str, e: KvcError) -> None:
         """A call failed: drop the Client if the daemon went, else log."""
         rc = self._rc
         if not c.connected() and rc is not None:
@@ -203,7 +205,7 @@ class KvcachedStorage(HiCacheStorage):
 
     # --------------------------------------------------- zero-copy batch
 
-    def _looked_up(self, keys: List[str], call: str, body, restore: bool) -> int:
+    def _looked_up(self, keys: List[str], call: str, body: Any, restore: bool) -> int:
         """body(request, hits) on a request of keys after its lookup (and,
         with restore, after the pages that wait on the daemon's spill or
         remote tier came back): the number of leading pages it returns, or 0
@@ -227,22 +229,23 @@ class KvcachedStorage(HiCacheStorage):
             self._failed(c, call, e)
             return 0
 
-    def batch_exists(self, keys: List[str], extra_info=None) -> int:
+    def batch_exists(self, keys: List[str], extra_info: Any = None) -> int:
         """How many of keys, from the first, kvcached holds (pages on its
         spill or remote tier are brought back into its pool to find out)."""
         return self._looked_up(keys, "batch_exists", lambda r, hits: hits, True)
 
-    def batch_get_v1(self, keys: List[str], host_indices, extra_info=None) -> List[bool]:
+    def batch_get_v1(self, keys: List[str], host_indices: Any,
+                     extra_info: Any = None) -> List[bool]:
         """Copy the leading cached pages of keys into the host pool pages
         host_indices names (page_size slots per key); True for each copied."""
-        def get(r, hits):
+        def get(r: Any, hits: int) -> int:
             if hits:
                 r.gather(self._kv, self._pages(host_indices, hits))
             return hits
         done = self._looked_up(keys, "batch_get_v1", get, True)
         return [True] * done + [False] * (len(keys) - done)
 
-    def _alloc(self, r) -> int:
+    def _alloc(self, r: Any) -> int:
         """Pages for the request's misses, or 0 for a reader (no_insert,
         or a tenant the daemon makes no-insert, found out here once)."""
         if self.no_insert:
@@ -254,14 +257,15 @@ class KvcachedStorage(HiCacheStorage):
             self.no_insert = True
             return 0
 
-    def batch_set_v1(self, keys: List[str], host_indices, extra_info=None) -> List[bool]:
+    def batch_set_v1(self, keys: List[str], host_indices: Any,
+                     extra_info: Any = None) -> List[bool]:
         """Store the host pool pages of keys: those kvcached holds already
         are left as they are, the rest copied into new pages and published.
         True for each page that kvcached holds afterwards (a full pool
         stores a leading part)."""
         n = len(keys)
 
-        def put(r, hits):
+        def put(r: Any, hits: int) -> int:
             if hits >= n:
                 return hits
             got = self._alloc(r)
@@ -283,23 +287,24 @@ class KvcachedStorage(HiCacheStorage):
     # (_flat). For MLA both are [layers, page_size, (1,) dim]. One copy each
     # way, one kvcached request per batch.
 
-    def _flat(self, page):
+    def _flat(self, page: Any) -> Any:
         """A kvcached page as SGLang's flat page of this rank: [2, layers,
         page_size, its heads, head_dim]; for MLA [layers, page_size, 1,
         dim], the page itself."""
         if self.mla:
             return page.unsqueeze(2)
+        assert self.model is not None	# registered before any copy
         h0, hn = self.model.heads
         return page[:, :, :, h0:h0 + hn].transpose(0, 1)
 
     def batch_get(self, keys: List[str], target_locations: Optional[Any] = None,
-                  target_sizes: Optional[Any] = None):
+                  target_sizes: Optional[Any] = None) -> list:
         """SGLang's flat page of each of keys, into target_locations[i] when
         given, else a new CPU tensor; None from the first key not cached on
         (host pool only: pages are read through their views)."""
         out: list = [None] * len(keys)
 
-        def get(r, hits):
+        def get(r: Any, hits: int) -> int:
             for i in range(hits):
                 page = self._flat(r.page_tensor(i))	# [2, layers, ...]
                 t = target_locations[i] if target_locations is not None else None
@@ -319,20 +324,20 @@ class KvcachedStorage(HiCacheStorage):
         are left as they are); True when kvcached holds all of them."""
         if values is None or not keys:
             return False
-        n = len(keys)
+        n, vals = len(keys), values
 
-        def put(r, hits):
+        def put(r: Any, hits: int) -> int:
             if hits >= n:
                 return hits
             got = self._alloc(r)
             for i in range(hits, hits + got):
                 page = self._flat(r.page_tensor(i))	# this rank's heads
-                page.copy_(values[i].view(page.shape))
+                page.copy_(vals[i].view(page.shape))
             return r.publish() if got else hits
         return self._looked_up(keys, "batch_set", put, False) == n
 
     def get(self, key: str, target_location: Optional[Any] = None,
-            target_sizes: Optional[Any] = None):
+            target_sizes: Optional[Any] = None) -> Any:
         """The flat page of key (see batch_get), or None."""
         return self.batch_get([key], None if target_location is None else [target_location])[0]
 

@@ -82,7 +82,9 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V
                                                              KVConnectorMetadata,
                                                              KVConnectorRole)
 
-from . import client as _client
+from .client import Client
+from .model import Model
+from .paged_kv import PagedKV
 from ._engine import Reconnecting, flag, namespace_name, read_only
 from .errors import KvcError, NoInsertError
 
@@ -131,7 +133,9 @@ class _Streams:
     request loaded in a step a list of per-layer events, reused step
     after step (a wait takes an event's last record when it is queued)."""
 
-    def __init__(self, device: int, layers: int):
+    device: Optional[int]	# None: _Sync, no device
+
+    def __init__(self, device: int, layers: int) -> None:
         import torch
         self.torch, self.device, self.layers = torch, device, layers
         dev = torch.device("cuda", device)
@@ -151,14 +155,14 @@ class _Streams:
             e.record(self.load)
         return evs
 
-    def _engine(self):
+    def _engine(self) -> Any:
         return self.torch.cuda.current_stream(self.device)
 
     def loads_after_engine(self) -> None:
         """Loads go after what the engine queued (its freed blocks' readers)."""
         self.load.wait_stream(self._engine())
 
-    def engine_waits(self, ev) -> None:
+    def engine_waits(self, ev: Any) -> None:
         """The engine's stream waits for ev (None: every load of the step)."""
         self._engine().wait_event(self.load_done if ev is None else ev)
 
@@ -181,7 +185,7 @@ class _Sync(_Streams):
     """The same order with copies that are done on return (CPU tensors,
     ``"copy": "layers"``): no stream, no event, nothing to wait for."""
 
-    def __init__(self, layers: int):
+    def __init__(self, layers: int) -> None:
         self.device, self.layers = None, layers
         self.load = self.save = None
         self.load_events: list = []
@@ -193,7 +197,7 @@ class _Sync(_Streams):
     def loads_after_engine(self) -> None:
         pass
 
-    def engine_waits(self, ev) -> None:
+    def engine_waits(self, ev: Any) -> None:
         pass
 
     def loads_queued(self) -> None:
@@ -219,7 +223,7 @@ class _ReqState:
     load: Optional[tuple] = None	# (start, end) to load this step
 
 
-def _extra_of(request) -> Optional[bytes]:
+def _extra_of(request: Any) -> Optional[bytes]:
     """The request's extra keys: vLLM's cache_salt, its LoRA adapter and
     its multimodal inputs' hashes, which make the same tokens different KV
     (mixed into every block: a prompt with an image shares no block with
@@ -238,7 +242,7 @@ def _extra_of(request) -> Optional[bytes]:
     return b"\0".join(parts) or None
 
 
-def _kv_heads(mc, pc) -> int:
+def _kv_heads(mc: Any, pc: Any) -> int:
     """The model's KV heads, every tensor-parallel rank's together (a
     kvcached page holds them all); vLLM's get_num_kv_heads is one rank's."""
     total = getattr(mc, "get_total_num_kv_heads", None)
@@ -273,7 +277,7 @@ def _model_layers(kv_caches: dict, layers: int) -> Optional[list]:
     return [names[i] for i in sorted(order[:layers])]
 
 
-def _model_name(vllm_config, extra: dict, dtype: str) -> str:
+def _model_name(vllm_config: Any, extra: dict, dtype: str) -> str:
     """extra's model_name, else vLLM's model and its revision
     ("meta-llama/Llama-3.1-8B@main"), then "/" and the KV dtype."""
     name = extra.get("model_name")
@@ -302,7 +306,7 @@ class KvcachedConnector(KVConnectorBase_V1):
     # arguments and refuses a third.
     _BASE_3_ARGS = _base_takes_kv_cache_config()
 
-    def __init__(self, vllm_config, role, kv_cache_config=None):
+    def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
         if self._BASE_3_ARGS:
             super().__init__(vllm_config, role, kv_cache_config)
         else:
@@ -333,7 +337,7 @@ class KvcachedConnector(KVConnectorBase_V1):
             tp_rank, pp_rank = rank % tp, (rank // tp) % pp
         else:	# the scheduler looks up as rank 0: the ranks share the pages
             tp_rank = pp_rank = 0
-        self.model = _client.Model(
+        self.model = Model(
             _model_name(vllm_config, extra, dtype), dtype,
             layers=int(mc.get_num_layers(pc)), kv_heads=1 if mla else _kv_heads(mc, pc),
             head_dim=head_dim, block_tokens=T, pos=extra.get("pos", "rope"),
@@ -347,9 +351,9 @@ class KvcachedConnector(KVConnectorBase_V1):
         self._reqs: dict[str, _ReqState] = {}
         self._local: dict[str, int] = {}	# get_num_new_matched_tokens' last answer
         # Worker side.
-        self._caches: Optional[list] = None
-        self._kv = None
-        self._layout = None
+        self._caches: Any = None	# vLLM's tensors, one per layer (register_kv_caches)
+        self._kv: Optional[PagedKV] = None
+        self._layout: Optional[str] = None
         self._load_errors: set[int] = set()
         self._load_thread: Optional[threading.Thread] = None
         self._load_reqs: list = []
@@ -357,10 +361,10 @@ class KvcachedConnector(KVConnectorBase_V1):
         self._layer_loaded: list = []
         # GPU copies (_gpu_setup): the connector's streams, events reused
         # step after step, this step's loads' events and save jobs.
-        self._gpu = None
+        self._gpu: Any = None	# a _Streams, or None: no GPU copies
         self._load_events: list = []	# per request loaded: one event per layer
         self._loads_done = False	# this step's loads are queued
-        self._saves: Optional[list] = None	# [request, first block, engine ids, SaveSpec]
+        self._saves: Any = None	# [request, first block, engine ids, SaveSpec]
         self._saved_layers: set = set()
         self._said: set = set()
         rw = extra.get("register_wait", 10)
@@ -378,11 +382,11 @@ class KvcachedConnector(KVConnectorBase_V1):
 
     # ------------------------------------------------------ the Client
 
-    def _client(self) -> Optional[_client.Client]:
+    def _client(self) -> Optional[Client]:
         """The Client, (re)opened when the daemon is there; None when not."""
         return self._rc.get()
 
-    def _opened(self, c) -> None:
+    def _opened(self, c: Any) -> None:
         if self._caches is not None:
             self._kv = self._paged(c)
             self._gpu_setup()
@@ -397,7 +401,8 @@ class KvcachedConnector(KVConnectorBase_V1):
 
     # ---------------------------------------------------- scheduler side
 
-    def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
+    def get_num_new_matched_tokens(self, request: Any,
+                                   num_computed_tokens: int) -> tuple[int, bool]:
         """Tokens after num_computed_tokens that kvcached holds (whole vLLM
         blocks, never the prompt's last token), loaded synchronously.
         Holds nothing: the lookup's request is released at once."""
@@ -420,7 +425,7 @@ class KvcachedConnector(KVConnectorBase_V1):
         self._local[request.request_id] = num_computed_tokens
         return max(matched, 0), False
 
-    def update_state_after_alloc(self, request, blocks, num_external_tokens: int):
+    def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
         st = self._reqs.get(request.request_id)
         if st is None:
             st = self._reqs[request.request_id] = _ReqState(list(request.prompt_token_ids),
@@ -430,7 +435,7 @@ class KvcachedConnector(KVConnectorBase_V1):
             st.block_ids = list(blocks.get_block_ids()[0])
             st.load = (start, start + num_external_tokens)
 
-    def build_connector_meta(self, scheduler_output) -> KvcachedConnectorMetadata:
+    def build_connector_meta(self, scheduler_output: Any) -> KvcachedConnectorMetadata:
         meta = KvcachedConnectorMetadata()
         for new in scheduler_output.scheduled_new_reqs:
             st = self._reqs.get(new.req_id)
@@ -471,7 +476,7 @@ class KvcachedConnector(KVConnectorBase_V1):
                 st.saved = done
         return meta
 
-    def request_finished(self, request, block_ids):
+    def request_finished(self, request: Any, block_ids: Any) -> tuple[bool, Optional[dict]]:
         self._reqs.pop(request.request_id, None)
         self._local.pop(request.request_id, None)
         return False, None	# saves are done within the step: free the blocks now
@@ -498,7 +503,7 @@ class KvcachedConnector(KVConnectorBase_V1):
     # ------------------------------------------------------- worker side
 
     @classmethod
-    def get_required_kvcache_layout(cls, vllm_config) -> Optional[str]:
+    def get_required_kvcache_layout(cls, vllm_config: Any) -> Optional[str]:
         return "NHD"	# a block dense [block_size, kv_heads, head_dim]
 
     def register_kv_caches(self, kv_caches: dict) -> None:
@@ -549,12 +554,12 @@ class KvcachedConnector(KVConnectorBase_V1):
             self._kv = self._paged(c)
         self._gpu_setup()
 
-    def _say_once(self, key: str, msg: str, *args) -> None:
+    def _say_once(self, key: str, msg: str, *args: Any) -> None:
         if key not in self._said:
             self._said.add(key)
             log.warning(msg, *args)
 
-    def _paged(self, c):
+    def _paged(self, c: Any) -> Optional[PagedKV]:
         """How this rank moves KV: a PagedKV over vLLM's buffers in kvcached
         blocks (a vLLM block of m kvcached blocks viewed as m blocks) for
         gather/scatter; or None for page views, layer by layer: when a
@@ -576,12 +581,12 @@ class KvcachedConnector(KVConnectorBase_V1):
         h, d = self.model.heads[1], self.model.head_dim
         try:
             if self._layout == "mla":
-                kv = _client.PagedKV(c, [x.view(x.shape[0] * m, T, d) for x in self._caches])
+                kv = PagedKV(c, [x.view(x.shape[0] * m, T, d) for x in self._caches])
             elif self._layout == "flash":
-                kv = _client.PagedKV(c, [x.view(2, x.shape[1] * m, T, h, d)
+                kv = PagedKV(c, [x.view(2, x.shape[1] * m, T, h, d)
                                          for x in self._caches])
             else:
-                kv = _client.PagedKV(c, [x[:, 0] for x in self._caches],
+                kv = PagedKV(c, [x[:, 0] for x in self._caches],
                                      [x[:, 1] for x in self._caches])
         except KvcError as e:
             if c.pool_kind != "host" or not on_gpu:
@@ -593,7 +598,7 @@ class KvcachedConnector(KVConnectorBase_V1):
             self._registered(c)
         return kv
 
-    def _registered(self, c) -> None:
+    def _registered(self, c: Any) -> None:
         """A host pool being registered with CUDA (PagedKV started it): wait
         for it here, at start-up, up to register_wait seconds (default 10:
         about 100 GiB of pool), so that the first requests copy at the
@@ -629,7 +634,7 @@ class KvcachedConnector(KVConnectorBase_V1):
             return block_ids[first:first + n]
         return [block_ids[j // m] * m + j % m for j in range(first, first + n)]
 
-    def _segments(self, block_ids: list, first: int, n: int, from_token: int = 0):
+    def _segments(self, block_ids: list, first: int, n: int, from_token: int = 0) -> list:
         """(kvcached block, offset in it, vLLM block, offset in it, tokens)
         for the tokens of kvcached blocks first..first+n-1 from from_token
         on, cut at both block sizes' boundaries."""
@@ -642,7 +647,7 @@ class KvcachedConnector(KVConnectorBase_V1):
                     out.append((j, t - j * T, block_ids[t // B], t % B, step))
         return out
 
-    def _copy_layer(self, pages: list, segs: list, layer: int, load: bool) -> None:
+    def _copy_layer(self, pages: dict, segs: list, layer: int, load: bool) -> None:
         """Copy one layer of segs between page views (pages[j]: kvcached
         block j's page, [layers, 2, T, heads, head_dim] with every head of
         the model, of which this rank's; [layers, T, head_dim] for MLA) and
@@ -660,10 +665,10 @@ class KvcachedConnector(KVConnectorBase_V1):
             else:
                 src.copy_(dst)
 
-    def _page_views(self, req, first: int, n: int) -> dict:
+    def _page_views(self, req: Any, first: int, n: int) -> dict:
         return {j: req.page_tensor(j) for j in range(first, first + n)}
 
-    def start_load_kv(self, forward_context, **kwargs) -> None:
+    def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
         if not meta.loads:
             return
@@ -704,7 +709,7 @@ class KvcachedConnector(KVConnectorBase_V1):
                                              name="kvcached-load", daemon=True)
         self._load_thread.start()
 
-    def _load_gpu(self, work) -> None:
+    def _load_gpu(self, work: Any) -> None:
         """Every layer's copy queued on the load stream, an event after each
         layer of each request; nothing here waits."""
         g = self._gpu
@@ -725,13 +730,13 @@ class KvcachedConnector(KVConnectorBase_V1):
         g.loads_queued()
         self._loads_done = True
 
-    def _load_failed(self, ld, e: Exception) -> None:
+    def _load_failed(self, ld: Any, e: Exception) -> None:
         """A load that failed part way: its blocks are recomputed."""
         log.warning("kvcached: loading %s failed: %s", ld.req_id, e)
         self._load_errors.update(ld.block_ids[t // self.block_size]
                                  for t in range(ld.start, ld.end, self.block_size))
 
-    def _gather_all(self, work) -> None:
+    def _gather_all(self, work: Any) -> None:
         """One gather per request, every layer in one pass (GIL released)."""
         for req, ld, first, hits in work:
             try:
@@ -740,10 +745,10 @@ class KvcachedConnector(KVConnectorBase_V1):
             except Exception as e:
                 self._load_failed(ld, e)
 
-    def _load_layers(self, work) -> None:
+    def _load_layers(self, work: Any) -> None:
         """Page views, layer by layer, so that layer i computes while layer
         i+1 loads."""
-        jobs = []
+        jobs: list = []
         for req, ld, first, hits in work:
             try:
                 jobs.append((ld, self._page_views(req, first, hits - first),
@@ -799,7 +804,8 @@ class KvcachedConnector(KVConnectorBase_V1):
             except KvcError:
                 pass
 
-    def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata, **kwargs) -> None:
+    def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any,
+                      **kwargs: Any) -> None:
         """GPU copies: queue this layer's copy of the step's new prompt
         blocks on the save stream, after what the engine's stream has
         queued so far (this layer's attention wrote them). The first call
@@ -820,7 +826,7 @@ class KvcachedConnector(KVConnectorBase_V1):
         """Pages for this step's new prompt blocks (lookup, alloc): a job
         per request with pages granted."""
         meta = self._get_connector_metadata()
-        jobs = []
+        jobs: list = []
         if not meta.saves or self.no_insert or not self.model.writes:
             return jobs
         c = self._client()
@@ -958,7 +964,7 @@ class KvcachedConnector(KVConnectorBase_V1):
                            "far below the bus's speed", st["chunks_registered"],
                            st["chunks"], st["why"])
 
-    def get_finished(self, finished_req_ids):
+    def get_finished(self, finished_req_ids: Any) -> tuple[Optional[set], Optional[set]]:
         return None, None	# loads and saves finish within their step
 
     def get_block_ids_with_load_errors(self) -> set:
