@@ -477,17 +477,8 @@ static int memcached_children(pid_t ppid, pid_t *out, int max)
 /* pid still runs (not gone, not a zombie). */
 static bool runs(pid_t pid)
 {
-	char path[64], buf[512], comm[64], state = 'X';
-	int p;
-	FILE *f;
+	char state = kvt_proc_state(pid);
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return false;
-	if (!fgets(buf, sizeof(buf), f) || sscanf(buf, "%d (%63[^)]) %c", &p, comm, &state) != 3)
-		state = 'X';
-	fclose(f);
 	return state != 'Z' && state != 'X';
 }
 

@@ -484,22 +484,10 @@ static int attach_hang_up_exit(void *arg)
 	return 0;			/* and its pidfd turns readable here */
 }
 
-/* Is pid stopped (state T in /proc/pid/stat)? */
+/* Is pid stopped (state T)? */
 static bool stopped(pid_t pid)
 {
-	char path[64], buf[256], *p;
-	FILE *f;
-	size_t n;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return false;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	p = strrchr(buf, ')');
-	return p && p[1] == ' ' && p[2] == 'T';
+	return kvt_proc_state(pid) == 'T';
 }
 
 /*

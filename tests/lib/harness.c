@@ -274,6 +274,23 @@ int kvt_teardown(void **state)
 	return rc;
 }
 
+char kvt_proc_state(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 'X';
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	p = strrchr(buf, ')');	/* comm may contain ')' and spaces */
+	return p && p[1] == ' ' && p[2] ? p[2] : 'X';
+}
+
 bool kvt_log_has(const struct kvt_daemon *d, const char *s)
 {
 	char buf[1 << 16];

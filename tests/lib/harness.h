@@ -75,6 +75,9 @@ int kvt_raw_hello(int fd, int fds[3], struct kvproto_hello_r *hr);
  * under a 20 s alarm. Returns its exit status, 128 + signal, or -1.
  */
 int kvt_run(const char *prog, const char *const *args, char *out, size_t outlen);
+/* The state letter of pid in /proc/PID/stat ('R', 'S', 'T' stopped,
+ * 'Z' zombie ...), or 'X' when there is no such process. */
+char kvt_proc_state(pid_t pid);
 /* True once the daemon's log contains `s`. */
 bool kvt_log_has(const struct kvt_daemon *d, const char *s);
 
