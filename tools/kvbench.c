@@ -326,6 +326,7 @@ static const struct legend {
 	{ "scatter", "the cuda pool's kernel: engine blocks to pool pages, one launch" },
 	{ "lookup_cached_old", "the same walk as it was before issue #27, for comparison" },
 	{ "lookup_cached", "the verified lookup walk on a segment holding that many blocks" },
+	{ "table_cached", "the in-process table (the lookup mode's peer) holding that many blocks" },
 	{ "py_request*", "with client.request(tokens) as r: r.lookup() from Python; tokens as array, list, numpy or torch" },
 	{ "py_added", "py_request minus the same calls from C: what the binding adds per request" },
 	{ "prefill_tokens", "tokens the engines prefilled, per trace" },

@@ -21,7 +21,11 @@
  * "lookup_cached"), and the same for the walk libkvclient had before this
  * mode (one bucket prefetched 8 blocks ahead, no page prefetch, one
  * seq_cst pin per block; op "lookup_cached_old"), to show what the
- * pipeline buys.
+ * pipeline buys; and the in-process table the lookup mode races
+ * (table.h) holding the same blocks against it holding 4k (op
+ * "table_cached"): what the same numbers of cached blocks cost a lookup
+ * that is one probe per block on this machine, with no index between the
+ * key and the block's identity.
  *
  * Knobs for experiments (environment): KVBENCH_FLAT_BLOCKS=N measures N
  * cached blocks only (against 4k); KVBENCH_FLAT_HUGE=1 puts the segments
@@ -57,6 +61,7 @@
 #include "../../shm/prefix.h"
 #include "../../shm/segment.h"
 #include "bench.h"
+#include "table.h"
 
 #define FLAT_PROMPT 256		/* blocks per cached prompt */
 #define FLAT_BATCH 64		/* requests prepared per timed batch */
@@ -69,7 +74,18 @@ struct flat_seg {
 	size_t blocks;		/* cached */
 	struct kvshm_ledger *l;
 	size_t lbytes;
+	struct peer table;	/* the same blocks in the in-process table
+				 * (kind FLAT_TABLE), when seg_build was asked */
 };
+
+/* What a timed batch runs. */
+enum flat_kind {
+	FLAT_WALK,	/* kvshm_walk_pin: kvc_lookup's walk */
+	FLAT_OLD,	/* walk_old: the walk before issue #27 */
+	FLAT_TABLE,	/* peer_lookup on the in-process table (table.h) */
+};
+
+_Static_assert(sizeof(struct kvshm_key) == sizeof(struct kvc_key), "one key layout");
 
 static const struct kvshm_key flat_root = { 0x6b76636163686564ull, 0x666c6174ull };
 
@@ -123,8 +139,10 @@ static void *shared_map(size_t bytes, bool shmem2m)
 }
 
 /* A segment of `blocks` READY, indexed pages (blocks a multiple of 256),
- * on 2 MiB shmem pages when shmem2m. */
-static void seg_build(struct flat_seg *s, size_t blocks, bool shmem2m)
+ * on 2 MiB shmem pages when shmem2m; with `table`, the same blocks in an
+ * in-process table too (at most half full, as a serving process would
+ * size it). */
+static void seg_build(struct flat_seg *s, size_t blocks, bool shmem2m, bool table)
 {
 	struct kvshm_geometry geo = {
 		.page_bytes = 4096, .n_pages = (uint32_t)blocks, .block_tokens = BT,
@@ -150,6 +168,13 @@ static void seg_build(struct flat_seg *s, size_t blocks, bool shmem2m)
 	kvshm_init(s->base, &hd);
 	s->h = s->base;
 	s->blocks = blocks;
+	if (table) {
+		uint32_t cap = 1;
+
+		while (cap < 2 * blocks)
+			cap <<= 1;
+		peer_init(&s->table, cap);
+	}
 	for (p = 0; p < blocks / FLAT_PROMPT; p++) {
 		prompt_tokens(tokens, p, FLAT_PROMPT * BT);
 		kvshm_key_chain(flat_root, flat_root, none, tokens, FLAT_PROMPT * BT, BT, keys);
@@ -170,6 +195,11 @@ static void seg_build(struct flat_seg *s, size_t blocks, bool shmem2m)
 			atomic_store(&pg->state, KVSHM_PAGE_READY);
 			if (kvshm_index_insert(s->h, keys[b], page))
 				die("flat: index insert failed at %zu blocks", (size_t)page);
+			if (table)
+				peer_insert(&s->table, (struct kvc_key){ keys[b].lo, keys[b].hi },
+					    b ? (struct kvc_key){ keys[b - 1].lo, keys[b - 1].hi }
+					      : (struct kvc_key){ 0, 0 },	/* peer_lookup's root */
+					    tokens + b * BT, page);
 		}
 	}
 	s->lbytes = kvshm_ledger_bytes(FLAT_PROMPT);
@@ -181,6 +211,8 @@ static void seg_free(struct flat_seg *s)
 {
 	munmap(s->base, s->bytes);
 	munmap(s->l, s->lbytes);
+	if (s->table.e)
+		peer_free(&s->table);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -221,23 +253,36 @@ struct flat_batch {
 
 static bool keys_timed;	/* KVBENCH_FLAT_KEYS */
 
-/* Prepare request r of the batch: a random prompt of s and, unless the
- * key chain is timed with the walk, its key chain with the prefetches
- * kvc_req_new makes meanwhile (untimed). */
-static void request_fill(struct flat_batch *fb, size_t r, const struct flat_seg *s,
-			 size_t blocks)
+/* Request r's key chain: for the walks with the prefetches kvc_req_new
+ * makes meanwhile, for the table as a serving process computes it. */
+static void request_keys(struct flat_batch *fb, size_t r, const struct flat_seg *s,
+			 size_t blocks, enum flat_kind kind)
 {
 	struct kvshm_key none = { 0, 0 };
-	size_t p = mix64(++fb->rng) % (s->blocks / FLAT_PROMPT);
 
-	prompt_tokens(fb->tokens[r], p, blocks * BT);
-	if (!keys_timed)
+	if (kind == FLAT_TABLE)
+		kvshm_key_chain(flat_root, flat_root, none, fb->tokens[r], blocks * BT, BT,
+				fb->keys[r]);
+	else
 		kvshm_walk_keys(s->h, flat_root, none, fb->tokens[r], NULL, BT, blocks,
 				fb->keys[r]);
 }
 
+/* Prepare request r of the batch: a random prompt of s and, unless the
+ * key chain is timed with the lookup, its key chain (untimed). */
+static void request_fill(struct flat_batch *fb, size_t r, const struct flat_seg *s,
+			 size_t blocks, enum flat_kind kind)
+{
+	size_t p = mix64(++fb->rng) % (s->blocks / FLAT_PROMPT);
+
+	prompt_tokens(fb->tokens[r], p, blocks * BT);
+	if (!keys_timed)
+		request_keys(fb, r, s, blocks, kind);
+}
+
 /* One timed batch on s; returns its ns. */
-static uint64_t batch_run(struct flat_batch *fb, struct flat_seg *s, size_t blocks, bool old)
+static uint64_t batch_run(struct flat_batch *fb, struct flat_seg *s, size_t blocks,
+			  enum flat_kind kind)
 {
 	bool missed;
 	uint64_t t0, ns = 0;
@@ -250,29 +295,31 @@ static uint64_t batch_run(struct flat_batch *fb, struct flat_seg *s, size_t bloc
 			.parent = flat_root,
 		};
 
-		request_fill(fb, r, s, blocks);
+		request_fill(fb, r, s, blocks, kind);
 		t0 = now_ns();
 		if (keys_timed)
-			kvshm_walk_keys(s->h, flat_root, (struct kvshm_key){ 0, 0 }, fb->tokens[r], NULL,
-					BT, blocks, fb->keys[r]);
-		got = old ? walk_old(s->h, s->l, &w) : kvshm_walk_pin(s->h, s->l, &w, &missed);
+			request_keys(fb, r, s, blocks, kind);
+		got = kind == FLAT_TABLE ? peer_lookup(&s->table, (const struct kvc_key *)fb->keys[r],
+						       fb->tokens[r], blocks, fb->page)
+		      : kind == FLAT_OLD ? walk_old(s->h, s->l, &w)
+					 : kvshm_walk_pin(s->h, s->l, &w, &missed);
 		ns += now_ns() - t0;
 		if (got != blocks)
-			die("flat: a walk of %zu cached blocks pinned %zu", blocks, got);
-		for (k = 0; k < blocks; k++)	/* kvc_req_free's unpin, untimed */
+			die("flat: a lookup of %zu cached blocks found %zu", blocks, got);
+		for (k = 0; kind != FLAT_TABLE && k < blocks; k++)	/* kvc_req_free's unpin, untimed */
 			kvshm_ledger_unpin(s->l, fb->slot[k]);
 	}
 	return ns;
 }
 
 /* Blocks per second over about ns of batches. */
-static double slice_rate(struct flat_batch *fb, struct flat_seg *s, size_t blocks, bool old,
-			 uint64_t ns)
+static double slice_rate(struct flat_batch *fb, struct flat_seg *s, size_t blocks,
+			 enum flat_kind kind, uint64_t ns)
 {
 	uint64_t t = 0, n = 0;
 
 	do {
-		t += batch_run(fb, s, blocks, old);
+		t += batch_run(fb, s, blocks, kind);
 		n += FLAT_BATCH * blocks;
 	} while (t < ns);
 	return (double)n * 1e9 / (double)t;
@@ -281,16 +328,16 @@ static double slice_rate(struct flat_batch *fb, struct flat_seg *s, size_t block
 /* The median rates of walks on x and on y, in ROUNDS alternating slices
  * after a warm-up of each. */
 static void alternate(struct flat_batch *fb, struct flat_seg *x, struct flat_seg *y,
-		      size_t blocks, bool old, uint64_t slice, double *rx, double *ry)
+		      size_t blocks, enum flat_kind kind, uint64_t slice, double *rx, double *ry)
 {
 	double a[ROUNDS], b[ROUNDS];
 	int r;
 
-	slice_rate(fb, x, blocks, old, slice / 4);	/* warm */
-	slice_rate(fb, y, blocks, old, slice / 4);
+	slice_rate(fb, x, blocks, kind, slice / 4);	/* warm */
+	slice_rate(fb, y, blocks, kind, slice / 4);
 	for (r = 0; r < ROUNDS; r++) {
-		a[r] = slice_rate(fb, x, blocks, old, slice);
-		b[r] = slice_rate(fb, y, blocks, old, slice);
+		a[r] = slice_rate(fb, x, blocks, kind, slice);
+		b[r] = slice_rate(fb, y, blocks, kind, slice);
 	}
 	*rx = median(a, ROUNDS);
 	*ry = median(b, ROUNDS);
@@ -304,12 +351,12 @@ static void flat_vs_4k(struct flat_batch *fb, const size_t *sizes, size_t nsizes
 	size_t i, b;
 
 	for (i = 1; i < nsizes; i++) {
-		seg_build(&small, sizes[i], false);
-		seg_build(&huge, sizes[i], true);
+		seg_build(&small, sizes[i], false, false);
+		seg_build(&huge, sizes[i], true, false);
 		for (b = 0; b < NELEM(lens); b++) {
 			double rh, rs;
 
-			alternate(fb, &huge, &small, lens[b], false, slice, &rh, &rs);
+			alternate(fb, &huge, &small, lens[b], FLAT_WALK, slice, &rh, &rs);
 			add_row(&(struct row){ "flat", "lookup_cached_2m", 1, sizes[i], 4096, NULL,
 					       "blocks/s",
 					       lens[b] == 16 ? "4 KiB pages, 16 blk" : "4 KiB pages, 256 blk",
@@ -351,15 +398,19 @@ void mode_flat(void)
 			 flat_huge_bytes >> 20, flat_huge_asked >> 20);
 		return;
 	}
-	seg_build(&small, sizes[0], false);
+	seg_build(&small, sizes[0], false, true);
 	for (i = 1; i < nsizes; i++) {
-		seg_build(&big, sizes[i], false);
+		seg_build(&big, sizes[i], false, true);
 		for (b = 0; b < NELEM(lens); b++) {
-			for (k = 0; k < 2; k++) {
+			for (k = FLAT_WALK; k <= FLAT_TABLE; k++) {
+				static const char *const op[] = {
+					[FLAT_WALK] = "lookup_cached", [FLAT_OLD] = "lookup_cached_old",
+					[FLAT_TABLE] = "table_cached",
+				};
 				double rb, rs;
 
-				alternate(fb, &big, &small, lens[b], k, slice, &rb, &rs);
-				add_row(&(struct row){ "flat", k ? "lookup_cached_old" : "lookup_cached",
+				alternate(fb, &big, &small, lens[b], (enum flat_kind)k, slice, &rb, &rs);
+				add_row(&(struct row){ "flat", op[k],
 						       1, sizes[i], 4096, NULL, "blocks/s",
 						       lens[b] == 16 ? "4k cached, 16 blk"
 								     : "4k cached, 256 blk",
