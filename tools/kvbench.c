@@ -442,12 +442,19 @@ static const struct goal *goal_of(const struct row *r)
 }
 
 /* A ratio with two significant digits, never an exponent: 850, 1700,
- * 5.7, 0.10, 0.0029. */
+ * 5.7, 0.10, 0.0029; a negative one (py_added, a difference of two
+ * medians, when the Python call came out faster than C in that run's
+ * noise) with its sign: -0.14. */
 static void fmt_ratio(char *buf, size_t len, double x)
 {
 	double m, unit;
 	int e;
 
+	if (x < 0 && isfinite(x) && len > 1) {
+		buf[0] = '-';
+		fmt_ratio(buf + 1, len - 1, -x);
+		return;
+	}
 	if (!(x > 0) || !isfinite(x)) {
 		snprintf(buf, len, "0");
 		return;

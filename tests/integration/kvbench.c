@@ -566,11 +566,16 @@ static bool ns_stats(const char *sock, const char *prefix, uint64_t *pages, uint
  * no exponent (850, 1700, 5.7, 0.10, 0.0029). */
 static bool two_digits(const char *t)
 {
+	const char *num;
 	char d[32];
 	size_t n = 0;
 
-	if (!strcmp(t, "-"))
+	/* "-": no peer; "0": no ratio to give (a zero or missing figure). */
+	if (!strcmp(t, "-") || !strcmp(t, "0"))
 		return true;
+	if (*t == '-')		/* a negative figure: py_added under noise */
+		t++;
+	num = t;
 	if (!*t || strchr(t, 'e') || strlen(t) >= sizeof(d))
 		return false;
 	for (; *t; t++) {
@@ -581,7 +586,7 @@ static bool two_digits(const char *t)
 		if (n || *t != '0')
 			d[n++] = *t;
 	}
-	if (!strchr(t - strlen(t), '.'))	/* an integer: its trailing zeros */
+	if (!strchr(num, '.'))	/* an integer: its trailing zeros */
 		while (n > 1 && d[n - 1] == '0')
 			n--;
 	return n >= 1 && n <= 2;

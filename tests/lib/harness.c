@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -190,6 +191,10 @@ static int start(struct kvt_daemon *d, const char *const *args, bool bare)
 			dup2(logfd, 2);
 			close(logfd);
 		}
+		/* The daemon dies with its test: a failed assertion skips
+		 * the test's kvt_daemon_stop (every test starts its daemons
+		 * from its main thread, which lives as long as the test). */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		execv(argv[0], (char **)argv);
 		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
 		_exit(127);
