@@ -592,6 +592,26 @@ static bool two_digits(const char *t)
 	return n >= 1 && n <= 2;
 }
 
+/* What the table check takes as a ratio: each figure kvbench prints (its
+ * fmt_ratio), including the 0 of a missing figure and the negative
+ * py_added of a loaded run, which once failed make test as "0". */
+static void ratio_formats(void **state)
+{
+	static const char *const good[] = { "850", "1700", "5.7", "0.10", "0.0029", "1.0",
+					    "0", "-0.14", "-", "-1700" };
+	static const char *const bad[] = { "0.100", "2.64e-03", "1234", "5.75", "", "--1",
+					   "0x10" };
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		if (!two_digits(good[i]))
+			fail_msg("ratio '%s' refused", good[i]);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		if (two_digits(bad[i]))
+			fail_msg("ratio '%s' taken", bad[i]);
+}
+
 /*
  * The table as a reader gets it (issue #38): the head first; columns in
  * line whatever the names' lengths; ratios of two significant digits; a
@@ -733,6 +753,7 @@ static void external_daemon_left_clean(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(ratio_formats),
 		cmocka_unit_test(quick_json),
 		cmocka_unit_test(external_daemon_left_clean),
 		cmocka_unit_test(gpu_mode),

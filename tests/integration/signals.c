@@ -168,11 +168,59 @@ static void test_sigint_with_an_early_thread(void **state)
 	stops_cleanly_on(SIGINT);
 }
 
+/*
+ * The death signal the test harness gives every daemon it starts: a test
+ * killed, or one whose failed assertion skipped its kvt_daemon_stop, takes
+ * its daemon with it (one such daemon ran on for ten minutes beside later
+ * benchmark runs). A child starts a daemon through the harness, hands it
+ * over and is SIGKILLed; the daemon must be gone (or a zombie of init's)
+ * within 5 s.
+ */
+static void test_harness_daemon_dies_with_its_test(void **state)
+{
+	struct kvt_daemon d;
+	int p[2], i, st;
+	pid_t child;
+	char s = 0;
+
+	(void)state;
+	assert_int_equal(pipe(p), 0);
+	child = fork();
+	assert_true(child >= 0);
+	if (!child) {
+		close(p[0]);
+		if (kvt_daemon_start(&d, NULL) ||
+		    write(p[1], &d, sizeof(d)) != (ssize_t)sizeof(d))
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	close(p[1]);
+	assert_int_equal(read(p[0], &d, sizeof(d)), (ssize_t)sizeof(d));
+	close(p[0]);
+	assert_true(d.pid > 0);
+	kill(child, SIGKILL);
+	waitpid(child, &st, 0);
+	for (i = 0; i < 500; i++) {
+		s = kvt_proc_state(d.pid);
+		if (s == 'X' || s == 'Z')
+			break;
+		usleep(10000);
+	}
+	if (s != 'X' && s != 'Z')
+		kill(d.pid, SIGKILL);	/* not ours to reap: init's now */
+	d.pid = 0;
+	kvt_daemon_stop(&d);		/* its folder */
+	if (s != 'X' && s != 'Z')
+		fail_msg("the daemon outlived the test that started it (state %c)", s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sigterm_with_an_early_thread),
 		cmocka_unit_test(test_sigint_with_an_early_thread),
+		cmocka_unit_test(test_harness_daemon_dies_with_its_test),
 	};
 
 	return cmocka_run_group_tests_name("integration/signals", tests, NULL, NULL);
