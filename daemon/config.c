@@ -50,6 +50,8 @@ static const char *const w_hugepages[] = { "auto", "on", "off", NULL };
 static const int v_hugepages[] = { KVD_HUGE_AUTO, KVD_HUGE_ON, KVD_HUGE_OFF };
 static const char *const w_log[] = { "error", "warning", "info", "debug", NULL };
 static const int v_log[] = { KVD_LOG_ERR, KVD_LOG_WARN, KVD_LOG_INFO, KVD_LOG_DEBUG };
+static const char *const w_pin_barrier[] = { "auto", "fence", NULL };
+static const int v_pin_barrier[] = { KVD_PIN_BARRIER_AUTO, KVD_PIN_BARRIER_FENCE };
 static const char *const w_spill_io[] = { "auto", "uring", "threads", NULL };
 static const int v_spill_io[] = { 0, 1, 2 };
 static const char *const w_hash[] = { "uint64", "int64", "bytes", NULL };
@@ -172,6 +174,12 @@ static const struct kvd_option options[] = {
 	  .vals = v_hugepages, .bad = "must be auto, on or off", .def = "auto",
 	  .help = "2 MiB pages for the host pool and the segment: auto (hugetlb if reserved, "
 		  "else shmem THP, else 4 KiB), on (hugetlb or fail), off (4 KiB)" },
+	{ "pin-barrier", "auto|fence", OPT_WORD, F(pin_barrier), .words = w_pin_barrier,
+	  .vals = v_pin_barrier, .bad = "must be auto or fence", .def = "auto",
+	  .help = "how lookups' pins are ordered against eviction: auto (membarrier(2) "
+		  "before each eviction scan, so a lookup pins with no fence; a fence where "
+		  "the kernel lacks it), fence (a fence in every lookup, no interrupt to "
+		  "clients' CPUs)" },
 	{ "log-level", "error|warning|info|debug", OPT_WORD, F(log_level), .words = w_log,
 	  .vals = v_log, .bad = "must be error, warning, info or debug", .def = "info",
 	  .help = "what the log shows", .live = true },

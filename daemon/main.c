@@ -14,6 +14,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "../shm/ledger.h"
 #include "../shm/mapping.h"
 #include "../shm/segment.h"
 #include <arpa/inet.h>
@@ -37,6 +38,26 @@
 
 /* The segment on shmem transparent huge pages: hugepages not off, a
  * segment of 2 MiB at least, and a kernel that does not deny them. */
+/* KVSHM_F_MEMBARRIER when the evictor may order the clients' pins with
+ * membarrier(2) (shm/ledger.h), else 0; the log says which. */
+static uint32_t pin_barrier(const struct kvd_config *cfg)
+{
+	int rc;
+
+	if (cfg->pin_barrier == KVD_PIN_BARRIER_FENCE) {
+		kvd_info("pins: lookups fence each run of pins (pin-barrier fence)");
+		return 0;
+	}
+	rc = kvshm_barrier_query();
+	if (rc) {
+		kvd_info("pins: lookups fence each run of pins (membarrier(2) global expedited unavailable: %s)",
+			 strerror(-rc));
+		return 0;
+	}
+	kvd_info("pins: ordered by membarrier(2) before each eviction scan; lookups pin without a fence");
+	return KVSHM_F_MEMBARRIER;
+}
+
 static bool segment_thp(const struct kvd_config *cfg, uint64_t bytes)
 {
 	char thp[32];
@@ -86,6 +107,7 @@ static int segment_open(struct kvd *d)
 	if (kvd_memfd_huge_bytes(&d->seg, &seg_huge))
 		seg_huge = fill.collapsed * KVSHM_HUGE_BYTES;
 	h.pool_kind = strcmp(d->cfg.pool, "cuda") ? KVSHM_POOL_HOST : KVSHM_POOL_CUDA;
+	h.flags = pin_barrier(&d->cfg);
 	d->h = d->seg.base;
 	kvd_ground_bind(d);
 	kvshm_init(d->h, &h);

@@ -430,6 +430,24 @@ out:
 	return rc;
 }
 
+/*
+ * Take part in the daemon's membarrier (ledger.h): once per process (a
+ * forked child is a new process to the kernel, unregistered). Returns
+ * whether this process could not, and must fence its pins.
+ */
+static bool barrier_join(void)
+{
+	static _Atomic pid_t joined;
+	pid_t me = getpid();
+
+	if (atomic_load_explicit(&joined, memory_order_acquire) == me)
+		return false;
+	if (kvshm_barrier_register())
+		return true;
+	atomic_store_explicit(&joined, me, memory_order_release);
+	return false;
+}
+
 static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options *o)
 {
 	struct kvproto_hello hi;
@@ -497,6 +515,7 @@ static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options 
 		rc = -EPROTO;
 		goto out;
 	}
+	c->pin_fence = !(c->seg->flags & KVSHM_F_MEMBARRIER) || barrier_join();
 	if (c->pool_kind == KVSHM_POOL_HOST) {
 		if ((rc = map_fd(fds[1], hr.pool_bytes, PROT_READ | PROT_WRITE, &p)))
 			goto out;
@@ -546,6 +565,7 @@ out:
 }
 
 atomic_uint kvc_fork_gen;
+
 
 static void atfork_child(void)
 {

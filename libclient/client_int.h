@@ -39,6 +39,9 @@ struct kvc {
 	uint32_t bt;			/* block tokens */
 	bool engine_keys;		/* KVC_MODEL_ENGINE_KEYS: kvc_req_new_keys only */
 	bool no_insert;			/* KVC_OPEN_NO_INSERT: kvc_alloc says -EROFS */
+	bool pin_fence;			/* lookups fence each run of pins: the
+					 * daemon's membarrier does not cover
+					 * this process (ledger.h) */
 	uint64_t slot_bytes;		/* pool page (slot) bytes */
 	uint64_t page_bytes;		/* this namespace's page bytes */
 	struct kvshm_key root;		/* H(namespace, salt) */
@@ -110,6 +113,7 @@ struct kvc_req {
 	bool wait_armed;
 	struct timespec wait_until;
 	bool flat;		/* engine keys: every block's parent is the root */
+	bool ahead;		/* kvc_req_new prefetched block 0's run (prefix.h) */
 	int short_err;		/* why kvc_alloc granted fewer than asked, or 0 */
 	char *why;		/* the last refusal's text (kvc_req_message), or NULL */
 	/* What the ledger counters hold for this request so far: hit

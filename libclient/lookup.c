@@ -116,6 +116,7 @@ int kvc_req_new(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
 		 * while it is hashed (prefix.h). */
 		r->extra = kvshm_key_extra(extra, extra_len);
 		kvshm_walk_keys(c->seg, c->root, r->extra, tokens, r->tokens, c->bt, n, r->keys);
+		r->ahead = n > 1;	/* block 0's run is on its way */
 	}
 	*out = r;
 	return 0;
@@ -198,6 +199,7 @@ pin_run(struct kvc_req *r, struct kvci_thr *t, struct kvci_row row, size_t from,
 		.keys = r->keys + from, .tokens = r->tokens + from * c->bt,
 		.slot = r->slot + from, .page = r->page + from, .gen = r->gen + from,
 		.n = got, .ns_id = c->ns_id, .parent = kvci_parent(r, from), .flat = r->flat,
+		.fence = c->pin_fence, .ahead = !from && r->ahead,
 	};
 	i = from + kvshm_walk_pin(c->seg, c->ledger, &w, missed);
 	if (__builtin_expect(i < from + got, 0)) {
@@ -209,10 +211,13 @@ pin_run(struct kvc_req *r, struct kvci_thr *t, struct kvci_row row, size_t from,
 		for (k = i; k < from + got; k++)
 			r->slot[k] = UINT32_MAX;
 	}
-	for (k = from; k < i; k++) {
-		r->state[k] = KVC_B_PINNED;
+	/* One memset: a loop of byte stores reloads r->state after each
+	 * (a char store may alias anything). */
+	memset(r->state + from, KVC_B_PINNED, i - from);
+#if defined(__SANITIZE_THREAD__)
+	for (k = from; k < i; k++)
 		KVC_TSAN_ACQUIRE(c->pool + (uint64_t)r->page[k] * c->slot_bytes);
-	}
+#endif
 	KVCI_ROW_ADD(row, pins_held, i - from);
 	return i;
 }

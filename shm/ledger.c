@@ -4,7 +4,10 @@
  * daemon's scan. See ledger.h for the Dekker handshake with the evictor.
  */
 #include <errno.h>
+#include <linux/membarrier.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "ledger.h"
 
@@ -34,6 +37,38 @@ int kvshm_ledger_validate(const struct kvshm_ledger *l, uint64_t bytes)
 	if (kvshm_ledger_bytes(l->nslots) > bytes)
 		return -EBADMSG;
 	return 0;
+}
+
+static int membarrier(int cmd)
+{
+	long rc = syscall(__NR_membarrier, cmd, 0, 0);
+
+	return rc < 0 ? -errno : (int)rc;
+}
+
+int kvshm_barrier_query(void)
+{
+	const int need = MEMBARRIER_CMD_GLOBAL_EXPEDITED |
+			 MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED;
+	int q = membarrier(MEMBARRIER_CMD_QUERY);
+
+	if (q < 0)
+		return q;
+	return (q & need) == need ? 0 : -ENOSYS;
+}
+
+int kvshm_barrier_register(void)
+{
+	int rc = membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED);
+
+	return rc < 0 ? rc : 0;
+}
+
+int kvshm_barrier_global(void)
+{
+	int rc = membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED);
+
+	return rc < 0 ? rc : 0;
 }
 
 void kvshm_ledger_sum(const struct kvshm_ledger *l, struct kvshm_ledger_counts *out)

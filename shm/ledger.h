@@ -19,6 +19,21 @@
  * The evictor matches slots on the page alone, whatever gen they carry, and
  * gen changes only when a page is freed or handed out, never on a back-off.
  *
+ * The full barrier between the client's store and load is the lookup's
+ * one costly instruction (a locked one on x86, which waits for every
+ * store before it). When the header has KVSHM_F_MEMBARRIER, the daemon
+ * instead runs membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) between its
+ * EVICTING stores and its slot loads (kvshm_barrier_global): every thread
+ * of every process registered for it (kvshm_barrier_register) is then
+ * interrupted to run a full barrier, or is not running (a context switch
+ * is one). A registered client's slot store and state load need only stay
+ * in program order, which the compiler keeps: if its load came before the
+ * daemon's barrier it read READY and its slot is visible to the scan that
+ * follows; if after, it sees EVICTING. Asymmetric: the rare side (an
+ * eviction batch, one system call of a few microseconds) pays for the
+ * common one (every lookup). A client that could not register fences as
+ * above; either kind may attach to the same daemon.
+ *
  * Must never: be trusted by the daemon for more than "which pages are
  * pinned" and counters shown to operators.
  */
@@ -33,6 +48,11 @@
 #define KVSHM_LEDGER_MAGIC 0x5245474445444c4bull	/* "KLDEDGER" */
 #define KVSHM_RING 1024			/* access ring entries, power of 2 */
 #define KVSHM_HIT_RING 64		/* hit ring entries, power of 2 */
+#define KVSHM_RING_RUN 0x80000000u	/* access ring: a run entry */
+#define KVSHM_RING_UP 0x40000000u	/* the run goes up */
+#define KVSHM_RING_COUNT 0x0000ffffu	/* the run's count of pages */
+#define KVSHM_RING_RUN_MAX 256u		/* pages one run entry may name */
+#define KVSHM_RING_DRAIN (4u * KVSHM_RING)	/* pages one drain takes at most */
 
 #define KVSHM_LEDGER_ROWS 16		/* counter rows (kvshm_ledger_sum adds them) */
 
@@ -83,14 +103,21 @@ struct kvshm_ledger {
 	struct kvshm_ctr ctr[KVSHM_LEDGER_ROWS];
 
 	/*
-	 * Access ring: the client stores page indices at ring[head %
-	 * KVSHM_RING] (relaxed) and then bumps head (release), a hit run
-	 * deepest block first; the daemon reads head (acquire) and the last
-	 * KVSHM_RING entries, in order, into its eviction policy, every
-	 * tick and before each ALLOC or PUBLISH of the client. Overwritten
-	 * entries (more than KVSHM_RING hits between two drains) are lost,
-	 * which only makes the policy's order less precise. Any value is
-	 * untrusted: the daemon ignores pages out of range or not cached.
+	 * Access ring: the client stores entries at ring[head % KVSHM_RING]
+	 * (relaxed) and then bumps head (release), a hit run deepest block
+	 * first; the daemon reads head (acquire) and the last KVSHM_RING
+	 * entries, in order, into its eviction policy, every tick and
+	 * before each ALLOC or PUBLISH of the client. An entry is a page
+	 * (bit 31 clear: page numbers are below KVSHM_LOC_SLOT), or, after
+	 * one, a run (KVSHM_RING_RUN | count, and KVSHM_RING_UP or not):
+	 * count more pages, each one above (UP) or below the one before,
+	 * so that a request's run of neighbouring pages costs two entries,
+	 * not one per block. Overwritten entries (a full ring between two
+	 * drains) are lost, which only makes the policy's order less
+	 * precise; a run whose page was overwritten is skipped, and a drain
+	 * takes at most KVSHM_RING_DRAIN pages. Any value is untrusted: the
+	 * daemon ignores pages out of range or not cached, and runs longer
+	 * than KVSHM_RING_RUN_MAX.
 	 */
 	_Atomic uint64_t ring_head;
 	uint8_t pad2[KVSHM_CACHELINE - 8];
@@ -233,20 +260,33 @@ static inline void kvshm_ledger_touch(struct kvshm_ledger *l, uint32_t page)
  * Client: note accesses to a hit run pages[0..n) in the ring, one head
  * store, the deepest block first: the daemon's eviction policy then holds
  * the run's tail as older than its head and evicts it first (a block is
- * only reachable through its parents).
+ * only reachable through its parents). Neighbouring pages go as runs: a
+ * page, then one entry for up to KVSHM_RING_RUN_MAX more.
  */
 static inline void kvshm_ledger_touch_run(struct kvshm_ledger *l, const uint32_t *pages,
 					  size_t n)
 {
 	uint64_t hd = atomic_load_explicit(&l->ring_head, memory_order_relaxed);
-	size_t i;
+	size_t i = n;
 
 	if (!n)
 		return;
-	for (i = 0; i < n; i++)
-		atomic_store_explicit(&l->ring[(hd + i) & (KVSHM_RING - 1)], pages[n - 1 - i],
+	while (i) {
+		uint32_t p = pages[--i], run = 0;
+		int32_t d = i ? (int32_t)(pages[i - 1] - p) : 0;
+
+		atomic_store_explicit(&l->ring[hd++ & (KVSHM_RING - 1)], p, memory_order_relaxed);
+		if (d != 1 && d != -1)
+			continue;
+		while (i && run < KVSHM_RING_RUN_MAX && pages[i - 1] == p + (uint32_t)d) {
+			p = pages[--i];
+			run++;
+		}
+		atomic_store_explicit(&l->ring[hd++ & (KVSHM_RING - 1)],
+				      KVSHM_RING_RUN | (d > 0 ? KVSHM_RING_UP : 0) | run,
 				      memory_order_relaxed);
-	atomic_store_explicit(&l->ring_head, hd + n, memory_order_release);
+	}
+	atomic_store_explicit(&l->ring_head, hd, memory_order_release);
 }
 
 /*
@@ -258,6 +298,18 @@ static inline void kvshm_ledger_touch_run(struct kvshm_ledger *l, const uint32_t
 void kvshm_ledger_scan(const struct kvshm_ledger *l, uint32_t nslots,
 		       const struct kvshm_header *h,
 		       void (*back_off)(uint32_t page, void *arg), void *arg);
+
+/*
+ * The heavy side of the pin handshake (membarrier(2)), each 0 or -errno.
+ * kvshm_barrier_query: 0 when this kernel has MEMBARRIER_CMD_GLOBAL_-
+ * EXPEDITED and its registration (the daemon then sets KVSHM_F_MEMBARRIER).
+ * kvshm_barrier_register: the calling process's threads take part from now
+ * on (a client, at kvc_open). kvshm_barrier_global: a full barrier on every
+ * running thread of every registered process (the daemon, before a scan).
+ */
+int kvshm_barrier_query(void);
+int kvshm_barrier_register(void);
+int kvshm_barrier_global(void);
 
 /* Daemon: pins among the first `nslots` slots on pages in range. */
 uint64_t kvshm_ledger_count(const struct kvshm_ledger *l, uint32_t nslots,

@@ -31,7 +31,10 @@
  * ledger.h with one fence per run instead of one seq_cst store per block:
  * the evictor's seq_cst EVICTING store and seq_cst slot loads, against
  * the client's slot stores sequenced before the fence and its state loads
- * after it, still leave at least one side seeing the other.
+ * after it, still leave at least one side seeing the other. A client
+ * registered for the daemon's membarrier (w->fence false; ledger.h) makes
+ * no fence at all: the compiler keeps the stores before the loads, and
+ * the daemon's barrier before each scan does the rest.
  */
 #ifndef KVSHM_PREFIX_H
 #define KVSHM_PREFIX_H
@@ -66,6 +69,10 @@ struct kvshm_walk {
 	struct kvshm_key parent;	/* the parent of keys[0] */
 	bool flat;			/* every block's parent is `parent` (engine-
 					 * keyed requests: blocks not chained) */
+	bool fence;			/* a full fence per run of pins (false: the
+					 * daemon's membarrier orders them) */
+	bool ahead;			/* the run from block 0's page is already
+					 * prefetched (kvshm_walk_keys) */
 };
 
 /* Prefetch the page entry and tokens of candidate loc (no fault if out of
@@ -82,16 +89,19 @@ kvshm_walk_prefetch_page(const struct kvshm_view *v, uint32_t loc)
 /*
  * Prefetch the page entries and tokens of a run of n blocks that would
  * start on page `first` (from block 0's bucket, read before the walk),
- * at most KVSHM_AHEAD_SEQ of them: where the walk will look first, since
- * a request's blocks are one run as a rule (kvshm_walk_pin). kvc_req_new
- * calls it while it still has blocks to hash.
+ * at most KVSHM_AHEAD_SEQ + 1 of them: where the walk will look first,
+ * since a request's blocks are one run as a rule (kvshm_walk_pin), up to
+ * where the walk's own prefetches take over (its block 1 prefetches the
+ * page KVSHM_AHEAD_SEQ past its own). kvc_req_new calls it while it still
+ * has blocks to hash, and its walk then makes no first prefetches of its
+ * own (kvshm_walk.ahead).
  */
 static inline __attribute__((always_inline)) void
 kvshm_walk_prefetch_run(const struct kvshm_view *v, uint32_t first, size_t n)
 {
 	size_t k;
 
-	for (k = 0; k < n && k < KVSHM_AHEAD_SEQ; k++)
+	for (k = 0; k < n && k <= KVSHM_AHEAD_SEQ; k++)
 		kvshm_walk_prefetch_page(v, first + (uint32_t)k);
 }
 
@@ -148,19 +158,23 @@ static inline void kvshm_walk_keys(const struct kvshm_header *h, struct kvshm_ke
 
 /*
  * Pin pages page[0..n) at gen[0..n) through slots slot[0..n) with one
- * fence; returns how many leading ones are pinned (READY at their gen once
- * the slots are visible). The slots of the rest are cleared again.
+ * fence (or, without `fence`, only the compiler's order: ledger.h);
+ * returns how many leading ones are pinned (READY at their gen once the
+ * slots are visible). The slots of the rest are cleared again.
  */
 static inline size_t kvshm_pin_run_at(struct kvshm_ledger *l, const uint32_t *slot,
 				      const struct kvshm_page *pages, const uint32_t *page,
-				      const uint32_t *gen, size_t n)
+				      const uint32_t *gen, size_t n, bool fence)
 {
 	size_t i, k;
 
 	for (i = 0; i < n; i++)
 		atomic_store_explicit(&l->slot[slot[i]], kvshm_slot_pack(page[i], gen[i]),
 				      memory_order_relaxed);
-	atomic_thread_fence(memory_order_seq_cst);
+	if (fence)
+		atomic_thread_fence(memory_order_seq_cst);
+	else
+		atomic_signal_fence(memory_order_seq_cst);
 	for (i = 0; i < n; i++)
 		if (atomic_load_explicit(&pages[page[i]].state, memory_order_relaxed) !=
 			    KVSHM_PAGE_READY ||
@@ -175,7 +189,7 @@ static inline size_t kvshm_ledger_pin_run(struct kvshm_ledger *l, const uint32_t
 					  const struct kvshm_header *h, const uint32_t *page,
 					  const uint32_t *gen, size_t n)
 {
-	return kvshm_pin_run_at(l, slot, kvshm_pages(h), page, gen, n);
+	return kvshm_pin_run_at(l, slot, kvshm_pages(h), page, gen, n, true);
 }
 
 /*
@@ -286,7 +300,7 @@ static inline size_t kvshm_walk_pin(const struct kvshm_header *h, struct kvshm_l
 	const uint32_t *tokens = w->tokens;
 	uint32_t *wpage = w->page, *wgen = w->gen, pg, k, ns_id = w->ns_id, bt = v.bt;
 	size_t n = w->n, i, j, run, end;
-	bool guess = true, ramp = true, flat = w->flat, stop = false;
+	bool guess = true, ramp = !w->ahead, flat = w->flat, stop = false;
 	int32_t stride = 1;
 	struct kvshm_walk_state s;
 
@@ -340,7 +354,8 @@ static inline size_t kvshm_walk_pin(const struct kvshm_header *h, struct kvshm_l
 			guess = s.guess;
 			ramp = s.ramp;
 		}
-		run = kvshm_pin_run_at(l, w->slot + i, v.pages, wpage + i, wgen + i, j - i);
+		run = kvshm_pin_run_at(l, w->slot + i, v.pages, wpage + i, wgen + i, j - i,
+				       w->fence);
 		if (run < j - i) {
 			/* Lost to the evictor: a pin failure (*missed stays
 			 * false). */

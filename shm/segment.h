@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #define KVSHM_MAGIC   0x4448434143564b31ull	/* "1KVCACHD" little-endian */
-#define KVSHM_VERSION 16u	/* 8: remote tier counters; 9: single flight (page
+#define KVSHM_VERSION 17u	/* 8: remote tier counters; 9: single flight (page
 				 * flight, row flight, wait stats); 10: page
 				 * entries of one cache line; 11: tick timing;
 				 * 12: ledger access ring of 1024, a hit run
@@ -39,7 +39,9 @@
 				 * namespace rows without the tensor-parallel
 				 * rank (one namespace for every TP size), with
 				 * the KV layout; page `slices` and `writers`
-				 * (pages written by several ranks) */
+				 * (pages written by several ranks); 17: header
+				 * flags (KVSHM_F_MEMBARRIER: pins without a
+				 * fence), access ring runs (KVSHM_RING_RUN) */
 
 #define KVSHM_CACHELINE 64
 #define KVSHM_MAX_BLOCK_TOKENS 1024u
@@ -104,7 +106,7 @@ struct kvshm_header {
 	_Atomic uint64_t heartbeat;
 	/* Since layout 6 (after heartbeat, whose offset readers rely on). */
 	uint32_t ns_stats_bytes;	/* sizeof(struct kvshm_ns_stats) */
-	uint32_t pad1;
+	uint32_t flags;			/* KVSHM_F_*, set before the seal (layout 17) */
 	uint64_t off_ns_stats;		/* max_ns entries */
 	/* Since layout 16: tenants and pinned prefixes (KVSHM_TENANTS and
 	 * KVSHM_PINNED rows). */
@@ -113,6 +115,14 @@ struct kvshm_header {
 	uint64_t off_tenants;
 	uint64_t off_pinned;
 };
+
+/*
+ * struct kvshm_header.flags. KVSHM_F_MEMBARRIER: the daemon orders the
+ * clients' pins against its evictor with membarrier(2) (one
+ * MEMBARRIER_CMD_GLOBAL_EXPEDITED before every ledger scan), so a client
+ * registered for it may pin with no fence of its own (ledger.h).
+ */
+#define KVSHM_F_MEMBARRIER 1u
 
 enum kvshm_pool_kind {
 	KVSHM_POOL_HOST = 1,
@@ -267,6 +277,10 @@ struct kvshm_stats {
 	 * came within slice-timeout-ms). */
 	_Atomic uint64_t slice_joins;
 	_Atomic uint64_t slice_dropped;
+	/* Layout 17: membarrier(2) calls the evictor made before its ledger
+	 * scans (KVSHM_F_MEMBARRIER), each an interrupt to every CPU that
+	 * runs a client then. */
+	_Atomic uint64_t pin_barriers;
 };
 
 /* What the pool's memory is made of (kvshm_stats.pool_backing). */

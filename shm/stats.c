@@ -254,6 +254,9 @@ const struct kvshm_metric kvshm_metrics[] = {
 	M("kvcached_slice_dropped_total", "counter",
 	  "Pages several ranks were writing, given up before the last slice: a rank released its slice, died, or did not come within slice-timeout-ms.",
 	  NULL, "slice_dropped", slice_dropped),
+	M("kvcached_pin_barriers_total", "counter",
+	  "membarrier(2) calls before eviction scans (pin-barrier auto): each interrupts the CPUs running clients, so that lookups pin with no fence.",
+	  NULL, "pin_barriers", pin_barriers),
 };
 #undef M
 const size_t kvshm_n_metrics = sizeof(kvshm_metrics) / sizeof(kvshm_metrics[0]);

@@ -982,6 +982,7 @@ static void print_text(FILE *f, const struct kvshm_snap *s, const struct interva
 	EV("publishes", publishes);
 	EV("publish dups", publish_dups);
 	EV("evictions", evictions);
+	EV("pin barriers", pin_barriers);
 #define EVB(name, field) \
 	event_bytes_row(f, name, V(s, field), counted, iv ? &D(iv, field) : NULL, iv, watch)
 	if (spill_configured(s)) {

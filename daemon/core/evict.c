@@ -24,8 +24,10 @@
 #include "../util/log.h"
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../../shm/index.h"
+#include "../../shm/ledger.h"
 #include "../tier/tier.h"
 
 #define BATCH 256
@@ -109,14 +111,32 @@ static bool spared(const struct kvd *d, uint32_t page)
 	return d->spare && (int32_t)(d->spare[page] - (uint32_t)d->ticks) > 0;
 }
 
-static void scan_ledgers(struct kvd *d)
+/*
+ * Every client's pins against the pages just marked EVICTING: back_off
+ * those a slot names. With KVSHM_F_MEMBARRIER the clients pin without a
+ * fence, and membarrier(2) first makes their slot stores visible
+ * (shm/ledger.h). Returns false when that barrier failed: the scan proves
+ * nothing then, and the caller backs off every page it marked.
+ */
+static bool scan_ledgers(struct kvd *d)
 {
 	uint32_t i;
+	int rc;
 
+	if (d->h->flags & KVSHM_F_MEMBARRIER) {
+		if ((rc = kvshm_barrier_global())) {
+			if (!d->barrier_warned++)
+				kvd_warn("eviction: membarrier(2) failed (%s); nothing is evicted while it fails",
+					 strerror(-rc));
+			return false;
+		}
+		kvd_stat_add(&kvshm_stats(d->h)->pin_barriers, 1);
+	}
 	for (i = 0; i < d->cfg.max_clients; i++)
 		if (kvd_pins_count(&d->clients[i]))
 			kvshm_ledger_scan(d->clients[i].l, d->clients[i].nslots, d->h,
 					  back_off, d);
+	return true;
 }
 
 uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
@@ -174,7 +194,9 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 		}
 		if (!nb)
 			break;
-		scan_ledgers(d);
+		if (!scan_ledgers(d))
+			for (i = 0; i < nb; i++)
+				back_off(batch[i], d);
 		for (i = 0; i < nb; i++) {
 			if (atomic_load_explicit(&pages[batch[i]].state, memory_order_relaxed) ==
 			    KVSHM_PAGE_EVICTING) {
@@ -236,7 +258,12 @@ uint32_t kvd_evict_where(struct kvd *d, uint32_t ns_id, uint32_t tenant)
 		if (page_of(&pages[i], ns_id, tenant) && !kvd_tiers_busy(&d->g, i) &&
 		    !(d->pin_held && d->pin_held[i]))
 			kvshm_page_evict_mark(d->h, i);
-	scan_ledgers(d);
+	if (!scan_ledgers(d))
+		for (i = 0; i < d->h->geo.n_pages; i++)
+			if (page_of(&pages[i], ns_id, tenant) &&
+			    atomic_load_explicit(&pages[i].state, memory_order_relaxed) ==
+				    KVSHM_PAGE_EVICTING)
+				back_off(i, d);
 	for (i = 0; i < d->h->geo.n_pages; i++) {
 		uint32_t st = atomic_load_explicit(&pages[i].state, memory_order_relaxed);
 
@@ -260,28 +287,61 @@ uint32_t kvd_evict_ns(struct kvd *d, uint32_t ns_id)
 	return kvd_evict_where(d, ns_id, UINT32_MAX);
 }
 
+static void drain_touch(struct kvd *d, uint32_t page)
+{
+	kvd_policy_touch(&d->pol, page);
+	/* Pinned by a lookup since: a restored page needs no sparing any
+	 * more (the pin, and then the policy, keep it). */
+	if (d->spare && page < d->h->geo.n_pages)
+		d->spare[page] = 0;
+}
+
 void kvd_evict_drain(struct kvd *d, struct kvd_client *c)
 {
+	const uint32_t np = d->h->geo.n_pages;
+	uint32_t last, budget = KVSHM_RING_DRAIN;
 	uint64_t head, k;
 
 	if (!kvd_live(c))
 		return;
-	/* Client-written: any head, any page number. At most the last
-	 * KVSHM_RING entries are read; a page out of range or holding no
-	 * block is ignored by the policy. */
+	/* Client-written: any head, any entry. At most the last KVSHM_RING
+	 * entries are read, and at most KVSHM_RING_DRAIN pages taken from
+	 * them; a page out of range or holding no block is ignored by the
+	 * policy, and so is a run whose first page is unknown (overwritten,
+	 * or out of range) or that is longer than KVSHM_RING_RUN_MAX. */
 	head = atomic_load_explicit(&c->l->ring_head, memory_order_acquire);
-	k = head - c->ring_seen > KVSHM_RING ? head - KVSHM_RING : c->ring_seen;
-	for (; k < head; k++) {
-		uint32_t page = atomic_load_explicit(&c->l->ring[k & (KVSHM_RING - 1)],
-						     memory_order_relaxed);
+	if (head - c->ring_seen > KVSHM_RING) {
+		k = head - KVSHM_RING;
+		last = UINT32_MAX;
+	} else {
+		k = c->ring_seen;
+		last = c->ring_last - 1;	/* 0: UINT32_MAX, none */
+	}
+	for (; k < head && budget; k++) {
+		uint32_t e = atomic_load_explicit(&c->l->ring[k & (KVSHM_RING - 1)],
+						  memory_order_relaxed), n;
 
-		kvd_policy_touch(&d->pol, page);
-		/* Pinned by a lookup since: a restored page needs no sparing
-		 * any more (the pin, and then the policy, keep it). */
-		if (d->spare && page < d->h->geo.n_pages)
-			d->spare[page] = 0;
+		if (!(e & KVSHM_RING_RUN)) {
+			drain_touch(d, e);
+			last = e;
+			budget--;
+			continue;
+		}
+		n = e & KVSHM_RING_COUNT;
+		if (last >= np || n > KVSHM_RING_RUN_MAX || (e & ~(KVSHM_RING_RUN | KVSHM_RING_UP |
+								       KVSHM_RING_COUNT))) {
+			last = UINT32_MAX;
+			continue;
+		}
+		for (; n && budget; n--, budget--) {
+			last += e & KVSHM_RING_UP ? 1 : (uint32_t)-1;
+			if (last >= np)
+				break;
+			drain_touch(d, last);
+		}
 	}
 	c->ring_seen = head;
+	c->ring_last = k == head ? last + 1 : 0;	/* UINT32_MAX: 0 */
 }
 
 static void drain_rings(struct kvd *d)
@@ -332,7 +392,8 @@ static void on_holes(uint32_t first, uint32_t n, void *arg)
 		if (kvd_tiers_busy(&d->g, p))
 			continue;
 		if (kvshm_page_evict_mark(d->h, p)) {
-			scan_ledgers(d);
+			if (!scan_ledgers(d))
+				back_off(p, d);
 			if (atomic_load_explicit(&pages[p].state, memory_order_relaxed) ==
 			    KVSHM_PAGE_EVICTING) {
 				kvd_policy_remove(&d->pol, p);

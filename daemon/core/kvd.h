@@ -72,6 +72,8 @@ struct kvd_client {
 	struct kvshm_ledger *l;	/* client-writable: bound-check all of it */
 	uint32_t nslots;	/* our own record of the ledger's size */
 	uint64_t ring_seen;
+	uint32_t ring_last;	/* 1 + the page the last drain ended on (a run
+				 * goes on from it); 0: none */
 	uint64_t hit_seen;	/* hit ring records consumed */
 	/* nsstat.c: this client's ledger counters already added to its
 	 * namespace's statistics; drop.c: d->ticks + 1 at its last DROP. */
@@ -177,6 +179,7 @@ struct kvd {
 	uint64_t evict_quiet_until;
 	uint64_t evict_quiet_pins;
 	uint32_t evict_backoff;
+	uint32_t barrier_warned;	/* membarrier failures (the first is logged) */
 	uint64_t watchdog_usec;		/* 0: no systemd watchdog */
 	uint64_t watchdog_last;		/* CLOCK_MONOTONIC usec of the last ping */
 

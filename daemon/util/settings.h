@@ -16,6 +16,11 @@
 
 enum kvd_hugepages { KVD_HUGE_AUTO, KVD_HUGE_ON, KVD_HUGE_OFF };
 
+/* How clients' pins are ordered against the evictor (shm/ledger.h):
+ * membarrier(2) where the kernel has it, else a fence in every lookup;
+ * or always the fence. */
+enum kvd_pin_barrier { KVD_PIN_BARRIER_AUTO, KVD_PIN_BARRIER_FENCE };
+
 /* How KV events write a block hash (docs/EVENTS.md). */
 enum kvd_events_hash {
 	KVD_EVENTS_HASH_UINT64,		/* vLLM's int form: 0 .. 2^64-1 */
@@ -98,6 +103,7 @@ struct kvd_config {
 	uint64_t spill_size;		/* bytes of slots under spill_dir */
 	int spill_io;			/* enum kvd_sio_kind: auto, uring, threads */
 	int eviction;			/* enum kvd_eviction (policy.h) */
+	int pin_barrier;		/* KVD_PIN_BARRIER_* */
 	char metrics_listen[64];		/* as given; empty = off */
 	struct sockaddr_storage metrics_addr;	/* parsed */
 	/* KV events for cluster routers (events.c); empty: none. */

@@ -36,7 +36,8 @@
  *              the client writes its own ledger: a real pin (tracked) or
  *              a raw slot value, arbitrary bytes anywhere in the ledger
  *              (its header and ring heads included), an access-ring
- *              record, a hit-ring record
+ *              record (a page, then perhaps a run from it, well-formed or
+ *              not), a hit-ring record
  *
  * Bits 3 and up of the first byte pick the eviction policy (modulo the
  * number of policies: lru, s3fifo, clock); after every step the policy
@@ -1480,11 +1481,18 @@ static void run_ops(struct in *in)
 			op_ledger(in, c, pr);
 			break;
 		case OP_TOUCH: {
-			uint8_t page;	/* out of range now and then */
+			uint8_t page, run;	/* out of range now and then */
 
 			if (!hello || !take(in, &page, sizeof(page)))
 				continue;
 			kvshm_ledger_touch(c->l, page);
+			/* Then a run entry: up to 63 pages on from it, up or
+			 * down (past either end now and then), or (bit 7) one
+			 * with stray bits the daemon must refuse. */
+			if (take(in, &run, sizeof(run)) && run)
+				kvshm_ledger_touch(c->l, KVSHM_RING_RUN |
+							 (run & 0x40 ? KVSHM_RING_UP : 0) |
+							 (run & 0x80 ? (uint32_t)run << 16 : run & 0x3fu));
 			break;
 		}
 		case OP_HIT: {

@@ -15,9 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../lib/harness.h"
+#include "../../libclient/client_int.h"	/* pin_fence: how this client pins */
+#include "../../shm/ledger.h"
 
 #define BT 16
 
@@ -158,11 +162,103 @@ static void test_eviction_never_takes_a_pinned_page(void **state)
 	pinned_survives("s3fifo", false);
 }
 
+/*
+ * The pin handshake's two kinds (shm/ledger.h, `pin-barrier`). auto: the
+ * daemon says it orders pins with membarrier(2), a client pins with no
+ * fence, and eviction scans make membarrier calls (pin_barriers); fence,
+ * or a kernel without membarrier: the client fences and no call is made.
+ * Either way every page a lookup pinned holds its block's bytes while a
+ * flooder pushes prompts through the 256-page pool and 4,000 lookups
+ * go round 48 prompts of 8 blocks (384 pages: each is partly evicted by
+ * the time it comes round again, and published again), so that pins race
+ * the evictor's batches on the very pages they name.
+ */
+static void pins_hold(const char *mode, bool barrier)
+{
+	const char *args[] = { "--pin-barrier", mode, NULL };
+	struct kvshm_stats st;
+	struct kvt_daemon d;
+	uint32_t t[48][8 * BT];
+	struct kvc_key k[48][8];
+	struct kvc_req *r;
+	_Atomic int *stop = mmap(NULL, sizeof(*stop), PROT_READ | PROT_WRITE,
+				 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	int i, j, hits, st_flood;
+	uint64_t checked = 0;
+	pid_t flooder;
+	kvc_t *c;
+
+	assert_int_equal(kvt_daemon_start(&d, args), 0);
+	assert_true(kvt_log_has(&d, barrier ? "pins: ordered by membarrier(2)"
+					    : "pins: lookups fence each run of pins"));
+	c = kvt_open(&d, NULL);
+	assert_non_null(c);
+	assert_int_equal(c->pin_fence, !barrier);
+	for (i = 0; i < 48; i++) {
+		kvt_tokens(t[i], 8 * BT, 0, 5151 + (uint32_t)i);
+		assert_int_equal(kvc_keys(c, t[i], 8 * BT, NULL, 0, k[i], 8), 8);
+	}
+
+	assert_true(stop != MAP_FAILED);
+	*stop = 0;
+	flooder = fork();
+	assert_true(flooder >= 0);
+	if (!flooder) {
+		kvc_t *fc = kvt_open(&d, NULL);
+		uint32_t ft[8 * BT], s;
+
+		for (s = 0; fc && !*stop; s++) {
+			kvt_tokens(ft, 8 * BT, 0, 20000 + s);
+			if (kvt_put(fc, ft, 8 * BT, NULL) < 0)
+				_exit(3);	/* wrong bytes, or an error */
+		}
+		_exit(fc ? 0 : 2);
+	}
+	for (i = 0; i < 4000; i++) {
+		const int p = i % 48;
+
+		assert_int_equal(kvc_req_new(c, t[p], 8 * BT, NULL, 0, &r), 0);
+		hits = kvc_lookup(r);
+		assert_true(hits >= 0);
+		for (j = 0; j < hits; j++, checked++)
+			assert_true(kvt_check(kvc_block(r, (size_t)j), kvc_page_bytes(c), k[p][j]));
+		kvc_req_free(r);
+		if (hits < 8)
+			assert_true(kvt_put(c, t[p], 8 * BT, NULL) >= 0);
+	}
+	*stop = 1;
+	assert_int_equal(waitpid(flooder, &st_flood, 0), flooder);
+	assert_true(WIFEXITED(st_flood) && WEXITSTATUS(st_flood) == 0);
+	munmap((void *)stop, sizeof(*stop));
+	assert_true(checked > 0);
+	kvt_stats(d.sock, &st);
+	assert_true(atomic_load(&st.evictions) > 0);
+	if (barrier)
+		assert_true(atomic_load(&st.pin_barriers) > 0);
+	else
+		assert_int_equal(atomic_load(&st.pin_barriers), 0);
+	kvc_close(c);
+	assert_int_equal(kvt_daemon_stop(&d), 0);
+}
+
+static void test_pin_barrier_kinds(void **state)
+{
+	bool have = kvshm_barrier_query() == 0;
+
+	(void)state;
+	if (!have)
+		print_message("membarrier(2) global expedited is not in this kernel: "
+			      "pin-barrier auto runs as fence here\n");
+	pins_hold("auto", have);
+	pins_hold("fence", false);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sigkill_with_pins_and_writing_pages),
 		cmocka_unit_test(test_eviction_never_takes_a_pinned_page),
+		cmocka_unit_test(test_pin_barrier_kinds),
 	};
 
 	return cmocka_run_group_tests_name("integration/pressure", tests, NULL, NULL);

@@ -176,6 +176,7 @@ static const struct bad_setting {
 	{ "low-watermark", "91", "0..90" },
 	{ "high-watermark", "96", "0..95" },
 	{ "eviction", "fifo", "lru, s3fifo or clock" },
+	{ "pin-barrier", "none", "auto or fence" },
 	{ "allow-users", "root,kvt-no-such-user", "no such user 'kvt-no-such-user'" },
 	{ "allow-groups", "kvt-no-such-group", "no such group 'kvt-no-such-group'" },
 	{ "socket-mode", "0999", "octal mode" },

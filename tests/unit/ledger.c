@@ -368,7 +368,8 @@ static void test_ring_wraps(void **state)
 	assert_int_equal(slot(f, 0), 0);
 }
 
-/* A hit run is noted deepest block first, after what came before. */
+/* A hit run is noted deepest block first, after what came before;
+ * neighbouring pages as a page and a run entry. */
 static void test_ring_run_deepest_first(void **state)
 {
 	struct fix *f = *state;
@@ -377,11 +378,39 @@ static void test_ring_run_deepest_first(void **state)
 	kvshm_ledger_touch(f->l, 5);
 	kvshm_ledger_touch_run(f->l, run, 3);
 	kvshm_ledger_touch_run(f->l, run, 0);
-	assert_int_equal(atomic_load(&f->l->ring_head), 4);
+	assert_int_equal(atomic_load(&f->l->ring_head), 3);
 	assert_int_equal(atomic_load(&f->l->ring[0]), 5);
 	assert_int_equal(atomic_load(&f->l->ring[1]), 9);
-	assert_int_equal(atomic_load(&f->l->ring[2]), 8);
-	assert_int_equal(atomic_load(&f->l->ring[3]), 7);
+	assert_int_equal(atomic_load(&f->l->ring[2]), KVSHM_RING_RUN | 2);	/* 8, 7 */
+}
+
+/* Runs up and down, single pages between them, and a run longer than one
+ * entry may name. */
+static void test_ring_runs(void **state)
+{
+	struct fix *f = *state;
+	const uint32_t mixed[7] = { 3, 10, 11, 12, 6, 5, 40 };
+	uint32_t lng[300], i;
+
+	kvshm_ledger_touch_run(f->l, mixed, 7);
+	/* Deepest first: 40, 5 6, 12 11 10, 3. */
+	assert_int_equal(atomic_load(&f->l->ring_head), 6);
+	assert_int_equal(atomic_load(&f->l->ring[0]), 40);
+	assert_int_equal(atomic_load(&f->l->ring[1]), 5);
+	assert_int_equal(atomic_load(&f->l->ring[2]), KVSHM_RING_RUN | KVSHM_RING_UP | 1);
+	assert_int_equal(atomic_load(&f->l->ring[3]), 12);
+	assert_int_equal(atomic_load(&f->l->ring[4]), KVSHM_RING_RUN | 2);
+	assert_int_equal(atomic_load(&f->l->ring[5]), 3);
+
+	for (i = 0; i < 300; i++)
+		lng[i] = 100 + i;
+	kvshm_ledger_touch_run(f->l, lng, 300);
+	/* 399, then 256 more down to 143; 142, then 42 more down to 100. */
+	assert_int_equal(atomic_load(&f->l->ring_head), 10);
+	assert_int_equal(atomic_load(&f->l->ring[6]), 399);
+	assert_int_equal(atomic_load(&f->l->ring[7]), KVSHM_RING_RUN | KVSHM_RING_RUN_MAX);
+	assert_int_equal(atomic_load(&f->l->ring[8]), 142);
+	assert_int_equal(atomic_load(&f->l->ring[9]), KVSHM_RING_RUN | 42);
 }
 
 static void test_validate(void **state)
@@ -459,7 +488,12 @@ static void test_walk_pins_verified_prefix(void **state)
 		assert_int_equal(got_gen[i], gen[i]);
 		assert_int_equal(slot(f, slots[i]), kvshm_slot_pack(page[i], gen[i]));
 	}
-	assert_int_equal(atomic_load(&f->l->ring_head), N);
+	/* A fresh pool hands out one run of pages: the ring notes it as its
+	 * deepest page and a run down from it. */
+	assert_int_equal(page[N - 1], page[0] + N - 1);
+	assert_int_equal(atomic_load(&f->l->ring_head), 2);
+	assert_int_equal(atomic_load(&f->l->ring[0]), page[N - 1]);
+	assert_int_equal(atomic_load(&f->l->ring[1]), KVSHM_RING_RUN | (N - 1));
 	assert_true(kvshm_page_evict_mark(f->h, page[35]));
 	kvshm_ledger_scan(f->l, NSLOTS, f->h, record, &c);
 	assert_int_equal(c.n, 1);
@@ -616,6 +650,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_count, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ring_wraps, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ring_run_deepest_first, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ring_runs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_validate, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk_pins_verified_prefix, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk_flat, setup, teardown),

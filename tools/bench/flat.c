@@ -4,8 +4,10 @@
  * of blocks cached as with a few thousand?
  *
  * It times the walk every kvc_lookup runs (shm/prefix.h: index probe,
- * parent-key and token verification, pin through the ledger, one fence per
- * run) on segments built here in shared anonymous memory, laid out by
+ * parent-key and token verification, pin through the ledger, with no
+ * fence, as a client registered for the daemon's membarrier pins; with
+ * KVBENCH_FLAT_FENCE=1 one fence per run of pins, as a client that fences)
+ * on segments built here in shared anonymous memory, laid out by
  * kvshm_layout like the daemon's, holding N cached blocks (4k, 64k, 1M,
  * 4M; --quick: 4k and 256k): N / 256 prompts of 256 blocks of 16 tokens,
  * READY pages with their keys, parents and tokens, indexed. No daemon: a
@@ -252,6 +254,7 @@ struct flat_batch {
 };
 
 static bool keys_timed;	/* KVBENCH_FLAT_KEYS */
+static bool walk_fence;	/* KVBENCH_FLAT_FENCE */
 
 /* Request r's key chain: for the walks with the prefetches kvc_req_new
  * makes meanwhile, for the table as a serving process computes it. */
@@ -292,7 +295,7 @@ static uint64_t batch_run(struct flat_batch *fb, struct flat_seg *s, size_t bloc
 		struct kvshm_walk w = {
 			.keys = fb->keys[r], .tokens = fb->tokens[r], .slot = fb->slot,
 			.page = fb->page, .gen = fb->gen, .n = blocks, .ns_id = FLAT_NS,
-			.parent = flat_root,
+			.parent = flat_root, .fence = walk_fence, .ahead = blocks > 1,
 		};
 
 		request_fill(fb, r, s, blocks, kind);
@@ -377,6 +380,7 @@ void mode_flat(void)
 	static size_t one[2] = { 4096, 0 };
 
 	keys_timed = getenv("KVBENCH_FLAT_KEYS") != NULL;
+	walk_fence = getenv("KVBENCH_FLAT_FENCE") != NULL;
 	if (getenv("KVBENCH_FLAT_BLOCKS")) {
 		one[1] = strtoull(getenv("KVBENCH_FLAT_BLOCKS"), NULL, 0);
 		sizes = one;
