@@ -211,9 +211,12 @@ pin_run(struct kvc_req *r, struct kvci_thr *t, struct kvci_row row, size_t from,
 		for (k = i; k < from + got; k++)
 			r->slot[k] = UINT32_MAX;
 	}
-	/* One memset: a loop of byte stores reloads r->state after each
-	 * (a char store may alias anything). */
-	memset(r->state + from, KVC_B_PINNED, i - from);
+	/* One memset (a loop of byte stores reloads r->state after each: a
+	 * char store may alias anything), or one store. */
+	if (i - from == 1)
+		r->state[from] = KVC_B_PINNED;
+	else
+		memset(r->state + from, KVC_B_PINNED, i - from);
 #if defined(__SANITIZE_THREAD__)
 	for (k = from; k < i; k++)
 		KVC_TSAN_ACQUIRE(c->pool + (uint64_t)r->page[k] * c->slot_bytes);

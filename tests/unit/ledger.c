@@ -537,6 +537,34 @@ static void test_walk_pins_verified_prefix(void **state)
 	gen[1]++;
 	assert_int_equal(kvshm_ledger_pin_run(f->l, slots, f->h, page, gen, 5), 1);
 	assert_int_equal(slot(f, slots[1]), 0);
+	gen[1]--;
+	for (i = 0; i < N; i++)
+		kvshm_ledger_unpin(f->l, slots[i]);
+
+	/* One block (the walk's short path), with and without the fence:
+	 * pinned and noted, a miss, and a miss when its page is EVICTING. */
+	w.n = 1;
+	for (int fence = 0; fence < 2; fence++) {
+		uint64_t hd = atomic_load(&f->l->ring_head);
+
+		w.fence = fence;
+		assert_int_equal(kvshm_walk_pin(f->h, f->l, &w, &missed), 1);
+		assert_false(missed);
+		assert_int_equal(got_page[0], page[0]);
+		assert_int_equal(slot(f, slots[0]), kvshm_slot_pack(page[0], gen[0]));
+		assert_int_equal(atomic_load(&f->l->ring_head), hd + 1);
+		assert_int_equal(atomic_load(&f->l->ring[hd % KVSHM_RING]), page[0]);
+		kvshm_ledger_unpin(f->l, slots[0]);
+		tokens[3] ^= 1;
+		assert_int_equal(kvshm_walk_pin(f->h, f->l, &w, &missed), 0);
+		assert_true(missed);
+		tokens[3] ^= 1;
+		assert_true(kvshm_page_evict_mark(f->h, page[0]));
+		assert_int_equal(kvshm_walk_pin(f->h, f->l, &w, &missed), 0);
+		assert_true(missed);
+		assert_int_equal(slot(f, slots[0]), 0);
+		kvshm_page_evict_back_off(f->h, page[0]);
+	}
 }
 
 /*
