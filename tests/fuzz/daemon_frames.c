@@ -36,8 +36,8 @@
  *              the client writes its own ledger: a real pin (tracked) or
  *              a raw slot value, arbitrary bytes anywhere in the ledger
  *              (its header and ring heads included), an access-ring
- *              record (a page, then perhaps a run from it, well-formed or
- *              not), a hit-ring record
+ *              entry (a page, or a run entry, well-formed or not), a
+ *              hit-ring record
  *
  * Bits 3 and up of the first byte pick the eviction policy (modulo the
  * number of policies: lru, s3fifo, clock); after every step the policy
@@ -1481,18 +1481,21 @@ static void run_ops(struct in *in)
 			op_ledger(in, c, pr);
 			break;
 		case OP_TOUCH: {
-			uint8_t page, run;	/* out of range now and then */
+			uint8_t b;
 
-			if (!hello || !take(in, &page, sizeof(page)))
+			if (!hello || !take(in, &b, sizeof(b)))
 				continue;
-			kvshm_ledger_touch(c->l, page);
-			/* Then a run entry: up to 63 pages on from it, up or
-			 * down (past either end now and then), or (bit 7) one
-			 * with stray bits the daemon must refuse. */
-			if (take(in, &run, sizeof(run)) && run)
+			/* A page (64..191: out of range), or from 0xc0 on a
+			 * run entry (ledger.h) from the entry before: up to 30
+			 * pages up (0x20) or down, past either end now and
+			 * then, or (count 31) one with stray bits and too long,
+			 * which the daemon must refuse. */
+			if (b < 0xc0)
+				kvshm_ledger_touch(c->l, b);
+			else
 				kvshm_ledger_touch(c->l, KVSHM_RING_RUN |
-							 (run & 0x40 ? KVSHM_RING_UP : 0) |
-							 (run & 0x80 ? (uint32_t)run << 16 : run & 0x3fu));
+							 (b & 0x20 ? KVSHM_RING_UP : 0) |
+							 ((b & 0x1f) == 0x1f ? 0x12345u : b & 0x1fu));
 			break;
 		}
 		case OP_HIT: {

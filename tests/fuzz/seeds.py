@@ -322,6 +322,9 @@ def daemon_seeds():
     led += op(OP_HIT) + struct.pack("<HIB", 0x1000, 32, 13) + b"system-prompt"
     led += op(OP_HIT) + struct.pack("<HIB", 0x1001, 1 << 23, 24) + b"\x01" * 24
     led += op(OP_TOUCH) + b"\x01" + op(OP_TOUCH) + b"\xf0"
+    # Ring runs (layout 17): down from page 48, past page 0, malformed.
+    led += op(OP_TOUCH) + b"\x30" + op(OP_TOUCH) + b"\xc5" + op(OP_TOUCH) + b"\x02"
+    led += op(OP_TOUCH) + b"\xc5" + op(OP_TOUCH) + b"\xff"
     led += op(OP_LEDGER) + struct.pack("<HB", 128, 8) + struct.pack("<Q", 1 << 40)
     led += op(OP_TICK) * 6
     write("daemon_frames", "ledger-writes", led)

@@ -114,12 +114,51 @@ static void test_clock_strands_the_tail(void **state)
 	assert_true(res > 0);
 }
 
+/*
+ * A lookup's hit run reaches the policy whole (layout 17: its deepest
+ * page and one run entry in the access ring). Under CLOCK, which gives a
+ * used page a second chance in insertion order: prompt A, then prompt B,
+ * 16 blocks each; A looked up; then 30 one-off prompts of 8 blocks from
+ * the same client (its ring is drained before each ALLOC) through the
+ * 256-page pool. Every page of A was used, so eviction passes over A and
+ * takes B and the oldest one-offs: A stays whole. Were only the run's
+ * first page taken from the ring, A's other 15 pages would go first.
+ */
+static void test_lookup_runs_reach_the_policy(void **state)
+{
+	const char *args[] = { "--eviction", "clock", NULL };
+	static uint32_t a[16 * BT], b[16 * BT], t[8 * BT];
+	struct kvt_daemon d;
+	kvc_t *c;
+	int i;
+
+	(void)state;
+	assert_int_equal(kvt_daemon_start(&d, args), 0);
+	c = kvt_open(&d, NULL);
+	assert_non_null(c);
+	kvt_tokens(a, 16 * BT, 0, 6160);
+	kvt_tokens(b, 16 * BT, 0, 6170);
+	assert_int_equal(kvt_put(c, a, 16 * BT, NULL), 0);
+	assert_int_equal(kvt_put(c, b, 16 * BT, NULL), 0);
+	assert_int_equal(kvt_get(c, a, 16 * BT), 16);
+	for (i = 0; i < 30; i++) {
+		kvt_tokens(t, 8 * BT, 0, 8000 + (uint32_t)i);
+		assert_true(kvt_put(c, t, 8 * BT, NULL) >= 0);
+	}
+	assert_true(kvt_log_has(&d, "evicted"));
+	assert_true(kvt_get(c, b, 16 * BT) < 16);	/* eviction went past A */
+	assert_int_equal(kvt_get(c, a, 16 * BT), 16);
+	kvc_close(c);
+	assert_int_equal(kvt_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_lru_keeps_the_prefix),
 		cmocka_unit_test(test_s3fifo_keeps_the_prefix),
 		cmocka_unit_test(test_clock_strands_the_tail),
+		cmocka_unit_test(test_lookup_runs_reach_the_policy),
 	};
 
 	return cmocka_run_group_tests_name("integration/evict", tests, NULL, NULL);
