@@ -431,9 +431,11 @@ out:
 }
 
 /*
- * Take part in the daemon's membarrier (ledger.h): once per process (a
- * forked child is a new process to the kernel, unregistered). Returns
- * whether this process could not, and must fence its pins.
+ * Take part in the daemon's membarrier (ledger.h). The kernel keeps the
+ * registration per process, across fork and not across exec; asking
+ * again is one cheap system call, so a process asks once per pid (a
+ * forked child once more). Returns whether this process could not, and
+ * must fence its pins.
  */
 static bool barrier_join(void)
 {

@@ -201,6 +201,7 @@ pin_run(struct kvc_req *r, struct kvci_thr *t, struct kvci_row row, size_t from,
 		.n = got, .ns_id = c->ns_id, .parent = kvci_parent(r, from), .flat = r->flat,
 		.fence = c->pin_fence, .ahead = !from && r->ahead,
 	};
+	r->ahead = false;	/* its prefetches are spent */
 	i = from + kvshm_walk_pin(c->seg, c->ledger, &w, missed);
 	if (__builtin_expect(i < from + got, 0)) {
 		if (!*missed)

@@ -115,9 +115,12 @@ struct kvshm_ledger {
 	 * not one per block. Overwritten entries (a full ring between two
 	 * drains) are lost, which only makes the policy's order less
 	 * precise; a run whose page was overwritten is skipped, and a drain
-	 * takes at most KVSHM_RING_DRAIN pages. Any value is untrusted: the
-	 * daemon ignores pages out of range or not cached, and runs longer
-	 * than KVSHM_RING_RUN_MAX.
+	 * takes at most KVSHM_RING_DRAIN pages, the newest. The threads of a
+	 * handle write it with no locked instruction: two lookups at once
+	 * may overwrite each other's entries (a run then perhaps after the
+	 * other's page), which also only blurs the order. Any value is
+	 * untrusted: the daemon ignores pages out of range or not cached,
+	 * and runs longer than KVSHM_RING_RUN_MAX.
 	 */
 	_Atomic uint64_t ring_head;
 	uint8_t pad2[KVSHM_CACHELINE - 8];

@@ -125,9 +125,11 @@ static bool scan_ledgers(struct kvd *d)
 
 	if (d->h->flags & KVSHM_F_MEMBARRIER) {
 		if ((rc = kvshm_barrier_global())) {
-			if (!d->barrier_warned++)
-				kvd_warn("eviction: membarrier(2) failed (%s); nothing is evicted while it fails",
-					 strerror(-rc));
+			/* Said at the 1st, 2nd, 4th, 8th ... failure. */
+			d->barrier_failed++;
+			if (!(d->barrier_failed & (d->barrier_failed - 1)))
+				kvd_warn("eviction: membarrier(2) failed (%s), %llu times now; nothing is evicted while it fails",
+					 strerror(-rc), (unsigned long long)d->barrier_failed);
 			return false;
 		}
 		kvd_stat_add(&kvshm_stats(d->h)->pin_barriers, 1);
@@ -296,27 +298,50 @@ static void drain_touch(struct kvd *d, uint32_t page)
 		d->spare[page] = 0;
 }
 
+/* The pages ring entry e names (a page: 1; a run: its count, 0 if
+ * malformed). */
+static uint32_t entry_pages(uint32_t e)
+{
+	if (!(e & KVSHM_RING_RUN))
+		return 1;
+	if (e & ~(KVSHM_RING_RUN | KVSHM_RING_UP | KVSHM_RING_COUNT) ||
+	    (e & KVSHM_RING_COUNT) > KVSHM_RING_RUN_MAX)
+		return 0;
+	return e & KVSHM_RING_COUNT;
+}
+
 void kvd_evict_drain(struct kvd *d, struct kvd_client *c)
 {
 	const uint32_t np = d->h->geo.n_pages;
-	uint32_t last, budget = KVSHM_RING_DRAIN;
-	uint64_t head, k;
+	uint32_t last, budget = KVSHM_RING_DRAIN, sum = 0;
+	uint64_t head, k, from;
 
 	if (!kvd_live(c))
 		return;
 	/* Client-written: any head, any entry. At most the last KVSHM_RING
 	 * entries are read, and at most KVSHM_RING_DRAIN pages taken from
-	 * them; a page out of range or holding no block is ignored by the
-	 * policy, and so is a run whose first page is unknown (overwritten,
-	 * or out of range) or that is longer than KVSHM_RING_RUN_MAX. */
+	 * them, the newest (a hit run is written deepest block first: its
+	 * blocks nearest the root come last, and must not be what a budget
+	 * cuts off); a page out of range or holding no block is ignored by
+	 * the policy, and so is a run whose first page is unknown (not read
+	 * by this drain or the one before, or out of range) or malformed. */
 	head = atomic_load_explicit(&c->l->ring_head, memory_order_acquire);
-	if (head - c->ring_seen > KVSHM_RING) {
-		k = head - KVSHM_RING;
-		last = UINT32_MAX;
-	} else {
-		k = c->ring_seen;
-		last = c->ring_last - 1;	/* 0: UINT32_MAX, none */
+	from = head - c->ring_seen > KVSHM_RING ? head - KVSHM_RING : c->ring_seen;
+	for (k = head; k > from; k--) {
+		uint32_t p = entry_pages(atomic_load_explicit(
+			&c->l->ring[(k - 1) & (KVSHM_RING - 1)], memory_order_relaxed));
+
+		if (sum + p >= budget)
+			break;
+		sum += p;
 	}
+	/* A run cut from its page starts nowhere: the page goes too (the
+	 * sum stopped one short of the budget for it). */
+	if (k > from && k < head &&
+	    atomic_load_explicit(&c->l->ring[k & (KVSHM_RING - 1)], memory_order_relaxed) &
+		    KVSHM_RING_RUN)
+		k--;
+	last = k == c->ring_seen ? c->ring_last - 1 : UINT32_MAX;	/* 0: none */
 	for (; k < head && budget; k++) {
 		uint32_t e = atomic_load_explicit(&c->l->ring[k & (KVSHM_RING - 1)],
 						  memory_order_relaxed), n;
@@ -361,11 +386,36 @@ static void drain_rings(struct kvd *d)
  * publish is refused (publish.c). Readers that had it pinned may have read
  * zeros: that, a client that may write the pool can always do.
  */
+/* Free the punched pages batch[0..nb) marked EVICTING, but those a
+ * client pins: one ledger scan (and one membarrier) for all of them. */
+static void holes_free(struct kvd *d, const uint32_t *batch, uint32_t nb)
+{
+	struct kvshm_page *pages = kvshm_pages(d->h);
+	bool scanned;
+	uint32_t i;
+
+	if (!nb)
+		return;
+	scanned = scan_ledgers(d);
+	for (i = 0; i < nb; i++) {
+		uint32_t p = batch[i];
+
+		if (!scanned)
+			back_off(p, d);
+		if (atomic_load_explicit(&pages[p].state, memory_order_relaxed) ==
+		    KVSHM_PAGE_EVICTING) {
+			kvd_policy_remove(&d->pol, p);
+			kvshm_page_evict_finish(d->h, p);
+			d->g.damaged[p] = 0;
+		}
+	}
+}
+
 static void on_holes(uint32_t first, uint32_t n, void *arg)
 {
 	struct kvd *d = arg;
 	struct kvshm_page *pages = kvshm_pages(d->h);
-	uint32_t p;
+	uint32_t p, batch[BATCH], nb = 0;
 
 	if (!d->g.damaged) {
 		d->g.damaged = calloc(d->h->geo.n_pages, 1);
@@ -392,16 +442,14 @@ static void on_holes(uint32_t first, uint32_t n, void *arg)
 		if (kvd_tiers_busy(&d->g, p))
 			continue;
 		if (kvshm_page_evict_mark(d->h, p)) {
-			if (!scan_ledgers(d))
-				back_off(p, d);
-			if (atomic_load_explicit(&pages[p].state, memory_order_relaxed) ==
-			    KVSHM_PAGE_EVICTING) {
-				kvd_policy_remove(&d->pol, p);
-				kvshm_page_evict_finish(d->h, p);
-				d->g.damaged[p] = 0;
+			batch[nb++] = p;
+			if (nb == BATCH) {
+				holes_free(d, batch, nb);
+				nb = 0;
 			}
 		}
 	}
+	holes_free(d, batch, nb);
 	kvd_warn("pool: pages %u..%u were punched out by a client (fallocate / MADV_REMOVE); their blocks are dropped",
 		 first, first + n - 1);
 }

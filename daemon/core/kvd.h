@@ -179,7 +179,7 @@ struct kvd {
 	uint64_t evict_quiet_until;
 	uint64_t evict_quiet_pins;
 	uint32_t evict_backoff;
-	uint32_t barrier_warned;	/* membarrier failures (the first is logged) */
+	uint64_t barrier_failed;	/* membarrier failures (logged at powers of 2) */
 	uint64_t watchdog_usec;		/* 0: no systemd watchdog */
 	uint64_t watchdog_last;		/* CLOCK_MONOTONIC usec of the last ping */
 

@@ -18,6 +18,7 @@
 
 #include "../../libclient/observe.h"
 #include "../../shm/index.h"
+#include "../../shm/ledger.h"
 #include "../../shm/page.h"
 #include "../lib/harness.h"
 
@@ -152,6 +153,49 @@ static void test_lookup_runs_reach_the_policy(void **state)
 	assert_int_equal(kvt_daemon_stop(&d), 0);
 }
 
+/*
+ * A drain takes at most KVSHM_RING_DRAIN (4096) pages from a ring, and
+ * they must be the newest: a hit run is written deepest block first, so
+ * a lookup of 5,000 blocks ends with its root-most blocks. Under CLOCK:
+ * prompt P of 5,000 blocks, then B of 1,000, P looked up whole, then one-
+ * off prompts until a few thousand pages went. The drain takes whole
+ * entries from the newest back while they fit (3,972 pages here: runs of
+ * 257 pages), so P's root-most blocks were used and are passed over; its
+ * deepest ones and B go first, and P keeps a prefix of at least the
+ * budget less one run. A drain that kept the oldest 4,096 would leave P's
+ * first 904 blocks unused and take them: a prefix of 0.
+ */
+static void test_drain_keeps_the_newest(void **state)
+{
+	const char *args[] = { "--eviction", "clock", "--pool-size", "32M", "--max-share", "100", NULL };
+	enum { P = 5000, B = 1000 };
+	static uint32_t p[P * BT], b[B * BT], t[64 * BT];
+	struct kvt_daemon d;
+	int i, hits;
+	kvc_t *c;
+
+	(void)state;
+	assert_int_equal(kvt_daemon_start(&d, args), 0);	/* 8,192 pages */
+	c = kvt_open(&d, NULL);
+	assert_non_null(c);
+	kvt_tokens(p, P * BT, 0, 6180);
+	kvt_tokens(b, B * BT, 0, 6190);
+	assert_int_equal(kvt_put(c, p, P * BT, NULL), 0);
+	assert_int_equal(kvt_put(c, b, B * BT, NULL), 0);
+	assert_int_equal(kvt_get(c, p, P * BT), P);
+	/* 40 x 64 = 2,560 more blocks: 8,560 through 8,192 pages. */
+	for (i = 0; i < 40; i++) {
+		kvt_tokens(t, 64 * BT, 0, 9000 + (uint32_t)i);
+		assert_true(kvt_put(c, t, 64 * BT, NULL) >= 0);
+	}
+	assert_true(kvt_log_has(&d, "evicted"));
+	hits = kvt_get(c, p, P * BT);
+	fprintf(stderr, "drain budget: %d of %d blocks of P still hit\n", hits, P);
+	assert_true(hits >= (int)(KVSHM_RING_DRAIN - KVSHM_RING_RUN_MAX - 1));
+	kvc_close(c);
+	assert_int_equal(kvt_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -159,6 +203,7 @@ int main(void)
 		cmocka_unit_test(test_s3fifo_keeps_the_prefix),
 		cmocka_unit_test(test_clock_strands_the_tail),
 		cmocka_unit_test(test_lookup_runs_reach_the_policy),
+		cmocka_unit_test(test_drain_keeps_the_newest),
 	};
 
 	return cmocka_run_group_tests_name("integration/evict", tests, NULL, NULL);

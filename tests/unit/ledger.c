@@ -542,7 +542,9 @@ static void test_walk_pins_verified_prefix(void **state)
 		kvshm_ledger_unpin(f->l, slots[i]);
 
 	/* One block (the walk's short path), with and without the fence:
-	 * pinned and noted, a miss, and a miss when its page is EVICTING. */
+	 * pinned and noted, a miss, and a miss when its page is EVICTING
+	 * (verification refuses it; a pin lost after verification is the
+	 * general path's, above, through the same kvshm_pin_run_at). */
 	w.n = 1;
 	for (int fence = 0; fence < 2; fence++) {
 		uint64_t hd = atomic_load(&f->l->ring_head);
@@ -562,7 +564,6 @@ static void test_walk_pins_verified_prefix(void **state)
 		assert_true(kvshm_page_evict_mark(f->h, page[0]));
 		assert_int_equal(kvshm_walk_pin(f->h, f->l, &w, &missed), 0);
 		assert_true(missed);
-		assert_int_equal(slot(f, slots[0]), 0);
 		kvshm_page_evict_back_off(f->h, page[0]);
 	}
 }
