@@ -36,8 +36,6 @@
 #include "tier/remote.h"
 #include "tier/spill.h"
 
-/* The segment on shmem transparent huge pages: hugepages not off, a
- * segment of 2 MiB at least, and a kernel that does not deny them. */
 /* KVSHM_F_MEMBARRIER when the evictor may order the clients' pins with
  * membarrier(2) (shm/ledger.h), else 0; the log says which. */
 static uint32_t pin_barrier(const struct kvd_config *cfg)
@@ -58,6 +56,8 @@ static uint32_t pin_barrier(const struct kvd_config *cfg)
 	return KVSHM_F_MEMBARRIER;
 }
 
+/* The segment on shmem transparent huge pages: hugepages not off, a
+ * segment of 2 MiB at least, and a kernel that does not deny them. */
 static bool segment_thp(const struct kvd_config *cfg, uint64_t bytes)
 {
 	char thp[32];

@@ -568,7 +568,6 @@ out:
 
 atomic_uint kvc_fork_gen;
 
-
 static void atfork_child(void)
 {
 	atomic_fetch_add_explicit(&kvc_fork_gen, 1, memory_order_relaxed);

@@ -141,6 +141,17 @@ static bool scan_ledgers(struct kvd *d)
 	return true;
 }
 
+/* scan_ledgers for the pages batch[0..nb) just marked EVICTING; when it
+ * proves nothing, every one of them backs off. */
+static void scan_batch(struct kvd *d, const uint32_t *batch, uint32_t nb)
+{
+	uint32_t i;
+
+	if (!scan_ledgers(d))
+		for (i = 0; i < nb; i++)
+			back_off(batch[i], d);
+}
+
 uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 {
 	struct kvshm_page *pages = kvshm_pages(d->h);
@@ -196,9 +207,7 @@ uint32_t kvd_evict(struct kvd *d, uint32_t want, bool may_wait)
 		}
 		if (!nb)
 			break;
-		if (!scan_ledgers(d))
-			for (i = 0; i < nb; i++)
-				back_off(batch[i], d);
+		scan_batch(d, batch, nb);
 		for (i = 0; i < nb; i++) {
 			if (atomic_load_explicit(&pages[batch[i]].state, memory_order_relaxed) ==
 			    KVSHM_PAGE_EVICTING) {
@@ -298,16 +307,21 @@ static void drain_touch(struct kvd *d, uint32_t page)
 		d->spare[page] = 0;
 }
 
+/* Whether run entry e is one a client may write: no stray bits, a count
+ * of at most KVSHM_RING_RUN_MAX. */
+static bool run_ok(uint32_t e)
+{
+	return !(e & ~(KVSHM_RING_RUN | KVSHM_RING_UP | KVSHM_RING_COUNT)) &&
+	       (e & KVSHM_RING_COUNT) <= KVSHM_RING_RUN_MAX;
+}
+
 /* The pages ring entry e names (a page: 1; a run: its count, 0 if
  * malformed). */
 static uint32_t entry_pages(uint32_t e)
 {
 	if (!(e & KVSHM_RING_RUN))
 		return 1;
-	if (e & ~(KVSHM_RING_RUN | KVSHM_RING_UP | KVSHM_RING_COUNT) ||
-	    (e & KVSHM_RING_COUNT) > KVSHM_RING_RUN_MAX)
-		return 0;
-	return e & KVSHM_RING_COUNT;
+	return run_ok(e) ? e & KVSHM_RING_COUNT : 0;
 }
 
 void kvd_evict_drain(struct kvd *d, struct kvd_client *c)
@@ -352,12 +366,11 @@ void kvd_evict_drain(struct kvd *d, struct kvd_client *c)
 			budget--;
 			continue;
 		}
-		n = e & KVSHM_RING_COUNT;
-		if (last >= np || n > KVSHM_RING_RUN_MAX || (e & ~(KVSHM_RING_RUN | KVSHM_RING_UP |
-								       KVSHM_RING_COUNT))) {
+		if (last >= np || !run_ok(e)) {
 			last = UINT32_MAX;
 			continue;
 		}
+		n = e & KVSHM_RING_COUNT;
 		for (; n && budget; n--, budget--) {
 			last += e & KVSHM_RING_UP ? 1 : (uint32_t)-1;
 			if (last >= np)
@@ -377,31 +390,19 @@ static void drain_rings(struct kvd *d)
 		kvd_evict_drain(d, &d->clients[i]);
 }
 
-/*
- * Pool pages a client punched out (kvd_pool_holes has backed them with
- * zeroed memory again): their blocks are gone. A READY page leaves the
- * index at once, so no lookup hits it again, and is freed unless pinned
- * (then the evictor frees it later; it is never spilled). A page being
- * spilled has that write cancelled. A WRITING page is marked, and its
- * publish is refused (publish.c). Readers that had it pinned may have read
- * zeros: that, a client that may write the pool can always do.
- */
 /* Free the punched pages batch[0..nb) marked EVICTING, but those a
  * client pins: one ledger scan (and one membarrier) for all of them. */
 static void holes_free(struct kvd *d, const uint32_t *batch, uint32_t nb)
 {
 	struct kvshm_page *pages = kvshm_pages(d->h);
-	bool scanned;
 	uint32_t i;
 
 	if (!nb)
 		return;
-	scanned = scan_ledgers(d);
+	scan_batch(d, batch, nb);
 	for (i = 0; i < nb; i++) {
 		uint32_t p = batch[i];
 
-		if (!scanned)
-			back_off(p, d);
 		if (atomic_load_explicit(&pages[p].state, memory_order_relaxed) ==
 		    KVSHM_PAGE_EVICTING) {
 			kvd_policy_remove(&d->pol, p);
@@ -411,6 +412,15 @@ static void holes_free(struct kvd *d, const uint32_t *batch, uint32_t nb)
 	}
 }
 
+/*
+ * Pool pages a client punched out (kvd_pool_holes has backed them with
+ * zeroed memory again): their blocks are gone. A READY page leaves the
+ * index at once, so no lookup hits it again, and is freed unless pinned
+ * (then the evictor frees it later; it is never spilled). A page being
+ * spilled has that write cancelled. A WRITING page is marked, and its
+ * publish is refused (publish.c). Readers that had it pinned may have read
+ * zeros: that, a client that may write the pool can always do.
+ */
 static void on_holes(uint32_t first, uint32_t n, void *arg)
 {
 	struct kvd *d = arg;
