@@ -6,7 +6,8 @@
  * page table are read from the read-only segment mapping, pins go to our
  * own ledger. No lock either, nor a locked instruction: pin slots come
  * from the thread's own cache and counts go to its own ledger row
- * (slots.c); one fence per run of pins is the only barrier.
+ * (slots.c); where the daemon orders pins with membarrier (shm/prefix.h)
+ * there is no barrier at all, else one fence per run of pins.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -179,8 +180,8 @@ size_t kvc_req_blocks(const struct kvc_req *r)
  * Pin blocks from..n while they are READY pages that verify; stops at the
  * first miss or when pin slots run out. Returns the block it stopped at;
  * *missed says whether it stopped on a miss (not on the pin quota or a pin
- * lost to the evictor). The walk itself (prefetch pipeline, one fence per
- * run of pins) is shm/prefix.h's; the slots come from the thread's cache
+ * lost to the evictor). The walk itself (guesses, prefetch pipeline, pins
+ * as it verifies) is shm/prefix.h's; the slots come from the thread's cache
  * (slots.c) and the counts go to its own ledger row.
  */
 static inline __attribute__((always_inline)) size_t

@@ -293,6 +293,32 @@ static inline void kvshm_ledger_touch_run(struct kvshm_ledger *l, const uint32_t
 }
 
 /*
+ * Client: kvshm_ledger_touch_run for a run known to be the pages first,
+ * first + stride, ..., first + (n - 1) * stride (stride +1 or -1), the
+ * same entries without reading the pages back.
+ */
+static inline void kvshm_ledger_touch_seq(struct kvshm_ledger *l, uint32_t first, size_t n,
+					  int32_t stride)
+{
+	uint64_t hd = atomic_load_explicit(&l->ring_head, memory_order_relaxed);
+	uint32_t p = first + (uint32_t)(int32_t)(n - 1) * (uint32_t)stride, run;
+
+	while (n) {
+		atomic_store_explicit(&l->ring[hd++ & (KVSHM_RING - 1)], p, memory_order_relaxed);
+		n--;
+		run = n < KVSHM_RING_RUN_MAX ? (uint32_t)n : KVSHM_RING_RUN_MAX;
+		if (!run)
+			break;
+		atomic_store_explicit(&l->ring[hd++ & (KVSHM_RING - 1)],
+				      KVSHM_RING_RUN | (stride < 0 ? KVSHM_RING_UP : 0) | run,
+				      memory_order_relaxed);
+		n -= run;
+		p -= (run + 1) * (uint32_t)stride;
+	}
+	atomic_store_explicit(&l->ring_head, hd, memory_order_release);
+}
+
+/*
  * Daemon: for every one of the first `nslots` slots naming a page in state
  * EVICTING, call back_off(page, arg). Page numbers out of range are
  * ignored. `nslots` is the daemon's own record of the ledger's size, never

@@ -25,16 +25,20 @@
  * lookup's cost flat in the number of blocks cached (kvbench --mode scale
  * and flat, docs/BENCHMARKS.md). See kvshm_walk_pin for when it guesses.
  *
- * Pins go by runs of up to KVSHM_PIN_RUN verified blocks: each block's
- * ledger slot is stored (relaxed), then one seq_cst fence, then every
- * page's state and gen are re-checked. That is the Dekker handshake of
- * ledger.h with one fence per run instead of one seq_cst store per block:
- * the evictor's seq_cst EVICTING store and seq_cst slot loads, against
- * the client's slot stores sequenced before the fence and its state loads
- * after it, still leave at least one side seeing the other. A client
- * registered for the daemon's membarrier (w->fence false; ledger.h) makes
- * no fence at all: the compiler keeps the stores before the loads, and
- * the daemon's barrier before each scan does the rest.
+ * A block is pinned as it is verified (kvshm_take_at): its page's gen is
+ * read, its ledger slot stored (relaxed) naming that page and gen, and
+ * only then are its state and identity read and its gen read again. That is
+ * the Dekker handshake of ledger.h (the client's slot store before its
+ * state load, against the evictor's EVICTING store before its slot
+ * scan) with the verify's own loads as the pin's re-check. A client
+ * registered for the daemon's membarrier (w->fence false; ledger.h)
+ * needs no more than the compiler's order there: the daemon's barrier
+ * before each scan does the rest. A client without it (w->fence) makes
+ * one seq_cst fence per run of up to KVSHM_PIN_RUN blocks and checks the
+ * run's pages again after it (kvshm_pin_check): the evictor's seq_cst
+ * EVICTING store and slot loads, against the client's slot stores
+ * before the fence and its state loads after it, still leave at least
+ * one side seeing the other.
  */
 #ifndef KVSHM_PREFIX_H
 #define KVSHM_PREFIX_H
@@ -157,20 +161,17 @@ static inline void kvshm_walk_keys(const struct kvshm_header *h, struct kvshm_ke
 }
 
 /*
- * Pin pages page[0..n) at gen[0..n) through slots slot[0..n) with one
- * fence (or, without `fence`, only the compiler's order: ledger.h);
- * returns how many leading ones are pinned (READY at their gen once the
- * slots are visible). The slots of the rest are cleared again.
+ * The second half of a pin (slots already stored): one fence (or, without
+ * `fence`, only the compiler's order: ledger.h), then pages page[0..n)
+ * re-checked READY at gen[0..n). Returns how many leading ones are
+ * pinned; the slots of the rest are cleared again.
  */
-static inline size_t kvshm_pin_run_at(struct kvshm_ledger *l, const uint32_t *slot,
-				      const struct kvshm_page *pages, const uint32_t *page,
-				      const uint32_t *gen, size_t n, bool fence)
+static inline size_t kvshm_pin_check(struct kvshm_ledger *l, const uint32_t *slot,
+				     const struct kvshm_page *pages, const uint32_t *page,
+				     const uint32_t *gen, size_t n, bool fence)
 {
 	size_t i, k;
 
-	for (i = 0; i < n; i++)
-		atomic_store_explicit(&l->slot[slot[i]], kvshm_slot_pack(page[i], gen[i]),
-				      memory_order_relaxed);
 	if (fence)
 		atomic_thread_fence(memory_order_seq_cst);
 	else
@@ -183,6 +184,23 @@ static inline size_t kvshm_pin_run_at(struct kvshm_ledger *l, const uint32_t *sl
 	for (k = i; k < n; k++)
 		atomic_store_explicit(&l->slot[slot[k]], 0, memory_order_release);
 	return i;
+}
+
+/*
+ * Pin pages page[0..n) at gen[0..n) through slots slot[0..n): every slot
+ * stored (relaxed), then kvshm_pin_check. Returns how many leading ones
+ * are pinned.
+ */
+static inline size_t kvshm_pin_run_at(struct kvshm_ledger *l, const uint32_t *slot,
+				      const struct kvshm_page *pages, const uint32_t *page,
+				      const uint32_t *gen, size_t n, bool fence)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		atomic_store_explicit(&l->slot[slot[i]], kvshm_slot_pack(page[i], gen[i]),
+				      memory_order_relaxed);
+	return kvshm_pin_check(l, slot, pages, page, gen, n, fence);
 }
 
 static inline size_t kvshm_ledger_pin_run(struct kvshm_ledger *l, const uint32_t *slot,
@@ -292,15 +310,132 @@ static __attribute__((noinline)) bool kvshm_walk_probe(const struct kvshm_view *
 	return true;
 }
 
+/*
+ * Block `key` on page entry p (page pg, its tokens at t, bt of them),
+ * verified and pinned in one pass: its gen read, slot `slot` stored naming
+ * (pg, gen), then, in the compiler's order, its state, namespace and
+ * identity checked and its gen read again. That is kvshm_view_verify's
+ * seqlock read with the pin's store inside it, so the state and gen loads
+ * a pin makes after its store (ledger.h) are the verify's own. Returns
+ * whether the block held; its slot is cleared when not. A walk with
+ * `fence` checks its pins again after one fence per run (kvshm_pin_check):
+ * for it, these checks are a first look.
+ */
+static inline __attribute__((always_inline)) bool
+kvshm_take_at(struct kvshm_ledger *l, uint32_t slot, const struct kvshm_page *p,
+	      const uint32_t *t, uint32_t pg, uint32_t ns_id, const struct kvshm_key *key,
+	      const struct kvshm_key *parent, const uint32_t *tokens, uint32_t bt, uint32_t *gen)
+{
+	uint32_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
+
+	atomic_store_explicit(&l->slot[slot], kvshm_slot_pack(pg, g), memory_order_relaxed);
+	atomic_signal_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&p->state, memory_order_relaxed) == KVSHM_PAGE_READY &&
+	    !((__atomic_load_n(&p->ns_id, __ATOMIC_RELAXED) ^ ns_id) |
+	      __atomic_load_n(&p->unlisted, __ATOMIC_RELAXED)) &&
+	    kvshm_ident_eq(p, t, key, parent, tokens, bt)) {
+		/* Identity read under gen g. */
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&p->gen, memory_order_relaxed) == g) {
+			*gen = g;
+			return true;
+		}
+	}
+	atomic_store_explicit(&l->slot[slot], 0, memory_order_release);
+	return false;
+}
+
+/* kvshm_take_at for page pg of view v, false when out of range. */
+static inline __attribute__((always_inline)) bool
+kvshm_walk_take(const struct kvshm_view *v, struct kvshm_ledger *l, uint32_t slot, uint32_t pg,
+		uint32_t ns_id, const struct kvshm_key *key, const struct kvshm_key *parent,
+		const uint32_t *tokens, uint32_t *gen)
+{
+	if (pg >= v->n_pages)
+		return false;
+	return kvshm_take_at(l, slot, &v->pages[pg], v->tokens + (uint64_t)pg * v->bt, pg, ns_id,
+			     key, parent, tokens, v->bt, gen);
+}
+
+/*
+ * The walk's fast path: blocks j.. of w guessed on the pages one stride
+ * past their parent's, taken (kvshm_take_at) while they hold, up to `end`
+ * or the end of the pool, each prefetching the page KVSHM_AHEAD_SEQ
+ * strides on (a hint: an address past the pool faults nothing). Returns
+ * the first block that did not hold, or `end`.
+ *
+ * Out of line, stepping pointers, and compiled twice: for the common walk
+ * (blocks of 16 tokens, pages going up), where stride and block size are
+ * constants, and for any other. Inlined into kvshm_walk_pin, whose probe
+ * calls keep a score of values live, GCC kept half of this loop's on the
+ * stack.
+ */
+static inline __attribute__((always_inline)) size_t
+kvshm_walk_seq_at(const struct kvshm_view *v, struct kvshm_ledger *l, const struct kvshm_walk *w,
+		  size_t j, size_t end, int32_t stride, uint32_t bt)
+{
+	const uint32_t ns_id = w->ns_id, *slot = w->slot;
+	const uint32_t *q = w->tokens + j * bt;
+	const struct kvshm_key *key = &w->keys[j], *parent = w->flat ? &w->parent : key - 1;
+	const ptrdiff_t pstep = w->flat ? 0 : 1;
+	uint32_t pg = w->page[j - 1], *wpage = w->page, *wgen = w->gen;
+	const struct kvshm_page *p = &v->pages[pg];
+	const uint32_t *t = v->tokens + (uint64_t)pg * bt;
+	size_t room = stride > 0 ? v->n_pages - 1 - pg : pg, pre;
+
+	/* Pages past the pool's end are not guessed (the caller probes). */
+	if (room < end - j)
+		end = j + room;
+	/* The blocks that prefetch: those KVSHM_AHEAD_SEQ short of n. */
+	pre = w->n > KVSHM_AHEAD_SEQ ? w->n - KVSHM_AHEAD_SEQ : 0;
+	for (; j < end; j++, key++, parent += pstep, q += bt) {
+		pg += (uint32_t)stride;
+		p += stride;
+		t += (ptrdiff_t)stride * bt;
+		wpage[j] = pg;
+		if (!kvshm_take_at(l, slot[j], p, t, pg, ns_id, key, parent, q, bt, &wgen[j]))
+			break;
+		if (j < pre) {
+			__builtin_prefetch(p + KVSHM_AHEAD_SEQ * stride, 0, 3);
+			__builtin_prefetch(t + (ptrdiff_t)KVSHM_AHEAD_SEQ * stride * bt, 0, 3);
+		}
+	}
+	return j;
+}
+
+static __attribute__((noinline)) size_t
+kvshm_walk_seq_up16(const struct kvshm_view *v, struct kvshm_ledger *l,
+		    const struct kvshm_walk *w, size_t j, size_t end)
+{
+	return kvshm_walk_seq_at(v, l, w, j, end, 1, 16);
+}
+
+static __attribute__((noinline)) size_t
+kvshm_walk_seq_any(const struct kvshm_view *v, struct kvshm_ledger *l,
+		   const struct kvshm_walk *w, size_t j, size_t end, int32_t stride)
+{
+	return kvshm_walk_seq_at(v, l, w, j, end, stride, v->bt);
+}
+
+static inline size_t kvshm_walk_seq(const struct kvshm_view *v, struct kvshm_ledger *l,
+				    const struct kvshm_walk *w, size_t j, size_t end,
+				    int32_t stride)
+{
+	if (stride == 1 && v->bt == 16)
+		return kvshm_walk_seq_up16(v, l, w, j, end);
+	return kvshm_walk_seq_any(v, l, w, j, end, stride);
+}
+
 static inline size_t kvshm_walk_pin(const struct kvshm_header *h, struct kvshm_ledger *l,
 				    const struct kvshm_walk *w, bool *missed)
 {
 	const struct kvshm_view v = kvshm_view(h);
 	const struct kvshm_key *keys = w->keys, *parent = &w->parent;
-	const uint32_t *tokens = w->tokens;
-	uint32_t *wpage = w->page, *wgen = w->gen, pg, k, ns_id = w->ns_id, bt = v.bt;
+	const uint32_t *slot = w->slot;
+	uint32_t *wpage = w->page, *wgen = w->gen, pg, k;
 	size_t n = w->n, i, j, run, end;
-	bool guess = true, ramp = !w->ahead, flat = w->flat, stop = false;
+	bool guess = true, ramp = !w->ahead, fence = w->fence, stop = false;
+	bool seq = true;	/* every block so far a guess that held, one way */
 	int32_t stride = 1;
 	struct kvshm_walk_state s;
 
@@ -313,70 +448,75 @@ static inline size_t kvshm_walk_pin(const struct kvshm_header *h, struct kvshm_l
 	 * line, sees it in s. */
 	pg = kvshm_view_find(&v, keys[0]);
 	wpage[0] = pg;
-	if (!kvshm_view_verify(&v, pg, ns_id, &keys[0], parent, tokens, &wgen[0])) {
+	if (!kvshm_walk_take(&v, l, slot[0], pg, w->ns_id, &keys[0], parent, w->tokens,
+			     &wgen[0])) {
 		*missed = true;
 		return 0;
 	}
 	if (n == 1) {
-		/* A one-block request: its pin and its access, nothing of
-		 * the loop's set-up (2 of its 23 ns). */
-		if (!kvshm_pin_run_at(l, w->slot, v.pages, wpage, wgen, 1, w->fence))
+		/* A one-block request: nothing of the loop's set-up. */
+		if (fence && !kvshm_pin_check(l, slot, v.pages, wpage, wgen, 1, true))
 			return 0;
-		kvshm_ledger_touch_run(l, wpage, 1);
+		kvshm_ledger_touch(l, pg);
 		return 1;
 	}
 	s.streak = 1;
+	/* Runs of KVSHM_PIN_RUN under one fence each; with no fence, one. */
 	for (i = 0, j = 1; i < n; i = end) {
-		end = i + KVSHM_PIN_RUN < n ? i + KVSHM_PIN_RUN : n;
-		for (; j < end; j++) {
+		end = fence && i + KVSHM_PIN_RUN < n ? i + KVSHM_PIN_RUN : n;
+		while (j < end) {
 			bool guessed = guess;
 
-			if (!flat)
-				parent = &keys[j - 1];
 			if (guessed) {
-				pg = wpage[j - 1] + (uint32_t)stride;
-				wpage[j] = pg;
-				if (kvshm_view_verify(&v, pg, ns_id, &keys[j], parent,
-						      tokens + j * bt, &wgen[j])) {
-					/* Pages ahead on their way, as far as the
-					 * request goes: after the first guess that
-					 * held, the whole distance at once. */
-					if (__builtin_expect(ramp, 0)) {
-						for (k = 1; k <= KVSHM_AHEAD_SEQ && j + k < n; k++)
-							kvshm_walk_prefetch_page(
-								&v, pg + (uint32_t)((int32_t)k * stride));
-						ramp = false;
-					} else if (j + KVSHM_AHEAD_SEQ < n) {
+				/* Pages ahead on their way, as far as the
+				 * request goes, when the guessing (re)starts:
+				 * the whole distance at once. */
+				if (__builtin_expect(ramp, 0)) {
+					for (k = 0; k <= KVSHM_AHEAD_SEQ && j + k < n; k++)
 						kvshm_walk_prefetch_page(
-							&v, pg + (uint32_t)(KVSHM_AHEAD_SEQ * stride));
-					}
-					continue;
+							&v, wpage[j - 1] +
+								    (uint32_t)((int32_t)(k + 1) * stride));
+					ramp = false;
 				}
+				j = kvshm_walk_seq(&v, l, w, j, end, stride);
+				if (j == end)
+					break;
 			}
+			seq = false;
+			if (!w->flat)
+				parent = &keys[j - 1];
 			s.stride = stride;
 			if (!kvshm_walk_probe(&v, w, &s, j, parent, guessed)) {
 				stop = true;
 				break;
 			}
+			/* Verified before its slot was stored: pinned now. */
+			if (!kvshm_pin_run_at(l, slot + j, v.pages, wpage + j, wgen + j, 1, false))
+				break;
 			stride = s.stride;
 			guess = s.guess;
 			ramp = s.ramp;
+			j++;
 		}
-		run = kvshm_pin_run_at(l, w->slot + i, v.pages, wpage + i, wgen + i, j - i,
-				       w->fence);
-		if (run < j - i) {
+		run = j - i;
+		if (fence)
+			run = kvshm_pin_check(l, slot + i, v.pages, wpage + i, wgen + i, run, true);
+		if (run < end - i && !stop) {
 			/* Lost to the evictor: a pin failure (*missed stays
 			 * false). */
 			kvshm_ledger_touch_run(l, wpage, i + run);
 			return i + run;
 		}
 		if (stop) {
-			*missed = true;
-			kvshm_ledger_touch_run(l, wpage, j);
-			return j;
+			*missed = run == j - i;
+			kvshm_ledger_touch_run(l, wpage, i + run);
+			return i + run;
 		}
 	}
-	kvshm_ledger_touch_run(l, wpage, n);
+	if (seq)
+		kvshm_ledger_touch_seq(l, wpage[0], n, stride);
+	else
+		kvshm_ledger_touch_run(l, wpage, n);
 	return n;
 }
 

@@ -413,6 +413,38 @@ static void test_ring_runs(void **state)
 	assert_int_equal(atomic_load(&f->l->ring[9]), KVSHM_RING_RUN | 42);
 }
 
+/* kvshm_ledger_touch_seq writes what kvshm_ledger_touch_run writes for
+ * the same run (up or down, shorter and longer than a run entry, across
+ * the ring's wrap), without reading the run's pages. */
+static void test_ring_seq(void **state)
+{
+	struct fix *f = *state;
+	static const size_t lens[] = { 1, 2, 3, 256, 257, 258, 300, 513, 600 };
+	uint32_t pages[600], a[KVSHM_RING], i;
+	uint64_t h0, h1, h2;
+	size_t k;
+
+	for (k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+		for (int32_t stride = -1; stride <= 1; stride += 2) {
+			uint32_t first = stride > 0 ? 1000 : 5000;
+
+			for (i = 0; i < lens[k]; i++)
+				pages[i] = first + (uint32_t)((int32_t)i * stride);
+			h0 = atomic_load(&f->l->ring_head);
+			kvshm_ledger_touch_run(f->l, pages, lens[k]);
+			h1 = atomic_load(&f->l->ring_head);
+			for (i = 0; i < h1 - h0; i++)
+				a[i] = atomic_load(&f->l->ring[(h0 + i) % KVSHM_RING]);
+			kvshm_ledger_touch_seq(f->l, first, lens[k], stride);
+			h2 = atomic_load(&f->l->ring_head);
+			assert_int_equal(h2 - h1, h1 - h0);
+			for (i = 0; i < h1 - h0; i++)
+				assert_int_equal(atomic_load(&f->l->ring[(h1 + i) % KVSHM_RING]),
+						 a[i]);
+		}
+	}
+}
+
 static void test_validate(void **state)
 {
 	struct fix *f = *state;
@@ -639,6 +671,61 @@ static void test_walk_guess_and_index(void **state)
 	}
 }
 
+/* A chain of 8 blocks on pages `at` (every other page of the pool free):
+ * walked whole, each block on its page, and pinned. */
+static void walk_laid(struct fix *f, const uint32_t *at)
+{
+	enum { N = 8 };
+	struct kvshm_key keys[N], parent = { 7, 7 };
+	uint32_t tokens[N * BT], all[NPAGES], gens[NPAGES], slots[N], gp[N], gg[N];
+	uint32_t i, j, w, wg;
+	struct kvshm_walk walk = { keys, tokens, slots, gp, gg, N, 1, { 7, 7 } };
+	bool used[NPAGES] = { false }, missed;
+
+	for (i = 0; i < NPAGES; i++)
+		assert_int_equal(kvshm_page_alloc(f->h, 3, 1, &all[i], &gens[i]), 0);
+	for (i = 0; i < N; i++) {
+		used[at[i]] = true;
+		keys[i] = (struct kvshm_key){ 0x7300 + i, (uint64_t)(0x55 + i) << 32 | i };
+		for (j = 0; j < BT; j++)
+			tokens[i * BT + j] = 7000 + i * BT + j;
+		assert_int_equal(kvshm_page_publish(f->h, at[i], gens[at[i]], 3, keys[i], parent,
+						    tokens + i * BT, &w, &wg), KVSHM_PUBLISHED);
+		parent = keys[i];
+		slots[i] = i;
+	}
+	for (i = NPAGES; i-- > 0;)
+		if (!used[i])
+			assert_int_equal(kvshm_page_free(f->h, i, gens[i], 3), 0);
+	for (int fence = 0; fence < 2; fence++) {
+		walk.fence = fence;
+		assert_int_equal(kvshm_walk_pin(f->h, f->l, &walk, &missed), N);
+		assert_false(missed);
+		for (i = 0; i < N; i++) {
+			assert_int_equal(gp[i], at[i]);
+			assert_int_equal(slot(f, i), kvshm_slot_pack(at[i], gens[at[i]]));
+			kvshm_ledger_unpin(f->l, i);
+		}
+	}
+}
+
+/* A run up to the pool's last page that goes on at page 0, and one down
+ * to page 0 that goes on at the last, with and without the fence: the
+ * guessing stops at the pool's end and the index finds the rest. */
+static void test_walk_past_the_pool_end(void **state)
+{
+	const uint32_t up[8] = { NPAGES - 4, NPAGES - 3, NPAGES - 2, NPAGES - 1, 0, 1, 2, 3 };
+
+	walk_laid(*state, up);
+}
+
+static void test_walk_down_past_page_0(void **state)
+{
+	const uint32_t down[8] = { 3, 2, 1, 0, NPAGES - 1, NPAGES - 2, NPAGES - 3, NPAGES - 4 };
+
+	walk_laid(*state, down);
+}
+
 /* An engine-keyed walk (flat): every block's parent is the walk's parent
  * (the root), not the block before it; a chained walk over the same
  * blocks stops after the first. */
@@ -680,10 +767,13 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_ring_wraps, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ring_run_deepest_first, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ring_runs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ring_seq, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_validate, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk_pins_verified_prefix, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk_flat, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk_guess_and_index, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_past_the_pool_end, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_down_past_page_0, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("ledger", tests, NULL, NULL);
