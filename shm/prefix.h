@@ -55,7 +55,7 @@
 #define KVSHM_AHEAD_BUCKET 32	/* blocks ahead whose bucket is prefetched */
 #define KVSHM_AHEAD_PAGE 8	/* blocks ahead whose page is prefetched */
 #define KVSHM_PIN_RUN 32	/* verified blocks pinned under one fence */
-#define KVSHM_AHEAD_SEQ 32	/* pages ahead prefetched while guessing */
+#define KVSHM_AHEAD_SEQ 64	/* pages ahead prefetched while guessing */
 #define KVSHM_AHEAD_FIRST 8	/* buckets kvshm_walk_prefetch prefetches */
 #define KVSHM_PEEK_AFTER 4	/* blocks hashed before block 0's bucket is read */
 
