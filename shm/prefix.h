@@ -360,9 +360,10 @@ kvshm_walk_take(const struct kvshm_view *v, struct kvshm_ledger *l, uint32_t slo
 /*
  * The walk's fast path: blocks j.. of w guessed on the pages one stride
  * past their parent's, taken (kvshm_take_at) while they hold, up to `end`
- * or the end of the pool, each prefetching the page KVSHM_AHEAD_SEQ
- * strides on (a hint: an address past the pool faults nothing). Returns
- * the first block that did not hold, or `end`.
+ * or the end of the pool, those at least KVSHM_AHEAD_SEQ short of the
+ * request's end prefetching the page KVSHM_AHEAD_SEQ strides on (a hint:
+ * an address past the pool faults nothing). Returns the first block that
+ * did not hold, or `end`.
  *
  * Out of line, stepping pointers, and compiled twice: for the common walk
  * (blocks of 16 tokens, pages going up), where stride and block size are

@@ -601,6 +601,37 @@ static void test_walk_pins_verified_prefix(void **state)
 }
 
 /*
+ * Every page of the pool handed out (a fresh pool hands out 0, 1, ...),
+ * then a chain of n blocks (keys[i] child of keys[i - 1], root {7, 7},
+ * tokens seed + i * BT + j) published on pages at[0..n), and the other
+ * pages freed; their gens out in gens[NPAGES].
+ */
+static void lay_chain(struct fix *f, const uint32_t *at, uint32_t n, uint32_t seed,
+		      struct kvshm_key *keys, uint32_t *tokens, uint32_t *gens)
+{
+	struct kvshm_key parent = { 7, 7 };
+	uint32_t all[NPAGES], i, j, w, wg;
+	bool used[NPAGES] = { false };
+
+	for (i = 0; i < NPAGES; i++) {
+		assert_int_equal(kvshm_page_alloc(f->h, 3, 1, &all[i], &gens[i]), 0);
+		assert_int_equal(all[i], i);
+	}
+	for (i = 0; i < n; i++) {
+		used[at[i]] = true;
+		keys[i] = (struct kvshm_key){ seed + i, (uint64_t)(seed + 0x33 + i) << 32 | i };
+		for (j = 0; j < BT; j++)
+			tokens[i * BT + j] = seed + i * BT + j;
+		assert_int_equal(kvshm_page_publish(f->h, at[i], gens[at[i]], 3, keys[i], parent,
+						    tokens + i * BT, &w, &wg), KVSHM_PUBLISHED);
+		parent = keys[i];
+	}
+	for (i = NPAGES; i-- > 0;)
+		if (!used[i])
+			assert_int_equal(kvshm_page_free(f->h, i, gens[i], 3), 0);
+}
+
+/*
  * shm/prefix.h finds a block's page two ways: by guessing the page next to
  * its parent's (blocks allocated together) or through the index. A chain
  * laid out in a run, then scattered, then in a run up and one down is
@@ -614,33 +645,20 @@ static void test_walk_guess_and_index(void **state)
 {
 	enum { N = 40 };
 	struct fix *f = *state;
-	struct kvshm_key keys[N], parent = { 7, 7 };
-	uint32_t tokens[N * BT], all[NPAGES], gens[NPAGES], page[N], slots[N], gp[N], gg[N];
-	uint32_t i, j, w, wg, fresh, fresh_gen;
+	struct kvshm_key keys[N];
+	uint32_t tokens[N * BT], gens[NPAGES], page[N], slots[N], gp[N], gg[N];
+	uint32_t i, w, wg, fresh, fresh_gen;
 	struct kvshm_walk walk = { keys, tokens, slots, gp, gg, N, 1, { 7, 7 } };
-	bool used[NPAGES] = { false }, missed;
+	bool missed;
 
-	for (i = 0; i < NPAGES; i++) {
-		assert_int_equal(kvshm_page_alloc(f->h, 3, 1, &all[i], &gens[i]), 0);
-		assert_int_equal(all[i], i);	/* the free list hands out a run */
-	}
 	for (i = 0; i < N; i++) {
 		/* 0..11 in a run, 12..23 scattered, 24..31 a run, 32..39 a
 		 * run downwards. */
 		page[i] = i < 12 ? i : i < 24 ? 62 - 2 * (i - 12) : i < 32 ? 12 + (i - 24) :
 			  27 - (i - 32);
-		used[page[i]] = true;
-		keys[i] = (struct kvshm_key){ 0x7100 + i, (uint64_t)(0x33 + i) << 32 | i };
-		for (j = 0; j < BT; j++)
-			tokens[i * BT + j] = 9000 + i * BT + j;
-		assert_int_equal(kvshm_page_publish(f->h, page[i], gens[page[i]], 3, keys[i], parent,
-						    tokens + i * BT, &w, &wg), KVSHM_PUBLISHED);
-		parent = keys[i];
 		slots[i] = i;
 	}
-	for (i = NPAGES; i-- > 0;)
-		if (!used[i])
-			assert_int_equal(kvshm_page_free(f->h, i, gens[i], 3), 0);
+	lay_chain(f, page, N, 0x7100, keys, tokens, gens);
 	assert_int_equal(kvshm_walk_pin(f->h, f->l, &walk, &missed), N);
 	assert_false(missed);
 	for (i = 0; i < N; i++) {
@@ -676,27 +694,14 @@ static void test_walk_guess_and_index(void **state)
 static void walk_laid(struct fix *f, const uint32_t *at)
 {
 	enum { N = 8 };
-	struct kvshm_key keys[N], parent = { 7, 7 };
-	uint32_t tokens[N * BT], all[NPAGES], gens[NPAGES], slots[N], gp[N], gg[N];
-	uint32_t i, j, w, wg;
+	struct kvshm_key keys[N];
+	uint32_t tokens[N * BT], gens[NPAGES], slots[N], gp[N], gg[N], i;
 	struct kvshm_walk walk = { keys, tokens, slots, gp, gg, N, 1, { 7, 7 } };
-	bool used[NPAGES] = { false }, missed;
+	bool missed;
 
-	for (i = 0; i < NPAGES; i++)
-		assert_int_equal(kvshm_page_alloc(f->h, 3, 1, &all[i], &gens[i]), 0);
-	for (i = 0; i < N; i++) {
-		used[at[i]] = true;
-		keys[i] = (struct kvshm_key){ 0x7300 + i, (uint64_t)(0x55 + i) << 32 | i };
-		for (j = 0; j < BT; j++)
-			tokens[i * BT + j] = 7000 + i * BT + j;
-		assert_int_equal(kvshm_page_publish(f->h, at[i], gens[at[i]], 3, keys[i], parent,
-						    tokens + i * BT, &w, &wg), KVSHM_PUBLISHED);
-		parent = keys[i];
+	for (i = 0; i < N; i++)
 		slots[i] = i;
-	}
-	for (i = NPAGES; i-- > 0;)
-		if (!used[i])
-			assert_int_equal(kvshm_page_free(f->h, i, gens[i], 3), 0);
+	lay_chain(f, at, N, 0x7300, keys, tokens, gens);
 	for (int fence = 0; fence < 2; fence++) {
 		walk.fence = fence;
 		assert_int_equal(kvshm_walk_pin(f->h, f->l, &walk, &missed), N);
