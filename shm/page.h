@@ -198,6 +198,30 @@ static inline bool kvshm_ident_eq(const struct kvshm_page *p, const uint32_t *st
 }
 
 /*
+ * Reader: the body of a verify, between the caller's acquire read of page
+ * entry p's gen (g) and its return: READY, listed, in namespace ns_id
+ * with exactly this key, parent and tokens (the page's own at t, bt of
+ * them), and gen still g after an acquire fence, so the identity read was
+ * stable. kvshm_view_verify runs it right after reading g; a walk's pin
+ * (kvshm_take_at, prefix.h) stores its slot in between, which makes these
+ * loads the pin's re-check as well.
+ */
+static inline __attribute__((always_inline)) bool
+kvshm_page_holds(const struct kvshm_page *p, const uint32_t *t, uint32_t g, uint32_t ns_id,
+		 const struct kvshm_key *key, const struct kvshm_key *parent,
+		 const uint32_t *tokens, uint32_t bt)
+{
+	if (atomic_load_explicit(&p->state, memory_order_acquire) != KVSHM_PAGE_READY ||
+	    (__atomic_load_n(&p->ns_id, __ATOMIC_RELAXED) ^ ns_id) |
+		    __atomic_load_n(&p->unlisted, __ATOMIC_RELAXED) ||
+	    !kvshm_ident_eq(p, t, key, parent, tokens, bt))
+		return false;
+	/* Identity read under gen g: the caller's pin re-checks gen. */
+	atomic_thread_fence(memory_order_acquire);
+	return atomic_load_explicit(&p->gen, memory_order_relaxed) == g;
+}
+
+/*
  * Reader (inline: the client's hot path): is `page` READY, listed, in
  * namespace ns_id with exactly this key, parent and tokens? On success
  * *gen is the generation under which it matched; the caller pins (page,
@@ -217,14 +241,8 @@ kvshm_view_verify(const struct kvshm_view *v, uint32_t page, uint32_t ns_id,
 		return false;
 	p = &v->pages[page];
 	g = atomic_load_explicit(&p->gen, memory_order_acquire);
-	if (atomic_load_explicit(&p->state, memory_order_acquire) != KVSHM_PAGE_READY ||
-	    (__atomic_load_n(&p->ns_id, __ATOMIC_RELAXED) ^ ns_id) |
-		    __atomic_load_n(&p->unlisted, __ATOMIC_RELAXED) ||
-	    !kvshm_ident_eq(p, v->tokens + (uint64_t)page * v->bt, key, parent, tokens, v->bt))
-		return false;
-	/* Identity read under gen g: the caller's pin re-checks gen. */
-	atomic_thread_fence(memory_order_acquire);
-	if (atomic_load_explicit(&p->gen, memory_order_relaxed) != g)
+	if (!kvshm_page_holds(p, v->tokens + (uint64_t)page * v->bt, g, ns_id, key, parent,
+			      tokens, v->bt))
 		return false;
 	*gen = g;
 	return true;

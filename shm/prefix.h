@@ -313,13 +313,12 @@ static __attribute__((noinline)) bool kvshm_walk_probe(const struct kvshm_view *
 /*
  * Block `key` on page entry p (page pg, its tokens at t, bt of them),
  * verified and pinned in one pass: its gen read, slot `slot` stored naming
- * (pg, gen), then, in the compiler's order, its state, namespace and
- * identity checked and its gen read again. That is kvshm_view_verify's
- * seqlock read with the pin's store inside it, so the state and gen loads
- * a pin makes after its store (ledger.h) are the verify's own. Returns
- * whether the block held; its slot is cleared when not. A walk with
- * `fence` checks its pins again after one fence per run (kvshm_pin_check):
- * for it, these checks are a first look.
+ * (pg, gen), then, in the compiler's order, kvshm_page_holds: the
+ * verify's seqlock read with the pin's store inside it, so the state and
+ * gen loads a pin makes after its store (ledger.h) are the verify's own.
+ * Returns whether the block held; its slot is cleared when not. A walk
+ * with `fence` checks its pins again after one fence per run
+ * (kvshm_pin_check): for it, these checks are a first look.
  */
 static inline __attribute__((always_inline)) bool
 kvshm_take_at(struct kvshm_ledger *l, uint32_t slot, const struct kvshm_page *p,
@@ -330,16 +329,9 @@ kvshm_take_at(struct kvshm_ledger *l, uint32_t slot, const struct kvshm_page *p,
 
 	atomic_store_explicit(&l->slot[slot], kvshm_slot_pack(pg, g), memory_order_relaxed);
 	atomic_signal_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&p->state, memory_order_relaxed) == KVSHM_PAGE_READY &&
-	    !((__atomic_load_n(&p->ns_id, __ATOMIC_RELAXED) ^ ns_id) |
-	      __atomic_load_n(&p->unlisted, __ATOMIC_RELAXED)) &&
-	    kvshm_ident_eq(p, t, key, parent, tokens, bt)) {
-		/* Identity read under gen g. */
-		atomic_thread_fence(memory_order_acquire);
-		if (atomic_load_explicit(&p->gen, memory_order_relaxed) == g) {
-			*gen = g;
-			return true;
-		}
+	if (kvshm_page_holds(p, t, g, ns_id, key, parent, tokens, bt)) {
+		*gen = g;
+		return true;
 	}
 	atomic_store_explicit(&l->slot[slot], 0, memory_order_release);
 	return false;
