@@ -517,6 +517,7 @@ static int attach(kvc_t *c, const struct kvc_model *m, const struct kvc_options 
 		rc = -EPROTO;
 		goto out;
 	}
+	c->view = kvshm_view(c->seg);
 	c->pin_fence = !(c->seg->flags & KVSHM_F_MEMBARRIER) || barrier_join();
 	if (c->pool_kind == KVSHM_POOL_HOST) {
 		if ((rc = map_fd(fds[1], hr.pool_bytes, PROT_READ | PROT_WRITE, &p)))

@@ -28,6 +28,9 @@ struct kvc {
 
 	const struct kvshm_header *seg;	/* read-only mapping */
 	uint64_t seg_bytes;
+	/* The segment's geometry as a walk reads it (kvshm_view), made once
+	 * when it is mapped: fixed for the segment's life. */
+	struct kvshm_view view;
 	uint8_t *pool;			/* read-write mapping of the pool */
 	uint64_t pool_bytes;
 	struct kvshm_ledger *ledger;	/* our own, read-write */
@@ -199,7 +202,10 @@ struct kvci_tls {
 	uint64_t serial;	/* the handle's; 0: empty */
 	struct kvci_thr *t;
 };
-extern __thread struct kvci_tls kvci_tls[KVCI_TLS];
+/* Initial-exec: one load off the thread pointer, no __tls_get_addr call
+ * on every lookup. 64 bytes of the static TLS that glibc keeps for
+ * libraries loaded with dlopen (Python's ctypes). */
+extern __thread struct kvci_tls kvci_tls[KVCI_TLS] __attribute__((tls_model("initial-exec")));
 
 /* kvc_open: a serial, the thread cache's size, the live list. kvc_close:
  * off the live list, every thread's record freed. */
@@ -259,13 +265,19 @@ static inline struct kvci_row kvci_row(kvc_t *c, const struct kvci_thr *t)
 	return w;
 }
 
+/* Add v to a counter of a row the thread owns: no other writer. */
+static inline void kvci_own_add(_Atomic uint64_t *p, uint64_t v)
+{
+	atomic_store_explicit(p, atomic_load_explicit(p, memory_order_relaxed) + v,
+			      memory_order_relaxed);
+}
+
 static inline void kvci_row_add(struct kvci_row w, size_t off, uint64_t v)
 {
 	_Atomic uint64_t *p = (_Atomic uint64_t *)((char *)w.p + off);
 
 	if (w.own)
-		atomic_store_explicit(p, atomic_load_explicit(p, memory_order_relaxed) + v,
-				      memory_order_relaxed);
+		kvci_own_add(p, v);
 	else
 		atomic_fetch_add_explicit(p, v, memory_order_relaxed);
 }

@@ -203,7 +203,7 @@ pin_run(struct kvc_req *r, struct kvci_thr *t, struct kvci_row row, size_t from,
 		.fence = c->pin_fence, .ahead = !from && r->ahead,
 	};
 	r->ahead = false;	/* its prefetches are spent */
-	i = from + kvshm_walk_pin(c->seg, c->ledger, &w, missed);
+	i = from + kvshm_view_walk_pin(&c->view, c->ledger, &w, missed);
 	if (__builtin_expect(i < from + got, 0)) {
 		if (!*missed)
 			KVCI_ROW_ADD(row, pin_failures, 1);
@@ -334,10 +334,22 @@ int kvc_lookup(struct kvc_req *r)
 	r->stage = 1;
 	i = pin_run(r, t, row, 0, &missed);
 	r->hits = (uint32_t)i;
-	if (missed)
-		lookup_missed(r, i);
 	if (i)
 		kvshm_ledger_hit(c->ledger, r->keys[0], (uint64_t)i * c->bt, r->label);
+	if (__builtin_expect(i == r->n && row.own, 1)) {
+		/* All of it a hit, counted in the thread's own row: plain
+		 * adds, none of count()'s cases (no miss, nothing deferred). */
+		struct kvshm_ctr *p = row.p;
+
+		kvci_own_add(&p->lookups, 1);
+		kvci_own_add(&p->lookup_tokens, r->n_tokens);
+		kvci_own_add(&p->hit_blocks, i);
+		kvci_own_add(&p->hit_tokens, (uint64_t)i * c->bt);
+		r->counted_hits = (uint32_t)i;
+		return (int)i;
+	}
+	if (missed)
+		lookup_missed(r, i);
 	KVCI_ROW_ADD(row, lookup_tokens, r->n_tokens);
 	KVCI_ROW_ADD(row, lookups, 1);
 	count(r, row);

@@ -31,7 +31,7 @@
 
 #include "client_int.h"
 
-__thread struct kvci_tls kvci_tls[KVCI_TLS];
+__thread struct kvci_tls kvci_tls[KVCI_TLS] __attribute__((tls_model("initial-exec")));
 
 /* Guards every handle's thr list and the list of live handles. */
 static pthread_mutex_t thr_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -63,13 +63,19 @@ static inline __attribute__((always_inline)) uint32_t kvshm_bucket_find(const st
 			kvshm_cpu_relax();
 			continue;
 		}
+		/* Every entry compared, with no branch: a select per entry
+		 * (the lookup's one probe of a short request). */
 		ref = 0;
+#pragma GCC unroll 4
 		for (j = 0; j < KVSHM_BUCKET_ENTRIES; j++) {
 			uint32_t r = __atomic_load_n(&b->e[j].ref, __ATOMIC_RELAXED);
+			unsigned hit = (unsigned)(r != 0) &
+				       (unsigned)(__atomic_load_n(&b->e[j].tag, __ATOMIC_RELAXED) ==
+						  k.lo) &
+				       (unsigned)(__atomic_load_n(&b->e[j].check, __ATOMIC_RELAXED) ==
+						  (uint32_t)k.hi);
 
-			if (r && __atomic_load_n(&b->e[j].tag, __ATOMIC_RELAXED) == k.lo &&
-			    __atomic_load_n(&b->e[j].check, __ATOMIC_RELAXED) == (uint32_t)k.hi)
-				ref = r;
+			ref = hit ? r : ref;
 		}
 		sp = __atomic_load_n(&b->spill, __ATOMIC_RELAXED);
 		atomic_thread_fence(memory_order_acquire);

@@ -419,40 +419,24 @@ static inline size_t kvshm_walk_seq(const struct kvshm_view *v, struct kvshm_led
 	return kvshm_walk_seq_any(v, l, w, j, end, stride);
 }
 
-static inline size_t kvshm_walk_pin(const struct kvshm_header *h, struct kvshm_ledger *l,
-				    const struct kvshm_walk *w, bool *missed)
+/*
+ * kvshm_walk_pin's blocks 1.. (block 0 pinned on page wpage[0]): out of
+ * line, so that a one-block walk is its caller's code alone.
+ */
+static __attribute__((noinline)) size_t
+kvshm_walk_on(const struct kvshm_view *vp, struct kvshm_ledger *l, const struct kvshm_walk *w,
+	      bool *missed)
 {
-	const struct kvshm_view v = kvshm_view(h);
+	const struct kvshm_view v = *vp;
 	const struct kvshm_key *keys = w->keys, *parent = &w->parent;
 	const uint32_t *slot = w->slot;
-	uint32_t *wpage = w->page, *wgen = w->gen, pg, k;
+	uint32_t *wpage = w->page, *wgen = w->gen, k;
 	size_t n = w->n, i, j, run, end;
 	bool guess = true, ramp = !w->ahead, fence = w->fence, stop = false;
 	bool seq = true;	/* every block so far a guess that held, one way */
 	int32_t stride = 1;
 	struct kvshm_walk_state s;
 
-	*missed = false;
-	if (!n)
-		return 0;
-	/* The first block: its bucket, which kvc_req_new prefetched. Its
-	 * successor is guessed at once (a request's blocks are one run as a
-	 * rule). The guessing state lives in locals: only a probe, out of
-	 * line, sees it in s. */
-	pg = kvshm_view_find(&v, keys[0]);
-	wpage[0] = pg;
-	if (!kvshm_walk_take(&v, l, slot[0], pg, w->ns_id, &keys[0], parent, w->tokens,
-			     &wgen[0])) {
-		*missed = true;
-		return 0;
-	}
-	if (n == 1) {
-		/* A one-block request: nothing of the loop's set-up. */
-		if (fence && !kvshm_pin_check(l, slot, v.pages, wpage, wgen, 1, true))
-			return 0;
-		kvshm_ledger_touch(l, pg);
-		return 1;
-	}
 	s.streak = 1;
 	/* Runs of KVSHM_PIN_RUN under one fence each; with no fence, one. */
 	for (i = 0, j = 1; i < n; i = end) {
@@ -511,6 +495,42 @@ static inline size_t kvshm_walk_pin(const struct kvshm_header *h, struct kvshm_l
 	else
 		kvshm_ledger_touch_run(l, wpage, n);
 	return n;
+}
+
+/* The walk on view v (the header's fields read once, by the caller or
+ * kvshm_walk_pin). Block 0 here: its bucket, which kvc_req_new
+ * prefetched; a one-block walk ends here too. */
+static inline __attribute__((always_inline)) size_t
+kvshm_view_walk_pin(const struct kvshm_view *v, struct kvshm_ledger *l, const struct kvshm_walk *w,
+		    bool *missed)
+{
+	uint32_t pg;
+
+	*missed = false;
+	if (!w->n)
+		return 0;
+	pg = kvshm_view_find(v, w->keys[0]);
+	w->page[0] = pg;
+	if (!kvshm_walk_take(v, l, w->slot[0], pg, w->ns_id, &w->keys[0], &w->parent, w->tokens,
+			     &w->gen[0])) {
+		*missed = true;
+		return 0;
+	}
+	if (w->n > 1)
+		return kvshm_walk_on(v, l, w, missed);
+	/* A one-block request: nothing of the loop's set-up. */
+	if (w->fence && !kvshm_pin_check(l, w->slot, v->pages, w->page, w->gen, 1, true))
+		return 0;
+	kvshm_ledger_touch(l, pg);
+	return 1;
+}
+
+static inline size_t kvshm_walk_pin(const struct kvshm_header *h, struct kvshm_ledger *l,
+				    const struct kvshm_walk *w, bool *missed)
+{
+	const struct kvshm_view v = kvshm_view(h);
+
+	return kvshm_view_walk_pin(&v, l, w, missed);
 }
 
 #endif

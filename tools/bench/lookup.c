@@ -21,6 +21,10 @@
  *                  read one copy, hot in L1, while kvcached read a batch
  *                  of requests as big as 400 KB). K_PEER_HASH: the same after kvc_keys() (the same
  *                  XXH3 chain into a caller buffer).
+ *   K_FLOOR        floor.h's floor_lookup on requests prepared as for
+ *                  K_LOOKUP: the same hits by one straight function doing
+ *                  only what a verified, pinned, recorded lookup must.
+ *                  Rows: lookup against it, and it against the table.
  *   K_REDIS_GET    kvc_keys, then one GET per block (one round trip each,
  *                  hiredis), walking the prefix until the first miss.
  *   K_REDIS_MGET   kvc_keys, then one MGET of every block key (one round
@@ -57,6 +61,7 @@
 #include <libmemcached/memcached.h>
 
 #include "bench.h"
+#include "floor.h"
 #include "table.h"
 
 #define PIN_BUDGET	4096	/* pins one lookup batch may hold at once */
@@ -77,12 +82,12 @@ struct lk_val {
 /* ------------------------------------------------------ lookup workers */
 
 enum {
-	K_LOOKUP, K_PEER_LOOKUP, K_HASH, K_PEER_HASH,
+	K_LOOKUP, K_PEER_LOOKUP, K_HASH, K_PEER_HASH, K_FLOOR,
 	K_REDIS_GET, K_REDIS_MGET, K_MC_GET, K_MC_MGET, K_N
 };
 
 static const char *const kind_peer[K_N] = {
-	[K_PEER_LOOKUP] = "hashtable", [K_PEER_HASH] = "hashtable",
+	[K_PEER_LOOKUP] = "hashtable", [K_PEER_HASH] = "hashtable", [K_FLOOR] = "floor",
 	[K_REDIS_GET] = "redis-get", [K_REDIS_MGET] = "redis-mget",
 	[K_MC_GET] = "memcached-get", [K_MC_MGET] = "memcached-mget",
 };
@@ -292,14 +297,16 @@ static uint64_t run_batch(struct wstate *w, const struct session *s, int k, uint
 	size_t b, n = w->n, B = k >= K_REDIS_GET ? 1 : w->batch, got;
 	uint64_t t0, t1, acc = 0;
 
-	if (k == K_LOOKUP) {
+	if (k == K_LOOKUP || k == K_FLOOR) {
+		int (*look)(struct kvc_req *) = k == K_LOOKUP ? kvc_lookup : floor_lookup;
+
 		for (b = 0; b < B; b++)
 			ck(kvc_req_new(w->c, w->tokens, w->ntok, NULL, 0, &w->reqs[b]),
 			   "kvc_req_new");
 		if (s->latency) {
 			for (b = 0; b < B; b++) {
 				t0 = now_ns();
-				w->hits[b] = kvc_lookup(w->reqs[b]);
+				w->hits[b] = look(w->reqs[b]);
 				t1 = now_ns() - t0;
 				acc += t1;
 				lat_add(w, k, t1);
@@ -307,7 +314,7 @@ static uint64_t run_batch(struct wstate *w, const struct session *s, int k, uint
 		} else {
 			t0 = now_ns();
 			for (b = 0; b < B; b++)
-				w->hits[b] = kvc_lookup(w->reqs[b]);
+				w->hits[b] = look(w->reqs[b]);
 			acc = now_ns() - t0;
 		}
 		for (b = 0; b < B; b++) {
@@ -488,6 +495,10 @@ static int lookup_worker(const struct session *s, int up, int down)
 		memcached_result_free(&w.mres);
 		memcached_free(w.mc);
 	}
+	if (floor_fallbacks)
+		fprintf(stderr, "kvbench: lookup floor: %llu requests of %zu blocks were not its case "
+			"(a hit on one run of pages going up); kvc_lookup took them\n",
+			(unsigned long long)floor_fallbacks, w.n);
 	kvc_close(w.c);
 	return 0;
 }
@@ -711,6 +722,7 @@ static void bench_lookup(const char *sock, const size_t *sizes, size_t nsizes)
 			s.kinds[s.nkinds++] = K_PEER_LOOKUP;
 			s.kinds[s.nkinds++] = K_HASH;
 			s.kinds[s.nkinds++] = K_PEER_HASH;
+			s.kinds[s.nkinds++] = K_FLOOR;
 			add_server_kinds(&s);
 			/* Each row (kvcached + its peer) gets opt.seconds. */
 			s.slice_ns = (uint64_t)(opt.seconds * 1e9 / (2.0 * ROUNDS));
@@ -723,6 +735,16 @@ static void bench_lookup(const char *sock, const size_t *sizes, size_t nsizes)
 					       "blocks/s", "hashtable",
 					       agg_rate(res, np, K_HASH),
 					       agg_rate(res, np, K_PEER_HASH), NULL });
+			/* How far kvc_lookup is from its design's floor, and
+			 * the floor from the table (floor.h). */
+			add_row(&(struct row){ "lookup", "lookup", np, s.blocks, 4096, NULL,
+					       "blocks/s", "floor",
+					       agg_rate(res, np, K_LOOKUP),
+					       agg_rate(res, np, K_FLOOR), NULL });
+			add_row(&(struct row){ "lookup", "lookup_floor", np, s.blocks, 4096, NULL,
+					       "blocks/s", "hashtable",
+					       agg_rate(res, np, K_FLOOR),
+					       agg_rate(res, np, K_PEER_LOOKUP), NULL });
 			for (j = 0; j < NELEM(server_kinds); j++) {
 				int k = server_kinds[j];
 
