@@ -144,6 +144,7 @@ static void quick_json(void **state)
 	const char *args[] = { "--quick", "--json", NULL };
 	bool have_redis = installed("redis-server"), have_mc = installed("memcached");
 	int rows = 0, by_mode[8] = { 0, 0, 0, 0, 0, 0, 0, 0 }, redis_rows = 0, mc_rows = 0, mac_rows = 0;
+	int floor_rows = 0, floor_table_rows = 0;
 	char *out, *err, *line, *save = NULL;
 	int rc;
 
@@ -269,6 +270,12 @@ static void quick_json(void **state)
 			    strstr(line, "\"peer_kind\":\"none\""))
 				assert_true(ratio <= 1.0);
 		}
+		/* The lookup against its floor (tools/bench/floor.h), and the
+		 * floor against the table, for every size and process count. */
+		floor_rows += strstr(line, "\"op\":\"lookup\"") &&
+			      strstr(line, "\"peer_kind\":\"floor\"");
+		floor_table_rows += strstr(line, "\"op\":\"lookup_floor\"") &&
+				    strstr(line, "\"peer_kind\":\"hashtable\"");
 		redis_rows += !!strstr(line, "\"peer_kind\":\"redis-");
 		mc_rows += !!strstr(line, "\"peer_kind\":\"memcached-");
 	}
@@ -276,6 +283,11 @@ static void quick_json(void **state)
 	       rows, by_mode[0], by_mode[1], by_mode[2], by_mode[3], by_mode[4], by_mode[5],
 	       by_mode[6], by_mode[7], redis_rows, mc_rows);
 	assert_true(by_mode[0] > 0 && by_mode[1] > 0 && by_mode[2] > 0);
+	assert_true(floor_rows > 0);
+	assert_int_equal(floor_rows, floor_table_rows);
+	/* Every floor request was the floor's case (a hit on one run of
+	 * pages going up): none was handed to kvc_lookup. */
+	assert_null(strstr(err, "lookup floor:"));
 	/* ttft: warm and miss rows against the cold prefill; gpu: gather and
 	 * scatter, measured or skipped. */
 	assert_int_equal(by_mode[3], 2);
