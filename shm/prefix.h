@@ -229,9 +229,10 @@ static inline size_t kvshm_ledger_pin_run(struct kvshm_ledger *l, const uint32_t
  * checks the same identity, and a READY page that left the index is
  * `unlisted`, which verify refuses.
  *
- * The header's fields are read once, into a view; block 0 is found
- * before the loop, so that a short request costs one probe, one check,
- * one pin and little else.
+ * The header's fields are read once, into a view (kvc_open keeps one in
+ * the handle: kvshm_view_walk_pin); block 0 is found inline, before the
+ * loop (kvshm_walk_on, out of line), so that a short request costs one
+ * probe, one check, one pin and little else, and no call.
  */
 #define KVSHM_SEQ_AFTER 2
 
