@@ -108,15 +108,20 @@ int kvc_req_new(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
 		return -EINVAL;
 	if ((rc = check_tokens(tokens, n_tokens, extra, extra_len)))
 		return rc;
-	n = n_tokens / c->bt;
+	/* 16-token blocks, the common case, by a shift: a 64-bit division
+	 * is a tenth of a one-block request's time. */
+	n = c->bt == 16 ? n_tokens >> 4 : n_tokens / c->bt;
 	r = req_alloc(c, n, n_tokens);
 	if (!r)
 		return -ENOMEM;
 	if (n) {
 		/* The chain, with the first lines the walk reads on their way
-		 * while it is hashed (prefix.h). */
-		r->extra = kvshm_key_extra(extra, extra_len);
-		kvshm_walk_keys(c->seg, c->root, r->extra, tokens, r->tokens, c->bt, n, r->keys);
+		 * while it is hashed (prefix.h). No extra keys: a zero digest,
+		 * with no call (r is zeroed). */
+		if (extra_len)
+			r->extra = kvshm_key_extra(extra, extra_len);
+		kvshm_view_walk_keys(&c->view, c->root, r->extra, tokens, r->tokens, c->bt, n,
+				     r->keys);
 		r->ahead = n > 1;	/* block 0's run is on its way */
 	}
 	*out = r;

@@ -137,27 +137,38 @@ kvshm_walk_prefetch(const struct kvshm_header *h, const struct kvshm_key *keys, 
  * hashed. A short request on a big cache then finds its first lines in
  * cache. kvc_req_new runs this; so does kvbench's flat mode.
  */
-static inline void kvshm_walk_keys(const struct kvshm_header *h, struct kvshm_key root,
-				   struct kvshm_key extra, const uint32_t *tokens, uint32_t *copy,
-				   uint32_t bt, size_t n, struct kvshm_key *keys)
+static inline void kvshm_view_walk_keys(const struct kvshm_view *v, struct kvshm_key root,
+					struct kvshm_key extra, const uint32_t *tokens,
+					uint32_t *copy, uint32_t bt, size_t n,
+					struct kvshm_key *keys)
 {
-	struct kvshm_view v = kvshm_view(h);
 	size_t m = n - 1 < KVSHM_PEEK_AFTER ? n - 1 : KVSHM_PEEK_AFTER;
 
 	if (!n)
 		return;
 	kvshm_key_chain(root, root, extra, tokens, bt, bt, keys);
-	kvshm_view_prefetch(&v, keys[0]);
+	kvshm_view_prefetch(v, keys[0]);
 	if (copy) {
 		memcpy(copy, tokens, n * bt * sizeof(uint32_t));
 		tokens = copy;
 	}
-	kvshm_key_chain(root, keys[0], extra, tokens + bt, m * bt, bt, keys + 1);
-	if (m)
-		kvshm_walk_prefetch_run(&v, kvshm_view_find(&v, keys[0]), n);
+	if (m) {
+		kvshm_key_chain(root, keys[0], extra, tokens + bt, m * bt, bt, keys + 1);
+		kvshm_walk_prefetch_run(v, kvshm_view_find(v, keys[0]), n);
+	}
 	if (n > m + 1)
 		kvshm_key_chain(root, keys[m], extra, tokens + (m + 1) * bt, (n - m - 1) * bt, bt,
 				keys + m + 1);
+}
+
+/* The same on header h's view (kvbench's flat mode). */
+static inline void kvshm_walk_keys(const struct kvshm_header *h, struct kvshm_key root,
+				   struct kvshm_key extra, const uint32_t *tokens, uint32_t *copy,
+				   uint32_t bt, size_t n, struct kvshm_key *keys)
+{
+	struct kvshm_view v = kvshm_view(h);
+
+	kvshm_view_walk_keys(&v, root, extra, tokens, copy, bt, n, keys);
 }
 
 /*
