@@ -706,6 +706,13 @@ static const char *kind_skip(int k)
 	return srv_skip(k == K_REDIS_GET || k == K_REDIS_MGET ? SRV_REDIS : SRV_MEMCACHED);
 }
 
+/* A rate row of a session: kind k as op, against kind pk as its peer. */
+static void kind_row(const struct wres *res, int np, size_t blocks, const char *op, int k, int pk)
+{
+	add_row(&(struct row){ "lookup", op, np, blocks, 4096, NULL, "blocks/s", kind_peer[pk],
+			       agg_rate(res, np, k), agg_rate(res, np, pk), NULL });
+}
+
 static void bench_lookup(const char *sock, const size_t *sizes, size_t nsizes)
 {
 	static const int server_kinds[] = { K_REDIS_GET, K_REDIS_MGET, K_MC_GET, K_MC_MGET };
@@ -727,24 +734,12 @@ static void bench_lookup(const char *sock, const size_t *sizes, size_t nsizes)
 			/* Each row (kvcached + its peer) gets opt.seconds. */
 			s.slice_ns = (uint64_t)(opt.seconds * 1e9 / (2.0 * ROUNDS));
 			run_session(&s, np, res);
-			add_row(&(struct row){ "lookup", "lookup", np, s.blocks, 4096, NULL,
-					       "blocks/s", "hashtable",
-					       agg_rate(res, np, K_LOOKUP),
-					       agg_rate(res, np, K_PEER_LOOKUP), NULL });
-			add_row(&(struct row){ "lookup", "hash_lookup", np, s.blocks, 4096, NULL,
-					       "blocks/s", "hashtable",
-					       agg_rate(res, np, K_HASH),
-					       agg_rate(res, np, K_PEER_HASH), NULL });
+			kind_row(res, np, s.blocks, "lookup", K_LOOKUP, K_PEER_LOOKUP);
+			kind_row(res, np, s.blocks, "hash_lookup", K_HASH, K_PEER_HASH);
 			/* How far kvc_lookup is from its design's floor, and
 			 * the floor from the table (floor.h). */
-			add_row(&(struct row){ "lookup", "lookup", np, s.blocks, 4096, NULL,
-					       "blocks/s", "floor",
-					       agg_rate(res, np, K_LOOKUP),
-					       agg_rate(res, np, K_FLOOR), NULL });
-			add_row(&(struct row){ "lookup", "lookup_floor", np, s.blocks, 4096, NULL,
-					       "blocks/s", "hashtable",
-					       agg_rate(res, np, K_FLOOR),
-					       agg_rate(res, np, K_PEER_LOOKUP), NULL });
+			kind_row(res, np, s.blocks, "lookup", K_LOOKUP, K_FLOOR);
+			kind_row(res, np, s.blocks, "lookup_floor", K_FLOOR, K_PEER_LOOKUP);
 			for (j = 0; j < NELEM(server_kinds); j++) {
 				int k = server_kinds[j];
 
