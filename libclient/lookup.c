@@ -49,7 +49,7 @@ int kvc_keys(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
 		return -EINVAL;
 	if ((rc = check_tokens(tokens, n_tokens, extra, extra_len)))
 		return rc;
-	n = n_tokens / c->bt;
+	n = kvshm_blocks(n_tokens, c->bt);
 	ex = kvshm_key_extra(extra, extra_len);
 	parent = c->root;
 	for (i = 0; i < n && i < max_keys; i++) {
@@ -108,9 +108,7 @@ int kvc_req_new(kvc_t *c, const uint32_t *tokens, size_t n_tokens,
 		return -EINVAL;
 	if ((rc = check_tokens(tokens, n_tokens, extra, extra_len)))
 		return rc;
-	/* 16-token blocks, the common case, by a shift: a 64-bit division
-	 * is a tenth of a one-block request's time. */
-	n = c->bt == 16 ? n_tokens >> 4 : n_tokens / c->bt;
+	n = kvshm_blocks(n_tokens, c->bt);
 	r = req_alloc(c, n, n_tokens);
 	if (!r)
 		return -ENOMEM;

@@ -116,7 +116,7 @@ size_t kvshm_key_chain(struct kvshm_key root, struct kvshm_key parent, struct kv
 		       const uint32_t *tokens, size_t n_tokens, uint32_t bt,
 		       struct kvshm_key *keys)
 {
-	size_t n = n_tokens / bt, i;
+	size_t n = kvshm_blocks(n_tokens, bt), i;
 
 	for (i = 0; i < n; i++) {
 		keys[i] = kvshm_key_block(root, parent, tokens + i * bt, bt, extra);
