@@ -631,6 +631,23 @@ static void lay_chain(struct fix *f, const uint32_t *at, uint32_t n, uint32_t se
 			assert_int_equal(kvshm_page_free(f->h, i, gens[i], 3), 0);
 }
 
+/* Walk w whole: every block found on its page at[] (slots 0..n), pinned
+ * at its page's gen, then unpinned. */
+static void walk_whole(struct fix *f, const struct kvshm_walk *w, const uint32_t *at,
+		       const uint32_t *gens)
+{
+	bool missed;
+	uint32_t i;
+
+	assert_int_equal(kvshm_walk_pin(f->h, f->l, w, &missed), w->n);
+	assert_false(missed);
+	for (i = 0; i < w->n; i++) {
+		assert_int_equal(w->page[i], at[i]);
+		assert_int_equal(slot(f, i), kvshm_slot_pack(at[i], gens[at[i]]));
+		kvshm_ledger_unpin(f->l, i);
+	}
+}
+
 /*
  * shm/prefix.h finds a block's page two ways: by guessing the page next to
  * its parent's (blocks allocated together) or through the index. A chain
@@ -659,13 +676,7 @@ static void test_walk_guess_and_index(void **state)
 		slots[i] = i;
 	}
 	lay_chain(f, page, N, 0x7100, keys, tokens, gens);
-	assert_int_equal(kvshm_walk_pin(f->h, f->l, &walk, &missed), N);
-	assert_false(missed);
-	for (i = 0; i < N; i++) {
-		assert_int_equal(gp[i], page[i]);
-		assert_int_equal(slot(f, i), kvshm_slot_pack(page[i], gens[page[i]]));
-		kvshm_ledger_unpin(f->l, i);
-	}
+	walk_whole(f, &walk, page, gens);
 
 	/* Block 30's page (18, right after block 29's) leaves the index but
 	 * stays READY: the walk stops there, a miss. */
@@ -697,20 +708,13 @@ static void walk_laid(struct fix *f, const uint32_t *at)
 	struct kvshm_key keys[N];
 	uint32_t tokens[N * BT], gens[NPAGES], slots[N], gp[N], gg[N], i;
 	struct kvshm_walk walk = { keys, tokens, slots, gp, gg, N, 1, { 7, 7 } };
-	bool missed;
 
 	for (i = 0; i < N; i++)
 		slots[i] = i;
 	lay_chain(f, at, N, 0x7300, keys, tokens, gens);
 	for (int fence = 0; fence < 2; fence++) {
 		walk.fence = fence;
-		assert_int_equal(kvshm_walk_pin(f->h, f->l, &walk, &missed), N);
-		assert_false(missed);
-		for (i = 0; i < N; i++) {
-			assert_int_equal(gp[i], at[i]);
-			assert_int_equal(slot(f, i), kvshm_slot_pack(at[i], gens[at[i]]));
-			kvshm_ledger_unpin(f->l, i);
-		}
+		walk_whole(f, &walk, at, gens);
 	}
 }
 
